@@ -1,0 +1,1 @@
+"""tpugen.firmware."""

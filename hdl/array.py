@@ -1,0 +1,151 @@
+"""Weight-stationary systolic array with edge skew/de-skew and double-buffered weight tiles."""
+from amaranth.hdl import Module, Mux, Signal, signed
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .pe import ProcessingElement
+
+__all__ = ["SystolicArray", "activation_layout", "result_layout", "weight_layout"]
+
+
+def weight_layout(config):
+    """One weight row W[k, 0..cols-1]."""
+    return data.ArrayLayout(signed(config.data_width), config.cols)
+
+
+def activation_layout(config):
+    """One activation vector A[m, 0..rows-1]; ``last`` ends the current weight tile."""
+    return data.StructLayout({
+        "data": data.ArrayLayout(signed(config.data_width), config.rows),
+        "last": 1,
+    })
+
+
+def result_layout(config):
+    """One result vector C[m, 0..cols-1] = A[m, :] @ W; ``last`` marks a tile's last vector."""
+    return data.StructLayout({
+        "data": data.ArrayLayout(signed(config.acc_width), config.cols),
+        "last": 1,
+    })
+
+
+class SystolicArray(wiring.Component):
+    """``rows`` x ``cols`` weight-stationary array computing ``C = A @ W`` tile by tile.
+
+    * ``weights``: a tile is ``rows`` transfers, W[0, :] first. It shifts into the PEs' load chain
+      while the previous tile computes, then commits to the idle weight bank.
+    * ``acts``: one activation vector per cycle; ready whenever a committed tile is waiting.
+      ``last`` on a vector releases that tile's bank.
+    * ``results``: one result vector per accepted activation, ``latency`` cycles later, in order.
+      No backpressure.
+
+    Tiles stream with no bubble when each tile has at least ``rows + cols`` activation vectors.
+    """
+
+    def __init__(self, config):
+        self.config = config
+        super().__init__({
+            "weights": In(stream.Signature(weight_layout(config))),
+            "acts": In(stream.Signature(activation_layout(config))),
+            "results": Out(stream.Signature(result_layout(config), always_ready=True)),
+        })
+
+    @property
+    def latency(self):
+        """Cycles from an accepted activation vector to its result vector."""
+        return self.config.rows + self.config.cols
+
+    def elaborate(self, platform):
+        m = Module()
+        rows, cols = self.config.rows, self.config.cols
+        width = self.config.data_width
+
+        pes = [[ProcessingElement(width, self.config.acc_width) for _ in range(cols)]
+               for _ in range(rows)]
+        for r in range(rows):
+            for c in range(cols):
+                m.submodules[f"pe_{r}_{c}"] = pes[r][c]
+
+        # Weight loading: a shift chain from the bottom row up, then a commit to the idle bank.
+        loaded = Signal(range(rows + 1))
+        load_bank = Signal()
+        compute_bank = Signal()
+        bank_full = Signal(2)
+        # Cycles until the last activation of a released tile has passed every PE.
+        drain = [Signal(range(rows + cols), name=f"drain{b}") for b in range(2)]
+        load_bank_free = Signal()
+        with m.If(load_bank):
+            m.d.comb += load_bank_free.eq(~bank_full[1] & (drain[1] == 0))
+        with m.Else():
+            m.d.comb += load_bank_free.eq(~bank_full[0] & (drain[0] == 0))
+
+        push = Signal()
+        commit = Signal()
+        take = Signal()
+        m.d.comb += [
+            self.weights.ready.eq(loaded != rows),
+            push.eq(self.weights.valid & self.weights.ready),
+            commit.eq((loaded == rows) & load_bank_free),
+            self.acts.ready.eq(bank_full.bit_select(compute_bank, 1)),
+            take.eq(self.acts.valid & self.acts.ready),
+        ]
+        with m.If(push):
+            m.d.sync += loaded.eq(loaded + 1)
+        with m.If(commit):
+            m.d.sync += [loaded.eq(0), load_bank.eq(~load_bank)]
+        release = take & self.acts.payload.last
+        with m.If(release):
+            m.d.sync += compute_bank.eq(~compute_bank)
+        for bank in range(2):
+            with m.If(commit & (load_bank == bank)):
+                m.d.sync += bank_full[bank].eq(1)
+            with m.If(release & (compute_bank == bank)):
+                m.d.sync += [bank_full[bank].eq(0), drain[bank].eq(rows + cols - 2)]
+            with m.Elif(drain[bank] != 0):
+                m.d.sync += drain[bank].eq(drain[bank] - 1)
+
+        for r in range(rows):
+            for c in range(cols):
+                pe = pes[r][c]
+                m.d.comb += [
+                    pe.shift_en.eq(push),
+                    pe.commit.eq(commit),
+                    pe.commit_bank.eq(load_bank),
+                    pe.shift_in.eq(self.weights.payload[c] if r == rows - 1
+                                   else pes[r + 1][c].shift_out),
+                    pe.psum_in.eq(0 if r == 0 else pes[r - 1][c].psum_out),
+                ]
+                if c > 0:
+                    m.d.comb += [pe.act_in.eq(pes[r][c - 1].act_out),
+                                 pe.sel_in.eq(pes[r][c - 1].sel_out)]
+
+        # Input register, then row r delayed by r more cycles (skew).
+        for r in range(rows):
+            act = Signal(signed(width), name=f"skew_{r}_0")
+            sel = Signal(name=f"skew_sel_{r}_0")
+            m.d.sync += [act.eq(Mux(take, self.acts.payload.data[r], 0)), sel.eq(compute_bank)]
+            for stage in range(1, r + 1):
+                act_next = Signal(signed(width), name=f"skew_{r}_{stage}")
+                sel_next = Signal(name=f"skew_sel_{r}_{stage}")
+                m.d.sync += [act_next.eq(act), sel_next.eq(sel)]
+                act, sel = act_next, sel_next
+            m.d.comb += [pes[r][0].act_in.eq(act), pes[r][0].sel_in.eq(sel)]
+
+        # Column c leaves the bottom row at t + rows + c: delay it by cols - 1 - c (de-skew).
+        for c in range(cols):
+            psum = pes[rows - 1][c].psum_out
+            for stage in range(cols - 1 - c):
+                psum_next = Signal(signed(self.config.acc_width), name=f"deskew_{c}_{stage}")
+                m.d.sync += psum_next.eq(psum)
+                psum = psum_next
+            m.d.comb += self.results.payload.data[c].eq(psum)
+
+        # valid/last travel alongside: results appear `latency` cycles after `take`.
+        valid, last = take, release
+        for stage in range(self.latency):
+            valid_next = Signal(name=f"valid_{stage}")
+            last_next = Signal(name=f"last_{stage}")
+            m.d.sync += [valid_next.eq(valid), last_next.eq(last)]
+            valid, last = valid_next, last_next
+        m.d.comb += [self.results.valid.eq(valid), self.results.payload.last.eq(last)]
+        return m

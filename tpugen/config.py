@@ -1,0 +1,83 @@
+"""`CoreConfig`: the single source of truth for the HDL, the runtime, the tests and the C header."""
+import json
+from dataclasses import asdict, dataclass, fields
+
+__all__ = ["CoreConfig", "PRESETS"]
+
+
+def _power_of_two(value):
+    return value > 0 and value & (value - 1) == 0
+
+
+@dataclass(frozen=True)
+class CoreConfig:
+    """Parameters of one generated core. Every field is checked; a bad value raises ValueError naming it."""
+
+    rows: int = 8
+    """Array rows: the reduction (K) depth of one weight tile, 1..64."""
+    cols: int = 8
+    """Array columns: output channels (N) of one weight tile, 1..64."""
+    data_width: int = 8
+    """Operand width in bits (signed); only 8 is supported."""
+    acc_width: int = 32
+    """Accumulator width in bits (signed, wrapping); only 32 is supported."""
+    dataflow: str = "ws"
+    """Dataflow: "ws" (weight stationary)."""
+    scratchpad_kib: int = 64
+    """Scratchpad SRAM for activations and weights, in KiB (power of two, 1..1024)."""
+    accumulator_kib: int = 16
+    """Accumulator SRAM (int32), in KiB (power of two, 1..1024)."""
+    axi_data_width: int = 64
+    """AXI4 memory master data width in bits: 32, 64 or 128."""
+
+    def __post_init__(self):
+        def check(name, ok, allowed):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not ok(value):
+                raise ValueError(f"CoreConfig.{name}={value!r} is invalid: allowed {allowed}")
+
+        def integer_in(low, high):
+            return lambda v: isinstance(v, int) and low <= v <= high
+
+        check("rows", integer_in(1, 64), "an integer in 1..64")
+        check("cols", integer_in(1, 64), "an integer in 1..64")
+        check("data_width", lambda v: v == 8, "8")
+        check("acc_width", lambda v: v == 32, "32")
+        check("dataflow", lambda v: v == "ws", '"ws"')
+        for name in ("scratchpad_kib", "accumulator_kib"):
+            check(name, lambda v: integer_in(1, 1024)(v) and _power_of_two(v),
+                  "a power of two in 1..1024")
+        check("axi_data_width", lambda v: v in (32, 64, 128), "32, 64 or 128")
+
+    @property
+    def macs(self):
+        """Multiply-accumulate units in the array."""
+        return self.rows * self.cols
+
+    def to_json(self):
+        return json.dumps(asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text):
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError("CoreConfig JSON must be an object")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown CoreConfig field(s): {', '.join(unknown)}")
+        return cls(**data)
+
+    @classmethod
+    def preset(cls, name):
+        try:
+            return PRESETS[name]
+        except KeyError:
+            raise ValueError(f"unknown preset {name!r}: allowed {', '.join(PRESETS)}") from None
+
+
+PRESETS = {
+    "tiny": CoreConfig(rows=2, cols=2, scratchpad_kib=4, accumulator_kib=4, axi_data_width=32),
+    "default": CoreConfig(),
+    "large": CoreConfig(rows=16, cols=16, scratchpad_kib=256, accumulator_kib=64, axi_data_width=128),
+}
