@@ -5,7 +5,8 @@ from amaranth.lib.wiring import In, Out
 
 from .pe import ProcessingElement
 
-__all__ = ["SystolicArray", "activation_layout", "result_layout", "weight_layout"]
+__all__ = ["SystolicArray", "activation_layout", "array_latency", "min_tile_length",
+           "result_layout", "weight_layout"]
 
 
 def weight_layout(config):
@@ -29,6 +30,16 @@ def result_layout(config):
     })
 
 
+def array_latency(config):
+    """Cycles from an accepted activation vector to its result vector."""
+    return config.rows + config.cols
+
+
+def min_tile_length(config):
+    """Fewest activation vectors per weight tile that keep the array busy with no bubble."""
+    return config.rows + max(config.cols - 1, 1)
+
+
 class SystolicArray(wiring.Component):
     """``rows`` x ``cols`` weight-stationary array computing ``C = A @ W`` tile by tile.
 
@@ -36,10 +47,11 @@ class SystolicArray(wiring.Component):
       while the previous tile computes, then commits to the idle weight bank.
     * ``acts``: one activation vector per cycle; ready whenever a committed tile is waiting.
       ``last`` on a vector releases that tile's bank.
-    * ``results``: one result vector per accepted activation, ``latency`` cycles later, in order.
+    * ``results``: one result vector per accepted activation, ``array_latency(config)`` cycles later, in order.
       No backpressure.
 
-    Tiles stream with no bubble when each tile has at least ``rows + cols`` activation vectors.
+    Tiles stream back to back, one activation vector per cycle, when each tile has at least
+    ``min_tile_length(config)`` vectors (the previous bank drains while the next tile shifts in).
     """
 
     def __init__(self, config):
@@ -47,13 +59,12 @@ class SystolicArray(wiring.Component):
         super().__init__({
             "weights": In(stream.Signature(weight_layout(config))),
             "acts": In(stream.Signature(activation_layout(config))),
-            "results": Out(stream.Signature(result_layout(config), always_ready=True)),
+            # No backpressure: a valid-only stream (an always-ready stream.Signature has a
+            # constant `ready`, which cannot be a Verilog port).
+            "results": Out(wiring.Signature({"payload": Out(result_layout(config)),
+                                             "valid": Out(1)})),
         })
 
-    @property
-    def latency(self):
-        """Cycles from an accepted activation vector to its result vector."""
-        return self.config.rows + self.config.cols
 
     def elaborate(self, platform):
         m = Module()
@@ -142,7 +153,7 @@ class SystolicArray(wiring.Component):
 
         # valid/last travel alongside: results appear `latency` cycles after `take`.
         valid, last = take, release
-        for stage in range(self.latency):
+        for stage in range(array_latency(self.config)):
             valid_next = Signal(name=f"valid_{stage}")
             last_next = Signal(name=f"last_{stage}")
             m.d.sync += [valid_next.eq(valid), last_next.eq(last)]

