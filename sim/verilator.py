@@ -1,6 +1,7 @@
 """Cached Verilator builds of generated designs, run under cocotb 2.x."""
 import fcntl
 import hashlib
+import json
 import os
 import shutil
 import time
@@ -13,7 +14,7 @@ from .. import __version__
 from ..hdl.generate import generate_verilog
 from ..toolchain import VERILATOR_WAIVERS, use_verilator
 
-__all__ = ["Model", "build_model", "cache_dir"]
+__all__ = ["Model", "build_model", "cache_dir", "run_testbench"]
 
 
 
@@ -47,19 +48,24 @@ class Model:
     def run(self, test_module, test_dir, *, testcase=None, env=None, waves=False):
         """Run cocotb test module ``test_module`` (a dotted module name) against this model.
 
-        Returns the path of the JUnit results file; a failing cocotb test fails the caller
-        through ``cocotb_tools.runner.get_results``.
+        The simulator's output goes to ``test_dir/sim.log``. Returns the path of the JUnit
+        results file; a failing cocotb test raises AssertionError with the log's error lines.
         """
         use_verilator()
         runner = _Verilator()
         test_dir = Path(test_dir)
         test_dir.mkdir(parents=True, exist_ok=True)
+        log = test_dir / "sim.log"
         results = runner.test(
-            test_module=test_module, hdl_toplevel=self.design, testcase=testcase,
-            build_dir=self.build_dir, test_dir=test_dir, extra_env=env or {}, waves=waves, hdl_toplevel_lang="verilog")
+            test_module=test_module, hdl_toplevel=self.design, hdl_toplevel_lang="verilog",
+            testcase=testcase, build_dir=self.build_dir, test_dir=test_dir, extra_env=env or {},
+            waves=waves, log_file=log)
         failed = get_results(results)[1]
         if failed:
-            raise AssertionError(f"{failed} cocotb test(s) of {test_module} failed: see {results}")
+            failures = [line for line in log.read_text().splitlines()
+                        if "Error" in line or "assert" in line or "FAIL" in line]
+            raise AssertionError(f"{failed} cocotb test(s) of {test_module} failed (log: {log}):\n"
+                                 + "\n".join(failures[-20:]))
         return results
 
 
@@ -99,3 +105,24 @@ def build_model(config, design="systolic_array", *, waves=False):
         seconds = time.perf_counter() - start
         done.write_text(f"{seconds:.3f}\n")
         return Model(design, build_dir, source, seconds)
+
+
+def run_testbench(config, module, params, test_dir, *, design="systolic_array", waves=False):
+    """Run cocotb testbench ``module`` with ``params`` (plus the config) as TPUGEN_TB.
+
+    Returns the stats.json the testbench wrote, with the simulator's wall time added.
+    """
+    model = build_model(config, design, waves=waves)
+    test_dir = Path(test_dir)
+    results = model.run(module, test_dir, waves=waves,
+                        env={"TPUGEN_TB": json.dumps({"config": config.to_json(), **params})})
+    stats = json.loads((test_dir / "stats.json").read_text())
+    stats["sim_seconds"] = _sim_seconds(results)
+    stats["build_seconds"] = model.build_seconds
+    return stats
+
+
+def _sim_seconds(results_xml):
+    import xml.etree.ElementTree as ElementTree
+
+    return sum(float(case.get("time", 0)) for case in ElementTree.parse(results_xml).iter("testcase"))

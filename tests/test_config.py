@@ -1,0 +1,59 @@
+"""CoreConfig validation, JSON round trip, presets, and the generate command."""
+import json
+
+import pytest
+
+from tpugen import PRESETS, CoreConfig
+from tpugen.cli import main
+
+
+@pytest.mark.parametrize("field,value", [
+    ("rows", 0), ("rows", 65), ("rows", 2.0), ("rows", True), ("cols", 0), ("cols", 100),
+    ("data_width", 4), ("acc_width", 16), ("dataflow", "os"), ("scratchpad_kib", 3),
+    ("scratchpad_kib", 2048), ("accumulator_kib", 0), ("axi_data_width", 48),
+])
+def test_bad_values_name_the_field(field, value):
+    with pytest.raises(ValueError, match=rf"CoreConfig\.{field}="):
+        CoreConfig(**{field: value})
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_json_round_trip(name):
+    config = PRESETS[name]
+    assert CoreConfig.from_json(config.to_json()) == config
+
+
+def test_presets():
+    assert (PRESETS["tiny"].rows, PRESETS["tiny"].cols) == (2, 2)
+    assert (PRESETS["default"].rows, PRESETS["default"].cols) == (8, 8)
+    assert (PRESETS["large"].rows, PRESETS["large"].cols) == (16, 16)
+    with pytest.raises(ValueError, match="unknown preset 'huge'"):
+        CoreConfig.preset("huge")
+
+
+def test_from_json_rejects_unknown_fields():
+    with pytest.raises(ValueError, match="unknown CoreConfig field"):
+        CoreConfig.from_json(json.dumps({"rows": 4, "colums": 4}))
+
+
+def test_config_is_frozen():
+    with pytest.raises(AttributeError):
+        CoreConfig().rows = 4
+
+
+def test_generate_command(tmp_path):
+    config = tmp_path / "core.json"
+    config.write_text(CoreConfig(rows=2, cols=3).to_json())
+    out = tmp_path / "array.v"
+    assert main(["generate", "--config", str(config), "--cols", "4", "-o", str(out)]) == 0
+    text = out.read_text()
+    assert "module systolic_array" in text
+    assert "input [16:0] acts__payload" in text  # 2 x int8 + last
+    assert "output [128:0] results__payload" in text  # 4 x int32 + last
+
+
+def test_generate_rejects_bad_rows(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["generate", "--rows", "0", "-o", str(tmp_path / "x.v")])
+    assert exit_info.value.code == 2
+    assert "CoreConfig.rows=0" in capsys.readouterr().err

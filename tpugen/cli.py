@@ -1,0 +1,80 @@
+"""The `tpugen` command line."""
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .config import PRESETS, CoreConfig
+
+
+def _add_config_options(parser):
+    group = parser.add_argument_group("core configuration (preset, then file, then overrides)")
+    group.add_argument("--preset", choices=sorted(PRESETS), default="default")
+    group.add_argument("--config", type=Path, metavar="FILE.json", help="CoreConfig as JSON")
+    group.add_argument("--rows", type=int, help="array rows (1..64)")
+    group.add_argument("--cols", type=int, help="array columns (1..64)")
+
+
+def _config(args):
+    config = CoreConfig.from_json(args.config.read_text()) if args.config else PRESETS[args.preset]
+    overrides = {name: getattr(args, name) for name in ("rows", "cols")
+                 if getattr(args, name) is not None}
+    return CoreConfig(**{**json.loads(config.to_json()), **overrides})
+
+
+def _generate(args):
+    from .hdl.generate import generate_verilog
+
+    config = _config(args)
+    start = time.perf_counter()
+    text = generate_verilog(config, args.design)
+    args.output.write_text(text)
+    print(f"wrote {args.output} ({args.design}, {config.rows}x{config.cols}) "
+          f"in {time.perf_counter() - start:.2f} s", file=sys.stderr)
+
+
+def _demo(args):
+    from .demo import run_demo
+
+    return run_demo(_config(args))
+
+
+def _bench(args):
+    from .bench import run_bench
+
+    results = run_bench()
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    for key, value in results.items():
+        print(f"{key:32} {value}")
+    print(f"wrote {args.out}", file=sys.stderr)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="tpugen", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    generate = commands.add_parser("generate", help="write Verilog for a configured core")
+    _add_config_options(generate)
+    generate.add_argument("-o", "--output", type=Path, default=Path("tpu.v"))
+    generate.add_argument("--design", default="systolic_array", help="top module to generate")
+    generate.set_defaults(run=_generate)
+
+    demo = commands.add_parser("demo", help="verify a core on Verilator against numpy")
+    _add_config_options(demo)
+    demo.set_defaults(run=_demo)
+
+    bench = commands.add_parser("bench", help="measure generate/build/simulation speed")
+    bench.add_argument("--out", type=Path, default=Path("bench.json"))
+    bench.set_defaults(run=_bench)
+
+    args = parser.parse_args(argv)
+    try:
+        return args.run(args) or 0
+    except ValueError as error:
+        parser.exit(2, f"tpugen: error: {error}\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
