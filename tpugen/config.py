@@ -48,11 +48,34 @@ class CoreConfig:
             check(name, lambda v: integer_in(1, 1024)(v) and _power_of_two(v),
                   "a power of two in 1..1024")
         check("axi_data_width", lambda v: v in (32, 64, 128), "32, 64 or 128")
+        if self.scratchpad_rows > 65536:
+            raise ValueError(f"CoreConfig.scratchpad_kib={self.scratchpad_kib!r} is invalid: "
+                             f"at most 65536 rows of {self.lanes} bytes")
+        if self.accumulator_rows > 65536:
+            raise ValueError(f"CoreConfig.accumulator_kib={self.accumulator_kib!r} is invalid: "
+                             f"at most 65536 rows of {self.cols} int32")
+        if self.accumulator_rows < 1:
+            raise ValueError(f"CoreConfig.accumulator_kib={self.accumulator_kib!r} is invalid: "
+                             f"at least one row of {self.cols} int32")
 
     @property
     def macs(self):
         """Multiply-accumulate units in the array."""
         return self.rows * self.cols
+
+    @property
+    def lanes(self):
+        """int8 lanes in one scratchpad row: an activation vector (rows) or a weight row (cols)."""
+        return max(self.rows, self.cols)
+
+    @property
+    def scratchpad_rows(self):
+        return self.scratchpad_kib * 1024 // self.lanes
+
+    @property
+    def accumulator_rows(self):
+        """Rows of ``cols`` int32 accumulators."""
+        return self.accumulator_kib * 1024 // (4 * self.cols)
 
     def to_json(self):
         return json.dumps(asdict(self), indent=2, sort_keys=True)

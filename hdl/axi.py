@@ -1,0 +1,48 @@
+"""AXI4 / AXI4-Lite signatures, named as cocotbext-axi expects them (``<prefix>_<signal>``)."""
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["AXI_BURST_INCR", "AXI_RESP_OKAY", "ID_WIDTH", "ADDR_WIDTH",
+           "axi_read_signature", "axi_write_signature", "axi_lite_signature", "flat_ports"]
+
+ADDR_WIDTH = 32
+ID_WIDTH = 4
+AXI_BURST_INCR = 0b01
+AXI_RESP_OKAY = 0b00
+
+
+def axi_read_signature(data_width, addr_width=ADDR_WIDTH, id_width=ID_WIDTH):
+    """AR and R channels, from the master's side."""
+    return wiring.Signature({
+        "arid": Out(id_width), "araddr": Out(addr_width), "arlen": Out(8), "arsize": Out(3),
+        "arburst": Out(2), "arvalid": Out(1), "arready": In(1),
+        "rid": In(id_width), "rdata": In(data_width), "rresp": In(2), "rlast": In(1),
+        "rvalid": In(1), "rready": Out(1),
+    })
+
+
+def axi_write_signature(data_width, addr_width=ADDR_WIDTH, id_width=ID_WIDTH):
+    """AW, W and B channels, from the master's side."""
+    return wiring.Signature({
+        "awid": Out(id_width), "awaddr": Out(addr_width), "awlen": Out(8), "awsize": Out(3),
+        "awburst": Out(2), "awvalid": Out(1), "awready": In(1),
+        "wdata": Out(data_width), "wstrb": Out(data_width // 8), "wlast": Out(1),
+        "wvalid": Out(1), "wready": In(1),
+        "bid": In(id_width), "bresp": In(2), "bvalid": In(1), "bready": Out(1),
+    })
+
+
+def axi_lite_signature(addr_width=12, data_width=32):
+    """AXI4-Lite, from the slave's side (every member flipped relative to a master)."""
+    return wiring.Signature({
+        "awaddr": In(addr_width), "awprot": In(3), "awvalid": In(1), "awready": Out(1),
+        "wdata": In(data_width), "wstrb": In(data_width // 8), "wvalid": In(1), "wready": Out(1),
+        "bresp": Out(2), "bvalid": Out(1), "bready": In(1),
+        "araddr": In(addr_width), "arprot": In(3), "arvalid": In(1), "arready": Out(1),
+        "rdata": Out(data_width), "rresp": Out(2), "rvalid": Out(1), "rready": In(1),
+    })
+
+
+def flat_ports(prefix, signature):
+    """Members of ``signature`` renamed ``<prefix>_<name>``, for a top-level port list."""
+    return {f"{prefix}_{name}": member for name, member in signature.members.items()}
