@@ -79,7 +79,6 @@ MatmulInstruction = data.StructLayout({
     "act_row": 16,       # scratchpad row of the first activation vector (lanes 0..rows-1)
     "acc_row": 16,       # accumulator row of the first result vector
     "count": 16,         # activation vectors (>= 1)
-    "reuse_weights": 1,  # keep the weights of the previous MATMUL (skip the weight load)
 })
 
 _LAYOUTS = {Opcode.LOAD: LoadInstruction, Opcode.MATMUL: MatmulInstruction,
