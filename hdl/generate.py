@@ -2,21 +2,22 @@
 from amaranth.back import verilog
 
 from .array import SystolicArray
+from .core import TpuCore
 
 __all__ = ["DESIGNS", "elaborate", "generate_verilog"]
 
-DESIGNS = {"systolic_array": SystolicArray}
+DESIGNS = {"tpu_core": TpuCore, "systolic_array": SystolicArray}
 """Top-level designs by module name."""
 
 
-def elaborate(config, design="systolic_array"):
+def elaborate(config, design="tpu_core"):
     try:
         return DESIGNS[design](config)
     except KeyError:
         raise ValueError(f"design={design!r} is invalid: allowed {', '.join(DESIGNS)}") from None
 
 
-def generate_verilog(config, design="systolic_array"):
+def generate_verilog(config, design="tpu_core"):
     """Verilog text with top module ``design``, ports named after the component's signature."""
     component = elaborate(config, design)
     return verilog.convert(component, name=design, emit_src=False)

@@ -63,14 +63,18 @@ class Model:
         test_dir = Path(test_dir)
         test_dir.mkdir(parents=True, exist_ok=True)
         log = test_dir / "sim.log"
-        results = runner.test(
-            test_module=test_module, hdl_toplevel=self.design, hdl_toplevel_lang="verilog",
-            testcase=testcase, build_dir=self.build_dir, test_dir=test_dir, extra_env=env or {},
-            waves=waves, log_file=log)
-        failed = get_results(results)[1]
+        env = {"PYTHONWARNINGS": "ignore::DeprecationWarning", **(env or {})}
+        try:
+            results = runner.test(
+                test_module=test_module, hdl_toplevel=self.design, hdl_toplevel_lang="verilog",
+                testcase=testcase, build_dir=self.build_dir, test_dir=test_dir, extra_env=env,
+                waves=waves, log_file=log)
+            failed = get_results(results)[1]
+        except SystemExit:  # the runner exits when a test fails
+            failed = "some"
         if failed:
-            failures = [line for line in log.read_text().splitlines()
-                        if "Error" in line or "assert" in line or "FAIL" in line]
+            failures = [line.strip() for line in log.read_text().splitlines()
+                        if "Error" in line or "assert " in line or "FAIL" in line]
             raise AssertionError(f"{failed} cocotb test(s) of {test_module} failed (log: {log}):\n"
                                  + "\n".join(failures[-20:]))
         return results
@@ -115,14 +119,15 @@ def build_model(config, design="systolic_array", *, waves=False):
         return Model(design, build_dir, source, seconds)
 
 
-def run_testbench(config, module, params, test_dir, *, design="systolic_array", waves=False):
+def run_testbench(config, module, params, test_dir, *, design="systolic_array", testcase=None,
+                  waves=False):
     """Run cocotb testbench ``module`` with ``params`` (plus the config) as TPUGEN_TB.
 
     Returns the stats.json the testbench wrote, with the simulator's wall time added.
     """
     model = build_model(config, design, waves=waves)
     test_dir = Path(test_dir)
-    results = model.run(module, test_dir, waves=waves,
+    results = model.run(module, test_dir, waves=waves, testcase=testcase,
                         env={"TPUGEN_TB": json.dumps({"config": config.to_json(), **params})})
     stats = json.loads((test_dir / "stats.json").read_text())
     stats["sim_seconds"] = _sim_seconds(results)

@@ -45,7 +45,8 @@ def test_generate_command(tmp_path):
     config = tmp_path / "core.json"
     config.write_text(CoreConfig(rows=2, cols=3).to_json())
     out = tmp_path / "array.v"
-    assert main(["generate", "--config", str(config), "--cols", "4", "-o", str(out)]) == 0
+    assert main(["generate", "--config", str(config), "--cols", "4", "--design", "systolic_array",
+                 "-o", str(out)]) == 0
     text = out.read_text()
     assert "module systolic_array" in text
     assert "input [16:0] acts__payload" in text  # 2 x int8 + last
@@ -57,3 +58,14 @@ def test_generate_rejects_bad_rows(tmp_path, capsys):
         main(["generate", "--rows", "0", "-o", str(tmp_path / "x.v")])
     assert exit_info.value.code == 2
     assert "CoreConfig.rows=0" in capsys.readouterr().err
+
+
+def test_generate_tpu_core_ports_bind_by_prefix(tmp_path):
+    out = tmp_path / "core.v"
+    assert main(["generate", "--preset", "tiny", "-o", str(out)]) == 0
+    text = out.read_text()
+    assert "module tpu_core(" in text
+    for port in ("input clk;", "input rst;", "output irq;", "output [31:0] m_axi_araddr;",
+                 "output [3:0] m_axi_wstrb;", "input [31:0] m_axi_rdata;", "output m_axi_bready;",
+                 "input [11:0] s_axil_awaddr;", "output [31:0] s_axil_rdata;"):
+        assert port in text, port

@@ -58,7 +58,8 @@ def main(argv=None):
     generate = commands.add_parser("generate", help="write Verilog for a configured core")
     _add_config_options(generate)
     generate.add_argument("-o", "--output", type=Path, default=Path("tpu.v"))
-    generate.add_argument("--design", default="systolic_array", help="top module to generate")
+    generate.add_argument("--design", default="tpu_core", choices=["tpu_core", "systolic_array"],
+                          help="top module: the whole core (default) or the bare array")
     generate.set_defaults(run=_generate)
 
     demo = commands.add_parser("demo", help="verify a core on Verilator against numpy")

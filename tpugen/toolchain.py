@@ -18,8 +18,12 @@ VERILATOR_WAIVERS = [
     # Amaranth emits `reg` declarations that Verilator sees as partially unused or undriven.
     "-Wno-UNUSEDSIGNAL",
     "-Wno-UNDRIVEN",
-    # Amaranth's `always @*` blocks assign a default first and then override it.
+    # Amaranth's `always @*` blocks assign a default first and then override it, and its
+    # priority `casez` statements (If/Elif chains) may have overlapping patterns on purpose.
     "-Wno-CASEINCOMPLETE",
+    "-Wno-CASEOVERLAP",
+    # Comparisons against constants that Amaranth does not fold (e.g. `x < 0` on unsigned).
+    "-Wno-UNSIGNED",
 ]
 """Verilator lint waivers for Amaranth's output: the only place they are listed."""
 

@@ -1,0 +1,239 @@
+"""Controller: fetches the program, dispatches to the engines under dependency tokens, watches."""
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
+
+from ..isa import (INSTRUCTION_BITS, INSTRUCTION_BYTES, NUM_WINDOWS, ErrorCode, Header,
+                   LoadInstruction, MatmulInstruction, Opcode, StoreInstruction, Window)
+from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_read_signature
+from .walker import window_ok
+
+__all__ = ["Controller", "ENGINES", "FETCH_ID"]
+
+FETCH_ID = 1
+"""ARID of instruction fetches (the load engine reads with ARID 0)."""
+
+ENGINES = {"load": (Opcode.LOAD, LoadInstruction), "execute": (Opcode.MATMUL, MatmulInstruction),
+           "store": (Opcode.STORE, StoreInstruction)}
+"""Engines in chain order: each one's "prev" and "next" are its neighbours here."""
+
+_QUEUE_DEPTH = 2
+_PENDING_DEPTH = 8
+
+
+def engine_signature(layout):
+    """The controller's side of one engine."""
+    return wiring.Signature({
+        "instr": Out(stream.Signature(layout)),
+        "done": In(1), "busy": In(1), "error": In(ErrorCode), "progress": In(1),
+        "stall": Out(1),  # the next instruction waits for a dependency token
+    })
+
+
+class Controller(wiring.Component):
+    """Fetches 64-byte instructions from ``program_base`` over AXI, queues them per engine, and
+    dispatches each when the tokens it pops are available (VTA-style semaphores between
+    neighbouring engines). END waits for every engine to finish, then ``done_event``.
+
+    The first error (an engine's, a bad fetch, an unknown opcode, or the watchdog seeing no
+    progress for ``watchdog_limit`` cycles) stops fetching and dispatching; once the engines are
+    idle ``error_event`` fires with ``error_code`` and the faulting instruction's ``error_index``.
+    """
+
+    def __init__(self, config):
+        self.config = config
+        members = {
+            "start": In(1),
+            "program_base": In(32),
+            "program_length": In(32),
+            "windows": In(data.ArrayLayout(Window, NUM_WINDOWS)),
+            "watchdog_limit": In(32),
+            "busy": Out(1),
+            "done_event": Out(1),
+            "error_event": Out(1),
+            "error_code": Out(ErrorCode),
+            "error_index": Out(32),
+            "axi": Out(axi_read_signature(config.axi_data_width)),
+        }
+        members.update({name: Out(engine_signature(layout))
+                        for name, (_, layout) in ENGINES.items()})
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        beat_bits = self.config.axi_data_width
+        beats = INSTRUCTION_BITS // beat_bits
+        engines = [getattr(self, name) for name in ENGINES]
+
+        running = Signal()
+        stopping = Signal()  # an error is latched; waiting for the engines to go idle
+        pc = Signal(32)
+        raw = Signal(INSTRUCTION_BITS)
+        header = data.View(Header, raw[:Header.size])
+        error = Signal(ErrorCode)
+        error_index = Signal(32)
+        progress = Signal()
+        raise_error = Signal(ErrorCode)
+        raise_index = Signal(32)
+
+        # Dependency tokens between neighbours: tokens[i] goes forward (engine i -> i+1),
+        # back_tokens[i] goes backward (engine i+1 -> i).
+        tokens = [Signal(8, name=f"tokens_{i}_{i + 1}") for i in range(len(engines) - 1)]
+        back_tokens = [Signal(8, name=f"tokens_{i + 1}_{i}") for i in range(len(engines) - 1)]
+        token_changes = {id(s): ([], []) for s in tokens + back_tokens}
+
+        queues, last_index = [], []
+        # The watchdog blames the oldest instruction that waits for a token, else the fetcher.
+        blocked, blocked_index = Const(0), Const(0, 32)
+        for i, (name, (opcode, layout)) in enumerate(ENGINES.items()):
+            port = engines[i]
+            queue = SyncFIFO(width=layout.size + 32, depth=_QUEUE_DEPTH)
+            pending = SyncFIFO(width=2, depth=_PENDING_DEPTH)  # push_prev, push_next
+            m.submodules[f"{name}_queue"] = queue
+            m.submodules[f"{name}_pending"] = pending
+            queues.append(queue)
+            head = data.View(layout, queue.r_data[:layout.size])
+            head_index = queue.r_data[layout.size:]
+            index = Signal(32, name=f"{name}_index")
+            last_index.append(index)
+
+            pop_prev = tokens[i - 1] if i > 0 else None
+            pop_next = back_tokens[i] if i < len(engines) - 1 else None
+            ready = Signal(name=f"{name}_tokens_ready")
+            checks = [1]
+            if pop_prev is not None:
+                checks.append(~head.header.pop_prev | (pop_prev != 0))
+            if pop_next is not None:
+                checks.append(~head.header.pop_next | (pop_next != 0))
+            m.d.comb += ready.eq(Cat(*checks).all())
+
+            dispatch = Signal(name=f"{name}_dispatch")
+            m.d.comb += [
+                port.instr.payload.eq(head),
+                port.instr.valid.eq(queue.r_rdy & ready & ~stopping & pending.w_rdy),
+                dispatch.eq(port.instr.valid & port.instr.ready),
+                queue.r_en.eq(dispatch),
+                pending.w_en.eq(dispatch),
+                pending.w_data.eq(Cat(head.header.push_prev, head.header.push_next)),
+                pending.r_en.eq(port.done),
+                port.stall.eq(queue.r_rdy & ~ready & ~stopping),
+            ]
+            with m.If(dispatch):
+                m.d.sync += index.eq(head_index)
+            older = port.stall & (~blocked | (head_index < blocked_index))
+            blocked, blocked_index = blocked | port.stall, Mux(older, head_index, blocked_index)
+            if pop_prev is not None:
+                token_changes[id(pop_prev)][1].append(dispatch & head.header.pop_prev)
+            if pop_next is not None:
+                token_changes[id(pop_next)][1].append(dispatch & head.header.pop_next)
+            if i > 0:
+                token_changes[id(back_tokens[i - 1])][0].append(port.done & pending.r_data[0])
+            if i < len(engines) - 1:
+                token_changes[id(tokens[i])][0].append(port.done & pending.r_data[1])
+
+            # Instructions enter their queue from the fetcher below.
+            m.d.comb += queue.w_data.eq(Cat(raw[:layout.size], pc))
+            with m.If(port.error != ErrorCode.NONE):
+                m.d.comb += [raise_error.eq(port.error), raise_index.eq(index)]
+
+        for token in tokens + back_tokens:
+            gives, takes = token_changes[id(token)]
+            m.d.sync += token.eq(token + sum(gives, 0) - sum(takes, 0))
+
+        # Fetch: one instruction at a time, as one INCR burst of `beats` beats.
+        address = Signal(32)
+        m.d.comb += [
+            address.eq(self.program_base + (pc << exact_log2(INSTRUCTION_BYTES))),
+            self.axi.arid.eq(FETCH_ID),
+            self.axi.araddr.eq(address),
+            self.axi.arlen.eq(beats - 1),
+            self.axi.arsize.eq(exact_log2(beat_bits // 8)),
+            self.axi.arburst.eq(AXI_BURST_INCR),
+        ]
+        bus_error = Signal()
+        engines_idle = Cat(~port.busy for port in engines).all() & Cat(~q.r_rdy for q in queues).all()
+        with m.FSM():
+            with m.State("IDLE"):
+                with m.If(self.start):
+                    m.d.sync += [pc.eq(0), running.eq(1), error.eq(ErrorCode.NONE),
+                                 stopping.eq(0), bus_error.eq(0)]
+                    m.next = "FETCH"
+            with m.State("FETCH"):
+                with m.If(stopping):
+                    m.next = "STOP"
+                with m.Elif(pc == self.program_length):
+                    m.next = "END"
+                with m.Elif(self.program_base[:exact_log2(INSTRUCTION_BYTES)] != 0):
+                    m.d.comb += [raise_error.eq(ErrorCode.MISALIGNED), raise_index.eq(pc)]
+                with m.Elif(~window_ok(self.windows, address, INSTRUCTION_BYTES, "read")):
+                    m.d.comb += [raise_error.eq(ErrorCode.PROGRAM_WINDOW), raise_index.eq(pc)]
+                with m.Else():
+                    m.d.comb += self.axi.arvalid.eq(1)
+                    with m.If(self.axi.arready):
+                        m.d.comb += progress.eq(1)
+                        m.next = "BEATS"
+            with m.State("BEATS"):
+                m.d.comb += self.axi.rready.eq(1)
+                with m.If(self.axi.rvalid & (self.axi.rid == FETCH_ID)):
+                    m.d.comb += progress.eq(1)
+                    m.d.sync += raw.eq(Cat(raw[beat_bits:], self.axi.rdata))
+                    with m.If(self.axi.rresp != AXI_RESP_OKAY):
+                        m.d.sync += bus_error.eq(1)
+                    with m.If(self.axi.rlast):
+                        m.next = "DECODE"
+            with m.State("DECODE"):
+                with m.If(bus_error):
+                    m.d.comb += [raise_error.eq(ErrorCode.BUS_ERROR), raise_index.eq(pc)]
+                    m.next = "FETCH"
+                with m.Elif(stopping):
+                    m.next = "STOP"
+                with m.Elif(header.opcode == Opcode.END):
+                    m.next = "END"
+                with m.Else():
+                    known = Signal()
+                    for queue, (opcode, _) in zip(queues, ENGINES.values()):
+                        with m.If(header.opcode == opcode):
+                            m.d.comb += [known.eq(1), queue.w_en.eq(1)]
+                            with m.If(queue.w_rdy):
+                                m.d.comb += progress.eq(1)
+                                m.d.sync += pc.eq(pc + 1)
+                                m.next = "FETCH"
+                    with m.If(~known):
+                        m.d.comb += [raise_error.eq(ErrorCode.UNKNOWN_OPCODE), raise_index.eq(pc)]
+                        m.next = "FETCH"
+            with m.State("END"):
+                with m.If(stopping):
+                    m.next = "STOP"
+                with m.Elif(engines_idle):
+                    m.d.comb += self.done_event.eq(1)
+                    m.d.sync += running.eq(0)
+                    m.next = "IDLE"
+            with m.State("STOP"):
+                with m.If(Cat(~port.busy for port in engines).all() | (error == ErrorCode.WATCHDOG)):
+                    m.d.comb += self.error_event.eq(1)
+                    m.d.sync += running.eq(0)
+                    m.next = "IDLE"
+
+        # Watchdog: cycles without any progress while running.
+        idle_cycles = Signal(32)
+        any_progress = progress | Cat(p.progress | p.done | p.instr.valid & p.instr.ready
+                                      for p in engines).any()
+        with m.If(~running | any_progress):
+            m.d.sync += idle_cycles.eq(0)
+        with m.Else():
+            m.d.sync += idle_cycles.eq(idle_cycles + 1)
+        with m.If(running & ~stopping & (self.watchdog_limit != 0)
+                  & (idle_cycles >= self.watchdog_limit)):
+            m.d.comb += [raise_error.eq(ErrorCode.WATCHDOG),
+                         raise_index.eq(Mux(blocked, blocked_index, pc))]
+
+        with m.If(running & ~stopping & (raise_error != ErrorCode.NONE)):
+            m.d.sync += [stopping.eq(1), error.eq(raise_error), error_index.eq(raise_index)]
+        m.d.comb += [
+            self.busy.eq(running),
+            self.error_code.eq(error),
+            self.error_index.eq(error_index),
+        ]
+        return m

@@ -1,0 +1,382 @@
+"""Control/status registers: the register map as data, and its AXI4-Lite slave.
+
+``REGISTERS`` is the one definition of the map; the HDL below, the Python runtime, the C header
+and ``docs/registers.md`` (``registers_markdown()``) are all derived from it.
+"""
+from dataclasses import dataclass
+
+from amaranth.hdl import Cat, Const, Module, Signal
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..config import CoreConfig
+from ..isa import NUM_WINDOWS, ErrorCode, Window
+from .axi import AXI_RESP_OKAY, axi_lite_signature
+
+__all__ = ["ACCESSES", "ADDR_WIDTH", "AXI_RESP_SLVERR", "COUNTERS", "CSR_VERSION", "ID_MAGIC",
+           "REGISTERS", "BitField", "ControlRegisters", "Register", "constant_registers",
+           "register", "registers_markdown"]
+
+ADDR_WIDTH = 12
+ID_MAGIC = 0x54505547
+"""Value of the ID register: "TPUG" in ASCII."""
+CSR_VERSION = (1, 0)
+"""Register map version (major, minor): major changes break software."""
+AXI_RESP_SLVERR = 0b10
+ACCESSES = {
+    "ro": "read-only; writes are ignored",
+    "rw": "read/write",
+    "w1c": "write 1 to clear a bit",
+    "w1s": "write 1 to trigger an action; reads as 0",
+}
+
+ENGINES = ("load", "execute", "store")
+COUNTERS = {
+    "cycles": "Core clock cycles.",
+    "macs": "Multiply-accumulates performed.",
+    "bytes_read": "Bytes read from memory.",
+    "bytes_written": "Bytes written to memory.",
+    **{f"{engine}_{kind}_cycles": f"Cycles the {engine} engine was {what}."
+       for engine in ENGINES
+       for kind, what in (("busy", "busy"), ("stall", "stalled (busy but not progressing)"))},
+}
+"""64-bit performance counters: ``ControlRegisters`` input members and ``<NAME>_LO/_HI`` pairs."""
+
+
+@dataclass(frozen=True)
+class BitField:
+    """Bits ``[lsb + width - 1 : lsb]`` of a register."""
+    name: str
+    lsb: int
+    width: int
+    doc: str
+
+
+@dataclass(frozen=True)
+class Register:
+    """A 32-bit register at byte ``offset``. ``reset`` applies to ``rw`` registers only."""
+    name: str
+    offset: int
+    access: str
+    doc: str
+    fields: tuple = ()
+    reset: int = 0
+
+    def __post_init__(self):
+        if not (isinstance(self.offset, int) and 0 <= self.offset < 2 ** ADDR_WIDTH
+                and self.offset % 4 == 0):
+            raise ValueError(f"Register {self.name}: offset={self.offset!r} is invalid: "
+                             f"allowed a multiple of 4 below {2 ** ADDR_WIDTH:#x}")
+        if self.access not in ACCESSES:
+            raise ValueError(f"Register {self.name}: access={self.access!r} is invalid: "
+                             f"allowed {', '.join(ACCESSES)}")
+        used = 0
+        for field in self.fields:
+            mask = ((1 << field.width) - 1) << field.lsb
+            if field.width < 1 or field.lsb < 0 or field.lsb + field.width > 32 or used & mask:
+                raise ValueError(f"Register {self.name}: fields={self.fields!r} is invalid: "
+                                 f"field {field.name} overlaps or leaves bits 31..0")
+            used |= mask
+        if self.access != "rw" and self.reset != 0 or self.reset & ~self.mask:
+            raise ValueError(f"Register {self.name}: reset={self.reset!r} is invalid: "
+                             f"allowed only on rw registers, within the fields")
+
+    @property
+    def mask(self):
+        """The implemented bits; a register without fields is one 32-bit value."""
+        if not self.fields:
+            return 0xFFFF_FFFF
+        return sum(((1 << f.width) - 1) << f.lsb for f in self.fields)
+
+    @property
+    def layout(self):
+        """A 32-bit ``data.FlexibleLayout`` of the fields (``layout.from_bits(word).busy``)."""
+        return data.FlexibleLayout(32, {f.name: data.Field(f.width, f.lsb) for f in self.fields})
+
+
+def _registers():
+    regs = [
+        Register("ID", 0x000, "ro", f"Constant {ID_MAGIC:#010x} (\"TPUG\")."),
+        Register("VERSION", 0x004, "ro", "Register map version.", (
+            BitField("minor", 0, 16, "Minor version: compatible additions."),
+            BitField("major", 16, 16, "Major version: incompatible changes."))),
+        Register("CONFIG0", 0x008, "ro", "Array geometry of this core.", (
+            BitField("rows", 0, 8, "Array rows (reduction depth of a weight tile)."),
+            BitField("cols", 8, 8, "Array columns (output channels of a weight tile)."),
+            BitField("data_width", 16, 8, "Operand width in bits."),
+            BitField("acc_width", 24, 8, "Accumulator width in bits."))),
+        Register("CONFIG1", 0x00C, "ro", "Memory interface of this core.", (
+            BitField("axi_data_width", 0, 8, "AXI4 memory master data width in bits."),
+            BitField("lanes", 8, 8, "int8 lanes in one scratchpad row."),
+            BitField("windows", 16, 8, "Number of access windows."))),
+        Register("SCRATCHPAD_ROWS", 0x010, "ro", "Scratchpad rows (of `lanes` bytes)."),
+        Register("ACCUMULATOR_ROWS", 0x014, "ro", "Accumulator rows (of `cols` int32)."),
+        Register("CONTROL", 0x020, "w1s", "Commands.", (
+            BitField("start", 0, 1, "Run the program at PROGRAM_BASE; clears STATUS.done, "
+                                    "STATUS.error, ERROR_CODE and ERROR_INDEX."),
+            BitField("soft_reset", 1, 1, "Reset the core; clears STATUS, IRQ_STATUS, ERROR_CODE "
+                                         "and ERROR_INDEX, keeps the configuration registers."))),
+        Register("STATUS", 0x024, "ro", "Core state.", (
+            BitField("busy", 0, 1, "A program is running."),
+            BitField("done", 1, 1, "The last program reached END."),
+            BitField("error", 2, 1, "The last program stopped with an error (see ERROR_CODE)."))),
+        Register("IRQ_ENABLE", 0x028, "rw", "Interrupt enable.", (
+            BitField("enable", 0, 1, "Drive `irq` while an IRQ_STATUS bit is pending."),)),
+        Register("IRQ_STATUS", 0x02C, "w1c", "Pending interrupt causes; write 1 to acknowledge.", (
+            BitField("done", 0, 1, "A program reached END."),
+            BitField("error", 1, 1, "A program stopped with an error."))),
+        Register("ERROR_CODE", 0x030, "ro", "Latched when an error stops the core.", (
+            BitField("code", 0, 4, "An `ErrorCode` (0: none)."),)),
+        Register("ERROR_INDEX", 0x034, "ro",
+                 "Index of the faulting instruction, latched with ERROR_CODE."),
+        Register("PROGRAM_BASE", 0x040, "rw", "Byte address of the first instruction."),
+        Register("PROGRAM_LENGTH", 0x044, "rw", "Program length in instructions."),
+        Register("WATCHDOG", 0x048, "rw",
+                 "Cycles without progress before the core stops with WATCHDOG.", reset=65536),
+    ]
+    for i in range(NUM_WINDOWS):
+        base = 0x080 + 0x10 * i
+        regs += [
+            Register(f"WINDOW{i}_BASE", base, "rw", f"Access window {i}: first byte address."),
+            Register(f"WINDOW{i}_SIZE", base + 4, "rw", f"Access window {i}: bytes (0: disabled)."),
+            Register(f"WINDOW{i}_FLAGS", base + 8, "rw", f"Access window {i}: permissions.", (
+                BitField("read", 0, 1, "DMA and instruction fetch may read the window."),
+                BitField("write", 1, 1, "DMA may write the window."))),
+        ]
+    for i, (name, doc) in enumerate(COUNTERS.items()):
+        base = 0x100 + 8 * i
+        regs += [
+            Register(f"{name.upper()}_LO", base, "ro",
+                     f"{doc} Bits 31..0; reading them captures bits 63..32."),
+            Register(f"{name.upper()}_HI", base + 4, "ro",
+                     f"{doc} Bits 63..32, as captured by the last read of _LO."),
+        ]
+    return tuple(regs)
+
+
+REGISTERS = _registers()
+"""The register map, in address order."""
+
+_BY_NAME = {reg.name: reg for reg in REGISTERS}
+assert len(_BY_NAME) == len(REGISTERS)
+assert len({reg.offset for reg in REGISTERS}) == len(REGISTERS)
+assert [reg.offset for reg in REGISTERS] == sorted(reg.offset for reg in REGISTERS)
+
+
+def register(name):
+    """The register called ``name``."""
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"unknown register {name!r}: known {', '.join(_BY_NAME)}") from None
+
+
+def constant_registers(config):
+    """Values of the constant (identification and configuration) registers for ``config``."""
+    fields = {
+        "VERSION": {"major": CSR_VERSION[0], "minor": CSR_VERSION[1]},
+        "CONFIG0": {"rows": config.rows, "cols": config.cols, "data_width": config.data_width,
+                    "acc_width": config.acc_width},
+        "CONFIG1": {"axi_data_width": config.axi_data_width, "lanes": config.lanes,
+                    "windows": NUM_WINDOWS},
+    }
+    return {
+        "ID": ID_MAGIC,
+        **{name: register(name).layout.const(values).as_value().value
+           for name, values in fields.items()},
+        "SCRATCHPAD_ROWS": config.scratchpad_rows,
+        "ACCUMULATOR_ROWS": config.accumulator_rows,
+    }
+
+
+_MARKDOWN_INTRO = """\
+# Control and status registers
+
+Generated from `REGISTERS` in `hdl/csr.py` by `registers_markdown()`; do not edit by hand.
+
+The registers sit behind an AXI4-Lite slave: 32-bit registers, 12-bit byte addresses (bits 1..0
+are ignored), WSTRB honoured. Mapped registers answer OKAY; unmapped addresses answer SLVERR and
+read as 0. Unlisted bits read as 0 and ignore writes.
+64-bit counters are LO/HI pairs: read LO first, then HI returns the upper half captured by that read.
+
+Access types:
+
+{accesses}
+"""
+
+
+def registers_markdown():
+    """``docs/registers.md``: the register map and its fields."""
+    accesses = "\n".join(f"* `{name}`: {doc}." for name, doc in ACCESSES.items())
+    lines = [_MARKDOWN_INTRO.format(accesses=accesses),
+             "| Offset | Name | Access | Reset | Description |",
+             "|--------|------|--------|-------|-------------|"]
+    for reg in REGISTERS:
+        reset = f"{reg.reset:#x}" if reg.access == "rw" else ""
+        lines.append(f"| 0x{reg.offset:03X} | {reg.name} | {reg.access} | {reset} | {reg.doc} |")
+    lines += ["", "## Fields", "",
+              "| Register | Bits | Field | Description |",
+              "|----------|------|-------|-------------|"]
+    for reg in REGISTERS:
+        for f in reg.fields:
+            bits = f"{f.lsb}" if f.width == 1 else f"{f.lsb + f.width - 1}..{f.lsb}"
+            lines.append(f"| {reg.name} | {bits} | {f.name} | {f.doc} |")
+    return "\n".join(lines) + "\n"
+
+
+class ControlRegisters(wiring.Component):
+    """The register map of ``REGISTERS`` behind an AXI4-Lite slave ``bus``.
+
+    AW and W are accepted independently (one of each buffered); the write happens once both are
+    in and the previous B has been taken. One read at a time; R is registered.
+    ``start`` and ``soft_reset`` are one-cycle pulses. ``irq`` is a level:
+    ``irq_enable & (done or error pending in IRQ_STATUS)``. In the same cycle, an event wins
+    over an acknowledge or ``start``, and ``soft_reset`` wins over an event.
+    """
+
+    def __init__(self, config):
+        if not isinstance(config, CoreConfig):
+            raise ValueError(f"config={config!r} is invalid: allowed a CoreConfig")
+        self.config = config
+        super().__init__({
+            # axi_lite_signature() is written from the slave's side: Out keeps its directions.
+            "bus": Out(axi_lite_signature(ADDR_WIDTH, 32)),
+            "start": Out(1),
+            "soft_reset": Out(1),
+            "irq_enable": Out(1),
+            "program_base": Out(32),
+            "program_length": Out(32),
+            "windows": Out(data.ArrayLayout(Window, NUM_WINDOWS)),
+            "watchdog_limit": Out(32),
+            "irq": Out(1),
+            "busy": In(1),
+            "done_event": In(1),
+            "error_event": In(1),
+            "error_code": In(ErrorCode),
+            "error_index": In(32),
+            **{name: In(64) for name in COUNTERS},
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        bus = self.bus
+
+        # Configuration registers: storage for every rw register, driving the outputs.
+        store = {reg.name: Signal(32, init=reg.reset, name=reg.name.lower())
+                 for reg in REGISTERS if reg.access == "rw"}
+        m.d.comb += [
+            self.irq_enable.eq(store["IRQ_ENABLE"][0]),
+            self.program_base.eq(store["PROGRAM_BASE"]),
+            self.program_length.eq(store["PROGRAM_LENGTH"]),
+            self.watchdog_limit.eq(store["WATCHDOG"]),
+        ]
+        for i in range(NUM_WINDOWS):
+            flags = register(f"WINDOW{i}_FLAGS").layout(store[f"WINDOW{i}_FLAGS"])
+            m.d.comb += [
+                self.windows[i].base.eq(store[f"WINDOW{i}_BASE"]),
+                self.windows[i].size.eq(store[f"WINDOW{i}_SIZE"]),
+                self.windows[i].read.eq(flags.read),
+                self.windows[i].write.eq(flags.write),
+            ]
+
+        # Run state.
+        done = Signal()
+        error = Signal()
+        pending = Signal(register("IRQ_STATUS").layout)
+        error_code = Signal(ErrorCode)
+        error_index = Signal(32)
+        status = Signal(register("STATUS").layout)
+        m.d.comb += [
+            status.busy.eq(self.busy), status.done.eq(done), status.error.eq(error),
+            self.irq.eq(self.irq_enable & (pending.done | pending.error)),
+        ]
+
+        # Write channel.
+        aw_full = Signal()
+        aw_word = Signal(ADDR_WIDTH - 2)
+        w_full = Signal()
+        w_data = Signal(32)
+        w_strb = Signal(4)
+        write = Signal()
+        m.d.comb += [
+            bus.awready.eq(~aw_full),
+            bus.wready.eq(~w_full),
+            write.eq(aw_full & w_full & ~bus.bvalid),
+        ]
+        with m.If(bus.awvalid & bus.awready):
+            m.d.sync += [aw_full.eq(1), aw_word.eq(bus.awaddr[2:])]
+        with m.If(bus.wvalid & bus.wready):
+            m.d.sync += [w_full.eq(1), w_data.eq(bus.wdata), w_strb.eq(bus.wstrb)]
+        with m.If(bus.bvalid & bus.bready):
+            m.d.sync += bus.bvalid.eq(0)
+
+        w_mask = Cat(bit.replicate(8) for bit in w_strb)
+        w_bits = Signal(32)
+        m.d.comb += w_bits.eq(w_data & w_mask)
+        start = Signal()
+        soft_reset = Signal()
+        ack = Signal()
+        with m.If(write):
+            m.d.sync += [aw_full.eq(0), w_full.eq(0), bus.bvalid.eq(1), bus.bresp.eq(AXI_RESP_OKAY)]
+            with m.Switch(aw_word):
+                for reg in REGISTERS:
+                    with m.Case(reg.offset // 4):
+                        if reg.access == "rw":
+                            target = store[reg.name]
+                            m.d.sync += target.eq(((target & ~w_mask) | w_bits) & reg.mask)
+                        elif reg.name == "CONTROL":
+                            control = reg.layout(w_bits)
+                            m.d.comb += [start.eq(control.start),
+                                         soft_reset.eq(control.soft_reset)]
+                        elif reg.name == "IRQ_STATUS":
+                            m.d.comb += ack.eq(1)
+                with m.Default():
+                    m.d.sync += bus.bresp.eq(AXI_RESP_SLVERR)
+
+        m.d.sync += [self.start.eq(start), self.soft_reset.eq(soft_reset)]
+        with m.If(start):
+            m.d.sync += [done.eq(0), error.eq(0), error_code.eq(ErrorCode.NONE), error_index.eq(0)]
+        with m.If(ack):
+            m.d.sync += pending.eq(pending.as_value() & ~w_bits)
+        with m.If(self.done_event):
+            m.d.sync += [done.eq(1), pending.done.eq(1)]
+        with m.If(self.error_event):
+            m.d.sync += [error.eq(1), pending.error.eq(1),
+                         error_code.eq(self.error_code), error_index.eq(self.error_index)]
+        with m.If(soft_reset):
+            m.d.sync += [done.eq(0), error.eq(0), pending.eq(0),
+                         error_code.eq(ErrorCode.NONE), error_index.eq(0)]
+
+        # Read channel.
+        constants = constant_registers(self.config)
+        values = {
+            **{name: Const(value, 32) for name, value in constants.items()},
+            **store,
+            "CONTROL": Const(0, 32),
+            "STATUS": status.as_value(),
+            "IRQ_STATUS": pending.as_value(),
+            "ERROR_CODE": error_code.as_value(),
+            "ERROR_INDEX": error_index,
+        }
+        captures = {}
+        for name in COUNTERS:
+            high = Signal(32, name=f"{name}_hi")
+            captures[f"{name.upper()}_LO"] = (high, getattr(self, name)[32:])
+            values[f"{name.upper()}_LO"] = getattr(self, name)[:32]
+            values[f"{name.upper()}_HI"] = high
+        assert values.keys() == _BY_NAME.keys()
+
+        m.d.comb += bus.arready.eq(~bus.rvalid)
+        with m.If(bus.rvalid & bus.rready):
+            m.d.sync += bus.rvalid.eq(0)
+        with m.If(bus.arvalid & bus.arready):
+            m.d.sync += [bus.rvalid.eq(1), bus.rdata.eq(0), bus.rresp.eq(AXI_RESP_SLVERR)]
+            with m.Switch(bus.araddr[2:]):
+                for reg in REGISTERS:
+                    with m.Case(reg.offset // 4):
+                        m.d.sync += [bus.rdata.eq(values[reg.name]),
+                                     bus.rresp.eq(AXI_RESP_OKAY)]
+                        if reg.name in captures:
+                            high, source = captures[reg.name]
+                            m.d.sync += high.eq(source)
+        return m

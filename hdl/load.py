@@ -1,0 +1,149 @@
+"""LOAD engine: int8 tiles from external memory into scratchpad rows over AXI4 reads."""
+from amaranth.hdl import Module, Mux, Signal, signed
+from amaranth.lib import data, fifo, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
+
+from ..config import CoreConfig
+from ..isa import NUM_WINDOWS, ErrorCode, LoadInstruction, Window
+from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_read_signature
+from .walker import BurstPlanner, TileCheck, TileWalker, step_layout
+
+__all__ = ["LoadEngine", "MAX_OUTSTANDING", "PLAN_DEPTH"]
+
+PLAN_DEPTH = 64
+"""Planned elements buffered between the burst planner and the R channel. A burst carries at most
+a quarter of them: its AR goes out early, and the rest of the buffer hides the read latency."""
+MAX_OUTSTANDING = 8
+"""Read bursts in flight."""
+
+
+def check_config(config):
+    if not isinstance(config, CoreConfig):
+        raise ValueError(f"config={config!r} is invalid: allowed a CoreConfig")
+
+
+class LoadEngine(wiring.Component):
+    """Executes LOAD instructions: external int8 elements -> scratchpad rows.
+
+    Lane ``i0`` of each row gets its element, or 0 for an out-of-bounds element (padding) or
+    a lane beyond ``extent0``. One element per cycle from the R channel; up to
+    ``MAX_OUTSTANDING`` bursts in flight. On an error nothing more is issued, every outstanding
+    burst is drained, then ``error`` is raised and held.
+    """
+
+    def __init__(self, config):
+        check_config(config)
+        self.config = config
+        super().__init__({
+            "instr": In(stream.Signature(LoadInstruction)),
+            "done": Out(1),
+            "busy": Out(1),
+            "error": Out(ErrorCode),
+            "windows": In(data.ArrayLayout(Window, NUM_WINDOWS)),
+            "progress": Out(1),
+            "axi": Out(axi_read_signature(config.axi_data_width)),
+            "sp_write": In(memory.WritePort.Signature(
+                addr_width=ceil_log2(config.scratchpad_rows),
+                shape=data.ArrayLayout(signed(8), config.lanes))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        config, axi = self.config, self.axi
+        beat_bytes = config.axi_data_width // 8
+        lanes, rows = config.lanes, config.scratchpad_rows
+
+        m.submodules.check = check = TileCheck(lanes, rows, elem_log2=0)
+        m.submodules.walker = walker = TileWalker(lanes, rows)
+        m.submodules.planner = planner = BurstPlanner(
+            lanes, rows, beat_bytes, max_elements=PLAN_DEPTH // 4, max_beats=256,
+            permission="read")
+        layout = step_layout(lanes, rows, beat_bytes)
+        m.submodules.plan = plan = fifo.SyncFIFOBuffered(width=layout.size, depth=PLAN_DEPTH)
+
+        running = Signal()   # checks passed: elements flow
+        draining = Signal()  # stopped on an error, R beats still accepted
+        stopped = Signal()
+        code = Signal(ErrorCode)
+        m.d.comb += [
+            check.descriptor.payload.eq(self.instr.payload.tensor),
+            walker.descriptor.payload.eq(self.instr.payload.tensor),
+            planner.windows.eq(self.windows),
+            planner.elements.payload.eq(walker.elements.payload),
+            planner.elements.valid.eq(walker.elements.valid & running),
+            walker.elements.ready.eq(planner.elements.ready & running),
+            planner.abort.eq(stopped),
+            walker.abort.eq(stopped),
+            plan.w_data.eq(planner.steps.payload),
+            plan.w_en.eq(planner.steps.valid),
+            planner.steps.ready.eq(plan.w_rdy),
+        ]
+
+        # AR: the planner's bursts, while fewer than MAX_OUTSTANDING are in flight.
+        outstanding = Signal(range(MAX_OUTSTANDING + 1))
+        ar_free = outstanding < MAX_OUTSTANDING
+        m.d.comb += [
+            axi.arid.eq(0), axi.araddr.eq(planner.bursts.payload.addr),
+            axi.arlen.eq(planner.bursts.payload.len), axi.arsize.eq(ceil_log2(beat_bytes)),
+            axi.arburst.eq(AXI_BURST_INCR),
+            axi.arvalid.eq(planner.bursts.valid & ar_free),
+            planner.bursts.ready.eq(axi.arready & ar_free),
+        ]
+        ar_done = axi.arvalid & axi.arready
+        r_done = axi.rvalid & axi.rready
+        m.d.sync += outstanding.eq(outstanding + ar_done - (r_done & axi.rlast))
+
+        # R -> row buffer -> scratchpad: one planned element per cycle.
+        step = layout(plan.r_data)
+        row = Signal(data.ArrayLayout(signed(8), lanes))
+        value = Mux(step.in_bounds, axi.rdata.word_select(step.offset, 8), 0)
+        merged = Signal.like(row)
+        bus_error = axi.rvalid & (axi.rresp != AXI_RESP_OKAY)
+        take = running & plan.r_rdy & (~step.in_bounds | axi.rvalid) & ~bus_error
+        m.d.comb += [
+            merged.eq(row),
+            merged[step.lane].eq(value),
+            plan.r_en.eq(take),
+            axi.rready.eq(draining | (take & step.in_bounds & step.end_of_beat)),
+            self.sp_write.addr.eq(step.row),
+            self.sp_write.data.eq(merged),
+            self.sp_write.en.eq(take & step.last_in_row),
+            self.progress.eq(ar_done | r_done | self.sp_write.en),
+        ]
+        with m.If(take):
+            m.d.sync += row.eq(Mux(step.last_in_row, 0, merged))
+
+        m.d.sync += self.done.eq(0)
+        with m.FSM():
+            with m.State("IDLE"):
+                m.d.comb += [self.instr.ready.eq(1),
+                             check.descriptor.valid.eq(self.instr.valid),
+                             walker.descriptor.valid.eq(self.instr.valid)]
+                with m.If(self.instr.valid):
+                    m.next = "CHECK"
+            with m.State("CHECK"):
+                m.d.comb += [self.busy.eq(1), check.result.ready.eq(1)]
+                with m.If(check.result.valid):
+                    with m.If(check.result.payload == ErrorCode.NONE):
+                        m.next = "RUN"
+                    with m.Else():
+                        m.d.comb += stopped.eq(1)
+                        m.d.sync += self.error.eq(check.result.payload)
+                        m.next = "ERROR"
+            with m.State("RUN"):
+                m.d.comb += [self.busy.eq(1), running.eq(1)]
+                with m.If((planner.error != ErrorCode.NONE) | bus_error):
+                    m.d.sync += code.eq(Mux(bus_error, ErrorCode.BUS_ERROR, planner.error))
+                    m.next = "DRAIN"
+                with m.Elif(take & step.last):
+                    m.d.sync += self.done.eq(1)
+                    m.next = "IDLE"
+            with m.State("DRAIN"):
+                m.d.comb += [self.busy.eq(1), draining.eq(1), stopped.eq(1)]
+                with m.If(~planner.bursts.valid & (outstanding == 0)):
+                    m.d.sync += self.error.eq(code)
+                    m.next = "ERROR"
+            with m.State("ERROR"):
+                m.d.comb += stopped.eq(1)
+        return m

@@ -1,0 +1,329 @@
+"""Shared DMA building blocks: descriptor checks, the tile walker and the burst planner."""
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
+
+from ..isa import DIMS, NUM_WINDOWS, ErrorCode, TensorDescriptor, Window
+
+__all__ = ["TileCheck", "TileWalker", "BurstPlanner", "element_layout", "step_layout",
+           "burst_layout"]
+
+COORD = signed(18)
+"""A tile coordinate: start (signed 16) + index (unsigned 16)."""
+ADDRESS = signed(53)
+"""An element address before the 32-bit range check: |base + sum(c_d * stride_d)| < 2**52."""
+
+
+def _check_int(name, value, low, high):
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{name}={value!r} is invalid: allowed an integer in {low}..{high}")
+
+
+def element_layout(lanes, rows):
+    """One element of a walk: its tensor coordinates, address and SRAM position."""
+    return data.StructLayout({
+        "coords": data.ArrayLayout(COORD, DIMS),
+        "in_bounds": 1,   # every coordinate inside [0, bound)
+        "addr": 32,
+        "overflow": 1,    # in bounds, but the address is outside [0, 2**32)
+        "lane": range(lanes),
+        "row": range(rows),
+        "last_in_row": 1,
+        "last": 1,
+    })
+
+
+def step_layout(lanes, rows, beat_bytes):
+    """One element of a planned walk: where its bytes sit in the bus beats of the bursts."""
+    return data.StructLayout({
+        "in_bounds": 1,
+        "lane": range(lanes),
+        "row": range(rows),
+        "last_in_row": 1,
+        "last": 1,
+        "offset": range(beat_bytes),  # byte offset of the element in its beat
+        "end_of_beat": 1,             # last element using its beat (in bounds only)
+        "end_of_burst": 1,            # ... and the last beat of its burst
+    })
+
+
+burst_layout = data.StructLayout({"addr": 32, "len": 8})
+"""An INCR burst of ``len + 1`` beats starting at the beat-aligned ``addr``."""
+
+
+class TileCheck(wiring.Component):
+    """Checks a descriptor before any memory is touched; ``result`` is NONE or the error.
+
+    ``e1 * e2 * e3`` is formed by two shift-add loops (one cycle per significant bit of ``e2``
+    and ``e3``), saturating above any SRAM size.
+    """
+
+    def __init__(self, max_extent0, rows, elem_log2):
+        _check_int("max_extent0", max_extent0, 1, 65535)
+        _check_int("rows", rows, 1, 65536)
+        _check_int("elem_log2", elem_log2, 0, 3)
+        self.max_extent0, self.rows, self.elem_log2 = max_extent0, rows, elem_log2
+        super().__init__({
+            "descriptor": In(stream.Signature(TensorDescriptor)),
+            "result": Out(stream.Signature(ErrorCode)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        sat = 1 << 17
+        desc = Signal(TensorDescriptor)
+        x = Signal(range(sat + 1))
+        y = Signal(16)
+        acc = Signal(range(sat + 1))
+
+        def shift_add():
+            acc_next = acc + Mux(y[0], x, 0)
+            m.d.sync += [acc.eq(Mux(acc_next > sat, sat, acc_next)),
+                         x.eq(Mux(x >= sat // 2, sat, x << 1)), y.eq(y >> 1)]
+
+        dims = desc.dims
+        mask = (1 << self.elem_log2) - 1
+        code = Signal(ErrorCode)
+        with m.If(desc.elem_log2 != self.elem_log2):
+            m.d.comb += code.eq(ErrorCode.BAD_ELEMENT)
+        with m.Elif(Cat(dims[d].extent == 0 for d in range(DIMS)).any() |
+                    (dims[0].extent > self.max_extent0)):
+            m.d.comb += code.eq(ErrorCode.BAD_EXTENT)
+        with m.Elif(desc.sram_row + acc > self.rows):
+            m.d.comb += code.eq(ErrorCode.SRAM_RANGE)
+        with m.Elif(Cat((value & mask).any()
+                        for value in [desc.base, *(dims[d].stride for d in range(DIMS))]).any()):
+            m.d.comb += code.eq(ErrorCode.MISALIGNED)
+
+        with m.If(self.result.ready):
+            m.d.sync += self.result.valid.eq(0)
+        with m.FSM():
+            with m.State("IDLE"):
+                m.d.comb += self.descriptor.ready.eq(1)
+                with m.If(self.descriptor.valid):
+                    d = self.descriptor.payload
+                    m.d.sync += [desc.eq(d), x.eq(d.dims[1].extent), y.eq(d.dims[2].extent),
+                                 acc.eq(0)]
+                    m.next = "E1E2"
+            with m.State("E1E2"):
+                with m.If(y == 0):
+                    m.d.sync += [x.eq(acc), y.eq(dims[3].extent), acc.eq(0)]
+                    m.next = "E3"
+                with m.Else():
+                    shift_add()
+            with m.State("E3"):
+                with m.If(y == 0):
+                    m.d.sync += [self.result.valid.eq(1), self.result.payload.eq(code)]
+                    m.next = "RESULT"
+                with m.Else():
+                    shift_add()
+            with m.State("RESULT"):
+                with m.If(self.result.ready):
+                    m.next = "IDLE"
+        return m
+
+
+class TileWalker(wiring.Component):
+    """Walks a descriptor element by element, dim 0 fastest (see ``TensorDescriptor``).
+
+    A descriptor is accepted when idle. The start address ``base + sum(start_d * stride_d)``
+    takes one cycle per significant bit of the largest ``|start_d|``; then one element per cycle
+    follows, addresses and rows advancing by additions only. Extents must be >= 1 and the rows
+    of the tile must fit ``rows`` (see ``TileCheck``). ``abort`` returns to idle at once.
+    """
+
+    def __init__(self, lanes, rows):
+        _check_int("lanes", lanes, 1, 65535)
+        _check_int("rows", rows, 1, 65536)
+        self.lanes, self.rows = lanes, rows
+        super().__init__({
+            "descriptor": In(stream.Signature(TensorDescriptor)),
+            "elements": Out(stream.Signature(element_layout(lanes, rows))),
+            "abort": In(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        desc = Signal(TensorDescriptor)
+        dims = desc.dims
+        index = [Signal(16, name=f"i{d}") for d in range(DIMS)]
+        coord = [Signal(COORD, name=f"c{d}") for d in range(DIMS)]
+        addr = [Signal(ADDRESS, name=f"a{d}") for d in range(DIMS)]  # a_d: at i_0..i_{d-1} = 0
+        row = Signal(range(self.rows))
+        # Start address: sum over d of start_d * stride_d, bit by bit from the LSB of start_d.
+        multiplier = [Signal(signed(16), name=f"multiplier{d}") for d in range(DIMS)]
+        multiplicand = [Signal(48, name=f"multiplicand{d}") for d in range(DIMS)]
+        acc = Signal(ADDRESS)
+
+        last = [index[d] == dims[d].extent - 1 for d in range(DIMS)]
+        in_bounds = Cat((coord[d] >= 0) & (coord[d] < dims[d].bound) for d in range(DIMS)).all()
+        out = self.elements.payload
+        m.d.comb += [
+            out.coords.eq(Cat(coord)),
+            out.in_bounds.eq(in_bounds),
+            out.addr.eq(addr[0][:32]),
+            out.overflow.eq(in_bounds & addr[0][32:].any()),
+            out.lane.eq(index[0]),
+            out.row.eq(row),
+            out.last_in_row.eq(last[0]),
+            out.last.eq(Cat(last).all()),
+        ]
+
+        with m.FSM():
+            with m.State("IDLE"):
+                m.d.comb += self.descriptor.ready.eq(1)
+                with m.If(self.descriptor.valid):
+                    d = self.descriptor.payload
+                    m.d.sync += [desc.eq(d), acc.eq(d.base), row.eq(d.sram_row)]
+                    for k in range(DIMS):
+                        m.d.sync += [multiplier[k].eq(d.dims[k].start),
+                                     multiplicand[k].eq(d.dims[k].stride),
+                                     index[k].eq(0), coord[k].eq(d.dims[k].start)]
+                    m.next = "SETUP"
+            with m.State("SETUP"):
+                terms = []
+                for k in range(DIMS):
+                    term = Signal(signed(50), name=f"term{k}")
+                    terms.append(term)
+                    with m.If(multiplier[k] == -1):  # ...111: -2**j * stride
+                        m.d.comb += term.eq(-multiplicand[k])
+                        m.d.sync += multiplier[k].eq(0)
+                    with m.Elif(multiplier[k] != 0):
+                        m.d.comb += term.eq(Mux(multiplier[k][0], multiplicand[k], 0))
+                        m.d.sync += [multiplier[k].eq(multiplier[k] >> 1),
+                                     multiplicand[k].eq(multiplicand[k] << 1)]
+                m.d.sync += acc.eq(acc + sum(terms))
+                with m.If(Cat(multiplier[k] == 0 for k in range(DIMS)).all()):
+                    m.d.sync += [a.eq(acc) for a in addr]
+                    m.next = "WALK"
+                with m.If(self.abort):
+                    m.next = "IDLE"
+            with m.State("WALK"):
+                m.d.comb += self.elements.valid.eq(1)
+                with m.If(self.elements.ready):
+                    # The innermost dimension d that is not at its last index advances.
+                    for d in range(DIMS):
+                        with (m.If if d == 0 else m.Elif)(~last[d]):
+                            next_addr = addr[d] + dims[d].stride
+                            m.d.sync += [index[d].eq(index[d] + 1), coord[d].eq(coord[d] + 1)]
+                            m.d.sync += [a.eq(next_addr) for a in addr[:d + 1]]
+                            for inner in range(d):
+                                m.d.sync += [index[inner].eq(0),
+                                             coord[inner].eq(dims[inner].start)]
+                            if d:
+                                m.d.sync += row.eq(row + 1)
+                    with m.Else():
+                        m.next = "IDLE"
+                with m.If(self.abort):
+                    m.next = "IDLE"
+        return m
+
+
+def window_ok(windows, addr, size, permission):
+    """``[addr, addr + size)`` lies inside an enabled window with ``permission``."""
+    return Cat((w.size != 0) & w[permission] & (addr >= w.base) & (addr + size <= w.base + w.size)
+               for w in windows).any()
+
+
+class BurstPlanner(wiring.Component):
+    """Groups walked elements into INCR bursts of bus beats, one element per cycle.
+
+    An in-bounds element shares the beat of the previous one or extends the open burst by the
+    next beat; otherwise (out-of-bounds element, other beat, 4 KiB boundary, ``max_elements`` or
+    ``max_beats`` reached, end of walk) the burst closes and goes out on ``bursts``.
+    ``steps`` gives every element, in order, one element late: it tells when a beat and a burst
+    end. A burst is issued no earlier than the step that closes it. Each beat is checked against
+    the windows with ``permission`` ("read"/"write") before it joins a burst; on a failing beat or
+    an overflowing address ``error`` is set and the planner stops (the open burst is dropped).
+    ``abort`` stops it as well; ``steps`` and ``bursts`` still drain.
+    """
+
+    def __init__(self, lanes, rows, beat_bytes, max_elements, max_beats, permission):
+        if beat_bytes not in (4, 8, 16):
+            raise ValueError(f"beat_bytes={beat_bytes!r} is invalid: allowed 4, 8 or 16")
+        _check_int("max_elements", max_elements, 1, 65535)
+        _check_int("max_beats", max_beats, 1, 256)
+        if permission not in ("read", "write"):
+            raise ValueError(f'permission={permission!r} is invalid: allowed "read" or "write"')
+        self.beat_bytes, self.max_elements, self.max_beats = beat_bytes, max_elements, max_beats
+        self.permission = permission
+        super().__init__({
+            "elements": In(stream.Signature(element_layout(lanes, rows))),
+            "steps": Out(stream.Signature(step_layout(lanes, rows, beat_bytes))),
+            "bursts": Out(stream.Signature(burst_layout)),
+            "windows": In(data.ArrayLayout(Window, NUM_WINDOWS)),
+            "abort": In(1),
+            "error": Out(ErrorCode),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        shift = ceil_log2(self.beat_bytes)
+        elem = self.elements.payload
+        beat = elem.addr[shift:]
+        pending = Signal(self.steps.payload.shape())  # the previous element, end flags unknown
+        pending_valid = Signal()
+        pending_beat = Signal(32 - shift)
+        first_beat = Signal(32 - shift)
+        elements = Signal(range(self.max_elements + 1))
+        beats = Signal(range(self.max_beats + 1))
+        flush = Signal()  # the last element is pending: close at the next cycle
+
+        is_open = pending_valid & pending.in_bounds
+        room = elements < self.max_elements
+        share = is_open & (beat == pending_beat) & room
+        extend = (is_open & (beat == pending_beat + 1) & (beat[:12 - shift] != 0) & room &
+                  (beats < self.max_beats))
+        joins = ~flush & elem.in_bounds & (share | extend)
+        window = window_ok(self.windows, Cat(Const(0, shift), beat), self.beat_bytes,
+                           self.permission)
+        bad = ~flush & elem.in_bounds & (elem.overflow | ~window)
+        end_of_burst = is_open & ~joins
+
+        event = ~self.abort & (self.error == ErrorCode.NONE) & (flush | self.elements.valid)
+        advance = (event & ~bad & (~pending_valid | ~self.steps.valid | self.steps.ready) &
+                   (~end_of_burst | ~self.bursts.valid | self.bursts.ready))
+        m.d.comb += self.elements.ready.eq(advance & ~flush)
+
+        with m.If(self.steps.ready):
+            m.d.sync += self.steps.valid.eq(0)
+        with m.If(self.bursts.ready):
+            m.d.sync += self.bursts.valid.eq(0)
+        with m.If(event & bad):
+            m.d.sync += self.error.eq(Mux(elem.overflow, ErrorCode.ADDRESS_OVERFLOW,
+                                          ErrorCode.LOAD_WINDOW if self.permission == "read"
+                                          else ErrorCode.STORE_WINDOW))
+        with m.If(advance):
+            with m.If(pending_valid):
+                m.d.sync += [
+                    self.steps.valid.eq(1),
+                    self.steps.payload.eq(pending),
+                    self.steps.payload.end_of_beat.eq(pending.in_bounds & ~(joins & share)),
+                    self.steps.payload.end_of_burst.eq(end_of_burst),
+                ]
+            with m.If(end_of_burst):
+                m.d.sync += [self.bursts.valid.eq(1),
+                             self.bursts.payload.addr.eq(Cat(Const(0, shift), first_beat)),
+                             self.bursts.payload.len.eq(beats - 1)]
+            with m.If(flush):
+                m.d.sync += [pending_valid.eq(0), flush.eq(0)]
+            with m.Else():
+                m.d.sync += [
+                    pending_valid.eq(1),
+                    pending.in_bounds.eq(elem.in_bounds),
+                    pending.lane.eq(elem.lane),
+                    pending.row.eq(elem.row),
+                    pending.last_in_row.eq(elem.last_in_row),
+                    pending.last.eq(elem.last),
+                    pending.offset.eq(elem.addr[:shift]),
+                    pending_beat.eq(beat),
+                    flush.eq(elem.last),
+                ]
+                with m.If(joins):
+                    m.d.sync += elements.eq(elements + 1)
+                    with m.If(~share):
+                        m.d.sync += beats.eq(beats + 1)
+                with m.Else():
+                    m.d.sync += [first_beat.eq(beat), elements.eq(1), beats.eq(1)]
+        return m

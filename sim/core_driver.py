@@ -1,0 +1,103 @@
+"""Drives a `tpu_core` under cocotb: AxiRam memory, AXI4-Lite register access, programs."""
+import itertools
+import random
+
+import cocotb
+from cocotb.clock import Clock
+from cocotb.triggers import ClockCycles, RisingEdge
+from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam
+
+from ..hdl.csr import COUNTERS, register
+from ..isa import NUM_WINDOWS, ErrorCode
+from .axi_monitor import AxiMonitor
+
+__all__ = ["CoreDriver", "RunResult"]
+
+
+class RunResult:
+    def __init__(self, status, error, error_index, counters):
+        self.done = bool(status & 2)
+        self.error = ErrorCode(error)
+        self.error_index = error_index
+        self.counters = counters
+
+    def __repr__(self):
+        return f"RunResult(done={self.done}, error={self.error}, index={self.error_index})"
+
+
+class CoreDriver:
+    """The host's view of one core: memory, registers, and running programs.
+
+    ``backpressure`` pauses every AXI channel of the memory at random (fixed seed).
+    """
+
+    def __init__(self, dut, config, *, memory_size=1 << 20, backpressure=False, seed=0):
+        self.dut = dut
+        self.config = config
+        self.ram = AxiRam(AxiBus.from_prefix(dut, "m_axi"), dut.clk, dut.rst, size=memory_size)
+        self.lite = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), dut.clk, dut.rst)
+        self.windows = []
+        self.monitor = AxiMonitor(dut, self.windows)
+        for log in (self.ram.write_if.log, self.ram.read_if.log, self.lite.write_if.log,
+                    self.lite.read_if.log):
+            log.setLevel("WARNING")
+        if backpressure:
+            rng = random.Random(seed)
+            for channel in (self.ram.write_if.aw_channel, self.ram.write_if.w_channel,
+                            self.ram.write_if.b_channel, self.ram.read_if.ar_channel,
+                            self.ram.read_if.r_channel):
+                channel.set_pause_generator(
+                    itertools.cycle([rng.random() < 0.3 for _ in range(997)]))
+
+    async def reset(self):
+        cocotb.start_soon(Clock(self.dut.clk, 10, unit="ns").start())
+        self.dut.rst.value = 1
+        await ClockCycles(self.dut.clk, 4)
+        self.dut.rst.value = 0
+        await ClockCycles(self.dut.clk, 2)
+
+    async def write(self, name, value):
+        await self.lite.write_dword(register(name).offset, value)
+
+    async def read(self, name):
+        return await self.lite.read_dword(register(name).offset)
+
+    async def set_windows(self, windows):
+        """``windows``: up to NUM_WINDOWS (base, size, readable, writable); the rest disabled."""
+        if len(windows) > NUM_WINDOWS:
+            raise ValueError(f"{len(windows)} windows: at most {NUM_WINDOWS}")
+        self.windows[:] = windows
+        for i in range(NUM_WINDOWS):
+            base, size, readable, writable = windows[i] if i < len(windows) else (0, 0, 0, 0)
+            await self.write(f"WINDOW{i}_BASE", base)
+            await self.write(f"WINDOW{i}_SIZE", size)
+            await self.write(f"WINDOW{i}_FLAGS", int(readable) | int(writable) << 1)
+
+    async def counters(self):
+        values = {}
+        for name in COUNTERS:
+            low = await self.read(f"{name.upper()}_LO")
+            values[name] = low | (await self.read(f"{name.upper()}_HI")) << 32
+        return values
+
+    async def run(self, program, base, *, timeout_cycles=1_000_000):
+        """Write ``program`` at ``base``, start it, wait for the interrupt, return the outcome."""
+        self.ram.write(base, program.to_bytes())
+        await self.write("PROGRAM_BASE", base)
+        await self.write("PROGRAM_LENGTH", len(program))
+        await self.write("IRQ_ENABLE", 1)
+        await self.write("CONTROL", register("CONTROL").layout.const({"start": 1}).as_bits())
+        for _ in range(timeout_cycles):
+            await RisingEdge(self.dut.clk)
+            if self.dut.irq.value:
+                break
+        else:
+            raise AssertionError(f"no interrupt within {timeout_cycles} cycles")
+        status = await self.read("STATUS")
+        result = RunResult(status, await self.read("ERROR_CODE"), await self.read("ERROR_INDEX"),
+                           await self.counters())
+        await self.write("IRQ_STATUS", 0b11)
+        return result
+
+    async def soft_reset(self):
+        await self.write("CONTROL", register("CONTROL").layout.const({"soft_reset": 1}).as_bits())

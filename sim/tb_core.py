@@ -1,0 +1,191 @@
+"""cocotb tests of the whole `tpu_core` with cocotbext-axi memory and control bus.
+
+TPUGEN_TB (JSON) carries ``config`` and the case parameters; results go to stats.json.
+"""
+import json
+import os
+
+import cocotb
+import numpy as np
+
+from tpugen import CoreConfig
+
+from ..firmware.matmul import compile_matmul
+from ..firmware.program import Deps, Dim, Program
+from ..firmware.program import tensor as tensor_fields
+from ..isa import ErrorCode
+from .core_driver import CoreDriver
+from .golden import matmul_int32
+
+PROGRAM, A, B, C = 0x0000, 0x10000, 0x30000, 0x50000
+
+
+def _params():
+    params = json.loads(os.environ["TPUGEN_TB"])
+    return CoreConfig.from_json(params["config"]), params
+
+
+def _write_stats(stats):
+    with open("stats.json", "w") as f:
+        json.dump(stats, f)
+
+
+@cocotb.test()
+async def matmul(dut):
+    """Tiled matmuls compiled by the firmware, bit-exact against numpy, with counters."""
+    cfg, params = _params()
+    core = CoreDriver(dut, cfg, backpressure=params.get("backpressure", False),
+                      seed=params["seed"])
+    await core.reset()
+    rng = np.random.default_rng(params["seed"])
+    stats = []
+    for m, k, n in params["shapes"]:
+        a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+        b = rng.integers(-128, 128, (k, n), dtype=np.int8)
+        core.ram.write(A, a.tobytes())
+        core.ram.write(B, b.tobytes())
+        core.ram.write(C, bytes(4 * m * n + 64))  # zeroed, with a guard after C
+        await core.set_windows([(PROGRAM, A - PROGRAM, True, False),
+                                (A, C - A, True, False),
+                                (C, -(-4 * m * n // 64) * 64, False, True)])
+        program = compile_matmul(cfg, m, k, n, a_addr=A, b_addr=B, c_addr=C)
+        result = await core.run(program, PROGRAM)
+        assert result.done and result.error == ErrorCode.NONE, result
+        got = np.frombuffer(core.ram.read(C, 4 * m * n), dtype="<i4").reshape(m, n)
+        expected = matmul_int32(a, b)
+        bad = np.argwhere(got != expected)
+        assert not len(bad), (f"{m}x{k}x{n}: {len(bad)} mismatches, first at {bad[0]}: "
+                              f"got {got[tuple(bad[0])]}, expected {expected[tuple(bad[0])]}; "
+                              f"{result.counters}")
+        assert core.ram.read(C + 4 * m * n, 64) == bytes(64), "wrote past C"
+        assert not core.monitor.errors, core.monitor.errors[:5]
+        stats.append({"shape": [m, k, n], "instructions": len(program), **result.counters})
+    _write_stats({"runs": stats})
+
+
+def _identity_weights(cfg):
+    """W = I (rows x cols), so a MATMUL copies activation lanes 0..min(rows, cols)-1."""
+    return np.eye(cfg.rows, cfg.cols, dtype=np.int8)
+
+
+@cocotb.test()
+async def tiles(dut):
+    """LOAD random 4-D tiles with padding, pass them through W = I, STORE: against np.pad."""
+    cfg, params = _params()
+    core = CoreDriver(dut, cfg, backpressure=params.get("backpressure", False),
+                      seed=params["seed"])
+    await core.reset()
+    rng = np.random.default_rng(params["seed"])
+    lanes = min(cfg.rows, cfg.cols)
+    core.ram.write(B, _identity_weights(cfg).tobytes())
+    for case in range(params["cases"]):
+        shape = rng.integers(1, 7, 4)
+        tensor = rng.integers(-128, 128, shape, dtype=np.int8)
+        core.ram.write(A, tensor.tobytes())
+        extents = [int(rng.integers(1, lanes + 1))] + [int(rng.integers(1, 4)) for _ in range(3)]
+        starts = [int(rng.integers(-2, s + 1)) for s in shape[::-1]]
+        strides = [tensor.strides[d] for d in range(3, -1, -1)]  # innermost (lanes) first
+        dims = [Dim(extent=e, start=s, bound=int(b), stride=st)
+                for e, s, b, st in zip(extents, starts, shape[::-1], strides)]
+        rows = extents[1] * extents[2] * extents[3]
+        # Expected: the padded tensor sliced at the tile, lanes innermost.
+        padded = np.pad(tensor.astype(np.int64), 8)
+        index = tuple(slice(8 + s, 8 + s + e) for s, e in zip(starts[::-1], extents[::-1]))
+        expected = np.zeros((rows, cfg.cols), dtype=np.int64)
+        expected[:, :extents[0]] = padded[index].reshape(rows, extents[0])
+        program = Program()
+        program.load(tensor_fields(B, 1, 0, [Dim(extent=cfg.cols, bound=cfg.cols, stride=1),
+                                             Dim(extent=cfg.rows, bound=cfg.rows, stride=cfg.cols)]))
+        program.load(tensor_fields(A, 1, cfg.rows, dims), Deps(push_next=True))
+        program.matmul(0, cfg.rows, 0, rows, deps=Deps(pop_prev=True, push_next=True))
+        program.store(tensor_fields(C, 4, 0, [Dim(extent=cfg.cols, bound=cfg.cols, stride=4),
+                                              Dim(extent=rows, bound=rows, stride=4 * cfg.cols)]),
+                      Deps(pop_prev=True))
+        program.end()
+        await core.set_windows([(PROGRAM, A - PROGRAM, True, False), (A, C - A, True, False),
+                                (C, 0x10000, False, True)])
+        result = await core.run(program, PROGRAM)
+        assert result.done and result.error == ErrorCode.NONE, result
+        got = np.frombuffer(core.ram.read(C, 4 * rows * cfg.cols), dtype="<i4").reshape(rows, -1)
+        assert np.array_equal(got[:, :lanes], expected[:, :lanes]), (
+            f"case {case}: tensor {shape}, starts {starts}, extents {extents}\n{got}\n{expected}")
+        assert not core.monitor.errors, core.monitor.errors[:5]
+    _write_stats({"cases": params["cases"]})
+
+
+def _error_programs(cfg):
+    """(name, program, expected ErrorCode, faulting instruction index) for every error."""
+    ok_load = tensor_fields(A, 1, 0, [Dim(extent=cfg.rows, bound=cfg.rows, stride=1)])
+    cases = []
+
+    def case(name, code, index, build):
+        program = Program()
+        build(program)
+        program.end()
+        cases.append((name, program, code, index))
+
+    case("unknown opcode", ErrorCode.UNKNOWN_OPCODE, 1,
+         lambda p: (p.load(ok_load), p.instructions.append(bytes([0x0F]) + bytes(63))))
+    case("load outside windows", ErrorCode.LOAD_WINDOW, 0,
+         lambda p: p.load(tensor_fields(0x90000, 1, 0, [Dim(extent=4, bound=4, stride=1)])))
+    case("store to a read-only window", ErrorCode.STORE_WINDOW, 0,
+         lambda p: p.store(tensor_fields(A, 4, 0, [Dim(extent=1, bound=1, stride=4)])))
+    case("zero extent", ErrorCode.BAD_EXTENT, 0,
+         lambda p: p.load(tensor_fields(A, 1, 0, [Dim(extent=0, bound=4, stride=1)])))
+    case("extent wider than a row", ErrorCode.BAD_EXTENT, 0,
+         lambda p: p.load(tensor_fields(A, 1, 0, [Dim(extent=cfg.lanes + 1, bound=64, stride=1)])))
+    case("misaligned int32 store", ErrorCode.MISALIGNED, 0,
+         lambda p: p.store(tensor_fields(C + 2, 4, 0, [Dim(extent=1, bound=1, stride=4)])))
+    case("scratchpad row out of range", ErrorCode.SRAM_RANGE, 0,
+         lambda p: p.load(tensor_fields(A, 1, cfg.scratchpad_rows, [Dim(extent=1, bound=1, stride=1)])))
+    case("accumulator row out of range", ErrorCode.SRAM_RANGE, 0,
+         lambda p: p.matmul(0, 0, cfg.accumulator_rows, 1))
+    case("int32 load", ErrorCode.BAD_ELEMENT, 0,
+         lambda p: p.load(tensor_fields(A, 4, 0, [Dim(extent=1, bound=1, stride=4)])))
+    case("token that never comes", ErrorCode.WATCHDOG, 1,
+         lambda p: (p.load(ok_load), p.matmul(0, 0, 0, 1, deps=Deps(pop_prev=True))))
+    case("address beyond 4 GiB", ErrorCode.ADDRESS_OVERFLOW, 0,
+         lambda p: p.load(tensor_fields(A, 1, 0, [
+             Dim(extent=1, bound=1, stride=1), Dim(extent=2, bound=2, stride=0xFFFFFFFF)])))
+    return cases
+
+
+@cocotb.test()
+async def errors(dut):
+    """Every error code provoked on purpose: clean stop, irq, no access outside the windows,
+    and after a soft reset the next good program runs."""
+    cfg, params = _params()
+    core = CoreDriver(dut, cfg, backpressure=params.get("backpressure", False),
+                      seed=params["seed"])
+    await core.reset()
+    await core.write("WATCHDOG", 500)
+    windows = [(PROGRAM, A - PROGRAM, True, False), (A, C - A, True, False),
+               (C, 0x1000, False, True)]
+    seen = []
+    for name, program, code, index in _error_programs(cfg):
+        await core.set_windows(windows)
+        result = await core.run(program, PROGRAM, timeout_cycles=20_000)
+        assert not result.done and result.error == code and result.error_index == index, (
+            f"{name}: {result}, expected {code} at {index}")
+        assert await core.read("STATUS") & 1 == 0, f"{name}: still busy after the error irq"
+        await core.soft_reset()
+        seen.append(code)
+    # A program outside every window: refused at fetch.
+    await core.set_windows(windows[1:])
+    result = await core.run(Program().end(), PROGRAM, timeout_cycles=20_000)
+    assert result.error == ErrorCode.PROGRAM_WINDOW and result.error_index == 0, result
+    await core.soft_reset()
+    # And a good program runs after all that.
+    await core.set_windows(windows)
+    m, k, n = 6, 5, 3
+    rng = np.random.default_rng(params["seed"])
+    a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+    b = rng.integers(-128, 128, (k, n), dtype=np.int8)
+    core.ram.write(A, a.tobytes())
+    core.ram.write(B, b.tobytes())
+    result = await core.run(compile_matmul(cfg, m, k, n, a_addr=A, b_addr=B, c_addr=C), PROGRAM)
+    assert result.done and result.error == ErrorCode.NONE, result
+    got = np.frombuffer(core.ram.read(C, 4 * m * n), dtype="<i4").reshape(m, n)
+    assert np.array_equal(got, matmul_int32(a, b))
+    assert not core.monitor.errors, core.monitor.errors[:5]
+    _write_stats({"errors": [c.name for c in seen] + ["PROGRAM_WINDOW"]})

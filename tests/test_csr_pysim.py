@@ -1,0 +1,404 @@
+"""amaranth.sim tests of the register map and its AXI4-Lite slave."""
+import random
+from pathlib import Path
+
+import pytest
+from amaranth.back import rtlil
+from amaranth.lib import wiring
+from amaranth.sim import Simulator
+
+from tpugen import CoreConfig
+from tpugen.hdl.axi import AXI_RESP_OKAY
+from tpugen.hdl.csr import (AXI_RESP_SLVERR, COUNTERS, ID_MAGIC, REGISTERS,
+                            ControlRegisters, Register, constant_registers, register,
+                            registers_markdown)
+from tpugen.isa import NUM_WINDOWS, ErrorCode
+from tpugen.sim.pysim_axil import WRITE_ORDERS, AxiLiteMaster
+
+OKAY, SLVERR = AXI_RESP_OKAY, AXI_RESP_SLVERR
+RW = [reg for reg in REGISTERS if reg.access == "rw"]
+RO = [reg for reg in REGISTERS if reg.access == "ro"]
+UNMAPPED = [0x018, 0x038, 0x04C, 0x08C, 0x0FC, 0x150, 0xFFC]
+MAX_CYCLES = 20_000
+
+
+def offset(name):
+    return register(name).offset
+
+
+def simulate(body, config=CoreConfig(), trace=None):
+    """Run ``body(ctx, dut, axi)`` (failing after ``MAX_CYCLES``); with ``trace``, append
+    (start, soft_reset) every cycle."""
+    dut = ControlRegisters(config)
+    axi = AxiLiteMaster(dut.bus)
+
+    async def testbench(ctx):
+        await body(ctx, dut, axi)
+
+    async def monitor(ctx):
+        async for _, _, start, soft_reset in ctx.tick().sample(dut.start, dut.soft_reset):
+            trace.append((start, soft_reset))
+
+    async def watchdog(ctx):
+        for _ in range(MAX_CYCLES):
+            await ctx.tick()
+        raise AssertionError(f"testbench still running after {MAX_CYCLES} cycles: a deadlock?")
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(testbench)
+    sim.add_testbench(watchdog, background=True)
+    if trace is not None:
+        sim.add_testbench(monitor, background=True)
+    sim.run()
+
+
+async def pulse(ctx, signal):
+    ctx.set(signal, 1)
+    await ctx.tick()
+    ctx.set(signal, 0)
+
+
+async def read_ok(ctx, axi, name):
+    value, resp = await axi.read(ctx, offset(name))
+    assert resp == OKAY, name
+    return value
+
+
+def test_register_map():
+    assert register("STATUS").offset == 0x024
+    with pytest.raises(KeyError, match="known ID, VERSION"):
+        register("STATUSS")
+    for name in COUNTERS:
+        assert offset(f"{name.upper()}_HI") == offset(f"{name.upper()}_LO") + 4
+    assert {f"WINDOW{i}_{part}" for i in range(NUM_WINDOWS) for part in ("BASE", "SIZE", "FLAGS")} \
+        <= {reg.name for reg in RW}
+    assert all(reg.offset < 0x1000 and reg.offset % 4 == 0 for reg in REGISTERS)
+    for kwargs, parameter in (({"offset": 0x1000}, "offset"), ({"offset": 2}, "offset"),
+                              ({"access": "wo"}, "access"), ({"reset": 1}, "reset"),
+                              ({"fields": (register("STATUS").fields[0],) * 2}, "fields")):
+        args = {"name": "X", "offset": 0, "access": "ro", "doc": "", **kwargs}
+        with pytest.raises(ValueError, match=parameter):
+            Register(**args)
+
+
+def test_registers_markdown_is_current():
+    doc = Path(__file__).parent.parent / "docs" / "registers.md"
+    assert doc.read_text() == registers_markdown(), "run: python -c 'from tpugen.hdl.csr import " \
+        "registers_markdown; print(registers_markdown(), end=\"\")' > docs/registers.md"
+
+
+def test_parameters_and_directions():
+    with pytest.raises(ValueError, match="config"):
+        ControlRegisters({"rows": 8})
+    dut = ControlRegisters(CoreConfig())
+    rtlil.convert(dut)
+    bus = dut.signature.members["bus"].signature.members
+    for name in ("awaddr", "wdata", "wstrb", "bready", "araddr", "rready"):
+        assert bus[name].flow == wiring.In, name
+    for name in ("awready", "wready", "bresp", "bvalid", "arready", "rdata", "rvalid"):
+        assert bus[name].flow == wiring.Out, name
+    assert dut.signature.members["watchdog_limit"].flow == wiring.Out
+    assert dut.signature.members["cycles"].flow == wiring.In
+
+
+@pytest.mark.parametrize("preset", ["tiny", "default", "large"])
+def test_reset_values_and_access(preset):
+    config = CoreConfig.preset(preset)
+    constants = constant_registers(config)
+    counter_values = {name: (i + 1) * 0x0101_0101_0101 for i, name in enumerate(COUNTERS)}
+
+    async def body(ctx, dut, axi):
+        for name, value in counter_values.items():
+            ctx.set(getattr(dut, name), value)
+        expected = {}
+        for reg in REGISTERS:
+            if reg.name in constants:
+                expected[reg.name] = constants[reg.name]
+            elif reg.name.endswith("_LO"):
+                expected[reg.name] = counter_values[reg.name[:-3].lower()] & 0xFFFF_FFFF
+            elif reg.name.endswith("_HI"):
+                expected[reg.name] = counter_values[reg.name[:-3].lower()] >> 32
+            else:
+                expected[reg.name] = reg.reset
+        for reg in REGISTERS:
+            assert await read_ok(ctx, axi, reg.name) == expected[reg.name], reg.name
+        assert ctx.get(dut.watchdog_limit) == 65536
+        for reg in RO + RW:
+            assert await axi.write(ctx, reg.offset, 0xFFFF_FFFF) == OKAY, reg.name
+        for reg in REGISTERS:
+            value = await read_ok(ctx, axi, reg.name)
+            if reg.access == "rw":
+                assert value == reg.mask, reg.name
+            elif reg.access == "ro" and not reg.name.endswith("_HI"):
+                assert value == expected[reg.name], reg.name
+        for reg in RW:
+            assert await axi.write(ctx, reg.offset, 0) == OKAY
+            assert await read_ok(ctx, axi, reg.name) == 0, reg.name
+
+    simulate(body, config)
+    assert constants["ID"] == ID_MAGIC
+    assert constants["CONFIG0"] & 0xFF == config.rows
+    assert constants["CONFIG1"] >> 8 & 0xFF == config.lanes
+
+
+def test_outputs_follow_registers():
+    values = {"PROGRAM_BASE": 0x8000_0040, "PROGRAM_LENGTH": 1234, "WATCHDOG": 77,
+              "IRQ_ENABLE": 1}
+    for i in range(NUM_WINDOWS):
+        values |= {f"WINDOW{i}_BASE": 0x1000_0000 * (i + 1), f"WINDOW{i}_SIZE": 0x100 + i,
+                   f"WINDOW{i}_FLAGS": i}
+
+    async def body(ctx, dut, axi):
+        for name, value in values.items():
+            assert await axi.write(ctx, offset(name), value) == OKAY
+        assert ctx.get(dut.program_base) == 0x8000_0040
+        assert ctx.get(dut.program_length) == 1234
+        assert ctx.get(dut.watchdog_limit) == 77
+        assert ctx.get(dut.irq_enable) == 1
+        for i in range(NUM_WINDOWS):
+            window = ctx.get(dut.windows[i])
+            assert (window.base, window.size) == (0x1000_0000 * (i + 1), 0x100 + i)
+            assert (window.read, window.write) == (i & 1, i >> 1 & 1)
+
+    simulate(body)
+
+
+def test_wstrb_byte_writes():
+    async def body(ctx, dut, axi):
+        base = offset("PROGRAM_BASE")
+        await axi.write(ctx, base, 0x1122_3344)
+        for strb, data, expected in ((0b0010, 0xAABB_CCDD, 0x1122_CC44),
+                                     (0b1001, 0x5566_7788, 0x5522_CC88),
+                                     (0b0100, 0xFFFF_FFFF, 0x55FF_CC88),
+                                     (0b0000, 0x0000_0000, 0x55FF_CC88)):
+            assert await axi.write(ctx, base, data, strb=strb) == OKAY
+            assert await read_ok(ctx, axi, "PROGRAM_BASE") == expected
+        await axi.write(ctx, offset("WINDOW1_FLAGS"), 0x3, strb=0b1110)
+        assert await read_ok(ctx, axi, "WINDOW1_FLAGS") == 0
+        await axi.write(ctx, offset("WATCHDOG"), 0x0000_0300, strb=0b0010)
+        assert ctx.get(dut.watchdog_limit) == 0x0001_0300
+
+    trace = []
+    simulate(body, trace=trace)
+    assert not any(start or reset for start, reset in trace)
+
+
+@pytest.mark.parametrize("order", WRITE_ORDERS)
+@pytest.mark.parametrize("resp_delay", [0, 3])
+def test_write_orders_and_backpressure(order, resp_delay):
+    async def body(ctx, dut, axi):
+        for i, name in enumerate(("PROGRAM_LENGTH", "WINDOW2_SIZE", "WATCHDOG")):
+            value = 0x1357_9BDF + i
+            assert await axi.write(ctx, offset(name), value, order=order, gap=i * 2,
+                                   resp_delay=resp_delay) == OKAY
+            assert await axi.read(ctx, offset(name), resp_delay=resp_delay) == (value, OKAY)
+        for address in UNMAPPED[:3]:
+            assert await axi.write(ctx, address, 0xFFFF_FFFF, order=order, gap=2,
+                                   resp_delay=resp_delay) == SLVERR
+            assert await axi.read(ctx, address, resp_delay=resp_delay) == (0, SLVERR)
+
+    simulate(body)
+
+
+def test_second_write_waits_for_first_response():
+    async def body(ctx, dut, axi):
+        bus = dut.bus
+        for name, value in (("PROGRAM_BASE", 0xAAAA_0000), ("PROGRAM_LENGTH", 0x5555)):
+            ctx.set(bus.awaddr, offset(name))
+            ctx.set(bus.wdata, value)
+            ctx.set(bus.wstrb, 0xF)
+            await axi.handshake(ctx, (bus.awvalid, bus.awready), (bus.wvalid, bus.wready))
+        for _ in range(4):
+            await ctx.tick()
+        assert ctx.get(bus.bvalid) and not ctx.get(bus.awready) and not ctx.get(bus.wready)
+        assert ctx.get(dut.program_base) == 0xAAAA_0000
+        assert ctx.get(dut.program_length) == 0
+        ctx.set(bus.bready, 1)
+        await ctx.tick().until(bus.bvalid)
+        await ctx.tick().until(bus.bvalid)
+        ctx.set(bus.bready, 0)
+        assert ctx.get(dut.program_length) == 0x5555
+        await ctx.tick()
+        assert not ctx.get(bus.bvalid)
+
+    simulate(body)
+
+
+def test_read_held_until_rready():
+    async def body(ctx, dut, axi):
+        bus = dut.bus
+        ctx.set(bus.araddr, offset("ID"))
+        await axi.handshake(ctx, (bus.arvalid, bus.arready))
+        ctx.set(bus.araddr, offset("WATCHDOG"))
+        ctx.set(bus.arvalid, 1)
+        for _ in range(4):
+            _, _, accepted = await ctx.tick().sample(bus.arready)
+            assert not accepted and ctx.get(bus.rvalid)
+        ctx.set(bus.rready, 1)
+        assert await ctx.tick().sample(bus.rdata, bus.rresp).until(bus.rvalid) == (ID_MAGIC, OKAY)
+        await axi.handshake(ctx, (bus.arvalid, bus.arready))
+        assert await ctx.tick().sample(bus.rdata, bus.rresp).until(bus.rvalid) == (65536, OKAY)
+
+    simulate(body)
+
+
+def test_unmapped_and_unaligned_addresses():
+    async def body(ctx, dut, axi):
+        for address in UNMAPPED:
+            assert await axi.read(ctx, address) == (0, SLVERR), hex(address)
+            assert await axi.write(ctx, address, 0xFFFF_FFFF) == SLVERR, hex(address)
+        assert await axi.read(ctx, 0x003) == (ID_MAGIC, OKAY)
+        assert await axi.write(ctx, offset("PROGRAM_BASE") + 2, 0x1234) == OKAY
+        assert ctx.get(dut.program_base) == 0x1234
+        for reg in RW:
+            assert await read_ok(ctx, axi, reg.name) == (0x1234 if reg.name == "PROGRAM_BASE"
+                                                         else reg.reset), reg.name
+
+    simulate(body)
+
+
+def test_control_pulses_last_one_cycle():
+    writes = [0b01, 0b00, 0b10, 0b11, 0b01]
+    trace = []
+
+    async def body(ctx, dut, axi):
+        for value in writes:
+            assert await axi.write(ctx, offset("CONTROL"), value, resp_delay=2) == OKAY
+            for _ in range(3):
+                await ctx.tick()
+        assert await read_ok(ctx, axi, "CONTROL") == 0
+
+    simulate(body, trace=trace)
+    for bit in (0, 1):
+        highs = [cycle for cycle, sample in enumerate(trace) if sample[bit]]
+        assert len(highs) == sum(value >> bit & 1 for value in writes), (bit, highs)
+        assert all(b - a > 1 for a, b in zip(highs, highs[1:])), (bit, highs)
+    both = [cycle for cycle, sample in enumerate(trace) if sample[0] and sample[1]]
+    assert len(both) == 1
+
+
+def test_irq_and_status():
+    async def body(ctx, dut, axi):
+        irq_status = offset("IRQ_STATUS")
+        ctx.set(dut.busy, 1)
+        assert await read_ok(ctx, axi, "STATUS") == 0b001
+        ctx.set(dut.busy, 0)
+        await pulse(ctx, dut.done_event)
+        assert await read_ok(ctx, axi, "STATUS") == 0b010
+        assert await read_ok(ctx, axi, "IRQ_STATUS") == 0b01
+        assert not ctx.get(dut.irq)
+        await axi.write(ctx, offset("IRQ_ENABLE"), 1)
+        assert ctx.get(dut.irq)
+        await axi.write(ctx, irq_status, 0b10)
+        assert ctx.get(dut.irq)
+        await axi.write(ctx, irq_status, 0b01, strb=0b0010)
+        assert ctx.get(dut.irq)
+        await axi.write(ctx, irq_status, 0b01)
+        assert not ctx.get(dut.irq)
+        assert await read_ok(ctx, axi, "IRQ_STATUS") == 0
+        assert await read_ok(ctx, axi, "STATUS") == 0b010
+
+        await pulse(ctx, dut.error_event)
+        assert ctx.get(dut.irq)
+        assert await read_ok(ctx, axi, "IRQ_STATUS") == 0b10
+        await axi.write(ctx, offset("IRQ_ENABLE"), 0)
+        assert not ctx.get(dut.irq)
+        await axi.write(ctx, irq_status, 0b11)
+        await axi.write(ctx, offset("IRQ_ENABLE"), 1)
+        assert not ctx.get(dut.irq)
+
+        # An event in the cycle its acknowledge is written stays pending.
+        bus = dut.bus
+        ctx.set(bus.awaddr, irq_status)
+        ctx.set(bus.wdata, 0b11)
+        ctx.set(bus.wstrb, 0xF)
+        await axi.handshake(ctx, (bus.awvalid, bus.awready), (bus.wvalid, bus.wready))
+        await pulse(ctx, dut.done_event)
+        ctx.set(bus.bready, 1)
+        await ctx.tick().until(bus.bvalid)
+        ctx.set(bus.bready, 0)
+        assert ctx.get(dut.irq)
+        assert await read_ok(ctx, axi, "IRQ_STATUS") == 0b01
+
+    simulate(body)
+
+
+def test_error_latch_start_and_soft_reset():
+    async def body(ctx, dut, axi):
+        config = {"PROGRAM_BASE": 0x4000, "PROGRAM_LENGTH": 9, "IRQ_ENABLE": 1,
+                  "WINDOW3_FLAGS": 3, "WATCHDOG": 500}
+        for name, value in config.items():
+            await axi.write(ctx, offset(name), value)
+        ctx.set(dut.error_code, ErrorCode.STORE_WINDOW)
+        ctx.set(dut.error_index, 0xDEAD_0007)
+        await pulse(ctx, dut.error_event)
+        ctx.set(dut.error_code, ErrorCode.NONE)
+        ctx.set(dut.error_index, 0)
+        assert await read_ok(ctx, axi, "ERROR_CODE") == ErrorCode.STORE_WINDOW.value
+        assert await read_ok(ctx, axi, "ERROR_INDEX") == 0xDEAD_0007
+        assert await read_ok(ctx, axi, "STATUS") == 0b100
+
+        await axi.write(ctx, offset("CONTROL"), 0b01)
+        assert await read_ok(ctx, axi, "STATUS") == 0
+        assert await read_ok(ctx, axi, "ERROR_CODE") == 0
+        assert await read_ok(ctx, axi, "ERROR_INDEX") == 0
+        assert await read_ok(ctx, axi, "IRQ_STATUS") == 0b10
+        assert ctx.get(dut.irq)
+
+        ctx.set(dut.error_code, ErrorCode.WATCHDOG)
+        ctx.set(dut.error_index, 3)
+        await pulse(ctx, dut.error_event)
+        await pulse(ctx, dut.done_event)
+        assert await read_ok(ctx, axi, "STATUS") == 0b110
+        await axi.write(ctx, offset("CONTROL"), 0b10)
+        for name in ("STATUS", "IRQ_STATUS", "ERROR_CODE", "ERROR_INDEX"):
+            assert await read_ok(ctx, axi, name) == 0, name
+        assert not ctx.get(dut.irq)
+        for name, value in config.items():
+            assert await read_ok(ctx, axi, name) == value, name
+
+    simulate(body)
+
+
+def test_counters_read_as_lo_hi_pairs():
+    values = {name: 0x0123_4567_89AB_CDEF ^ (i << 40) ^ i for i, name in enumerate(COUNTERS)}
+
+    async def body(ctx, dut, axi):
+        for name, value in values.items():
+            ctx.set(getattr(dut, name), value)
+        for name, value in values.items():
+            low = await read_ok(ctx, axi, f"{name.upper()}_LO")
+            high = await read_ok(ctx, axi, f"{name.upper()}_HI")
+            assert high << 32 | low == value, name
+        # HI returns the upper half as it was when LO was read: no torn carry.
+        ctx.set(dut.cycles, 0x1_FFFF_FFFF)
+        assert await read_ok(ctx, axi, "CYCLES_LO") == 0xFFFF_FFFF
+        ctx.set(dut.cycles, 0x2_0000_0000)
+        assert await read_ok(ctx, axi, "CYCLES_HI") == 1
+        assert await read_ok(ctx, axi, "MACS_HI") == values["macs"] >> 32
+
+    simulate(body)
+
+
+def test_random_traffic_against_model():
+    rng = random.Random(7)
+    model = {reg.name: reg.reset for reg in RW}
+
+    async def body(ctx, dut, axi):
+        for _ in range(120):
+            reg = rng.choice(RW)
+            if rng.random() < 0.5:
+                data = rng.getrandbits(32)
+                strb = rng.getrandbits(4)
+                mask = sum(0xFF << 8 * i for i in range(4) if strb >> i & 1)
+                resp = await axi.write(ctx, reg.offset, data, strb=strb,
+                                       order=rng.choice(WRITE_ORDERS), gap=rng.randrange(3),
+                                       resp_delay=rng.randrange(3))
+                assert resp == OKAY
+                model[reg.name] = (model[reg.name] & ~mask | data & mask) & reg.mask
+            else:
+                value = await axi.read(ctx, reg.offset, resp_delay=rng.randrange(3))
+                assert value == (model[reg.name], OKAY), reg.name
+
+    simulate(body)

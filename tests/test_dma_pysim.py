@@ -1,0 +1,454 @@
+"""amaranth.sim tests of the tile walker and the LOAD/STORE engines: numpy vs. a random AXI memory."""
+import gc
+import itertools
+import warnings
+
+import numpy as np
+import pytest
+from amaranth.hdl import Elaboratable, Module, signed
+from amaranth.lib import data, memory, wiring
+from amaranth.sim import Simulator
+
+from tpugen import CoreConfig
+from tpugen.hdl.load import LoadEngine
+from tpugen.hdl.store import StoreEngine
+from tpugen.hdl.walker import BurstPlanner, TileCheck, TileWalker
+from tpugen.isa import NUM_WINDOWS, ErrorCode, Opcode
+from tpugen.sim.pysim_axi import AxiMemory
+
+CONFIG = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1)
+MEM_SIZE = 1 << 14
+
+
+def descriptor(base, dims, sram_row=0, elem_log2=0):
+    """``dims``: (extent, start, bound, stride) from dim 0 up; missing dims have extent 1."""
+    dims = list(dims) + [(1, 0, 1, 0)] * (4 - len(dims))
+    return {"base": base, "elem_log2": elem_log2, "sram_row": sram_row,
+            "dims": [dict(zip(("extent", "start", "bound", "stride"), d)) for d in dims]}
+
+
+def windows(*specs):
+    """``(base, size, permissions)`` with permissions a subset of "rw"; the rest disabled."""
+    out = [{"base": b, "size": s, "read": "r" in p, "write": "w" in p} for b, s, p in specs]
+    return out + [{"base": 0, "size": 0, "read": 0, "write": 0}] * (NUM_WINDOWS - len(out))
+
+
+RW_ALL = windows((0, MEM_SIZE, "rw"))
+
+
+def tensor_addresses(desc):
+    """Byte address of every tensor element, shape (bound3, bound2, bound1, bound0)."""
+    dims = desc["dims"]
+    grids = np.meshgrid(*[np.arange(d["bound"]) for d in reversed(dims)], indexing="ij")
+    return desc["base"] + sum(g * d["stride"] for g, d in zip(grids, reversed(dims)))
+
+
+def padded_tile(tensor, desc):
+    """The tile of ``tensor`` (bound3..bound0) as np.pad + slicing: shape (e3, e2, e1, e0)."""
+    dims = list(reversed(desc["dims"]))
+    pad = [(max(0, -d["start"]), max(0, d["start"] + d["extent"] - d["bound"])) for d in dims]
+    padded = np.pad(tensor, pad)
+    return padded[tuple(slice(d["start"] + p[0], d["start"] + p[0] + d["extent"])
+                        for d, p in zip(dims, pad))]
+
+
+class Bench(Elaboratable):
+    """An engine with its SRAM attached through ``wiring.connect``."""
+
+    def __init__(self, engine, sram):
+        self.engine, self.sram = engine, sram
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.engine = self.engine
+        m.submodules.sram = self.sram
+        if isinstance(self.engine, LoadEngine):
+            wiring.connect(m, self.engine.sp_write, self.sram.write_port())
+        else:
+            wiring.connect(m, self.engine.acc_read, self.sram.read_port())
+        return m
+
+
+def run(kind, config, descs, axi_mem, wins, sram_init, timeout=4000):
+    """Runs ``descs`` one after another; returns ([(error, cycles)], final SRAM rows)."""
+    if kind == "load":
+        engine, opcode = LoadEngine(config), Opcode.LOAD
+        shape, depth = data.ArrayLayout(signed(8), config.lanes), config.scratchpad_rows
+    else:
+        engine, opcode = StoreEngine(config), Opcode.STORE
+        shape, depth = data.ArrayLayout(signed(32), config.cols), config.accumulator_rows
+    sram = memory.Memory(shape=shape, depth=depth,
+                         init=[[int(v) for v in row] for row in sram_init])
+    bench = Bench(engine, sram)
+    outcomes, rows = [], []
+    valids = ["arvalid"] if kind == "load" else ["awvalid", "wvalid"]
+
+    async def testbench(ctx):
+        ctx.set(engine.windows, wins)
+        for desc in descs:
+            ctx.set(engine.instr.payload, {"header": {"opcode": opcode}, "tensor": desc})
+            ctx.set(engine.instr.valid, 1)
+            await ctx.tick().until(engine.instr.ready)
+            ctx.set(engine.instr.valid, 0)
+            progress = 0
+            for cycles in range(1, timeout):
+                _, _, done, error, busy, pulse = await ctx.tick().sample(
+                    engine.done, engine.error, engine.busy, engine.progress)
+                progress += pulse
+                error = ErrorCode(error)
+                assert busy or done or error != ErrorCode.NONE, "idle before done"
+                if done or error != ErrorCode.NONE:
+                    break
+            else:
+                raise AssertionError(f"hang: neither done nor error after {timeout} cycles")
+            outcomes.append((error, cycles))
+            # Progress: SRAM writes (load), or bus handshakes unless the tile is all padding.
+            assert progress or error != ErrorCode.NONE or (kind == "store" and axi_mem.aw == 0)
+            if error != ErrorCode.NONE:
+                assert axi_mem.in_flight() == 0  # drained before the error is raised
+                for _ in range(20):  # held, no more instructions, nothing offered on the bus
+                    await ctx.tick()
+                    assert ctx.get(engine.error) == error
+                    assert not ctx.get(engine.instr.ready) and not ctx.get(engine.busy)
+                    assert not any(ctx.get(getattr(engine.axi, name)) for name in valids)
+                break
+        await ctx.tick()
+        assert not ctx.get(engine.done)
+        rows.append(np.array([[int(v) for v in ctx.get(sram.data[r])] for r in range(depth)]))
+
+    sim = Simulator(bench)
+    sim.add_clock(1e-6)
+    bus = engine.axi
+    sim.add_testbench(axi_mem.read_process(bus) if kind == "load" else axi_mem.write_process(bus),
+                      background=True)
+    sim.add_testbench(testbench)
+    sim.run()
+    return outcomes, rows[0]
+
+
+def load_case(config, desc, seed, width=None, **axi):
+    """Random int8 tensor laid out by ``desc`` in memory; LOAD it and compare with numpy."""
+    rng = np.random.default_rng(seed)
+    config = config if width is None else CoreConfig(**{**config.__dict__, "axi_data_width": width})
+    axi_mem = AxiMemory(MEM_SIZE, config.axi_data_width, allowed=[(0, MEM_SIZE)], seed=seed, **axi)
+    axi_mem.mem[:] = rng.integers(0, 256, MEM_SIZE, dtype=np.uint8).tobytes()
+    addrs = tensor_addresses(desc)
+    tensor = np.frombuffer(axi_mem.mem, dtype=np.int8)[addrs]
+    init = rng.integers(-128, 128, (config.scratchpad_rows, config.lanes))
+    outcomes, rows = run("load", config, [desc], axi_mem, RW_ALL, init)
+    assert outcomes[0][0] == ErrorCode.NONE
+    tile = padded_tile(tensor, desc)
+    e = [d["extent"] for d in desc["dims"]]
+    expected = init.copy()
+    first, count = desc["sram_row"], e[1] * e[2] * e[3]
+    expected[first:first + count] = 0
+    expected[first:first + count, :e[0]] = tile.reshape(count, e[0])
+    np.testing.assert_array_equal(rows, expected)
+    return outcomes[0][1], axi_mem
+
+
+def test_load_2d_smoke():
+    load_case(CONFIG, descriptor(100, [(4, -1, 5, 1), (3, -1, 2, 7)], sram_row=3), seed=1)
+
+
+@pytest.mark.parametrize("width", [32, 64, 128])
+def test_load_1d_padding_and_bus_widths(width):
+    # extent0 == lanes: padding on both sides, then a row across a 4 KiB boundary; extent 1.
+    load_case(CONFIG, descriptor(4093, [(4, -2, 1, 1)], sram_row=255), seed=width, width=width)
+    load_case(CONFIG, descriptor(4094, [(4, -1, 3, 1)], sram_row=0), seed=width, width=width)
+    load_case(CONFIG, descriptor(17, [(1, 0, 1, 1)]), seed=width + 1, width=width)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_load_4d_random_padding(seed):
+    rng = np.random.default_rng(seed)
+    config = CoreConfig(rows=8, cols=4, scratchpad_kib=1, accumulator_kib=1,
+                        axi_data_width=[32, 64, 128][seed])
+    extents = [int(rng.integers(1, 9)), 3, 2, 2]
+    bounds = [int(rng.integers(1, 10)) for _ in range(4)]
+    starts = [int(rng.integers(1 - e, b)) for e, b in zip(extents, bounds)]  # overlapping
+    starts[1], starts[2], starts[3] = -1, bounds[2] - 1, -1  # padding on every side
+    strides = [1]
+    for d in range(3):
+        strides.append(strides[-1] * bounds[d] + int(rng.integers(0, 3)))
+    dims = list(zip(extents, starts, bounds, strides))
+    load_case(config, descriptor(int(rng.integers(0, 2000)), dims, sram_row=7), seed=seed)
+
+
+@pytest.mark.parametrize("stride0", [2, 3, 9, 100])
+def test_load_strided_dim0(stride0):
+    dims = [(4, -1, 4, stride0), (3, 0, 5, 4 * stride0 + 1)]
+    load_case(CONFIG, descriptor(64, dims, sram_row=10), seed=stride0)
+
+
+def test_load_sequence_and_broadcast():
+    # Back-to-back instructions; a stride 0 in dim 1 repeats a row (broadcast).
+    rng = np.random.default_rng(5)
+    axi_mem = AxiMemory(MEM_SIZE, 64, allowed=[(0, MEM_SIZE)], seed=5)
+    axi_mem.mem[:] = rng.integers(0, 256, MEM_SIZE, dtype=np.uint8).tobytes()
+    descs = [descriptor(8, [(4, 0, 4, 1), (3, 0, 3, 0)], sram_row=0),
+             descriptor(4090, [(3, 0, 4, 1), (2, 0, 2, 6)], sram_row=3),
+             descriptor(0, [(4, 2, 4, 1)], sram_row=5),
+             descriptor(1, [(4, 0, 4, 0), (40, 0, 40, 0)], sram_row=6)]  # 160 reads of one byte
+    init = rng.integers(-128, 128, (CONFIG.scratchpad_rows, CONFIG.lanes))
+    outcomes, rows = run("load", CONFIG, descs, axi_mem, RW_ALL, init)
+    assert [o[0] for o in outcomes] == [ErrorCode.NONE] * 4
+    mem = np.frombuffer(axi_mem.mem, dtype=np.int8)
+    np.testing.assert_array_equal(rows[0:3], [mem[8:12]] * 3)
+    np.testing.assert_array_equal(rows[3:5], [[*mem[4090:4093], 0], [*mem[4096:4099], 0]])
+    np.testing.assert_array_equal(rows[5], [*mem[2:4], 0, 0])
+    np.testing.assert_array_equal(rows[6:46], np.full((40, 4), mem[1]))
+    np.testing.assert_array_equal(rows[46:], init[46:])
+
+
+def test_load_overflow_only_in_bounds():
+    # Row 1 would be at 2**32 but lies outside the tensor: padding, no ADDRESS_OVERFLOW.
+    load_case(CONFIG, descriptor(0x100, [(4, 0, 4, 1), (2, 0, 1, 0xFFFFFF00)]), seed=2)
+
+
+def store_case(config, desc, seed, width=None, wins=RW_ALL, allowed=((0, MEM_SIZE),), **axi):
+    """Random accumulator rows; STORE a tile and compare memory with a numpy model."""
+    rng = np.random.default_rng(seed)
+    config = config if width is None else CoreConfig(**{**config.__dict__, "axi_data_width": width})
+    axi_mem = AxiMemory(MEM_SIZE, config.axi_data_width, allowed=allowed, seed=seed, **axi)
+    axi_mem.mem[:] = rng.integers(0, 256, MEM_SIZE, dtype=np.uint8).tobytes()
+    before = bytes(axi_mem.mem)
+    acc = rng.integers(-2**31, 2**31, (config.accumulator_rows, config.cols))
+    outcomes, _ = run("store", config, [desc], axi_mem, wins, acc)
+    error, cycles = outcomes[0]
+    if error != ErrorCode.NONE:
+        return error, before, axi_mem
+    e = [d["extent"] for d in desc["dims"]]
+    first, count = desc["sram_row"], e[1] * e[2] * e[3]
+    tile = acc[first:first + count, :e[0]].reshape(e[3], e[2], e[1], e[0])
+    # Clip the tile at the tensor bounds, then scatter it through the strides.
+    dims = list(reversed(desc["dims"]))
+    lo = [max(0, -d["start"]) for d in dims]
+    hi = [min(d["extent"], d["bound"] - d["start"]) for d in dims]
+    expected = np.frombuffer(before, dtype=np.uint8).copy()
+    if all(h > l for l, h in zip(lo, hi)):
+        part = tile[tuple(slice(l, h) for l, h in zip(lo, hi))]
+        addrs = tensor_addresses(desc)[tuple(slice(d["start"] + l, d["start"] + h)
+                                             for d, l, h in zip(dims, lo, hi))]
+        values = part.astype("<i4").view(np.uint8).reshape(*part.shape, 4)
+        for byte in range(4):
+            expected[addrs + byte] = values[..., byte]
+    np.testing.assert_array_equal(np.frombuffer(axi_mem.mem, dtype=np.uint8), expected)
+    return error, cycles, axi_mem
+
+
+@pytest.mark.parametrize("width", [32, 64, 128])
+def test_store_clipped_2d(width):
+    dims = [(4, -1, 3, 4), (3, 2, 4, 12)]  # clipped left, right and below
+    assert store_case(CONFIG, descriptor(400, dims, sram_row=5, elem_log2=2),
+                      seed=width, width=width)[0] == ErrorCode.NONE
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_store_4d_random(seed):
+    rng = np.random.default_rng(10 + seed)
+    width = [128, 64, 32][seed]
+    extents = [int(rng.integers(1, 5)), 2, 3, 2]
+    bounds = [int(rng.integers(1, 7)) for _ in range(4)]
+    starts = [int(rng.integers(1 - e, b)) for e, b in zip(extents, bounds)]  # overlapping
+    starts[1], starts[3] = -1, bounds[3] - 1
+    strides = [4 * int(rng.integers(1, 3))]
+    for d in range(3):
+        strides.append(strides[-1] * bounds[d] + 4 * int(rng.integers(0, 3)))
+    dims = list(zip(extents, starts, bounds, strides))
+    desc = descriptor(4 * int(rng.integers(0, 1000)), dims, sram_row=int(rng.integers(0, 40)),
+                      elem_log2=2)
+    assert store_case(CONFIG, desc, seed=seed, width=width)[0] == ErrorCode.NONE
+
+
+def test_store_all_padding():
+    desc = descriptor(64, [(4, 3, 3, 4), (2, -2, 5, 12)], elem_log2=2)
+    _, _, axi_mem = store_case(CONFIG, desc, seed=6)
+    assert axi_mem.aw == 0
+
+
+def test_store_extent_ones_and_4k():
+    desc = descriptor(4096 - 8, [(4, 0, 4, 4), (1, 0, 1, 0)], sram_row=63, elem_log2=2)
+    assert store_case(CONFIG, desc, seed=3)[0] == ErrorCode.NONE
+    desc = descriptor(12, [(1, 0, 1, 4), (1, 0, 1, 4), (1, 0, 1, 4), (1, 0, 1, 4)], elem_log2=2)
+    assert store_case(CONFIG, desc, seed=4)[0] == ErrorCode.NONE
+
+
+LOAD_ERRORS = {
+    "zero_extent": (descriptor(0, [(4, 0, 4, 1), (0, 0, 1, 4)]), ErrorCode.BAD_EXTENT),
+    "extent0_gt_lanes": (descriptor(0, [(5, 0, 5, 1)]), ErrorCode.BAD_EXTENT),
+    "sram_range": (descriptor(0, [(4, 0, 4, 1), (4, 0, 4, 4), (4, 0, 4, 16), (4, 0, 4, 64)],
+                              sram_row=193), ErrorCode.SRAM_RANGE),
+    "sram_range_saturating": (descriptor(0, [(1, 0, 1, 1), (65535, 0, 1, 0), (65535, 0, 1, 0),
+                                             (2, 0, 1, 0)]), ErrorCode.SRAM_RANGE),
+    "bad_element": (descriptor(0, [(4, 0, 4, 4)], elem_log2=2), ErrorCode.BAD_ELEMENT),
+    "overflow": (descriptor(0x100, [(4, 0, 4, 1), (2, 0, 2, 0xFFFFFF00)]),
+                 ErrorCode.ADDRESS_OVERFLOW),
+    "window": (descriptor(0x800, [(4, 0, 4, 1), (8, 0, 8, 0x100)]), ErrorCode.LOAD_WINDOW),
+    "window_unaligned": (descriptor(0x3804, [(4, 0, 4, 1)]), ErrorCode.LOAD_WINDOW),
+    "bus_error": (descriptor(0x400, [(4, 0, 4, 1), (16, 0, 16, 0x40)]), ErrorCode.BUS_ERROR),
+}
+STORE_ERRORS = {
+    "zero_extent": (descriptor(0, [(4, 0, 4, 4), (1, 0, 1, 16), (0, 0, 1, 64)], elem_log2=2),
+                    ErrorCode.BAD_EXTENT),
+    "extent0_gt_cols": (descriptor(0, [(5, 0, 5, 4)], elem_log2=2), ErrorCode.BAD_EXTENT),
+    "sram_range": (descriptor(0, [(4, 0, 4, 4), (5, 0, 5, 16)], sram_row=60, elem_log2=2),
+                   ErrorCode.SRAM_RANGE),
+    "misaligned_base": (descriptor(2, [(4, 0, 4, 4)], elem_log2=2), ErrorCode.MISALIGNED),
+    "misaligned_stride": (descriptor(0, [(4, 0, 4, 4), (1, 0, 1, 0), (2, 0, 2, 18)],
+                                     elem_log2=2), ErrorCode.MISALIGNED),
+    "bad_element": (descriptor(0, [(4, 0, 4, 1)], elem_log2=0), ErrorCode.BAD_ELEMENT),
+    "overflow": (descriptor(0xC00, [(4, 0, 4, 4), (2, 0, 2, 0xFFFFF400)], elem_log2=2),
+                 ErrorCode.ADDRESS_OVERFLOW),
+    "window": (descriptor(0xC00, [(4, 0, 4, 4), (8, 0, 8, 0x100)], elem_log2=2),
+               ErrorCode.STORE_WINDOW),
+    "read_only_window": (descriptor(0x2000, [(4, 0, 4, 4)], elem_log2=2), ErrorCode.STORE_WINDOW),
+    "bus_error": (descriptor(0x400, [(4, 0, 4, 4), (16, 0, 16, 0x40)], elem_log2=2),
+                  ErrorCode.BUS_ERROR),
+}
+# Readable [0, 0xB00), writable [0, 0x1000), read-only [0x2000, 0x3000), a window that is not
+# beat aligned at 0x3804; the model flags any beat outside [0, 0x1000) and [0x2000, 0x3000) and
+# fails bursts touching 0x700.
+ERROR_WINDOWS = windows((0, 0xB00, "rw"), (0xB00, 0x500, "w"), (0x2000, 0x1000, "r"),
+                        (0x3804, 0x100, "rw"))
+ERROR_ALLOWED = [(0, 0x1000), (0x2000, 0x1000)]
+
+
+@pytest.mark.parametrize("kind,case", [("load", c) for c in LOAD_ERRORS] +
+                                      [("store", c) for c in STORE_ERRORS])
+def test_errors(kind, case):
+    desc, code = (LOAD_ERRORS if kind == "load" else STORE_ERRORS)[case]
+    rng = np.random.default_rng(7)
+    axi_mem = AxiMemory(MEM_SIZE, 64, allowed=ERROR_ALLOWED, error_ranges=[(0x700, 8)], seed=7)
+    axi_mem.mem[:] = rng.integers(0, 256, MEM_SIZE, dtype=np.uint8).tobytes()
+    before = bytes(axi_mem.mem)
+    depth, width = ((CONFIG.scratchpad_rows, CONFIG.lanes) if kind == "load"
+                    else (CONFIG.accumulator_rows, CONFIG.cols))
+    init = rng.integers(-100, 100, (depth, width))
+    # A good instruction first (the engine is reusable), the failing one, then one more that
+    # must not be accepted.
+    good = (descriptor(0x10, [(4, 0, 4, 1)], sram_row=9) if kind == "load"
+            else descriptor(0x10, [(4, 0, 4, 4)], sram_row=9, elem_log2=2))
+    outcomes, rows = run(kind, CONFIG, [good, desc, good], axi_mem, ERROR_WINDOWS, init)
+    assert [o[0] for o in outcomes] == [ErrorCode.NONE, code]
+    assert axi_mem.in_flight() == 0
+    if kind == "store":  # only the good tile and parts of the failing one inside windows written
+        changed = np.flatnonzero(np.frombuffer(before, np.uint8) != np.frombuffer(axi_mem.mem,
+                                                                                   np.uint8))
+        assert all(0x10 <= a < 0x20 or 0x400 <= a < 0x1000 for a in changed), changed
+    if code in (ErrorCode.BAD_EXTENT, ErrorCode.SRAM_RANGE, ErrorCode.MISALIGNED,
+                ErrorCode.BAD_ELEMENT):  # checked before touching memory
+        assert (axi_mem.ar, axi_mem.aw) == (1, 0) if kind == "load" else (0, 1)
+
+
+WALKS = {
+    # In-bounds addresses at 2**32 (c1 = 2) are flagged; out-of-bounds ones (c3 = 1) are not.
+    "overflow": descriptor(0xFFFF_FF00, [(5, -2, 2, 3), (2, 1, 3, 0x80), (3, -1, 2, 7),
+                                         (2, 0, 1, 0x100)], sram_row=3),
+    "large_starts": descriptor(0x10_0000, [(3, 32765, 32767, 0x1_0001), (2, -32768, 40000, 5),
+                                           (1, -12345, 3, 0xFFFF_FFFF), (2, -1, 2000, 0)]),
+}
+
+
+@pytest.mark.parametrize("walk", WALKS)
+def test_walker_elements(walk):
+    # Every field of every element against the TensorDescriptor formula, with backpressure.
+    walker = TileWalker(lanes=5, rows=64)
+    desc = WALKS[walk]
+    dims = desc["dims"]
+    extents = [d["extent"] for d in dims]
+    expected = []
+    for i3, i2, i1, i0 in itertools.product(*[range(e) for e in reversed(extents)]):
+        idx = (i0, i1, i2, i3)
+        coords = [d["start"] + i for d, i in zip(dims, idx)]
+        in_bounds = all(0 <= c < d["bound"] for c, d in zip(coords, dims))
+        addr = desc["base"] + sum(c * d["stride"] for c, d in zip(coords, dims))
+        expected.append({
+            "coords": coords, "in_bounds": int(in_bounds), "addr": addr % 2**32,
+            "overflow": int(in_bounds and not 0 <= addr < 2**32), "lane": i0,
+            "row": desc["sram_row"] + i1 + extents[1] * (i2 + extents[2] * i3),
+            "last_in_row": int(i0 == extents[0] - 1),
+            "last": int(idx == tuple(e - 1 for e in extents))})
+    assert any(e["overflow"] for e in expected) or walk != "overflow"
+    seen = []
+
+    async def testbench(ctx):
+        ctx.set(walker.descriptor.payload, desc)
+        ctx.set(walker.descriptor.valid, 1)
+        await ctx.tick().until(walker.descriptor.ready)
+        ctx.set(walker.descriptor.valid, 0)
+        rng = np.random.default_rng(0)
+        for _ in range(400):
+            ready = bool(rng.integers(0, 2))
+            ctx.set(walker.elements.ready, ready)
+            _, _, valid, element = await ctx.tick().sample(walker.elements.valid,
+                                                           walker.elements.payload)
+            if valid and ready:
+                seen.append({"coords": [element.coords[d] for d in range(4)],
+                             **{k: int(getattr(element, k)) for k in expected[0] if k != "coords"}})
+        assert ctx.get(walker.descriptor.ready)
+
+    sim = Simulator(walker)
+    sim.add_clock(1e-6)
+    sim.add_testbench(testbench)
+    sim.run()
+    assert seen == expected
+
+
+def test_walker_abort():
+    walker = TileWalker(lanes=4, rows=16)
+
+    async def testbench(ctx):
+        ctx.set(walker.descriptor.payload, descriptor(0, [(4, 0, 4, 1), (4, 0, 4, 4)]))
+        ctx.set(walker.descriptor.valid, 1)
+        await ctx.tick().until(walker.descriptor.ready)
+        ctx.set(walker.descriptor.valid, 0)
+        await ctx.tick().until(walker.elements.valid)
+        ctx.set(walker.abort, 1)
+        await ctx.tick()
+        ctx.set(walker.abort, 0)
+        assert ctx.get(walker.descriptor.ready) and not ctx.get(walker.elements.valid)
+
+    sim = Simulator(walker)
+    sim.add_clock(1e-6)
+    sim.add_testbench(testbench)
+    sim.run()
+
+
+@pytest.mark.parametrize("make,name", [
+    (lambda: TileWalker(lanes=0, rows=4), "lanes"),
+    (lambda: TileWalker(lanes=4, rows=65537), "rows"),
+    (lambda: TileCheck(4, 16, elem_log2=4), "elem_log2"),
+    (lambda: BurstPlanner(4, 16, 12, 8, 8, "read"), "beat_bytes"),
+    (lambda: BurstPlanner(4, 16, 8, 8, 257, "read"), "max_beats"),
+    (lambda: BurstPlanner(4, 16, 8, 8, 8, "execute"), "permission"),
+    (lambda: LoadEngine({"rows": 4}), "config"),
+    (lambda: StoreEngine(None), "config"),
+])
+def test_bad_parameters(make, name):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the half-built component is never elaborated
+        with pytest.raises(ValueError, match=name) as info:
+            make()
+        del info
+        gc.collect()
+
+
+def test_throughput(capsys):
+    """Elements per cycle with an always-ready, zero-latency memory (reported, and bounded)."""
+    fast = {"ready": 1.0, "valid": 1.0, "latency": 0}
+    config = CoreConfig(rows=16, cols=16, scratchpad_kib=1, accumulator_kib=1,
+                        axi_data_width=64)
+    report = {}
+    for name, dims in [("contiguous", [(16, 0, 16, 1), (16, 0, 16, 16)]),
+                       ("strided", [(16, 0, 16, 3), (16, 0, 16, 48)])]:
+        cycles, axi_mem = load_case(config, descriptor(0, dims), seed=1, **fast)
+        report[f"load {name}"] = 256 / cycles
+    for name, dims in [("contiguous", [(16, 0, 16, 4), (4, 0, 4, 64)]),
+                       ("strided", [(16, 0, 16, 12), (4, 0, 4, 192)])]:
+        _, cycles, axi_mem = store_case(config, descriptor(0, dims, elem_log2=2), seed=1, **fast)
+        report[f"store {name}"] = 64 / cycles
+    with capsys.disabled():
+        print("\nelements/cycle:", {k: round(v, 2) for k, v in report.items()})
+    assert report["load contiguous"] > 0.8 and report["store contiguous"] > 0.6
+    assert report["load strided"] > 0.5 and report["store strided"] > 0.4
