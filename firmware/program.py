@@ -51,6 +51,10 @@ class Program:
     def load(self, descriptor, deps=Deps()):
         return self._add(Opcode.LOAD, header=deps.fields(), tensor=descriptor)
 
+    def load_im2col(self, descriptor, deps=Deps()):
+        """LOAD a tile of the lowered matrix; ``descriptor``: Im2colDescriptor fields."""
+        return self._add(Opcode.LOAD, header={**deps.fields(), "im2col": 1}, im2col=descriptor)
+
     def matmul(self, weight_row, act_row, acc_row, count, *, accumulate=False, deps=Deps()):
         return self._add(Opcode.MATMUL, header={**deps.fields(), "accumulate": int(accumulate)},
                          weight_row=weight_row, act_row=act_row, acc_row=acc_row, count=count)

@@ -10,7 +10,7 @@ from amaranth.lib import data, enum
 
 __all__ = [
     "INSTRUCTION_BITS", "INSTRUCTION_BYTES", "DIMS", "ErrorCode", "Opcode", "Header", "Dim",
-    "TensorDescriptor", "LoadInstruction", "MatmulInstruction", "StoreInstruction",
+    "TensorDescriptor", "Im2colDescriptor", "LoadInstruction", "LoadIm2colInstruction", "MatmulInstruction", "StoreInstruction",
     "decode", "encode", "NUM_WINDOWS", "Window",
 ]
 
@@ -50,7 +50,8 @@ Header = data.StructLayout({
     "push_prev": 1,   # when done, give a token to the previous engine
     "push_next": 1,   # when done, give a token to the next engine
     "accumulate": 1,  # MATMUL: add to the accumulator rows instead of overwriting them
-    "reserved": 23,
+    "im2col": 1,      # LOAD: the descriptor is an Im2colDescriptor
+    "reserved": 22,
 })
 
 Dim = data.StructLayout({
@@ -70,7 +71,43 @@ TensorDescriptor = data.StructLayout({
 """A TMA-style tile: element (i0, i1, i2, i3) sits at ``base + sum((start_d + i_d) * stride_d)``
 and goes to lane ``i0`` of SRAM row ``sram_row + i1 + extent1 * (i2 + extent2 * i3)``."""
 
+Im2colDescriptor = data.StructLayout({
+    "base": 32,          # byte address of x[0, 0, 0, 0] of an (N, C, H, W) int8 tensor
+    "sram_row": 16,      # first scratchpad row
+    "rows": 16,          # output pixels in the tile (SRAM rows), >= 1
+    "lanes": 16,         # kernel positions in the tile (lanes of each row), 1..lanes
+    "batch": 16,         # N, C, H, W: the tensor's bounds
+    "channels": 16,
+    "height": 16,
+    "width": 16,
+    "out_height": 16,    # P, Q: output pixels per image
+    "out_width": 16,
+    "kernel_h": 8,       # R, S
+    "kernel_w": 8,
+    "conv_stride": 8,    # coordinate step between neighbouring output pixels
+    "dilation": 8,       # coordinate step between neighbouring kernel taps
+    "padding": 8,        # zeros before the first row / column
+    "n0": 16,            # first output pixel (n0, p0, q0) of the tile
+    "p0": 16,
+    "q0": 16,
+    "c0": 16,            # first kernel position (c0, r0, s0) of the tile
+    "r0": 8,
+    "s0": 8,
+    "stride_n": 32,      # byte strides of the tensor
+    "stride_c": 32,
+    "stride_h": 32,
+    "stride_w": 32,
+})
+"""Implicit GEMM: a tile of the lowered (im2col) matrix, generated on the fly.
+
+Row ``i`` is output pixel ``m0 + i`` with m = (n, p, q), q fastest; lane ``j`` is kernel
+position ``k0 + j`` with k = (c, r, s), s fastest. The element is ``x[n, c, h, w]`` with
+``h = p * conv_stride + r * dilation - padding`` and ``w = q * conv_stride + s * dilation -
+padding``, zero outside the tensor (padding) and past the last pixel or kernel position."""
+
 LoadInstruction = data.StructLayout({"header": Header, "tensor": TensorDescriptor})
+LoadIm2colInstruction = data.StructLayout({"header": Header, "im2col": Im2colDescriptor})
+"""A LOAD with ``header.im2col`` set: the same bits as LoadInstruction, read this way."""
 StoreInstruction = data.StructLayout({"header": Header, "tensor": TensorDescriptor})
 
 MatmulInstruction = data.StructLayout({
@@ -84,8 +121,13 @@ MatmulInstruction = data.StructLayout({
 _LAYOUTS = {Opcode.LOAD: LoadInstruction, Opcode.MATMUL: MatmulInstruction,
             Opcode.STORE: StoreInstruction, Opcode.END: data.StructLayout({"header": Header})}
 
-for _layout in _LAYOUTS.values():
-    assert _layout.size <= INSTRUCTION_BITS, _layout
+assert all(layout.size <= INSTRUCTION_BITS for layout in (*_LAYOUTS.values(), LoadIm2colInstruction))
+
+
+def _layout(opcode, header):
+    if opcode == Opcode.LOAD and header.get("im2col"):
+        return LoadIm2colInstruction
+    return _LAYOUTS[opcode]
 
 
 def encode(opcode, **fields):
@@ -93,15 +135,16 @@ def encode(opcode, **fields):
     opcode = Opcode(opcode)
     fields.setdefault("header", {})
     fields["header"] = {**fields["header"], "opcode": opcode}
-    bits = _LAYOUTS[opcode].const(fields).as_bits()
+    bits = _layout(opcode, fields["header"]).const(fields).as_bits()
     return bits.to_bytes(INSTRUCTION_BYTES, "little")
 
 
 def decode(raw):
     """A view of instruction bytes through the layout of its opcode (for tools and tests)."""
     bits = int.from_bytes(raw[:INSTRUCTION_BYTES], "little")
-    opcode = Opcode(bits & 0xF)
-    return _LAYOUTS[opcode].from_bits(bits & ((1 << _LAYOUTS[opcode].size) - 1))
+    header = Header.from_bits(bits & ((1 << Header.size) - 1))
+    layout = _layout(header.opcode, {"im2col": header.im2col})
+    return layout.from_bits(bits & ((1 << layout.size) - 1))
 
 NUM_WINDOWS = 4
 """Access windows the host programs; every DMA must fall inside one of them."""
