@@ -4,7 +4,7 @@ import random
 
 import cocotb
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, RisingEdge
+from cocotb.triggers import ClockCycles, RisingEdge, SimTimeoutError, with_timeout
 from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam
 
 from ..hdl.csr import COUNTERS, register
@@ -28,16 +28,18 @@ class RunResult:
 class CoreDriver:
     """The host's view of one core: memory, registers, and running programs.
 
-    ``backpressure`` pauses every AXI channel of the memory at random (fixed seed).
+    ``backpressure`` pauses every AXI channel of the memory at random (fixed seed); ``monitor``
+    checks every AXI burst (see AxiMonitor) at some cost in simulation speed.
     """
 
-    def __init__(self, dut, config, *, memory_size=1 << 20, backpressure=False, seed=0):
+    def __init__(self, dut, config, *, memory_size=1 << 20, backpressure=False, seed=0,
+                 monitor=True):
         self.dut = dut
         self.config = config
         self.ram = AxiRam(AxiBus.from_prefix(dut, "m_axi"), dut.clk, dut.rst, size=memory_size)
         self.lite = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), dut.clk, dut.rst)
         self.windows = []
-        self.monitor = AxiMonitor(dut, self.windows)
+        self.monitor = AxiMonitor(dut, self.windows) if monitor else None
         for log in (self.ram.write_if.log, self.ram.read_if.log, self.lite.write_if.log,
                     self.lite.read_if.log):
             log.setLevel("WARNING")
@@ -87,12 +89,13 @@ class CoreDriver:
         await self.write("PROGRAM_LENGTH", len(program))
         await self.write("IRQ_ENABLE", 1)
         await self.write("CONTROL", register("CONTROL").layout.const({"start": 1}).as_bits())
-        for _ in range(timeout_cycles):
-            await RisingEdge(self.dut.clk)
-            if self.dut.irq.value:
-                break
-        else:
-            raise AssertionError(f"no interrupt within {timeout_cycles} cycles")
+        start = cocotb.utils.get_sim_time("ns")
+        if not self.dut.irq.value:
+            try:
+                await with_timeout(RisingEdge(self.dut.irq), timeout_cycles * 10, "ns")
+            except SimTimeoutError:
+                raise AssertionError(f"no interrupt within {timeout_cycles} cycles") from None
+        self.wall_cycles = int(cocotb.utils.get_sim_time("ns") - start) // 10
         status = await self.read("STATUS")
         result = RunResult(status, await self.read("ERROR_CODE"), await self.read("ERROR_INDEX"),
                            await self.counters())
