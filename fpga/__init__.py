@@ -1,1 +1,1 @@
-"""tpugen.fpga."""
+"""FPGA flows: synthesis reports (board tops and bitstreams to come)."""

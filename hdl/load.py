@@ -5,17 +5,34 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from ..config import CoreConfig
-from ..isa import NUM_WINDOWS, ErrorCode, LoadInstruction, Window
+from ..isa import (NUM_WINDOWS, ErrorCode, Header, LoadIm2colInstruction, LoadInstruction,
+                   TensorDescriptor, Window)
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_read_signature
-from .walker import BurstPlanner, TileCheck, TileWalker, step_layout
+from .walker import BurstPlanner, Im2colWalker, TileCheck, TileWalker, step_layout
 
-__all__ = ["LoadEngine", "MAX_OUTSTANDING", "PLAN_DEPTH"]
+__all__ = ["LoadEngine", "LOAD_INSTRUCTION", "MAX_OUTSTANDING", "PLAN_DEPTH"]
+
+LOAD_INSTRUCTION = data.StructLayout({
+    "header": Header,
+    "tensor": TensorDescriptor,
+    "tail": LoadIm2colInstruction.size - LoadInstruction.size,
+})
+"""The bits of a LOAD the engine takes: ``LoadInstruction``, extended to cover
+``LoadIm2colInstruction`` (which it is read as when ``header.im2col`` is set)."""
 
 PLAN_DEPTH = 64
 """Planned elements buffered between the burst planner and the R channel. A burst carries at most
 a quarter of them: its AR goes out early, and the rest of the buffer hides the read latency."""
 MAX_OUTSTANDING = 8
 """Read bursts in flight."""
+
+
+def _im2col_check(desc, lanes, rows):
+    """The error of an ``Im2colDescriptor`` found before any access, or NONE."""
+    bad_extent = ((desc.rows == 0) | (desc.lanes == 0) | (desc.lanes > lanes) |
+                  (desc.kernel_h == 0) | (desc.kernel_w == 0) | (desc.conv_stride == 0))
+    return Mux(bad_extent, ErrorCode.BAD_EXTENT,
+               Mux(desc.sram_row + desc.rows > rows, ErrorCode.SRAM_RANGE, ErrorCode.NONE))
 
 
 def check_config(config):
@@ -27,7 +44,9 @@ class LoadEngine(wiring.Component):
     """Executes LOAD instructions: external int8 elements -> scratchpad rows.
 
     Lane ``i0`` of each row gets its element, or 0 for an out-of-bounds element (padding) or
-    a lane beyond ``extent0``. One element per cycle from the R channel; up to
+    a lane beyond ``extent0``. With ``header.im2col`` set the instruction is read as a
+    ``LoadIm2colInstruction``: a tile of the lowered matrix of a convolution, walked by an
+    ``Im2colWalker``. One element per cycle from the R channel; up to
     ``MAX_OUTSTANDING`` bursts in flight. On an error nothing more is issued, every outstanding
     burst is drained, then ``error`` is raised and held.
     """
@@ -36,7 +55,7 @@ class LoadEngine(wiring.Component):
         check_config(config)
         self.config = config
         super().__init__({
-            "instr": In(stream.Signature(LoadInstruction)),
+            "instr": In(stream.Signature(LOAD_INSTRUCTION)),
             "done": Out(1),
             "busy": Out(1),
             "error": Out(ErrorCode),
@@ -56,25 +75,36 @@ class LoadEngine(wiring.Component):
 
         m.submodules.check = check = TileCheck(lanes, rows, elem_log2=0)
         m.submodules.walker = walker = TileWalker(lanes, rows)
+        m.submodules.im2col_walker = im2col_walker = Im2colWalker(lanes, rows)
         m.submodules.planner = planner = BurstPlanner(
             lanes, rows, beat_bytes, max_elements=PLAN_DEPTH // 4, max_beats=256,
             permission="read")
         layout = step_layout(lanes, rows, beat_bytes)
         m.submodules.plan = plan = fifo.SyncFIFOBuffered(width=layout.size, depth=PLAN_DEPTH)
 
+        instr = self.instr.payload
+        im2col_desc = data.View(LoadIm2colInstruction, instr.as_value()).im2col
+        im2col_code = Signal(ErrorCode)
+        im2col = Signal()    # the instruction is an im2col load
+        source = Mux(im2col, im2col_walker.elements.payload, walker.elements.payload)
+        source_valid = Mux(im2col, im2col_walker.elements.valid, walker.elements.valid)
         running = Signal()   # checks passed: elements flow
         draining = Signal()  # stopped on an error, R beats still accepted
         stopped = Signal()
         code = Signal(ErrorCode)
         m.d.comb += [
-            check.descriptor.payload.eq(self.instr.payload.tensor),
-            walker.descriptor.payload.eq(self.instr.payload.tensor),
+            check.descriptor.payload.eq(instr.tensor),
+            walker.descriptor.payload.eq(instr.tensor),
+            im2col_walker.descriptor.payload.eq(im2col_desc),
+            im2col_code.eq(_im2col_check(im2col_desc, lanes, rows)),
             planner.windows.eq(self.windows),
-            planner.elements.payload.eq(walker.elements.payload),
-            planner.elements.valid.eq(walker.elements.valid & running),
-            walker.elements.ready.eq(planner.elements.ready & running),
+            planner.elements.payload.eq(source),
+            planner.elements.valid.eq(source_valid & running),
+            walker.elements.ready.eq(planner.elements.ready & running & ~im2col),
+            im2col_walker.elements.ready.eq(planner.elements.ready & running & im2col),
             planner.abort.eq(stopped),
             walker.abort.eq(stopped),
+            im2col_walker.abort.eq(stopped),
             plan.w_data.eq(planner.steps.payload),
             plan.w_en.eq(planner.steps.valid),
             planner.steps.ready.eq(plan.w_rdy),
@@ -117,11 +147,22 @@ class LoadEngine(wiring.Component):
         m.d.sync += self.done.eq(0)
         with m.FSM():
             with m.State("IDLE"):
+                plain = self.instr.valid & ~instr.header.im2col
                 m.d.comb += [self.instr.ready.eq(1),
-                             check.descriptor.valid.eq(self.instr.valid),
-                             walker.descriptor.valid.eq(self.instr.valid)]
+                             check.descriptor.valid.eq(plain),
+                             walker.descriptor.valid.eq(plain),
+                             im2col_walker.descriptor.valid.eq(
+                                 self.instr.valid & instr.header.im2col &
+                                 (im2col_code == ErrorCode.NONE))]
                 with m.If(self.instr.valid):
-                    m.next = "CHECK"
+                    m.d.sync += im2col.eq(instr.header.im2col)
+                    with m.If(~instr.header.im2col):
+                        m.next = "CHECK"
+                    with m.Elif(im2col_code == ErrorCode.NONE):
+                        m.next = "RUN"
+                    with m.Else():
+                        m.d.sync += self.error.eq(im2col_code)
+                        m.next = "ERROR"
             with m.State("CHECK"):
                 m.d.comb += [self.busy.eq(1), check.result.ready.eq(1)]
                 with m.If(check.result.valid):

@@ -4,9 +4,9 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from ..isa import DIMS, NUM_WINDOWS, ErrorCode, TensorDescriptor, Window
+from ..isa import DIMS, NUM_WINDOWS, ErrorCode, Im2colDescriptor, TensorDescriptor, Window
 
-__all__ = ["TileCheck", "TileWalker", "BurstPlanner", "element_layout", "step_layout",
+__all__ = ["TileCheck", "TileWalker", "Im2colWalker", "BurstPlanner", "element_layout", "step_layout",
            "burst_layout"]
 
 COORD = signed(18)
@@ -217,6 +217,189 @@ class TileWalker(wiring.Component):
                         m.next = "IDLE"
                 with m.If(self.abort):
                     m.next = "IDLE"
+        return m
+
+
+class _ShiftAdd:
+    """``target += multiplier * multiplicand`` (unsigned factors), one multiplier bit per step."""
+
+    def __init__(self, target, multiplier_width):
+        name = target.name
+        self.target = target
+        self.y = Signal(multiplier_width, name=f"{name}_y")
+        self.x = Signal(len(target), name=f"{name}_x")
+
+    def start(self, multiplier, multiplicand):
+        return [self.y.eq(multiplier), self.x.eq(multiplicand)]
+
+    def step(self):
+        return [self.target.eq(self.target + Mux(self.y[0], self.x, 0)),
+                self.x.eq(self.x << 1), self.y.eq(self.y >> 1)]
+
+
+class Im2colWalker(wiring.Component):
+    """Walks an ``Im2colDescriptor`` element by element, lanes fastest, like ``TileWalker``.
+
+    Setup forms the step sizes and start offsets by shift-add, in two rounds of one cycle per
+    significant bit (of ``conv_stride``, ``dilation`` and ``padding``, then of the start
+    coordinates). Then one element per cycle, from registers: mixed-radix counters for the pixel
+    (n, p, q) of the row and the kernel position (c, r, s) of the lane, each digit carrying its
+    coordinate and its byte offset, advance by additions only. ``coords`` is left zero. The
+    descriptor must have rows, lanes, kernel sizes and stride >= 1 and its rows must fit
+    ``rows``. ``abort`` returns to idle at once.
+    """
+
+    def __init__(self, lanes, rows):
+        _check_int("lanes", lanes, 1, 65535)
+        _check_int("rows", rows, 1, 65536)
+        self.lanes, self.rows = lanes, rows
+        super().__init__({
+            "descriptor": In(stream.Signature(Im2colDescriptor)),
+            "elements": Out(stream.Signature(element_layout(lanes, rows))),
+            "abort": In(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        desc = Signal(Im2colDescriptor)
+        offset = signed(60)  # |address| < 2**58: 17-bit digits times 40-bit steps, summed
+
+        # Step sizes: coordinate steps times byte strides.
+        csw, csh, dsw, dsh = (Signal(40, name=n) for n in ("csw", "csh", "dsw", "dsh"))
+        pad_offset = Signal(41)  # padding * (stride_h + stride_w)
+        # Pixel digits: counter, coordinate contribution (h = hp + hr, w = wq + ws), and the
+        # address with the inner digits at 0 (ro_p: q = 0, ro_n: p = q = 0) or as they are (ro).
+        i, q, p, n = (Signal(width, name=name) for width, name in
+                      ((16, "i"), (16, "q"), (16, "p"), (17, "n")))
+        hp, wq = Signal(signed(26), name="hp"), Signal(signed(26), name="wq")
+        ro, ro_p, ro_n = (Signal(offset, name=name) for name in ("ro", "ro_p", "ro_n"))
+        row = Signal(range(self.rows))
+        # Kernel digits likewise (lane offsets: lo, lo_r at s = 0, lo_c at r = s = 0), and
+        # their values at the first lane of a row.
+        j, s, r, c = (Signal(width, name=name) for width, name in
+                      ((16, "j"), (8, "s"), (8, "r"), (17, "c")))
+        ws, hr, ws0, hr0 = (Signal(16, name=name) for name in ("ws", "hr", "ws0", "hr0"))
+        lo, lo_r, lo_c, lo0, lo_r0, lo_c0 = (
+            Signal(offset, name=name) for name in ("lo", "lo_r", "lo_c", "lo0", "lo_r0", "lo_c0"))
+
+        d = self.descriptor.payload
+        scale = [(_ShiftAdd(csw, 8), d.conv_stride, d.stride_w),
+                 (_ShiftAdd(csh, 8), d.conv_stride, d.stride_h),
+                 (_ShiftAdd(dsw, 8), d.dilation, d.stride_w),
+                 (_ShiftAdd(dsh, 8), d.dilation, d.stride_h),
+                 (_ShiftAdd(pad_offset, 8), d.padding, d.stride_h + d.stride_w),
+                 (_ShiftAdd(hp, 8), d.conv_stride, d.p0),
+                 (_ShiftAdd(wq, 8), d.conv_stride, d.q0),
+                 (_ShiftAdd(hr0, 8), d.dilation, d.r0),
+                 (_ShiftAdd(ws0, 8), d.dilation, d.s0)]
+        offsets = [(_ShiftAdd(ro_n, 16), desc.n0, desc.stride_n),
+                   (_ShiftAdd(ro_p, 16), desc.p0, csh),
+                   (_ShiftAdd(ro, 16), desc.q0, csw),
+                   (_ShiftAdd(lo_c0, 16), desc.c0, desc.stride_c),
+                   (_ShiftAdd(lo_r0, 16), desc.r0, dsh),
+                   (_ShiftAdd(lo0, 16), desc.s0, dsw)]
+
+        h = hp + hr
+        w = wq + ws
+        in_bounds = ((n < desc.batch) & (c < desc.channels) & (h >= 0) & (h < desc.height) &
+                     (w >= 0) & (w < desc.width))
+        addr = ro + lo
+        last_in_row = j == desc.lanes - 1
+        last = last_in_row & (i == desc.rows - 1)
+        pending = Signal()  # the counters hold an element not yet in the output register
+        load = pending & (~self.elements.valid | self.elements.ready)
+
+        with m.If(self.elements.ready):
+            m.d.sync += self.elements.valid.eq(0)
+        with m.If(load):
+            out = self.elements.payload
+            m.d.sync += [
+                self.elements.valid.eq(1),
+                out.in_bounds.eq(in_bounds),
+                out.addr.eq(addr[:32]),
+                out.overflow.eq(in_bounds & addr[32:].any()),
+                out.lane.eq(j),
+                out.row.eq(row),
+                out.last_in_row.eq(last_in_row),
+                out.last.eq(last),
+                pending.eq(~last),
+            ]
+
+        def stop_on_abort():
+            with m.If(self.abort):
+                m.next = "IDLE"
+
+        def first_lane():
+            return [j.eq(0), s.eq(desc.s0), r.eq(desc.r0), c.eq(desc.c0), ws.eq(ws0),
+                    hr.eq(hr0), lo.eq(lo0), lo_r.eq(lo_r0), lo_c.eq(lo_c0)]
+
+        with m.FSM():
+            with m.State("IDLE"):
+                m.d.comb += self.descriptor.ready.eq(1)
+                with m.If(self.descriptor.valid):
+                    m.d.sync += [desc.eq(d), i.eq(0), q.eq(d.q0), p.eq(d.p0), n.eq(d.n0),
+                                 row.eq(d.sram_row),
+                                 *(unit.target.eq(0) for unit, _, _ in scale),
+                                 hp.eq(-d.padding), wq.eq(-d.padding)]
+                    for unit, multiplier, multiplicand in scale:
+                        m.d.sync += unit.start(multiplier, multiplicand)
+                    m.next = "SCALE"
+            with m.State("SCALE"):
+                for unit, _, _ in scale:
+                    m.d.sync += unit.step()
+                with m.If(Cat(unit.y == 0 for unit, _, _ in scale).all()):
+                    m.d.sync += [unit.target.eq(0) for unit, _, _ in offsets]
+                    m.d.sync += ro_n.eq(desc.base - pad_offset)
+                    for unit, multiplier, multiplicand in offsets:
+                        m.d.sync += unit.start(multiplier, multiplicand)
+                    m.next = "OFFSET"
+                stop_on_abort()
+            with m.State("OFFSET"):
+                for unit, _, _ in offsets:
+                    m.d.sync += unit.step()
+                with m.If(Cat(unit.y == 0 for unit, _, _ in offsets).all()):
+                    m.d.sync += [ro_p.eq(ro_n + ro_p), ro.eq(ro_n + ro_p + ro),
+                                 lo_r0.eq(lo_c0 + lo_r0), lo0.eq(lo_c0 + lo_r0 + lo0)]
+                    m.next = "START"
+                stop_on_abort()
+            with m.State("START"):
+                m.d.sync += [*first_lane(), pending.eq(1)]
+                m.next = "WALK"
+                stop_on_abort()
+            with m.State("WALK"):
+                with m.If(load & last_in_row):
+                    m.d.sync += [*first_lane(), i.eq(i + 1), row.eq(row + 1)]
+                    with m.If(q + 1 < desc.out_width):
+                        m.d.sync += [q.eq(q + 1), wq.eq(wq + desc.conv_stride), ro.eq(ro + csw)]
+                    with m.Else():
+                        m.d.sync += [q.eq(0), wq.eq(-desc.padding)]
+                        with m.If(p + 1 < desc.out_height):
+                            m.d.sync += [p.eq(p + 1), hp.eq(hp + desc.conv_stride),
+                                         ro_p.eq(ro_p + csh), ro.eq(ro_p + csh)]
+                        with m.Else():
+                            m.d.sync += [p.eq(0), hp.eq(-desc.padding), n.eq(n + 1),
+                                         ro_n.eq(ro_n + desc.stride_n),
+                                         ro_p.eq(ro_n + desc.stride_n),
+                                         ro.eq(ro_n + desc.stride_n)]
+                with m.Elif(load):
+                    m.d.sync += j.eq(j + 1)
+                    with m.If(s + 1 < desc.kernel_w):
+                        m.d.sync += [s.eq(s + 1), ws.eq(ws + desc.dilation), lo.eq(lo + dsw)]
+                    with m.Else():
+                        m.d.sync += [s.eq(0), ws.eq(0)]
+                        with m.If(r + 1 < desc.kernel_h):
+                            m.d.sync += [r.eq(r + 1), hr.eq(hr + desc.dilation),
+                                         lo_r.eq(lo_r + dsh), lo.eq(lo_r + dsh)]
+                        with m.Else():
+                            m.d.sync += [r.eq(0), hr.eq(0), c.eq(c + 1),
+                                         lo_c.eq(lo_c + desc.stride_c),
+                                         lo_r.eq(lo_c + desc.stride_c),
+                                         lo.eq(lo_c + desc.stride_c)]
+                with m.If(self.elements.valid & self.elements.ready & self.elements.payload.last):
+                    m.next = "IDLE"
+                stop_on_abort()
+        with m.If(self.abort):
+            m.d.sync += [self.elements.valid.eq(0), pending.eq(0)]
         return m
 
 

@@ -70,7 +70,8 @@ class Bench(Elaboratable):
 
 
 def run(kind, config, descs, axi_mem, wins, sram_init, timeout=4000):
-    """Runs ``descs`` one after another; returns ([(error, cycles)], final SRAM rows)."""
+    """Runs ``descs`` (descriptors, or encoded instructions) one after another; returns
+    ([(error, cycles)], final SRAM rows)."""
     if kind == "load":
         engine, opcode = LoadEngine(config), Opcode.LOAD
         shape, depth = data.ArrayLayout(signed(8), config.lanes), config.scratchpad_rows
@@ -86,7 +87,11 @@ def run(kind, config, descs, axi_mem, wins, sram_init, timeout=4000):
     async def testbench(ctx):
         ctx.set(engine.windows, wins)
         for desc in descs:
-            ctx.set(engine.instr.payload, {"header": {"opcode": opcode}, "tensor": desc})
+            if isinstance(desc, bytes):  # an encoded instruction
+                bits = engine.instr.payload.as_value()
+                ctx.set(bits, int.from_bytes(desc, "little") & ((1 << len(bits)) - 1))
+            else:
+                ctx.set(engine.instr.payload, {"header": {"opcode": opcode}, "tensor": desc})
             ctx.set(engine.instr.valid, 1)
             await ctx.tick().until(engine.instr.ready)
             ctx.set(engine.instr.valid, 0)

@@ -47,7 +47,7 @@ def _bench(args):
     results = run_bench()
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     for key, value in results.items():
-        print(f"{key:32} {value}")
+        print(f"{key:40} {value}")
     print(f"wrote {args.out}", file=sys.stderr)
 
 

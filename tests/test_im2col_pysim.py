@@ -1,0 +1,169 @@
+"""amaranth.sim tests of im2col LOADs (implicit GEMM tiles) against sim.golden.im2col."""
+import numpy as np
+import pytest
+
+from tpugen import CoreConfig
+from tpugen.isa import ErrorCode, Opcode, encode
+from tpugen.sim.golden import im2col
+from tpugen.sim.pysim_axi import AxiMemory
+
+from test_dma_pysim import ERROR_ALLOWED, ERROR_WINDOWS, MEM_SIZE, run, windows
+
+CONFIG = CoreConfig(rows=8, cols=8, scratchpad_kib=1, accumulator_kib=1)  # 8 lanes, 128 rows
+
+
+def strides(shape, layout, gap=0):
+    """Byte strides (n, c, h, w) of an int8 tensor of ``shape`` (N, C, H, W) stored as
+    ``layout`` ("nchw" or "nhwc"), with ``gap`` spare bytes after each innermost run."""
+    n, c, h, w = shape
+    if layout == "nchw":
+        sh = w + gap
+        return {"n": c * h * sh, "c": h * sh, "h": sh, "w": 1}
+    sw = c + gap
+    return {"n": h * w * sw, "c": 1, "h": w * sw, "w": sw}
+
+
+def instruction(conv, tile, **fields):
+    """An encoded im2col LOAD of the tile ``(m0, k0, rows, lanes)`` of ``conv``; ``fields``
+    of the descriptor (``sram_row`` at least) set or overridden."""
+    (n, c, h, w), (kh, kw), stride, dilation, padding, base, st, (p, q) = conv
+    m0, k0, rows, lanes = tile
+    n0, p0, q0 = np.unravel_index(m0, (1 << 16, p, q))
+    c0, r0, s0 = np.unravel_index(k0, (1 << 16, kh, kw))
+    desc = {"base": base, "rows": rows, "lanes": lanes, "batch": n,
+            "channels": c, "height": h, "width": w, "out_height": p, "out_width": q,
+            "kernel_h": kh, "kernel_w": kw, "conv_stride": stride, "dilation": dilation,
+            "padding": padding, "n0": n0, "p0": p0, "q0": q0, "c0": c0, "r0": r0, "s0": s0,
+            **{f"stride_{k}": v for k, v in st.items()}}
+    desc = {k: int(v) for k, v in {**desc, **fields}.items()}
+    return encode(Opcode.LOAD, header={"im2col": 1}, im2col=desc)
+
+
+def conv_case(shape, kernel, stride, dilation, padding, layout, tiles, seed, width=64, gap=0,
+              config=CONFIG, **axi):
+    """Loads ``tiles`` of the lowered matrix of a random tensor; compares with numpy. Memory and
+    windows cover the tensor's bytes only (beat aligned), so a read of padding fails."""
+    rng = np.random.default_rng(seed)
+    config = CoreConfig(**{**config.__dict__, "axi_data_width": width})
+    beat = width // 8
+    st = strides(shape, layout, gap)
+    span = sum((d - 1) * st[k] for d, k in zip(shape, "nchw")) + 1
+    base = beat * int(rng.integers(1, (MEM_SIZE - span) // beat - 1))
+    lo, hi = base, -(-(base + span) // beat) * beat
+    axi_mem = AxiMemory(MEM_SIZE, width, allowed=[(lo, hi - lo)], seed=seed, **axi)
+    axi_mem.mem[:] = rng.integers(0, 256, MEM_SIZE, dtype=np.uint8).tobytes()
+    grids = np.meshgrid(*[np.arange(d) for d in shape], indexing="ij")
+    addrs = base + sum(g * st[k] for g, k in zip(grids, "nchw"))
+    x = np.frombuffer(axi_mem.mem, dtype=np.int8)[addrs]
+    lowered = im2col(x, *kernel, stride, dilation, padding)
+    out = ((np.array(shape[2:]) + 2 * padding - dilation * (np.array(kernel) - 1) - 1)
+           // stride + 1)
+    assert lowered.shape[0] == shape[0] * out[0] * out[1]
+    conv = (shape, kernel, stride, dilation, padding, base, st, tuple(out))
+    init = rng.integers(-128, 128, (config.scratchpad_rows, config.lanes))
+    instrs, expected, sram_row = [], init.copy(), 3
+    padded = np.pad(lowered, ((0, config.scratchpad_rows), (0, config.lanes)))
+    for m0, k0, rows, lanes in tiles:
+        instrs.append(instruction(conv, (m0, k0, rows, lanes), sram_row=sram_row))
+        expected[sram_row:sram_row + rows] = 0
+        expected[sram_row:sram_row + rows, :lanes] = padded[m0:m0 + rows, k0:k0 + lanes]
+        sram_row += rows
+    outcomes, rows = run("load", config, instrs, axi_mem, windows((lo, hi - lo, "r")), init)
+    assert [o[0] for o in outcomes] == [ErrorCode.NONE] * len(tiles)
+    np.testing.assert_array_equal(rows, expected)
+    return lowered.shape, [o[1] for o in outcomes]
+
+
+# shape (N, C, H, W), kernel (R, S), stride, dilation, padding, layout, bus width, gap
+CONVS = {
+    "1x1": ((2, 5, 4, 5), (1, 1), 1, 1, 0, "nchw", 64, 0),
+    "1x1_s2_pad1_nhwc": ((1, 5, 5, 4), (1, 1), 2, 1, 1, "nhwc", 32, 1),
+    "3x3_pad1": ((1, 3, 6, 7), (3, 3), 1, 1, 1, "nchw", 32, 2),
+    "3x3_s2_pad1_nhwc": ((2, 3, 7, 6), (3, 3), 2, 1, 1, "nhwc", 64, 0),
+    "3x3_s2_pad0": ((2, 3, 7, 7), (3, 3), 2, 1, 0, "nchw", 64, 0),
+    "3x3_dil2_pad2_nhwc": ((1, 3, 8, 8), (3, 3), 1, 2, 2, "nhwc", 32, 0),
+    "5x5_pad2": ((1, 2, 7, 7), (5, 5), 1, 1, 2, "nchw", 64, 3),
+    "5x5_s2_dil2_pad2": ((1, 2, 11, 10), (5, 5), 2, 2, 2, "nchw", 32, 0),
+}
+
+
+@pytest.mark.parametrize("name", CONVS)
+def test_im2col_tiles(name):
+    shape, kernel, stride, dilation, padding, layout, width, gap = CONVS[name]
+    rng = np.random.default_rng(sum(map(ord, name)))
+    m, k = im2col(np.zeros(shape), *kernel, stride, dilation, padding).shape
+    q = (shape[3] + 2 * padding - dilation * (kernel[1] - 1) - 1) // stride + 1
+    taps = kernel[0] * kernel[1]
+    # The first tile; one starting mid-row of the output (q0 != 0) and, for kernels larger than
+    # 1x1, mid-kernel (r0 or s0 != 0); one running past the last pixel and kernel position.
+    mid_m = int(rng.integers(1, m - 6))
+    mid_m += mid_m % q == 0
+    mid_k = int(rng.integers(1, k - 1))
+    mid_k += taps > 1 and mid_k % taps == 0
+    tiles = [(0, 0, 5, 8), (mid_m, mid_k, 6, 8), (m - 3, max(0, k - 4), 6, 7)]
+    conv_case(shape, kernel, stride, dilation, padding, layout, tiles, seed=len(name),
+              width=width, gap=gap)
+
+
+def test_im2col_whole_matrix():
+    # Every tile of a small conv, back to back: rows and lanes of all tiles cover the matrix.
+    shape, kernel = (1, 2, 4, 4), (3, 3)
+    m, k = im2col(np.zeros(shape), *kernel, 1, 1, 1).shape
+    tiles = [(m0, k0, 8, 8) for m0 in range(0, m, 8) for k0 in range(0, k, 8)]
+    conv_case(shape, kernel, 1, 1, 1, "nchw", tiles, seed=9, width=64)
+
+
+def good_instruction(**fields):
+    conv = ((1, 2, 4, 4), (3, 3), 1, 1, 1, 0x10, strides((1, 2, 4, 4), "nchw"), (4, 4))
+    return instruction(conv, (5, 3, 4, 8), **{"sram_row": 9, **fields})
+
+
+IM2COL_ERRORS = {
+    "zero_rows": ({"rows": 0}, ErrorCode.BAD_EXTENT),
+    "zero_lanes": ({"lanes": 0}, ErrorCode.BAD_EXTENT),
+    "lanes_gt_lanes": ({"lanes": 9}, ErrorCode.BAD_EXTENT),
+    "zero_kernel_h": ({"kernel_h": 0}, ErrorCode.BAD_EXTENT),
+    "zero_kernel_w": ({"kernel_w": 0}, ErrorCode.BAD_EXTENT),
+    "zero_stride": ({"conv_stride": 0}, ErrorCode.BAD_EXTENT),
+    "sram_range": ({"sram_row": 125}, ErrorCode.SRAM_RANGE),
+    "sram_range_wide": ({"sram_row": 65535, "rows": 65535}, ErrorCode.SRAM_RANGE),
+    # Rows of the image 0x100 apart from 0x800: the fourth, at 0xB00, is outside the window.
+    "window": ({"base": 0x800, "stride_h": 0x100, "stride_c": 0x400, "rows": 16},
+               ErrorCode.LOAD_WINDOW),
+    # Image 1 sits at 2**32 + 0x100; the pixels before it are fine.
+    "overflow": ({"base": 0x100, "batch": 2, "stride_n": 0xFFFF_FF00, "rows": 24},
+                 ErrorCode.ADDRESS_OVERFLOW),
+    "bus_error": ({"base": 0x6F0, "stride_h": 4, "stride_c": 16}, ErrorCode.BUS_ERROR),
+}
+
+
+@pytest.mark.parametrize("case", IM2COL_ERRORS)
+def test_im2col_errors(case):
+    fields, code = IM2COL_ERRORS[case]
+    rng = np.random.default_rng(7)
+    axi_mem = AxiMemory(MEM_SIZE, 64, allowed=ERROR_ALLOWED, error_ranges=[(0x700, 8)], seed=7)
+    axi_mem.mem[:] = rng.integers(0, 256, MEM_SIZE, dtype=np.uint8).tobytes()
+    init = rng.integers(-100, 100, (CONFIG.scratchpad_rows, CONFIG.lanes))
+    good = good_instruction()
+    outcomes, rows = run("load", CONFIG, [good, good_instruction(**fields), good], axi_mem,
+                         ERROR_WINDOWS, init)
+    assert [o[0] for o in outcomes] == [ErrorCode.NONE, code]
+    assert axi_mem.in_flight() == 0
+    if code in (ErrorCode.BAD_EXTENT, ErrorCode.SRAM_RANGE):  # checked before touching memory
+        alone = AxiMemory(MEM_SIZE, 64, allowed=ERROR_ALLOWED, seed=7)
+        assert run("load", CONFIG, [good], alone, ERROR_WINDOWS, init)[0][0][0] == ErrorCode.NONE
+        assert axi_mem.ar == alone.ar > 0
+
+def test_im2col_throughput(capsys):
+    """Elements per cycle of 16 x 16 tiles with an always-ready, zero-latency memory."""
+    fast = {"ready": 1.0, "valid": 1.0, "latency": 0}
+    config = CoreConfig(rows=16, cols=16, scratchpad_kib=1, accumulator_kib=1)
+    report = {}
+    for name, shape, layout in [("3x3 nchw", (1, 4, 8, 8), "nchw"),
+                                ("3x3 nhwc", (1, 16, 6, 6), "nhwc")]:
+        _, cycles = conv_case(shape, (3, 3), 1, 1, 1, layout, [(9, 16, 16, 16)], seed=1,
+                              config=config, **fast)
+        report[name] = 256 / cycles[0]
+    with capsys.disabled():
+        print("\nim2col elements/cycle:", {k: round(v, 2) for k, v in report.items()})
+    assert report["3x3 nhwc"] > 0.7 and report["3x3 nchw"] > 0.3
