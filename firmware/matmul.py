@@ -1,17 +1,19 @@
-"""Tiled matmul programs: C (int32, M x N) = A (int8, M x K) @ B (int8, K x N), row-major."""
+"""Tiled GEMM programs on the core: matmul, and conv2d as implicit GEMM."""
 from dataclasses import dataclass
 
 from .program import Deps, Dim, Program, tensor
 
-__all__ = ["MatmulPlan", "compile_matmul", "plan_matmul"]
+__all__ = ["GemmPlan", "compile_conv2d", "compile_matmul", "conv2d_output_shape", "plan_gemm"]
 
 
 @dataclass(frozen=True)
-class MatmulPlan:
-    """How a matmul is tiled on a core: all derived from the config and the shape."""
+class GemmPlan:
+    """How C (m x n) = A (m x k) @ B (k x n) is tiled: all derived from the config and shape."""
     m: int
     k: int
     n: int
+    rows: int
+    cols: int
     m_tile: int
     """Activation vectors per MATMUL: rows of A and accumulator rows per output tile."""
     buffer_rows: int
@@ -21,68 +23,136 @@ class MatmulPlan:
     def k_tiles(self):
         return -(-self.k // self.rows)
 
-    rows: int = 1
-    cols: int = 1
-
     @property
     def n_tiles(self):
         return -(-self.n // self.cols)
 
-    @property
-    def m_tiles(self):
-        return -(-self.m // self.m_tile)
 
-
-def plan_matmul(config, m, k, n):
+def plan_gemm(config, m, k, n, *, m_tile_limit=None):
     for name, value in (("M", m), ("K", k), ("N", n)):
-        if not isinstance(value, int) or value < 1:
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name}={value!r} is invalid: allowed an integer >= 1")
     buffer_rows = config.scratchpad_rows // 2
-    m_tile = min(m, config.accumulator_rows // 2, buffer_rows - config.rows, 0xFFFF)
+    m_tile = min(m, m_tile_limit or m, config.accumulator_rows // 2, buffer_rows - config.rows,
+                 0xFFFF)
     if m_tile < 1:
         raise ValueError("the scratchpad is too small for one weight tile and one activation row")
-    return MatmulPlan(m=m, k=k, n=n, m_tile=m_tile, buffer_rows=buffer_rows,
-                      rows=config.rows, cols=config.cols)
+    return GemmPlan(m=m, k=k, n=n, rows=config.rows, cols=config.cols, m_tile=m_tile,
+                    buffer_rows=buffer_rows)
 
 
-def compile_matmul(config, m, k, n, *, a_addr, b_addr, c_addr):
-    """A program for one matmul, double buffered in the scratchpad and in the accumulator.
+def _compile_gemm(config, plan, m_blocks, load_a, load_b, store_c):
+    """The program for C = A @ B, double buffered in the scratchpad and in the accumulator.
 
-    Steps run over (output tile, k tile); the loads of step i+1 overlap the MATMUL of step i,
-    and the STORE of output tile j overlaps the work on tile j+1. Tokens: load -> execute when a
+    ``m_blocks``: (m0, count) row blocks of at most ``plan.m_tile``. ``load_a(program, m0,
+    count, k0, sram_row, deps)``, ``load_b(program, k0, n0, sram_row, deps)`` and
+    ``store_c(m0, count, n0, acc_row)`` (a descriptor) say where the operands live.
+
+    Steps run over (output tile, k tile); the loads of step i+1 overlap the MATMUL of step i and
+    the STORE of output tile j overlaps the work on tile j+1. Tokens: load -> execute when a
     buffer is filled, execute -> load when it may be refilled, execute -> store when an output
     tile is complete, store -> execute when its accumulator half may be reused.
     """
-    plan = plan_matmul(config, m, k, n)
     rows, cols = config.rows, config.cols
     program = Program()
-    outputs = [(mt, nt) for mt in range(plan.m_tiles) for nt in range(plan.n_tiles)]
+    outputs = [(m0, count, nt * cols) for m0, count in m_blocks for nt in range(plan.n_tiles)]
     steps = len(outputs) * plan.k_tiles
     step = 0
-    for j, (mt, nt) in enumerate(outputs):
-        m0, n0 = mt * plan.m_tile, nt * cols
-        m_count = min(plan.m_tile, m - m0)
+    for j, (m0, count, n0) in enumerate(outputs):
         acc_row = (j % 2) * (config.accumulator_rows // 2)
         for kt in range(plan.k_tiles):
             k0 = kt * rows
             buffer = (step % 2) * plan.buffer_rows
             weight_row, act_row = buffer, buffer + rows
-            program.load(tensor(b_addr, 1, weight_row, [
-                Dim(extent=cols, start=n0, bound=n, stride=1),
-                Dim(extent=rows, start=k0, bound=k, stride=n)]),
-                Deps(pop_next=step >= 2))
-            program.load(tensor(a_addr, 1, act_row, [
-                Dim(extent=rows, start=k0, bound=k, stride=1),
-                Dim(extent=m_count, start=m0, bound=m, stride=k)]),
-                Deps(push_next=True))
+            load_b(program, k0, n0, weight_row, Deps(pop_next=step >= 2))
+            load_a(program, m0, count, k0, act_row, Deps(push_next=True))
             first, last = kt == 0, kt == plan.k_tiles - 1
-            program.matmul(weight_row, act_row, acc_row, m_count, accumulate=not first,
+            program.matmul(weight_row, act_row, acc_row, count, accumulate=not first,
                            deps=Deps(pop_prev=True, pop_next=first and j >= 2,
                                      push_prev=step + 2 < steps, push_next=last))
             step += 1
-        program.store(tensor(c_addr, 4, acc_row, [
-            Dim(extent=cols, start=n0, bound=n, stride=4),
-            Dim(extent=m_count, start=m0, bound=m, stride=4 * n)]),
-            Deps(pop_prev=True, push_prev=j + 2 < len(outputs)))
+        program.store(store_c(m0, count, n0, acc_row),
+                      Deps(pop_prev=True, push_prev=j + 2 < len(outputs)))
     program.end()
     return program
+
+
+def compile_matmul(config, m, k, n, *, a_addr, b_addr, c_addr):
+    """C (int32, m x n) = A (int8, m x k) @ B (int8, k x n), all row-major."""
+    plan = plan_gemm(config, m, k, n)
+    rows, cols = config.rows, config.cols
+
+    def load_a(program, m0, count, k0, sram_row, deps):
+        program.load(tensor(a_addr, 1, sram_row, [
+            Dim(extent=rows, start=k0, bound=k, stride=1),
+            Dim(extent=count, start=m0, bound=m, stride=k)]), deps)
+
+    def load_b(program, k0, n0, sram_row, deps):
+        program.load(tensor(b_addr, 1, sram_row, [
+            Dim(extent=cols, start=n0, bound=n, stride=1),
+            Dim(extent=rows, start=k0, bound=k, stride=n)]), deps)
+
+    def store_c(m0, count, n0, acc_row):
+        return tensor(c_addr, 4, acc_row, [
+            Dim(extent=cols, start=n0, bound=n, stride=4),
+            Dim(extent=count, start=m0, bound=m, stride=4 * n)])
+
+    blocks = [(m0, min(plan.m_tile, m - m0)) for m0 in range(0, m, plan.m_tile)]
+    return _compile_gemm(config, plan, blocks, load_a, load_b, store_c)
+
+
+def conv2d_output_shape(x_shape, w_shape, stride, padding, dilation):
+    n, c, h, w = x_shape
+    k, c_w, r, s = w_shape
+    if c_w != c:
+        raise ValueError(f"weight channels {c_w} do not match input channels {c}")
+    p = (h + 2 * padding - dilation * (r - 1) - 1) // stride + 1
+    q = (w + 2 * padding - dilation * (s - 1) - 1) // stride + 1
+    if p < 1 or q < 1:
+        raise ValueError(f"the kernel {r}x{s} (dilation {dilation}) does not fit the padded "
+                         f"input {h}x{w} (padding {padding})")
+    return n, k, p, q
+
+
+def compile_conv2d(config, x_shape, w_shape, *, stride=1, padding=0, dilation=1, x_addr,
+                   w_addr, y_addr):
+    """y (int32, N x K x P x Q) = conv2d(x (int8, N x C x H x W), w (int8, K x C x R x S)),
+    NCHW, as implicit GEMM: A = im2col(x) generated by the load engine, B = w^T."""
+    for name, value in (("stride", stride), ("dilation", dilation)):
+        if not 1 <= value <= 255:
+            raise ValueError(f"{name}={value!r} is invalid: allowed 1..255")
+    if not 0 <= padding <= 255:
+        raise ValueError(f"padding={padding!r} is invalid: allowed 0..255")
+    n, c, h, w = x_shape
+    _, k_out, p, q = conv2d_output_shape(x_shape, w_shape, stride, padding, dilation)
+    _, _, r, s = w_shape
+    crs, pq = c * r * s, p * q
+    # Row blocks stay inside one image so each output tile is one strided store.
+    plan = plan_gemm(config, n * pq, crs, k_out, m_tile_limit=pq)
+    rows, cols = config.rows, config.cols
+
+    def load_a(program, m0, count, k0, sram_row, deps):
+        image, pixel = divmod(m0, pq)
+        channel, tap = divmod(k0, r * s)
+        program.load_im2col({
+            "base": x_addr, "sram_row": sram_row, "rows": count, "lanes": rows,
+            "batch": n, "channels": c, "height": h, "width": w, "out_height": p, "out_width": q,
+            "kernel_h": r, "kernel_w": s, "conv_stride": stride, "dilation": dilation,
+            "padding": padding, "n0": image, "p0": pixel // q, "q0": pixel % q,
+            "c0": channel, "r0": tap // s, "s0": tap % s,
+            "stride_n": c * h * w, "stride_c": h * w, "stride_h": w, "stride_w": 1}, deps)
+
+    def load_b(program, k0, n0, sram_row, deps):
+        program.load(tensor(w_addr, 1, sram_row, [
+            Dim(extent=cols, start=n0, bound=k_out, stride=crs),
+            Dim(extent=rows, start=k0, bound=crs, stride=1)]), deps)
+
+    def store_c(m0, count, n0, acc_row):
+        image, pixel = divmod(m0, pq)
+        return tensor(y_addr + 4 * image * k_out * pq, 4, acc_row, [
+            Dim(extent=cols, start=n0, bound=k_out, stride=4 * pq),
+            Dim(extent=count, start=pixel, bound=pq, stride=4)])
+
+    blocks = [(image * pq + p0, min(plan.m_tile, pq - p0))
+              for image in range(n) for p0 in range(0, pq, plan.m_tile)]
+    return _compile_gemm(config, plan, blocks, load_a, load_b, store_c)

@@ -26,6 +26,9 @@ def synth_cells(config, family="ecp5", design="tpu_core"):
         Path(tmp, "core.v").write_text(generate_verilog(config, design))
         script = (f"read_verilog core.v; {SYNTH_COMMANDS[family]} -top {design}; "
                   "tee -q -o stat.json stat -json")
-        subprocess.run([yosys, "-q", "-p", script], cwd=tmp, check=True, capture_output=True)
+        run = subprocess.run([yosys, "-q", "-p", script], cwd=tmp, capture_output=True, text=True)
+        if run.returncode != 0:
+            raise RuntimeError(f"yosys failed ({run.returncode}):\n{run.stdout[-2000:]}\n"
+                               f"{run.stderr[-2000:]}")
         stat = json.loads(Path(tmp, "stat.json").read_text())
     return stat["design"]["num_cells_by_type"]

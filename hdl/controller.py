@@ -6,8 +6,9 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from ..isa import (INSTRUCTION_BITS, INSTRUCTION_BYTES, NUM_WINDOWS, ErrorCode, Header,
-                   LoadInstruction, MatmulInstruction, Opcode, StoreInstruction, Window)
+                   MatmulInstruction, Opcode, StoreInstruction, Window)
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_read_signature
+from .load import LOAD_INSTRUCTION
 from .walker import window_ok
 
 __all__ = ["Controller", "ENGINES", "FETCH_ID"]
@@ -15,7 +16,7 @@ __all__ = ["Controller", "ENGINES", "FETCH_ID"]
 FETCH_ID = 1
 """ARID of instruction fetches (the load engine reads with ARID 0)."""
 
-ENGINES = {"load": (Opcode.LOAD, LoadInstruction), "execute": (Opcode.MATMUL, MatmulInstruction),
+ENGINES = {"load": (Opcode.LOAD, LOAD_INSTRUCTION), "execute": (Opcode.MATMUL, MatmulInstruction),
            "store": (Opcode.STORE, StoreInstruction)}
 """Engines in chain order: each one's "prev" and "next" are its neighbours here."""
 

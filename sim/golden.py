@@ -1,7 +1,7 @@
 """numpy golden models."""
 import numpy as np
 
-__all__ = ["im2col", "matmul_int32", "wrap_int32"]
+__all__ = ["im2col", "matmul_int32", "wrap_int32", "conv2d_int32"]
 
 
 def wrap_int32(values):
@@ -26,3 +26,22 @@ def im2col(x, kernel_h, kernel_w, stride=1, dilation=1, padding=0):
     cols = np.arange(q)[:, None] * stride + np.arange(kernel_w)[None, :] * dilation  # (Q, S)
     patches = padded[:, :, rows[:, None, :, None], cols[None, :, None, :]]  # (N, C, P, Q, R, S)
     return patches.transpose(0, 2, 3, 1, 4, 5).reshape(n * p * q, c * kernel_h * kernel_w)
+
+
+def conv2d_int32(x, w, stride=1, padding=0, dilation=1):
+    """Direct NCHW conv2d of int8 ``x`` (N, C, H, W) with ``w`` (K, C, R, S), int64 sums
+    wrapped to int32: shape (N, K, P, Q)."""
+    x = np.asarray(x, dtype=np.int64)
+    w = np.asarray(w, dtype=np.int64)
+    n, c, h, width = x.shape
+    k, _, r, s = w.shape
+    p = (h + 2 * padding - dilation * (r - 1) - 1) // stride + 1
+    q = (width + 2 * padding - dilation * (s - 1) - 1) // stride + 1
+    padded = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    out = np.zeros((n, k, p, q), dtype=np.int64)
+    for i in range(r):
+        for j in range(s):
+            window = padded[:, :, i * dilation:i * dilation + stride * (p - 1) + 1:stride,
+                            j * dilation:j * dilation + stride * (q - 1) + 1:stride]
+            out += np.einsum("nchw,kc->nkhw", window, w[:, :, i, j])
+    return wrap_int32(out)

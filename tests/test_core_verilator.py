@@ -31,3 +31,19 @@ def test_every_error_stops_cleanly_and_soft_reset_recovers(run_tb):
     provoked = set(stats["errors"])
     untested = {code.name for code in ErrorCode} - provoked - {"NONE", "BUS_ERROR"}
     assert not untested, f"error codes never provoked on the core: {untested}"
+
+
+CONV_CASES = [
+    {"x": [1, 3, 7, 6], "w": [5, 3, 3, 3], "stride": 1, "padding": 1, "dilation": 1},
+    {"x": [2, 5, 9, 8], "w": [3, 5, 3, 3], "stride": 2, "padding": 0, "dilation": 1},
+    {"x": [1, 6, 5, 5], "w": [7, 6, 1, 1], "stride": 1, "padding": 0, "dilation": 1},
+    {"x": [1, 2, 9, 9], "w": [4, 2, 5, 5], "stride": 1, "padding": 2, "dilation": 1},
+    {"x": [1, 3, 9, 7], "w": [2, 3, 3, 3], "stride": 2, "padding": 2, "dilation": 2},
+]
+
+
+@pytest.mark.parametrize("backpressure", [False, True], ids=["fast-memory", "backpressure"])
+def test_conv2d_as_implicit_gemm_is_exact(run_tb, backpressure):
+    run_tb(SMALL, "tpugen.sim.tb_core", {"seed": 9, "cases": CONV_CASES,
+                                          "backpressure": backpressure},
+           design="tpu_core", testcase="conv2d")
