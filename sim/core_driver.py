@@ -8,7 +8,7 @@ from cocotb.triggers import ClockCycles, RisingEdge, SimTimeoutError, with_timeo
 from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam
 
 from ..hdl.csr import COUNTERS, register
-from ..isa import NUM_WINDOWS, ErrorCode
+from ..isa import INSTRUCTION_BYTES, NUM_WINDOWS, ErrorCode
 from .axi_monitor import AxiMonitor
 
 __all__ = ["CoreDriver", "RunResult"]
@@ -83,10 +83,11 @@ class CoreDriver:
         return values
 
     async def run(self, program, base, *, timeout_cycles=1_000_000):
-        """Write ``program`` at ``base``, start it, wait for the interrupt, return the outcome."""
-        self.ram.write(base, program.to_bytes())
+        """Write ``program`` (instruction bytes) at ``base``, start it, wait for the interrupt,
+        return the outcome."""
+        self.ram.write(base, program)
         await self.write("PROGRAM_BASE", base)
-        await self.write("PROGRAM_LENGTH", len(program))
+        await self.write("PROGRAM_LENGTH", len(program) // INSTRUCTION_BYTES)
         await self.write("IRQ_ENABLE", 1)
         await self.write("CONTROL", register("CONTROL").layout.const({"start": 1}).as_bits())
         start = cocotb.utils.get_sim_time("ns")

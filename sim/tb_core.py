@@ -49,7 +49,7 @@ async def matmul(dut):
                                 (A, C - A, True, False),
                                 (C, -(-4 * m * n // 64) * 64, False, True)])
         program = compile_matmul(cfg, m, k, n, a_addr=A, b_addr=B, c_addr=C)
-        result = await core.run(program, PROGRAM)
+        result = await core.run(program.to_bytes(), PROGRAM)
         assert result.done and result.error == ErrorCode.NONE, result
         got = np.frombuffer(core.ram.read(C, 4 * m * n), dtype="<i4").reshape(m, n)
         expected = matmul_int32(a, b)
@@ -104,7 +104,7 @@ async def tiles(dut):
         program.end()
         await core.set_windows([(PROGRAM, A - PROGRAM, True, False), (A, C - A, True, False),
                                 (C, 0x10000, False, True)])
-        result = await core.run(program, PROGRAM)
+        result = await core.run(program.to_bytes(), PROGRAM)
         assert result.done and result.error == ErrorCode.NONE, result
         got = np.frombuffer(core.ram.read(C, 4 * rows * cfg.cols), dtype="<i4").reshape(rows, -1)
         assert np.array_equal(got[:, :lanes], expected[:, :lanes]), (
@@ -164,7 +164,7 @@ async def errors(dut):
     seen = []
     for name, program, code, index in _error_programs(cfg):
         await core.set_windows(windows)
-        result = await core.run(program, PROGRAM, timeout_cycles=20_000)
+        result = await core.run(program.to_bytes(), PROGRAM, timeout_cycles=20_000)
         assert not result.done and result.error == code and result.error_index == index, (
             f"{name}: {result}, expected {code} at {index}")
         assert await core.read("STATUS") & 1 == 0, f"{name}: still busy after the error irq"
@@ -172,7 +172,7 @@ async def errors(dut):
         seen.append(code)
     # A program outside every window: refused at fetch.
     await core.set_windows(windows[1:])
-    result = await core.run(Program().end(), PROGRAM, timeout_cycles=20_000)
+    result = await core.run(Program().end().to_bytes(), PROGRAM, timeout_cycles=20_000)
     assert result.error == ErrorCode.PROGRAM_WINDOW and result.error_index == 0, result
     await core.soft_reset()
     # And a good program runs after all that.
@@ -183,7 +183,8 @@ async def errors(dut):
     b = rng.integers(-128, 128, (k, n), dtype=np.int8)
     core.ram.write(A, a.tobytes())
     core.ram.write(B, b.tobytes())
-    result = await core.run(compile_matmul(cfg, m, k, n, a_addr=A, b_addr=B, c_addr=C), PROGRAM)
+    result = await core.run(compile_matmul(cfg, m, k, n, a_addr=A, b_addr=B, c_addr=C).to_bytes(),
+                            PROGRAM)
     assert result.done and result.error == ErrorCode.NONE, result
     got = np.frombuffer(core.ram.read(C, 4 * m * n), dtype="<i4").reshape(m, n)
     assert np.array_equal(got, matmul_int32(a, b))
@@ -210,7 +211,7 @@ async def conv2d(dut):
         await core.set_windows([(PROGRAM, A - PROGRAM, True, False), (A, C - A, True, False),
                                 (C, -(-4 * expected.size // 64) * 64, False, True)])
         program = compile_conv2d(cfg, x.shape, w.shape, **options, x_addr=A, w_addr=B, y_addr=C)
-        result = await core.run(program, PROGRAM)
+        result = await core.run(program.to_bytes(), PROGRAM)
         assert result.done and result.error == ErrorCode.NONE, (case, result)
         got = np.frombuffer(core.ram.read(C, 4 * expected.size), dtype="<i4").reshape(expected.shape)
         bad = np.argwhere(got != expected)

@@ -41,6 +41,21 @@ def _demo(args):
     return run_demo(_config(args))
 
 
+def _run(args):
+    from .demo import run_workloads
+
+    if args.op == "matmul":
+        shape = {"m": args.m, "k": args.k, "n": args.n}
+    else:
+        shape = {"n": args.batch, "c": args.channels, "h": args.height, "w": args.width,
+                 "k": args.filters, "r": args.kernel, "s": args.kernel, "stride": args.stride,
+                 "padding": args.padding, "dilation": args.dilation}
+    for name, value in shape.items():
+        if value < (0 if name == "padding" else 1):
+            raise ValueError(f"{name}={value} is invalid: must be >= {0 if name == 'padding' else 1}")
+    return run_workloads(_config(args), [(args.op, shape)], seed=args.seed)
+
+
 def _bench(args):
     from .bench import run_bench
 
@@ -65,6 +80,26 @@ def main(argv=None):
     demo = commands.add_parser("demo", help="verify a core on Verilator against numpy")
     _add_config_options(demo)
     demo.set_defaults(run=_demo)
+
+    run = commands.add_parser("run", help="run one workload on the simulated core, checked")
+    run.add_argument("op", choices=["matmul", "conv2d"])
+    _add_config_options(run)
+    run.add_argument("--seed", type=int, default=0)
+    shapes = run.add_argument_group("matmul shape (int8 A: M x K, B: K x N)")
+    shapes.add_argument("--m", type=int, default=64)
+    shapes.add_argument("--k", type=int, default=64)
+    shapes.add_argument("--n", type=int, default=64)
+    conv = run.add_argument_group("conv2d shape (NCHW int8 x, KCRS int8 w)")
+    conv.add_argument("--batch", type=int, default=1)
+    conv.add_argument("--channels", type=int, default=8)
+    conv.add_argument("--height", type=int, default=16)
+    conv.add_argument("--width", type=int, default=16)
+    conv.add_argument("--filters", type=int, default=8)
+    conv.add_argument("--kernel", type=int, default=3)
+    conv.add_argument("--stride", type=int, default=1)
+    conv.add_argument("--padding", type=int, default=1)
+    conv.add_argument("--dilation", type=int, default=1)
+    run.set_defaults(run=_run)
 
     bench = commands.add_parser("bench", help="measure generate/build/simulation speed")
     bench.add_argument("--out", type=Path, default=Path("bench.json"))

@@ -1,0 +1,202 @@
+"""`SimDevice`: the Python API of a core, run on its Verilator model under cocotb."""
+import json
+import secrets
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Listener
+from pathlib import Path
+
+import numpy as np
+
+from ..config import CoreConfig
+from ..isa import INSTRUCTION_BYTES
+from .matmul import compile_conv2d, compile_matmul, conv2d_output_shape
+
+__all__ = ["DeviceError", "SimDevice", "Stats"]
+
+_PAGE = 4096
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Hardware performance counters of the last call."""
+    cycles: int
+    macs: int
+    mac_utilization: float
+    """macs / (cycles * rows * cols)."""
+    bytes_read: int
+    bytes_written: int
+    load_busy_cycles: int
+    execute_busy_cycles: int
+    store_busy_cycles: int
+
+
+class DeviceError(RuntimeError):
+    """The core stopped with an error code (a bug in the firmware or the hardware)."""
+
+
+def _check_int8(name, array, ndim):
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"{name} must be a numpy array, not {type(array).__name__}")
+    if array.dtype != np.int8:
+        raise TypeError(f"{name} must have dtype int8, not {array.dtype}")
+    if array.ndim != ndim:
+        raise ValueError(f"{name} must have {ndim} dimensions, not {array.ndim} (shape {array.shape})")
+    if 0 in array.shape:
+        raise ValueError(f"{name} has an empty dimension: shape {array.shape}")
+
+
+def _check_option(name, value, low, high):
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise ValueError(f"{name}={value!r} is invalid: allowed an integer in {low}..{high}")
+
+
+class SimDevice:
+    """A `tpu_core` for ``config`` on Verilator, with ``memory_size`` bytes of AxiRam.
+
+    ``with SimDevice(cfg) as dev:`` builds the model (cached) and starts one simulation that
+    serves every call until the block ends. ``backpressure`` pauses the memory's AXI channels at
+    random (fixed ``seed``).
+    """
+
+    def __init__(self, config=CoreConfig(), *, memory_size=64 << 20, backpressure=False, seed=0,
+                 start_timeout=600.0):
+        if not isinstance(config, CoreConfig):
+            raise TypeError(f"config must be a CoreConfig, not {type(config).__name__}")
+        _check_option("memory_size", memory_size, 1 << 16, 1 << 31)
+        self.config = config
+        self.memory_size = memory_size
+        self.backpressure = backpressure
+        self.seed = seed
+        self.start_timeout = start_timeout
+        self.stats = None
+        self._connection = None
+
+    def __enter__(self):
+        from ..sim.verilator import build_model
+
+        model = build_model(self.config, "tpu_core")
+        self._tmp = tempfile.TemporaryDirectory(prefix="tpugen-device-")
+        key = secrets.token_bytes(16)
+        self._listener = Listener(str(Path(self._tmp.name) / "device.sock"), authkey=key)
+        params = {"config": self.config.to_json(), "address": self._listener.address,
+                  "key": key.hex(), "memory_size": self.memory_size,
+                  "backpressure": self.backpressure, "seed": self.seed}
+        self._failure = []
+
+        def simulate():
+            try:
+                model.run("tpugen.sim.tb_device", Path(self._tmp.name) / "sim",
+                          env={"TPUGEN_TB": json.dumps(params)})
+            except BaseException as error:  # reported by __enter__ or the next call
+                self._failure.append(error)
+
+        self._simulation = threading.Thread(target=simulate, daemon=True)
+        self._simulation.start()
+        accepted = []
+        acceptor = threading.Thread(target=lambda: accepted.append(self._listener.accept()),
+                                    daemon=True)
+        acceptor.start()
+        deadline = time.monotonic() + self.start_timeout
+        while not accepted:
+            if self._failure or not self._simulation.is_alive() or time.monotonic() > deadline:
+                self._close_listener()
+                raise RuntimeError(f"the simulation did not start: {self._failure or 'timeout'}")
+            acceptor.join(0.05)
+        self._connection = accepted[0]
+        return self
+
+    def __exit__(self, *exc_info):
+        if self._connection is not None:
+            self._connection.send(None)
+            self._connection.close()
+            self._connection = None
+        self._simulation.join(timeout=60)
+        self._close_listener()
+        return False
+
+    def _close_listener(self):
+        self._listener.close()
+        self._tmp.cleanup()
+
+    def matmul(self, a, b):
+        """int8 (M, K) @ int8 (K, N) -> int32 (M, N), with int32 wrap-around."""
+        _check_int8("a", a, 2)
+        _check_int8("b", b, 2)
+        if a.shape[1] != b.shape[0]:
+            raise ValueError(f"a {a.shape} and b {b.shape}: inner dimensions differ")
+        m, k = a.shape
+        n = b.shape[1]
+        (a_addr, b_addr), (c_addr,) = self._layout([a.nbytes, b.nbytes], [4 * m * n])
+        program = compile_matmul(self.config, m, k, n, a_addr=a_addr, b_addr=b_addr,
+                                 c_addr=c_addr)
+        (c,) = self._run(program, [(a_addr, a), (b_addr, b)], [(c_addr, 4 * m * n)])
+        return np.frombuffer(c, dtype="<i4").reshape(m, n).astype(np.int32)
+
+    def conv2d(self, x, w, stride=1, padding=0, dilation=1):
+        """int8 NCHW x (N, C, H, W) with int8 w (K, C, R, S) -> int32 (N, K, P, Q)."""
+        _check_int8("x", x, 4)
+        _check_int8("w", w, 4)
+        _check_option("stride", stride, 1, 255)
+        _check_option("padding", padding, 0, 255)
+        _check_option("dilation", dilation, 1, 255)
+        out_shape = conv2d_output_shape(x.shape, w.shape, stride, padding, dilation)
+        out_bytes = 4 * int(np.prod(out_shape))
+        (x_addr, w_addr), (y_addr,) = self._layout([x.nbytes, w.nbytes], [out_bytes])
+        program = compile_conv2d(self.config, x.shape, w.shape, stride=stride, padding=padding,
+                                 dilation=dilation, x_addr=x_addr, w_addr=w_addr, y_addr=y_addr)
+        (y,) = self._run(program, [(x_addr, x), (w_addr, w)], [(y_addr, out_bytes)])
+        return np.frombuffer(y, dtype="<i4").reshape(out_shape).astype(np.int32)
+
+    def _layout(self, input_sizes, output_sizes):
+        """Page-aligned addresses after the program area: inputs, then outputs."""
+        addresses, cursor = [], self._program_area
+        for sizes in (input_sizes, output_sizes):
+            group = []
+            for size in sizes:
+                group.append(cursor)
+                cursor += -(-size // _PAGE) * _PAGE
+            addresses.append(group)
+        if cursor > self.memory_size:
+            raise ValueError(f"the operands need {cursor} bytes of memory: more than "
+                             f"memory_size={self.memory_size}")
+        return addresses
+
+    _program_area = 1 << 20
+    """Bytes reserved at address 0 for the program (16384 instructions)."""
+
+    def _run(self, program, inputs, outputs):
+        if self._connection is None:
+            raise RuntimeError("SimDevice is not running: use it in a `with` block")
+        code = program.to_bytes()
+        if len(code) > self._program_area:
+            raise ValueError(f"the program has {len(program)} instructions: at most "
+                             f"{self._program_area // INSTRUCTION_BYTES}")
+        inputs_start = self._program_area
+        inputs_end = max(address + array.nbytes for address, array in inputs)
+        outputs_start = min(address for address, _ in outputs)
+        outputs_end = max(address + size for address, size in outputs)
+        windows = [(0, len(code), True, False),
+                   (inputs_start, -(-(inputs_end - inputs_start) // 64) * 64, True, False),
+                   (outputs_start, -(-(outputs_end - outputs_start) // 64) * 64, False, True)]
+        self._connection.send({
+            "writes": [(address, np.ascontiguousarray(array).tobytes()) for address, array in inputs],
+            "windows": windows, "program": code, "program_address": 0,
+            "timeout_cycles": 200_000_000, "reads": outputs,
+        })
+        try:
+            reply = self._connection.recv()
+        except EOFError:
+            raise RuntimeError(f"the simulation ended: {self._failure}") from None
+        counters = reply["counters"]
+        self.stats = Stats(
+            cycles=counters["cycles"], macs=counters["macs"],
+            mac_utilization=counters["macs"] / max(1, counters["cycles"] * self.config.macs),
+            bytes_read=counters["bytes_read"], bytes_written=counters["bytes_written"],
+            **{f"{e}_busy_cycles": counters[f"{e}_busy_cycles"] for e in ("load", "execute", "store")})
+        if not reply["done"]:
+            raise DeviceError(f"the core stopped with {reply['error']} at instruction "
+                              f"{reply['error_index']}")
+        return reply["reads"]
