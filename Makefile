@@ -10,7 +10,7 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/python -m pip install -e '.[test]'
+	$(VENV)/bin/python -m pip install -e '.[test,examples]'
 	touch $(STAMP)
 
 demo: install
@@ -20,7 +20,7 @@ test: install
 	$(VENV)/bin/python -m pytest -n $(JOBS)
 
 bench: install
-	$(VENV)/bin/tpugen bench --out bench.json
+	$(VENV)/bin/tpugen bench --out bench.json --plot bench.png
 
 clean:
 	rm -rf $(VENV) build *.egg-info

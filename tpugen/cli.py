@@ -57,13 +57,23 @@ def _run(args):
 
 
 def _bench(args):
-    from .bench import run_bench
+    from .bench import plot_bench, run_bench
+    from .demo import format_table
 
-    results = run_bench()
+    results = run_bench(large=args.large)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     for key, value in results.items():
-        print(f"{key:40} {value}")
+        if key != "workloads":
+            print(f"{key:40} {value}")
+    print(format_table(
+        ("core", "op", "shape", "cycles", "MAC util", "ideal", "bytes read", "sim cycles/s"),
+        [(w["config"], w["op"], "x".join(map(str, w["shape"])), w["cycles"],
+          f"{w['mac_utilization']:.1%}", f"{w['ideal_utilization']:.1%}", w["bytes_read"],
+          w["sim_cycles_per_second"]) for w in results["workloads"]]))
     print(f"wrote {args.out}", file=sys.stderr)
+    if args.plot:
+        plot_bench(results, args.plot)
+        print(f"wrote {args.plot}", file=sys.stderr)
 
 
 def main(argv=None):
@@ -103,6 +113,9 @@ def main(argv=None):
 
     bench = commands.add_parser("bench", help="measure generate/build/simulation speed")
     bench.add_argument("--out", type=Path, default=Path("bench.json"))
+    bench.add_argument("--plot", type=Path, help="PNG of utilization against the ideal")
+    bench.add_argument("--large", action="store_true",
+                       help="add the 512-cube matmul and a 56x56 conv layer (slow)")
     bench.set_defaults(run=_bench)
 
     args = parser.parse_args(argv)

@@ -22,8 +22,10 @@ VERILATOR_WAIVERS = [
     # priority `casez` statements (If/Elif chains) may have overlapping patterns on purpose.
     "-Wno-CASEINCOMPLETE",
     "-Wno-CASEOVERLAP",
-    # Comparisons against constants that Amaranth does not fold (e.g. `x < 0` on unsigned).
+    # Comparisons against constants that Amaranth does not fold (`x < 0` on unsigned, or a
+    # bound a narrow signal can never reach for some configs).
     "-Wno-UNSIGNED",
+    "-Wno-CMPCONST",
 ]
 """Verilator lint waivers for Amaranth's output: the only place they are listed."""
 

@@ -1,0 +1,1 @@
+"""Examples on real data, run on the simulated core."""
