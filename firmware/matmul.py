@@ -15,9 +15,9 @@ class GemmPlan:
     rows: int
     cols: int
     m_tile: int
-    """Activation vectors per MATMUL: rows of A and accumulator rows per output tile."""
-    buffer_rows: int
-    """Scratchpad rows of one of the two (ping-pong) load buffers."""
+    """Activation vectors per MATMUL: rows of an A tile and of an output tile."""
+    group: int
+    """Output-column tiles that share one A tile: it is loaded once per k tile for all of them."""
 
     @property
     def k_tiles(self):
@@ -28,17 +28,22 @@ class GemmPlan:
         return -(-self.n // self.cols)
 
 
+_MAX_GROUP = 4
+
+
 def plan_gemm(config, m, k, n, *, m_tile_limit=None):
     for name, value in (("M", m), ("K", k), ("N", n)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name}={value!r} is invalid: allowed an integer >= 1")
-    buffer_rows = config.scratchpad_rows // 2
-    m_tile = min(m, m_tile_limit or m, config.accumulator_rows // 2, buffer_rows - config.rows,
-                 0xFFFF)
+    group = min(-(-n // config.cols), _MAX_GROUP)
+    # Scratchpad: two A tiles and two weight tiles; accumulator: two groups of output tiles.
+    m_tile = min(m, m_tile_limit or m, (config.scratchpad_rows - 2 * config.rows) // 2, 0xFFFF)
+    group = max(1, min(group, config.accumulator_rows // 2 // max(m_tile, 1)))
+    m_tile = min(m_tile, config.accumulator_rows // 2 // group)
     if m_tile < 1:
-        raise ValueError("the scratchpad is too small for one weight tile and one activation row")
+        raise ValueError("the scratchpad or accumulator is too small for one tile")
     return GemmPlan(m=m, k=k, n=n, rows=config.rows, cols=config.cols, m_tile=m_tile,
-                    buffer_rows=buffer_rows)
+                    group=group)
 
 
 def _compile_gemm(config, plan, m_blocks, load_a, load_b, store_c):
@@ -48,31 +53,45 @@ def _compile_gemm(config, plan, m_blocks, load_a, load_b, store_c):
     count, k0, sram_row, deps)``, ``load_b(program, k0, n0, sram_row, deps)`` and
     ``store_c(m0, count, n0, acc_row)`` (a descriptor) say where the operands live.
 
-    Steps run over (output tile, k tile); the loads of step i+1 overlap the MATMUL of step i and
-    the STORE of output tile j overlaps the work on tile j+1. Tokens: load -> execute when a
-    buffer is filled, execute -> load when it may be refilled, execute -> store when an output
-    tile is complete, store -> execute when its accumulator half may be reused.
+    Work goes by (row block, group of up to ``plan.group`` column tiles), then by k tile: one A
+    tile load serves every column tile of the group. Loads run ahead of the MATMULs by a buffer,
+    and the STOREs of one group overlap the next group. Tokens: load -> execute when a MATMUL's
+    operands are in, execute -> load when a weight buffer (and with it the older A buffer) may
+    be refilled, execute -> store when an output tile is complete, store -> execute when an
+    accumulator half may be reused.
     """
     rows, cols = config.rows, config.cols
+    b_rows = [0, rows]
+    a_rows = [2 * rows, 2 * rows + plan.m_tile]
+    half = config.accumulator_rows // 2
+    n_starts = list(range(0, plan.n, cols))
+    groups = [(m0, count, n_starts[g:g + plan.group])
+              for m0, count in m_blocks for g in range(0, len(n_starts), plan.group)]
+    total = sum(len(tiles) for _, _, tiles in groups) * plan.k_tiles
     program = Program()
-    outputs = [(m0, count, nt * cols) for m0, count in m_blocks for nt in range(plan.n_tiles)]
-    steps = len(outputs) * plan.k_tiles
-    step = 0
-    for j, (m0, count, n0) in enumerate(outputs):
-        acc_row = (j % 2) * (config.accumulator_rows // 2)
+    matmul = step = 0
+    for t, (m0, count, tiles) in enumerate(groups):
+        acc_base = (t % 2) * half
         for kt in range(plan.k_tiles):
             k0 = kt * rows
-            buffer = (step % 2) * plan.buffer_rows
-            weight_row, act_row = buffer, buffer + rows
-            load_b(program, k0, n0, weight_row, Deps(pop_next=step >= 2))
-            load_a(program, m0, count, k0, act_row, Deps(push_next=True))
-            first, last = kt == 0, kt == plan.k_tiles - 1
-            program.matmul(weight_row, act_row, acc_row, count, accumulate=not first,
-                           deps=Deps(pop_prev=True, pop_next=first and j >= 2,
-                                     push_prev=step + 2 < steps, push_next=last))
+            first_k, last_k = kt == 0, kt == plan.k_tiles - 1
+            for g, n0 in enumerate(tiles):
+                # The weight load pops the token of the MATMUL two back; that also frees the
+                # A buffer this step overwrites (its last user is at least two MATMULs back).
+                load_b(program, k0, n0, b_rows[matmul % 2],
+                       Deps(pop_next=matmul >= 2, push_next=g > 0))
+                if g == 0:
+                    load_a(program, m0, count, k0, a_rows[step % 2], Deps(push_next=True))
+                program.matmul(b_rows[matmul % 2], a_rows[step % 2], acc_base + g * count,
+                               count, accumulate=not first_k,
+                               deps=Deps(pop_prev=True, pop_next=first_k and g == 0 and t >= 2,
+                                         push_prev=matmul + 2 < total, push_next=last_k))
+                matmul += 1
             step += 1
-        program.store(store_c(m0, count, n0, acc_row),
-                      Deps(pop_prev=True, push_prev=j + 2 < len(outputs)))
+        for g, n0 in enumerate(tiles):
+            program.store(store_c(m0, count, n0, acc_base + g * count),
+                          Deps(pop_prev=True,
+                               push_prev=g == len(tiles) - 1 and t + 2 < len(groups)))
     program.end()
     return program
 

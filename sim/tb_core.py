@@ -20,9 +20,14 @@ from .golden import conv2d_int32, matmul_int32
 PROGRAM, A, B, C = 0x0000, 0x10000, 0x30000, 0x50000
 
 
-def _params():
+async def _start(dut):
+    """Config, parameters, a reset core (memory options from the parameters) and a seeded rng."""
     params = json.loads(os.environ["TPUGEN_TB"])
-    return CoreConfig.from_json(params["config"]), params
+    cfg = CoreConfig.from_json(params["config"])
+    core = CoreDriver(dut, cfg, backpressure=params.get("backpressure", False),
+                      seed=params["seed"], monitor=params.get("monitor", True))
+    await core.reset()
+    return cfg, params, core, np.random.default_rng(params["seed"])
 
 
 def _write_stats(stats):
@@ -33,11 +38,7 @@ def _write_stats(stats):
 @cocotb.test()
 async def matmul(dut):
     """Tiled matmuls compiled by the firmware, bit-exact against numpy, with counters."""
-    cfg, params = _params()
-    core = CoreDriver(dut, cfg, backpressure=params.get("backpressure", False),
-                      seed=params["seed"], monitor=params.get("monitor", True))
-    await core.reset()
-    rng = np.random.default_rng(params["seed"])
+    cfg, params, core, rng = await _start(dut)
     stats = []
     for m, k, n in params["shapes"]:
         a = rng.integers(-128, 128, (m, k), dtype=np.int8)
@@ -71,11 +72,7 @@ def _identity_weights(cfg):
 @cocotb.test()
 async def tiles(dut):
     """LOAD random 4-D tiles with padding, pass them through W = I, STORE: against np.pad."""
-    cfg, params = _params()
-    core = CoreDriver(dut, cfg, backpressure=params.get("backpressure", False),
-                      seed=params["seed"])
-    await core.reset()
-    rng = np.random.default_rng(params["seed"])
+    cfg, params, core, rng = await _start(dut)
     lanes = min(cfg.rows, cfg.cols)
     core.ram.write(B, _identity_weights(cfg).tobytes())
     for case in range(params["cases"]):
@@ -154,10 +151,7 @@ def _error_programs(cfg):
 async def errors(dut):
     """Every error code provoked on purpose: clean stop, irq, no access outside the windows,
     and after a soft reset the next good program runs."""
-    cfg, params = _params()
-    core = CoreDriver(dut, cfg, backpressure=params.get("backpressure", False),
-                      seed=params["seed"])
-    await core.reset()
+    cfg, params, core, rng = await _start(dut)
     await core.write("WATCHDOG", 500)
     windows = [(PROGRAM, A - PROGRAM, True, False), (A, C - A, True, False),
                (C, 0x1000, False, True)]
@@ -178,7 +172,6 @@ async def errors(dut):
     # And a good program runs after all that.
     await core.set_windows(windows)
     m, k, n = 6, 5, 3
-    rng = np.random.default_rng(params["seed"])
     a = rng.integers(-128, 128, (m, k), dtype=np.int8)
     b = rng.integers(-128, 128, (k, n), dtype=np.int8)
     core.ram.write(A, a.tobytes())
@@ -195,11 +188,7 @@ async def errors(dut):
 @cocotb.test()
 async def conv2d(dut):
     """conv2d as implicit GEMM (im2col LOADs), bit-exact against a direct numpy convolution."""
-    cfg, params = _params()
-    core = CoreDriver(dut, cfg, backpressure=params.get("backpressure", False),
-                      seed=params["seed"])
-    await core.reset()
-    rng = np.random.default_rng(params["seed"])
+    cfg, params, core, rng = await _start(dut)
     stats = []
     for case in params["cases"]:
         x = rng.integers(-128, 128, case["x"], dtype=np.int8)
