@@ -1,6 +1,7 @@
 """`SimDevice`: the Python API of a core, run on its Verilator model under cocotb."""
 import json
 import secrets
+import shutil
 import tempfile
 import threading
 import time
@@ -58,11 +59,11 @@ class SimDevice:
 
     ``with SimDevice(cfg) as dev:`` builds the model (cached) and starts one simulation that
     serves every call until the block ends. ``backpressure`` pauses the memory's AXI channels at
-    random (fixed ``seed``).
+    random (fixed ``seed``). ``waves``: a path; the whole session is traced there as VCD.
     """
 
     def __init__(self, config=CoreConfig(), *, memory_size=64 << 20, backpressure=False, seed=0,
-                 start_timeout=600.0):
+                 waves=None, start_timeout=600.0):
         if not isinstance(config, CoreConfig):
             raise TypeError(f"config must be a CoreConfig, not {type(config).__name__}")
         _check_option("memory_size", memory_size, 1 << 16, 1 << 31)
@@ -70,6 +71,7 @@ class SimDevice:
         self.memory_size = memory_size
         self.backpressure = backpressure
         self.seed = seed
+        self.waves = Path(waves) if waves is not None else None
         self.start_timeout = start_timeout
         self.stats = None
         self._connection = None
@@ -77,7 +79,7 @@ class SimDevice:
     def __enter__(self):
         from ..sim.verilator import build_model
 
-        model = build_model(self.config, "tpu_core")
+        model = build_model(self.config, "tpu_core", waves=self.waves is not None)
         self._tmp = tempfile.TemporaryDirectory(prefix="tpugen-device-")
         key = secrets.token_bytes(16)
         self._listener = Listener(str(Path(self._tmp.name) / "device.sock"), authkey=key)
@@ -89,7 +91,7 @@ class SimDevice:
         def simulate():
             try:
                 model.run("tpugen.sim.tb_device", Path(self._tmp.name) / "sim",
-                          env={"TPUGEN_TB": json.dumps(params)})
+                          env={"TPUGEN_TB": json.dumps(params)}, waves=self.waves is not None)
             except BaseException as error:  # reported by __enter__ or the next call
                 self._failure.append(error)
 
@@ -114,6 +116,8 @@ class SimDevice:
             self._connection.close()
             self._connection = None
         self._simulation.join(timeout=60)
+        if self.waves is not None:
+            shutil.copyfile(Path(self._tmp.name) / "sim" / "dump.vcd", self.waves)
         self._close_listener()
         return False
 

@@ -53,7 +53,10 @@ def _run(args):
     for name, value in shape.items():
         if value < (0 if name == "padding" else 1):
             raise ValueError(f"{name}={value} is invalid: must be >= {0 if name == 'padding' else 1}")
-    return run_workloads(_config(args), [(args.op, shape)], seed=args.seed)
+    status = run_workloads(_config(args), [(args.op, shape)], seed=args.seed, waves=args.waves)
+    if args.waves:
+        print(f"wrote {args.waves} (VCD: open with GTKWave or Surfer)", file=sys.stderr)
+    return status
 
 
 def _bench(args):
@@ -95,6 +98,7 @@ def main(argv=None):
     run.add_argument("op", choices=["matmul", "conv2d"])
     _add_config_options(run)
     run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--waves", type=Path, metavar="FILE.vcd", help="trace the run to a VCD file")
     shapes = run.add_argument_group("matmul shape (int8 A: M x K, B: K x N)")
     shapes.add_argument("--m", type=int, default=64)
     shapes.add_argument("--k", type=int, default=64)

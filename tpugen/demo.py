@@ -38,13 +38,13 @@ def _run_one(dev, rng, op, shape):
     return label, dev.conv2d(x, w, **options), conv2d_int32(x, w, **options)
 
 
-def run_workloads(config, workloads, seed=0):
+def run_workloads(config, workloads, seed=0, waves=None):
     """Run (op, shape) workloads on one SimDevice; print the table; 0 if all are exact."""
     from .firmware import SimDevice
 
     rng = np.random.default_rng(seed)
     rows, failed = [], 0
-    with SimDevice(config) as dev:
+    with SimDevice(config, waves=waves) as dev:
         for op, shape in workloads:
             label, got, expected = _run_one(dev, rng, op, shape)
             exact = np.array_equal(got, expected)
