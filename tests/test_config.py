@@ -69,3 +69,22 @@ def test_generate_tpu_core_ports_bind_by_prefix(tmp_path):
                  "output [3:0] m_axi_wstrb;", "input [31:0] m_axi_rdata;", "output m_axi_bready;",
                  "input [11:0] s_axil_awaddr;", "output [31:0] s_axil_rdata;"):
         assert port in text, port
+
+
+def test_c_header_compiles_and_matches_the_config(tmp_path):
+    import subprocess
+
+    out, header = tmp_path / "core.v", tmp_path / "tpu_params.h"
+    assert main(["generate", "--preset", "tiny", "--design", "systolic_array", "-o", str(out),
+                 "--header", str(header)]) == 0
+    program = tmp_path / "check.c"
+    program.write_text(
+        '#include "tpu_params.h"\n'
+        "_Static_assert(TPU_ROWS == 2 && TPU_COLS == 2, \"geometry\");\n"
+        "_Static_assert(TPU_REG_CONTROL == 0x020u, \"CONTROL offset\");\n"
+        "_Static_assert(TPU_CONTROL_SOFT_RESET_MASK == 0x2u, \"soft reset bit\");\n"
+        "_Static_assert(TPU_ERROR_WATCHDOG == 7u && TPU_OP_MATMUL == 2u, \"codes\");\n"
+        "_Static_assert(TPU_ID_VALUE == 0x54505547u, \"ID\");\n"
+        "int main(void) { return 0; }\n")
+    subprocess.run(["cc", "-std=c11", "-Wall", "-Werror", "-I", str(tmp_path), "-o",
+                    str(tmp_path / "check"), str(program)], check=True)

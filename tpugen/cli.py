@@ -33,6 +33,11 @@ def _generate(args):
     args.output.write_text(text)
     print(f"wrote {args.output} ({args.design}, {config.rows}x{config.cols}) "
           f"in {time.perf_counter() - start:.2f} s", file=sys.stderr)
+    if args.header:
+        from .firmware.c_header import c_header
+
+        args.header.write_text(c_header(config))
+        print(f"wrote {args.header}", file=sys.stderr)
 
 
 def _demo(args):
@@ -86,6 +91,8 @@ def main(argv=None):
     generate = commands.add_parser("generate", help="write Verilog for a configured core")
     _add_config_options(generate)
     generate.add_argument("-o", "--output", type=Path, default=Path("tpu.v"))
+    generate.add_argument("--header", type=Path, metavar="FILE.h",
+                          help="also write a C header: register map, config, ISA codes")
     generate.add_argument("--design", default="tpu_core", choices=["tpu_core", "systolic_array"],
                           help="top module: the whole core (default) or the bare array")
     generate.set_defaults(run=_generate)
