@@ -3,7 +3,7 @@ from amaranth.hdl import Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .pe import ProcessingElement
+from .pe import add_pe, pe_signature
 
 __all__ = ["SystolicArray", "activation_layout", "array_latency", "min_tile_length",
            "result_layout", "weight_layout"]
@@ -71,11 +71,12 @@ class SystolicArray(wiring.Component):
         rows, cols = self.config.rows, self.config.cols
         width = self.config.data_width
 
-        pes = [[ProcessingElement(width, self.config.acc_width) for _ in range(cols)]
-               for _ in range(rows)]
+        signature = pe_signature(width, self.config.acc_width)
+        pes = [[signature.flip().create(path=(f"pe_{r}_{c}",)) for c in range(cols)]
+               for r in range(rows)]
         for r in range(rows):
             for c in range(cols):
-                m.submodules[f"pe_{r}_{c}"] = pes[r][c]
+                add_pe(m, pes[r][c], name=f"pe_{r}_{c}")
 
         # Weight loading: a shift chain from the bottom row up, then a commit to the idle bank.
         loaded = Signal(range(rows + 1))

@@ -1,5 +1,5 @@
 """LOAD engine: int8 tiles from external memory into scratchpad rows over AXI4 reads."""
-from amaranth.hdl import Module, Mux, Signal, signed
+from amaranth.hdl import Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
@@ -8,7 +8,7 @@ from ..config import CoreConfig
 from ..isa import (NUM_WINDOWS, ErrorCode, Header, LoadIm2colInstruction, LoadInstruction,
                    TensorDescriptor, Window)
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_read_signature
-from .walker import BurstPlanner, Im2colWalker, TileCheck, TileWalker, step_layout
+from .walker import BurstPlanner, Im2colWalker, TileCheck, TileWalker, move_units, step_layout
 
 __all__ = ["LoadEngine", "LOAD_INSTRUCTION", "MAX_OUTSTANDING", "PLAN_DEPTH"]
 
@@ -21,7 +21,7 @@ LOAD_INSTRUCTION = data.StructLayout({
 ``LoadIm2colInstruction`` (which it is read as when ``header.im2col`` is set)."""
 
 PLAN_DEPTH = 64
-"""Planned elements buffered between the burst planner and the R channel. A burst carries at most
+"""Planned steps buffered between the burst planner and the R channel. A burst carries at most
 a quarter of them: its AR goes out early, and the rest of the buffer hides the read latency."""
 MAX_OUTSTANDING = 8
 """Read bursts in flight."""
@@ -46,7 +46,8 @@ class LoadEngine(wiring.Component):
     Lane ``i0`` of each row gets its element, or 0 for an out-of-bounds element (padding) or
     a lane beyond ``extent0``. With ``header.im2col`` set the instruction is read as a
     ``LoadIm2colInstruction``: a tile of the lowered matrix of a convolution, walked by an
-    ``Im2colWalker``. One element per cycle from the R channel; up to
+    ``Im2colWalker``. One walked step per cycle from the R channel, shifted into place: up to a
+    beat of lanes for contiguous rows (dim-0 stride 1), else one element; up to
     ``MAX_OUTSTANDING`` bursts in flight. On an error nothing more is issued, every outstanding
     burst is drained, then ``error`` is raised and held.
     """
@@ -74,10 +75,11 @@ class LoadEngine(wiring.Component):
         lanes, rows = config.lanes, config.scratchpad_rows
 
         m.submodules.check = check = TileCheck(lanes, rows, elem_log2=0)
-        m.submodules.walker = walker = TileWalker(lanes, rows)
+        m.submodules.walker = walker = TileWalker(lanes, rows, elem_log2=0,
+                                                  beat_bytes=beat_bytes)
         m.submodules.im2col_walker = im2col_walker = Im2colWalker(lanes, rows)
         m.submodules.planner = planner = BurstPlanner(
-            lanes, rows, beat_bytes, max_elements=PLAN_DEPTH // 4, max_beats=256,
+            lanes, rows, beat_bytes, max_steps=PLAN_DEPTH // 4, max_beats=256,
             permission="read")
         layout = step_layout(lanes, rows, beat_bytes)
         m.submodules.plan = plan = fifo.SyncFIFOBuffered(width=layout.size, depth=PLAN_DEPTH)
@@ -124,16 +126,18 @@ class LoadEngine(wiring.Component):
         r_done = axi.rvalid & axi.rready
         m.d.sync += outstanding.eq(outstanding + ar_done - (r_done & axi.rlast))
 
-        # R -> row buffer -> scratchpad: one planned element per cycle.
+        # R -> row buffer -> scratchpad: one planned step (its lanes zero when out of bounds)
+        # per cycle.
         step = layout(plan.r_data)
         row = Signal(data.ArrayLayout(signed(8), lanes))
-        value = Mux(step.in_bounds, axi.rdata.word_select(step.offset, 8), 0)
+        moved, mask = move_units(m, Mux(step.in_bounds, axi.rdata, 0), step.offset,
+                                 step.lane, step.count, lanes, 8)
         merged = Signal.like(row)
         bus_error = axi.rvalid & (axi.rresp != AXI_RESP_OKAY)
         take = running & plan.r_rdy & (~step.in_bounds | axi.rvalid) & ~bus_error
         m.d.comb += [
-            merged.eq(row),
-            merged[step.lane].eq(value),
+            merged.eq(Cat(Mux(mask[k], moved.word_select(k, 8), row.as_value().word_select(k, 8))
+                          for k in range(lanes))),
             plan.r_en.eq(take),
             axi.rready.eq(draining | (take & step.in_bounds & step.end_of_beat)),
             self.sp_write.addr.eq(step.row),

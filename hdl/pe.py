@@ -3,7 +3,48 @@ from amaranth.hdl import Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["ProcessingElement"]
+__all__ = ["ProcessingElement", "pe_signature", "add_pe"]
+
+
+def pe_signature(data_width=8, acc_width=32):
+    if data_width < 2:
+        raise ValueError(f"data_width={data_width!r} is invalid: allowed an integer >= 2")
+    if acc_width < 2 * data_width:
+        raise ValueError(f"acc_width={acc_width!r} is invalid: allowed >= 2 * data_width")
+    return wiring.Signature({
+        "act_in": In(signed(data_width)),
+        "sel_in": In(1),
+        "act_out": Out(signed(data_width)),
+        "sel_out": Out(1),
+        "psum_in": In(signed(acc_width)),
+        "psum_out": Out(signed(acc_width)),
+        "shift_in": In(signed(data_width)),
+        "shift_out": Out(signed(data_width)),
+        "shift_en": In(1),
+        "commit": In(1),
+        "commit_bank": In(1),
+    })
+
+
+def add_pe(m, pe, name="pe"):
+    """Add the logic of one PE, with ports ``pe`` (a `pe_signature` interface), to module ``m``.
+
+    The array builds its PEs with this directly rather than as 256 submodules: one flat module
+    generates (and simulates) faster, with the same logic as `ProcessingElement`.
+    """
+    width = len(pe.act_in)
+    banks = [Signal(signed(width), name=f"{name}_weight{b}") for b in range(2)]
+    weight = Mux(pe.sel_in, banks[1], banks[0])
+    m.d.sync += [
+        pe.act_out.eq(pe.act_in),
+        pe.sel_out.eq(pe.sel_in),
+        pe.psum_out.eq(pe.psum_in + pe.act_in * weight),
+    ]
+    with m.If(pe.shift_en):
+        m.d.sync += pe.shift_out.eq(pe.shift_in)
+    for index, bank in enumerate(banks):
+        with m.If(pe.commit & (pe.commit_bank == index)):
+            m.d.sync += bank.eq(pe.shift_out)
 
 
 class ProcessingElement(wiring.Component):
@@ -16,39 +57,11 @@ class ProcessingElement(wiring.Component):
     """
 
     def __init__(self, data_width=8, acc_width=32):
-        if data_width < 2:
-            raise ValueError(f"data_width={data_width!r} is invalid: allowed an integer >= 2")
-        if acc_width < 2 * data_width:
-            raise ValueError(f"acc_width={acc_width!r} is invalid: allowed >= 2 * data_width")
         self.data_width = data_width
         self.acc_width = acc_width
-        super().__init__({
-            "act_in": In(signed(data_width)),
-            "sel_in": In(1),
-            "act_out": Out(signed(data_width)),
-            "sel_out": Out(1),
-            "psum_in": In(signed(acc_width)),
-            "psum_out": Out(signed(acc_width)),
-            "shift_in": In(signed(data_width)),
-            "shift_out": Out(signed(data_width)),
-            "shift_en": In(1),
-            "commit": In(1),
-            "commit_bank": In(1),
-        })
+        super().__init__(pe_signature(data_width, acc_width))
 
     def elaborate(self, platform):
         m = Module()
-        banks = [Signal(signed(self.data_width), name=f"weight{b}") for b in range(2)]
-        weight = Mux(self.sel_in, banks[1], banks[0])
-
-        m.d.sync += [
-            self.act_out.eq(self.act_in),
-            self.sel_out.eq(self.sel_in),
-            self.psum_out.eq(self.psum_in + self.act_in * weight),
-        ]
-        with m.If(self.shift_en):
-            m.d.sync += self.shift_out.eq(self.shift_in)
-        for index, bank in enumerate(banks):
-            with m.If(self.commit & (self.commit_bank == index)):
-                m.d.sync += bank.eq(self.shift_out)
+        add_pe(m, self)
         return m

@@ -7,7 +7,7 @@ from amaranth.utils import ceil_log2
 from ..isa import NUM_WINDOWS, ErrorCode, StoreInstruction, Window
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_write_signature
 from .load import MAX_OUTSTANDING, check_config
-from .walker import BurstPlanner, TileCheck, TileWalker
+from .walker import BurstPlanner, TileCheck, TileWalker, move_units
 
 __all__ = ["StoreEngine", "W_DEPTH"]
 
@@ -19,10 +19,10 @@ class StoreEngine(wiring.Component):
     """Executes STORE instructions: accumulator rows -> external int32 elements.
 
     Element ``i0`` of a tile row is lane ``i0`` of its accumulator row; out-of-bounds elements
-    are skipped (their bytes are not strobed). One element per cycle into the beat builder; the
-    W beats of a burst are sent once its AW has been accepted. On an error nothing more is
-    issued, every accepted AW gets its W beats and its B response, then ``error`` is raised and
-    held.
+    are skipped (their bytes are not strobed). One walked step per cycle into the beat builder:
+    up to a beat of elements for contiguous rows (dim-0 stride 4), else one element. The W beats
+    of a burst are sent once its AW has been accepted. On an error nothing more is issued, every
+    accepted AW gets its W beats and its B response, then ``error`` is raised and held.
     """
 
     def __init__(self, config):
@@ -49,9 +49,9 @@ class StoreEngine(wiring.Component):
         cols, rows = config.cols, config.accumulator_rows
 
         m.submodules.check = check = TileCheck(cols, rows, elem_log2=2)
-        m.submodules.walker = walker = TileWalker(cols, rows)
+        m.submodules.walker = walker = TileWalker(cols, rows, elem_log2=2, beat_bytes=beat_bytes)
         m.submodules.planner = planner = BurstPlanner(
-            cols, rows, beat_bytes, max_elements=256 * words, max_beats=W_DEPTH // 2,
+            cols, rows, beat_bytes, max_steps=256 * words, max_beats=W_DEPTH // 2,
             permission="write")
         beat_layout = data.StructLayout({"data": config.axi_data_width, "strb": beat_bytes,
                                          "last": 1})
@@ -74,14 +74,13 @@ class StoreEngine(wiring.Component):
         # Steps -> accumulator read -> beat builder -> W FIFO.
         step = Signal.like(planner.steps.payload)
         step_valid = Signal()
-        word = Signal(signed(32))
-        m.d.comb += word.eq(self.acc_read.data[step.lane])
         beat = Signal(beat_layout)
         merged = Signal(beat_layout)
-        index = step.offset[2:]
+        moved, mask = move_units(m, self.acc_read.data.as_value(), step.lane,
+                                 step.offset[2:], step.count, words, 32)
         for w in range(words):
-            hit = step.in_bounds & (index == w)
-            m.d.comb += [merged.data.word_select(w, 32).eq(Mux(hit, word,
+            hit = step.in_bounds & mask[w]
+            m.d.comb += [merged.data.word_select(w, 32).eq(Mux(hit, moved.word_select(w, 32),
                                                                beat.data.word_select(w, 32))),
                          merged.strb.word_select(w, 4).eq(Mux(hit, 0b1111,
                                                               beat.strb.word_select(w, 4)))]

@@ -6,8 +6,8 @@ from amaranth.utils import ceil_log2
 
 from ..isa import DIMS, NUM_WINDOWS, ErrorCode, Im2colDescriptor, TensorDescriptor, Window
 
-__all__ = ["TileCheck", "TileWalker", "Im2colWalker", "BurstPlanner", "element_layout", "step_layout",
-           "burst_layout"]
+__all__ = ["TileCheck", "TileWalker", "Im2colWalker", "BurstPlanner", "element_layout",
+           "step_layout", "burst_layout", "move_units"]
 
 COORD = signed(18)
 """A tile coordinate: start (signed 16) + index (unsigned 16)."""
@@ -21,13 +21,15 @@ def _check_int(name, value, low, high):
 
 
 def element_layout(lanes, rows):
-    """One element of a walk: its tensor coordinates, address and SRAM position."""
+    """One step of a walk: ``count`` consecutive lanes of a row, all in bounds or all padding,
+    with the tensor coordinates, address and SRAM position of the first."""
     return data.StructLayout({
         "coords": data.ArrayLayout(COORD, DIMS),
         "in_bounds": 1,   # every coordinate inside [0, bound)
         "addr": 32,
         "overflow": 1,    # in bounds, but the address is outside [0, 2**32)
         "lane": range(lanes),
+        "count": range(1, lanes + 1),
         "row": range(rows),
         "last_in_row": 1,
         "last": 1,
@@ -35,15 +37,16 @@ def element_layout(lanes, rows):
 
 
 def step_layout(lanes, rows, beat_bytes):
-    """One element of a planned walk: where its bytes sit in the bus beats of the bursts."""
+    """One step of a planned walk: where its bytes sit in the bus beats of the bursts."""
     return data.StructLayout({
         "in_bounds": 1,
         "lane": range(lanes),
+        "count": range(1, lanes + 1),
         "row": range(rows),
         "last_in_row": 1,
         "last": 1,
-        "offset": range(beat_bytes),  # byte offset of the element in its beat
-        "end_of_beat": 1,             # last element using its beat (in bounds only)
+        "offset": range(beat_bytes),  # byte offset of the first lane in its beat
+        "end_of_beat": 1,             # last step using its beat (in bounds only)
         "end_of_burst": 1,            # ... and the last beat of its burst
     })
 
@@ -125,18 +128,25 @@ class TileCheck(wiring.Component):
 
 
 class TileWalker(wiring.Component):
-    """Walks a descriptor element by element, dim 0 fastest (see ``TensorDescriptor``).
+    """Walks a descriptor a row segment at a time, dim 0 fastest (see ``TensorDescriptor``).
 
     A descriptor is accepted when idle. The start address ``base + sum(start_d * stride_d)``
-    takes one cycle per significant bit of the largest ``|start_d|``; then one element per cycle
-    follows, addresses and rows advancing by additions only. Extents must be >= 1 and the rows
-    of the tile must fit ``rows`` (see ``TileCheck``). ``abort`` returns to idle at once.
+    takes one cycle per significant bit of the largest ``|start_d|``; then one step per cycle
+    follows, addresses and rows advancing by additions only. A step is one element or, when the
+    dim-0 stride is the element size (``1 << elem_log2`` bytes), the longest run of lanes that
+    are all padding or all in bounds and inside one ``beat_bytes`` bus beat. Extents must be
+    >= 1, ``extent0`` at most ``lanes``, and the rows of the tile must fit ``rows`` (see
+    ``TileCheck``). ``abort`` returns to idle at once.
     """
 
-    def __init__(self, lanes, rows):
+    def __init__(self, lanes, rows, elem_log2, beat_bytes):
         _check_int("lanes", lanes, 1, 65535)
         _check_int("rows", rows, 1, 65536)
-        self.lanes, self.rows = lanes, rows
+        _check_int("elem_log2", elem_log2, 0, 3)
+        if beat_bytes not in (4, 8, 16) or beat_bytes < 1 << elem_log2:
+            raise ValueError(f"beat_bytes={beat_bytes!r} is invalid: allowed 4, 8 or 16, at least "
+                             f"the element size")
+        self.lanes, self.rows, self.elem_log2, self.beat_bytes = lanes, rows, elem_log2, beat_bytes
         super().__init__({
             "descriptor": In(stream.Signature(TensorDescriptor)),
             "elements": Out(stream.Signature(element_layout(lanes, rows))),
@@ -156,8 +166,28 @@ class TileWalker(wiring.Component):
         multiplicand = [Signal(48, name=f"multiplicand{d}") for d in range(DIMS)]
         acc = Signal(ADDRESS)
 
-        last = [index[d] == dims[d].extent - 1 for d in range(DIMS)]
-        in_bounds = Cat((coord[d] >= 0) & (coord[d] < dims[d].bound) for d in range(DIMS)).all()
+        # The step: lanes up to the end of the row, the padding / in-bounds edge and the beat.
+        contiguous = dims[0].stride == 1 << self.elem_log2
+        outer = Cat((coord[d] >= 0) & (coord[d] < dims[d].bound) for d in range(1, DIMS)).all()
+        in_bounds = outer & (coord[0] >= 0) & (coord[0] < dims[0].bound)
+        rest = dims[0].extent - index[0]
+        beat_rest = (self.beat_bytes - addr[0][:ceil_log2(self.beat_bytes)]) >> self.elem_log2
+        bound_rest = dims[0].bound - coord[0]
+        run = Signal(17)  # lanes to the next edge
+        with m.If(~contiguous):
+            m.d.comb += run.eq(1)
+        with m.Elif(in_bounds):
+            m.d.comb += run.eq(Mux(bound_rest < beat_rest, bound_rest, beat_rest))
+        with m.Elif(outer & (coord[0] < 0) & (dims[0].bound != 0)):
+            m.d.comb += run.eq(-coord[0])
+        with m.Else():
+            m.d.comb += run.eq(rest)
+        count = Signal(range(1, self.lanes + 1))
+        m.d.comb += count.eq(Mux(run < rest, run, rest))
+
+        last = Signal(DIMS)
+        m.d.comb += last.eq(Cat(count == rest,
+                                *(index[d] == dims[d].extent - 1 for d in range(1, DIMS))))
         out = self.elements.payload
         m.d.comb += [
             out.coords.eq(Cat(coord)),
@@ -165,9 +195,10 @@ class TileWalker(wiring.Component):
             out.addr.eq(addr[0][:32]),
             out.overflow.eq(in_bounds & addr[0][32:].any()),
             out.lane.eq(index[0]),
+            out.count.eq(count),
             out.row.eq(row),
             out.last_in_row.eq(last[0]),
-            out.last.eq(Cat(last).all()),
+            out.last.eq(last.all()),
         ]
 
         with m.FSM():
@@ -202,12 +233,18 @@ class TileWalker(wiring.Component):
             with m.State("WALK"):
                 m.d.comb += self.elements.valid.eq(1)
                 with m.If(self.elements.ready):
-                    # The innermost dimension d that is not at its last index advances.
+                    # The innermost dimension d that is not at its last index advances: dim 0 by
+                    # the step's lanes (count is 1 unless contiguous), the others by one.
                     for d in range(DIMS):
                         with (m.If if d == 0 else m.Elif)(~last[d]):
-                            next_addr = addr[d] + dims[d].stride
-                            m.d.sync += [index[d].eq(index[d] + 1), coord[d].eq(coord[d] + 1)]
-                            m.d.sync += [a.eq(next_addr) for a in addr[:d + 1]]
+                            if d:
+                                step, delta = 1, dims[d].stride
+                            else:
+                                step = count
+                                delta = Mux(contiguous, count << self.elem_log2, dims[0].stride)
+                            m.d.sync += [index[d].eq(index[d] + step),
+                                         coord[d].eq(coord[d] + step)]
+                            m.d.sync += [a.eq(addr[d] + delta) for a in addr[:d + 1]]
                             for inner in range(d):
                                 m.d.sync += [index[inner].eq(0),
                                              coord[inner].eq(dims[inner].start)]
@@ -238,7 +275,7 @@ class _ShiftAdd:
 
 
 class Im2colWalker(wiring.Component):
-    """Walks an ``Im2colDescriptor`` element by element, lanes fastest, like ``TileWalker``.
+    """Walks an ``Im2colDescriptor`` element by element (steps of one lane), lanes fastest.
 
     Setup forms the step sizes and start offsets by shift-add, in two rounds of one cycle per
     significant bit (of ``conv_stride``, ``dilation`` and ``padding``, then of the start
@@ -319,6 +356,7 @@ class Im2colWalker(wiring.Component):
                 out.addr.eq(addr[:32]),
                 out.overflow.eq(in_bounds & addr[32:].any()),
                 out.lane.eq(j),
+                out.count.eq(1),
                 out.row.eq(row),
                 out.last_in_row.eq(last_in_row),
                 out.last.eq(last),
@@ -410,26 +448,26 @@ def window_ok(windows, addr, size, permission):
 
 
 class BurstPlanner(wiring.Component):
-    """Groups walked elements into INCR bursts of bus beats, one element per cycle.
+    """Groups walked steps into INCR bursts of bus beats, one step per cycle.
 
-    An in-bounds element shares the beat of the previous one or extends the open burst by the
-    next beat; otherwise (out-of-bounds element, other beat, 4 KiB boundary, ``max_elements`` or
-    ``max_beats`` reached, end of walk) the burst closes and goes out on ``bursts``.
-    ``steps`` gives every element, in order, one element late: it tells when a beat and a burst
-    end. A burst is issued no earlier than the step that closes it. Each beat is checked against
-    the windows with ``permission`` ("read"/"write") before it joins a burst; on a failing beat or
-    an overflowing address ``error`` is set and the planner stops (the open burst is dropped).
-    ``abort`` stops it as well; ``steps`` and ``bursts`` still drain.
+    An in-bounds step (its lanes within one beat) shares the beat of the previous one or extends
+    the open burst by the next beat; otherwise (out-of-bounds step, other beat, 4 KiB boundary,
+    ``max_steps`` or ``max_beats`` reached, end of walk) the burst closes and goes out on
+    ``bursts``. ``steps`` gives every walked step, in order, one step late: it tells when a beat
+    and a burst end. A burst is issued no earlier than the step that closes it. Each beat is
+    checked against the windows with ``permission`` ("read"/"write") before it joins a burst; on
+    a failing beat or an overflowing address ``error`` is set and the planner stops (the open
+    burst is dropped). ``abort`` stops it as well; ``steps`` and ``bursts`` still drain.
     """
 
-    def __init__(self, lanes, rows, beat_bytes, max_elements, max_beats, permission):
+    def __init__(self, lanes, rows, beat_bytes, max_steps, max_beats, permission):
         if beat_bytes not in (4, 8, 16):
             raise ValueError(f"beat_bytes={beat_bytes!r} is invalid: allowed 4, 8 or 16")
-        _check_int("max_elements", max_elements, 1, 65535)
+        _check_int("max_steps", max_steps, 1, 65535)
         _check_int("max_beats", max_beats, 1, 256)
         if permission not in ("read", "write"):
             raise ValueError(f'permission={permission!r} is invalid: allowed "read" or "write"')
-        self.beat_bytes, self.max_elements, self.max_beats = beat_bytes, max_elements, max_beats
+        self.beat_bytes, self.max_steps, self.max_beats = beat_bytes, max_steps, max_beats
         self.permission = permission
         super().__init__({
             "elements": In(stream.Signature(element_layout(lanes, rows))),
@@ -445,16 +483,16 @@ class BurstPlanner(wiring.Component):
         shift = ceil_log2(self.beat_bytes)
         elem = self.elements.payload
         beat = elem.addr[shift:]
-        pending = Signal(self.steps.payload.shape())  # the previous element, end flags unknown
+        pending = Signal(self.steps.payload.shape())  # the previous step, end flags unknown
         pending_valid = Signal()
         pending_beat = Signal(32 - shift)
         first_beat = Signal(32 - shift)
-        elements = Signal(range(self.max_elements + 1))
+        burst_steps = Signal(range(self.max_steps + 1))
         beats = Signal(range(self.max_beats + 1))
-        flush = Signal()  # the last element is pending: close at the next cycle
+        flush = Signal()  # the last step is pending: close at the next cycle
 
         is_open = pending_valid & pending.in_bounds
-        room = elements < self.max_elements
+        room = burst_steps < self.max_steps
         share = is_open & (beat == pending_beat) & room
         extend = (is_open & (beat == pending_beat + 1) & (beat[:12 - shift] != 0) & room &
                   (beats < self.max_beats))
@@ -496,6 +534,7 @@ class BurstPlanner(wiring.Component):
                     pending_valid.eq(1),
                     pending.in_bounds.eq(elem.in_bounds),
                     pending.lane.eq(elem.lane),
+                    pending.count.eq(elem.count),
                     pending.row.eq(elem.row),
                     pending.last_in_row.eq(elem.last_in_row),
                     pending.last.eq(elem.last),
@@ -504,9 +543,19 @@ class BurstPlanner(wiring.Component):
                     flush.eq(elem.last),
                 ]
                 with m.If(joins):
-                    m.d.sync += elements.eq(elements + 1)
+                    m.d.sync += burst_steps.eq(burst_steps + 1)
                     with m.If(~share):
                         m.d.sync += beats.eq(beats + 1)
                 with m.Else():
-                    m.d.sync += [first_beat.eq(beat), elements.eq(1), beats.eq(1)]
+                    m.d.sync += [first_beat.eq(beat), burst_steps.eq(1), beats.eq(1)]
         return m
+
+
+def move_units(m, source, first, at, count, units, width):
+    """A ``units``-unit vector holding ``count`` ``width``-bit units of ``source``, from unit
+    ``first`` on, at unit ``at`` on (two barrel shifts, driven in ``m``), and its mask of them."""
+    moved = Signal(units * width)
+    mask = Signal(units)
+    m.d.comb += [moved.eq(((source >> first * width) << at * width)[:units * width]),
+                 mask.eq(Cat((at <= k) & (k < at + count) for k in range(units)))]
+    return moved, mask
