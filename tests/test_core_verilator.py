@@ -47,3 +47,11 @@ def test_conv2d_as_implicit_gemm_is_exact(run_tb, backpressure):
     run_tb(SMALL, "tpugen.sim.tb_core", {"seed": 9, "cases": CONV_CASES,
                                           "backpressure": backpressure},
            design="tpu_core", testcase="conv2d")
+
+
+@pytest.mark.parametrize("width", [32, 128])
+def test_other_bus_widths(run_tb, width):
+    config = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1, axi_data_width=width)
+    run_tb(config, "tpugen.sim.tb_core", {"seed": width, "shapes": [[9, 7, 5], [33, 12, 10]],
+                                           "backpressure": True},
+           design="tpu_core", testcase="matmul")
