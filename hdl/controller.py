@@ -1,6 +1,6 @@
 """Controller: fetches the program, dispatches to the engines under dependency tokens, watches."""
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
@@ -8,6 +8,7 @@ from amaranth.utils import exact_log2
 from ..isa import (INSTRUCTION_BITS, INSTRUCTION_BYTES, NUM_WINDOWS, ErrorCode, Header,
                    MatmulInstruction, Opcode, StoreInstruction, Window)
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_read_signature
+from .engine import engine_members
 from .load import LOAD_INSTRUCTION
 from .walker import window_ok
 
@@ -25,12 +26,10 @@ _PENDING_DEPTH = 8
 
 
 def engine_signature(layout):
-    """The controller's side of one engine."""
-    return wiring.Signature({
-        "instr": Out(stream.Signature(layout)),
-        "done": In(1), "busy": In(1), "error": In(ErrorCode), "progress": In(1),
-        "stall": Out(1),  # the next instruction waits for a dependency token
-    })
+    """The controller's side of one engine, plus ``stall``: the next instruction waits for a
+    dependency token (a performance counter)."""
+    members = {name: member.flip() for name, member in engine_members(layout).items()}
+    return wiring.Signature({**members, "stall": Out(1)})
 
 
 class Controller(wiring.Component):

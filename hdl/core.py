@@ -1,7 +1,7 @@
 """`tpu_core`: the array with its memories, DMA engines, controller and control registers."""
 from amaranth.hdl import Module, Mux, ResetInserter, Signal
 from amaranth.lib import memory, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib.wiring import Out
 
 from .axi import axi_lite_signature, axi_read_signature, axi_write_signature, flat_ports
 from .controller import ENGINES, FETCH_ID, Controller
@@ -40,7 +40,6 @@ class TpuCore(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.config
-        width = cfg.axi_data_width
 
         m.submodules.csr = csr = ControlRegisters(cfg)
         _connect_flat(m, "s_axil", self, csr.bus)
@@ -108,7 +107,6 @@ class TpuCore(wiring.Component):
         held = Signal()
         choose_load = Signal()
         m.d.comb += choose_load.eq(Mux(held, grant_load, load.arvalid))
-        chosen = [(choose_load, load), (~choose_load, fetch)]
         for name, member in axi_read_signature(self.config.axi_data_width).members.items():
             port = getattr(self, f"m_axi_{name}")
             if name.startswith("ar") and member.flow == Out:

@@ -7,6 +7,7 @@ from amaranth.utils import ceil_log2
 
 from ..isa import ErrorCode, MatmulInstruction
 from .array import SystolicArray
+from .engine import engine_members
 
 __all__ = ["ExecuteEngine", "scratchpad_row", "accumulator_row"]
 
@@ -85,11 +86,7 @@ class ExecuteEngine(wiring.Component):
         sp_addr = ceil_log2(config.scratchpad_rows)
         acc_addr = ceil_log2(config.accumulator_rows)
         super().__init__({
-            "instr": In(stream.Signature(MatmulInstruction)),
-            "done": Out(1),
-            "busy": Out(1),
-            "error": Out(ErrorCode),
-            "progress": Out(1),
+            **engine_members(MatmulInstruction),
             "vector": Out(1),  # an activation vector entered the array (rows * cols MACs)
             "weight_read": In(memory.ReadPort.Signature(addr_width=sp_addr,
                                                          shape=scratchpad_row(config))),

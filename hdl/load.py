@@ -1,6 +1,6 @@
 """LOAD engine: int8 tiles from external memory into scratchpad rows over AXI4 reads."""
 from amaranth.hdl import Cat, Module, Mux, Signal, signed
-from amaranth.lib import data, fifo, memory, stream, wiring
+from amaranth.lib import data, fifo, memory, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
@@ -8,6 +8,7 @@ from ..config import CoreConfig
 from ..isa import (NUM_WINDOWS, ErrorCode, Header, LoadIm2colInstruction, LoadInstruction,
                    TensorDescriptor, Window)
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_read_signature
+from .engine import engine_members
 from .walker import BurstPlanner, Im2colWalker, TileCheck, TileWalker, move_units, step_layout
 
 __all__ = ["LoadEngine", "LOAD_INSTRUCTION", "MAX_OUTSTANDING", "PLAN_DEPTH"]
@@ -56,12 +57,8 @@ class LoadEngine(wiring.Component):
         check_config(config)
         self.config = config
         super().__init__({
-            "instr": In(stream.Signature(LOAD_INSTRUCTION)),
-            "done": Out(1),
-            "busy": Out(1),
-            "error": Out(ErrorCode),
+            **engine_members(LOAD_INSTRUCTION),
             "windows": In(data.ArrayLayout(Window, NUM_WINDOWS)),
-            "progress": Out(1),
             "axi": Out(axi_read_signature(config.axi_data_width)),
             "sp_write": In(memory.WritePort.Signature(
                 addr_width=ceil_log2(config.scratchpad_rows),

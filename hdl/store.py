@@ -1,11 +1,12 @@
 """STORE engine: int32 accumulator tiles into external memory over AXI4 writes."""
 from amaranth.hdl import Module, Mux, Signal, signed
-from amaranth.lib import data, fifo, memory, stream, wiring
+from amaranth.lib import data, fifo, memory, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from ..isa import NUM_WINDOWS, ErrorCode, StoreInstruction, Window
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_write_signature
+from .engine import engine_members
 from .load import MAX_OUTSTANDING, check_config
 from .walker import BurstPlanner, TileCheck, TileWalker, move_units
 
@@ -29,12 +30,8 @@ class StoreEngine(wiring.Component):
         check_config(config)
         self.config = config
         super().__init__({
-            "instr": In(stream.Signature(StoreInstruction)),
-            "done": Out(1),
-            "busy": Out(1),
-            "error": Out(ErrorCode),
+            **engine_members(StoreInstruction),
             "windows": In(data.ArrayLayout(Window, NUM_WINDOWS)),
-            "progress": Out(1),
             "axi": Out(axi_write_signature(config.axi_data_width)),
             "acc_read": In(memory.ReadPort.Signature(
                 addr_width=ceil_log2(config.accumulator_rows),

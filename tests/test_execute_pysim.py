@@ -1,6 +1,6 @@
 """The execute engine in amaranth.sim: MATMUL instructions against numpy, with accumulation."""
 import numpy as np
-from amaranth.hdl import Module, signed
+from amaranth.hdl import Module
 from amaranth.lib import memory, wiring
 from amaranth.sim import Simulator
 

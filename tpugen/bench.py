@@ -4,7 +4,6 @@ import os
 import tempfile
 import time
 from contextlib import contextmanager
-from pathlib import Path
 
 import numpy as np
 

@@ -2,7 +2,6 @@
 import argparse
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 

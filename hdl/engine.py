@@ -1,0 +1,23 @@
+"""What every engine shows the controller."""
+from amaranth.lib import stream
+from amaranth.lib.wiring import In, Out
+
+from ..isa import ErrorCode
+
+__all__ = ["engine_members"]
+
+
+def engine_members(instruction_layout):
+    """Signature members of an engine that runs instructions of ``instruction_layout``.
+
+    ``instr``: ready only when the engine can take one; ``done``: a pulse per completed
+    instruction, in order; ``error``: non-zero once the engine stopped on an error (held until
+    reset); ``progress``: a pulse on any bus handshake or SRAM access (feeds the watchdog).
+    """
+    return {
+        "instr": In(stream.Signature(instruction_layout)),
+        "done": Out(1),
+        "busy": Out(1),
+        "error": Out(ErrorCode),
+        "progress": Out(1),
+    }
