@@ -108,6 +108,13 @@ def run_bench(large=False, configs=CONFIGS):
     return results
 
 
+def _label(workload):
+    if workload["op"] == "matmul":
+        return "matmul " + "x".join(map(str, workload["shape"]))
+    _, c, h, w, k, r, s, stride, _ = workload["shape"]
+    return f"conv {c}->{k} {h}x{w} {r}x{s}/{stride}"
+
+
 def plot_bench(results, path):
     """Measured and ideal MAC utilization of every workload, one panel per core."""
     import matplotlib
@@ -115,15 +122,15 @@ def plot_bench(results, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    configs = sorted({w["config"] for w in results["workloads"]})
+    configs = list(dict.fromkeys(w["config"] for w in results["workloads"]))
     fig, axes = plt.subplots(1, len(configs), figsize=(6 * len(configs), 4.5), squeeze=False)
     for axis, label in zip(axes[0], configs):
         entries = [w for w in results["workloads"] if w["config"] == label]
-        names = [f"{w['op']}\n{'x'.join(map(str, w['shape'][:3]))}" for w in entries]
+        names = [_label(w) for w in entries]
         x = np.arange(len(entries))
         axis.bar(x - 0.2, [w["ideal_utilization"] for w in entries], 0.4, label="ideal")
         axis.bar(x + 0.2, [w["mac_utilization"] for w in entries], 0.4, label="measured")
-        axis.set_xticks(x, names, fontsize=7)
+        axis.set_xticks(x, names, fontsize=7, rotation=40, ha="right")
         axis.set_ylim(0, 1)
         axis.set_ylabel("MAC utilization")
         axis.set_title(f"tpu_core {label}")
