@@ -84,7 +84,7 @@ class Controller(wiring.Component):
         back_tokens = [Signal(8, name=f"tokens_{i + 1}_{i}") for i in range(len(engines) - 1)]
         token_changes = {id(s): ([], []) for s in tokens + back_tokens}
 
-        queues, last_index = [], []
+        queues = []
         # The watchdog blames the oldest instruction that waits for a token, else the fetcher.
         blocked, blocked_index = Const(0), Const(0, 32)
         for i, (name, (opcode, layout)) in enumerate(ENGINES.items()):
@@ -97,7 +97,6 @@ class Controller(wiring.Component):
             head = data.View(layout, queue.r_data[:layout.size])
             head_index = queue.r_data[layout.size:]
             index = Signal(32, name=f"{name}_index")
-            last_index.append(index)
 
             pop_prev = tokens[i - 1] if i > 0 else None
             pop_next = back_tokens[i] if i < len(engines) - 1 else None
@@ -138,9 +137,14 @@ class Controller(wiring.Component):
             with m.If(port.error != ErrorCode.NONE):
                 m.d.comb += [raise_error.eq(port.error), raise_index.eq(index)]
 
+        # A program starts with no tokens, whatever the previous one left behind.
+        starting = Signal()
         for token in tokens + back_tokens:
             gives, takes = token_changes[id(token)]
-            m.d.sync += token.eq(token + sum(gives, 0) - sum(takes, 0))
+            with m.If(starting):
+                m.d.sync += token.eq(0)
+            with m.Else():
+                m.d.sync += token.eq(token + sum(gives, 0) - sum(takes, 0))
 
         # Fetch: one instruction at a time, as one INCR burst of `beats` beats.
         address = Signal(32)
@@ -156,6 +160,7 @@ class Controller(wiring.Component):
         engines_idle = Cat(~port.busy for port in engines).all() & Cat(~q.r_rdy for q in queues).all()
         with m.FSM():
             with m.State("IDLE"):
+                m.d.comb += starting.eq(self.start)
                 with m.If(self.start):
                     m.d.sync += [pc.eq(0), running.eq(1), error.eq(ErrorCode.NONE),
                                  stopping.eq(0), bus_error.eq(0)]

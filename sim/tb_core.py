@@ -169,6 +169,16 @@ async def errors(dut):
     result = await core.run(Program().end().to_bytes(), PROGRAM, timeout_cycles=20_000)
     assert result.error == ErrorCode.PROGRAM_WINDOW and result.error_index == 0, result
     await core.soft_reset()
+    # Tokens left over by one program do not leak into the next.
+    await core.set_windows(windows)
+    leftover = Program().load(tensor_fields(A, 1, 0, [Dim(extent=1, bound=1, stride=1)]),
+                              Deps(push_next=True)).end()
+    result = await core.run(leftover.to_bytes(), PROGRAM, timeout_cycles=20_000)
+    assert result.done, result
+    waits = Program().matmul(0, 0, 0, 1, deps=Deps(pop_prev=True)).end()
+    result = await core.run(waits.to_bytes(), PROGRAM, timeout_cycles=20_000)
+    assert result.error == ErrorCode.WATCHDOG and result.error_index == 0, result
+    await core.soft_reset()
     # And a good program runs after all that.
     await core.set_windows(windows)
     m, k, n = 6, 5, 3
