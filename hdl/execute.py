@@ -30,11 +30,11 @@ class _RowFeeder(wiring.Component):
     carries ``last``. A small FIFO absorbs the read latency so the output can stall.
     """
 
-    def __init__(self, config, *, count_width=16):
+    def __init__(self, config):
         self._config = config
         self._addr_width = ceil_log2(config.scratchpad_rows)
         super().__init__({
-            "run": In(stream.Signature(data.StructLayout({"row": 16, "count": count_width}))),
+            "run": In(stream.Signature(data.StructLayout({"row": 16, "count": 16}))),
             "read": In(memory.ReadPort.Signature(addr_width=self._addr_width,
                                                   shape=scratchpad_row(config))),
             "rows": Out(stream.Signature(data.StructLayout({"data": scratchpad_row(config),

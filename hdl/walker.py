@@ -7,7 +7,7 @@ from amaranth.utils import ceil_log2
 from ..isa import DIMS, NUM_WINDOWS, ErrorCode, Im2colDescriptor, TensorDescriptor, Window
 
 __all__ = ["TileCheck", "TileWalker", "Im2colWalker", "BurstPlanner", "element_layout",
-           "step_layout", "burst_layout", "move_units"]
+           "walker_signature", "step_layout", "burst_layout", "move_units"]
 
 COORD = signed(18)
 """A tile coordinate: start (signed 16) + index (unsigned 16)."""
@@ -18,6 +18,15 @@ ADDRESS = signed(53)
 def _check_int(name, value, low, high):
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise ValueError(f"{name}={value!r} is invalid: allowed an integer in {low}..{high}")
+
+
+def walker_signature(descriptor_layout, lanes, rows):
+    """What a walker shows the engine: a descriptor in, elements (or steps) out, and abort."""
+    return wiring.Signature({
+        "descriptor": In(stream.Signature(descriptor_layout)),
+        "elements": Out(stream.Signature(element_layout(lanes, rows))),
+        "abort": In(1),
+    })
 
 
 def element_layout(lanes, rows):
@@ -147,11 +156,7 @@ class TileWalker(wiring.Component):
             raise ValueError(f"beat_bytes={beat_bytes!r} is invalid: allowed 4, 8 or 16, at least "
                              f"the element size")
         self.lanes, self.rows, self.elem_log2, self.beat_bytes = lanes, rows, elem_log2, beat_bytes
-        super().__init__({
-            "descriptor": In(stream.Signature(TensorDescriptor)),
-            "elements": Out(stream.Signature(element_layout(lanes, rows))),
-            "abort": In(1),
-        })
+        super().__init__(walker_signature(TensorDescriptor, lanes, rows))
 
     def elaborate(self, platform):
         m = Module()
@@ -290,11 +295,7 @@ class Im2colWalker(wiring.Component):
         _check_int("lanes", lanes, 1, 65535)
         _check_int("rows", rows, 1, 65536)
         self.lanes, self.rows = lanes, rows
-        super().__init__({
-            "descriptor": In(stream.Signature(Im2colDescriptor)),
-            "elements": Out(stream.Signature(element_layout(lanes, rows))),
-            "abort": In(1),
-        })
+        super().__init__(walker_signature(Im2colDescriptor, lanes, rows))
 
     def elaborate(self, platform):
         m = Module()

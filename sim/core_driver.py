@@ -90,13 +90,11 @@ class CoreDriver:
         await self.write("PROGRAM_LENGTH", len(program) // INSTRUCTION_BYTES)
         await self.write("IRQ_ENABLE", 1)
         await self.write("CONTROL", register("CONTROL").layout.const({"start": 1}).as_bits())
-        start = cocotb.utils.get_sim_time("ns")
         if not self.dut.irq.value:
             try:
                 await with_timeout(RisingEdge(self.dut.irq), timeout_cycles * 10, "ns")
             except SimTimeoutError:
                 raise AssertionError(f"no interrupt within {timeout_cycles} cycles") from None
-        self.wall_cycles = int(cocotb.utils.get_sim_time("ns") - start) // 10
         status = await self.read("STATUS")
         result = RunResult(status, await self.read("ERROR_CODE"), await self.read("ERROR_INDEX"),
                            await self.counters())
