@@ -77,6 +77,11 @@ class CoreConfig:
         """Rows of ``cols`` int32 accumulators."""
         return self.accumulator_kib * 1024 // (4 * self.cols)
 
+    @property
+    def probability_rows(self):
+        """Rows of the softmax unit's probability buffer (``lanes`` uint8) and state (m, l)."""
+        return self.accumulator_rows // 2
+
     def to_json(self):
         return json.dumps(asdict(self), indent=2, sort_keys=True)
 

@@ -10,8 +10,10 @@ from amaranth.lib import data, enum
 
 __all__ = [
     "INSTRUCTION_BITS", "INSTRUCTION_BYTES", "DIMS", "ErrorCode", "Opcode", "Header", "Dim",
-    "TensorDescriptor", "Im2colDescriptor", "LoadInstruction", "LoadIm2colInstruction", "MatmulInstruction", "StoreInstruction",
-    "decode", "encode", "NUM_WINDOWS", "Window",
+    "TensorDescriptor", "Im2colDescriptor", "LoadInstruction", "LoadIm2colInstruction",
+    "MatmulInstruction", "StoreInstruction", "Epilogue", "EpilogueParams", "ParamsInstruction",
+    "PARAMS_PER_INSTRUCTION", "SoftmaxMode", "SoftmaxInstruction", "decode", "encode",
+    "NUM_WINDOWS", "Window",
 ]
 
 INSTRUCTION_BITS = 512
@@ -24,8 +26,10 @@ class Opcode(enum.Enum, shape=4):
     """Zero is not an opcode, so a program running into zeroed memory stops with an error."""
     LOAD = 1     # external memory -> scratchpad (load engine)
     MATMUL = 2   # scratchpad -> array -> accumulator (execute engine)
-    STORE = 3    # accumulator -> external memory (store engine)
+    STORE = 3    # accumulator -> epilogue -> external memory (store engine)
     END = 4      # wait for every engine, then done + irq
+    PARAMS = 5   # per-lane epilogue parameters (store engine)
+    SOFTMAX = 6  # online-softmax step or final normalization on accumulator rows (execute engine)
 
 
 class ErrorCode(enum.Enum, shape=4):
@@ -108,18 +112,81 @@ padding``, zero outside the tensor (padding) and past the last pixel or kernel p
 LoadInstruction = data.StructLayout({"header": Header, "tensor": TensorDescriptor})
 LoadIm2colInstruction = data.StructLayout({"header": Header, "im2col": Im2colDescriptor})
 """A LOAD with ``header.im2col`` set: the same bits as LoadInstruction, read this way."""
-StoreInstruction = data.StructLayout({"header": Header, "tensor": TensorDescriptor})
+Epilogue = data.StructLayout({
+    "bias": 1,           # add the lane's bias
+    "requant": 1,        # requantize with the lane's multiplier and shift to int8 (elem_log2 0)
+    "relu": 1,           # max(y, 0)
+    "pool": 1,           # 2x2 / stride-2 max pooling of output pixels (see below)
+    "pool_pitch": 16,    # accumulator rows between vertically neighbouring output pixels
+})
+"""The store path's per-element function of an accumulator value ``acc`` of lane ``j``:
+``t = acc + bias[j]`` (if ``bias``), then ``y = sat_int8(round_half_even(t * multiplier[j] >>
+shift[j]))`` if ``requant`` else ``y = sat_int32(t)``, then ``max(y, 0)`` if ``relu``. Without
+``requant`` elements are int32 (``elem_log2`` 2), with it int8 (``elem_log2`` 0).
+
+With ``pool`` the tile's dim 3 extent must be 1, and tile element (i0, i1, i2) is the maximum over
+the accumulator rows ``r, r + 1, r + pool_pitch, r + pool_pitch + 1`` with ``r = sram_row + 2 * i1
++ 2 * pool_pitch * i2`` (raster-ordered output pixels, ``pool_pitch`` of them per image row)."""
+
+StoreInstruction = data.StructLayout({"header": Header, "tensor": TensorDescriptor,
+                                      "epilogue": Epilogue})
+
+EpilogueParams = data.StructLayout({
+    "bias": signed(32),
+    "multiplier": 16,    # unsigned
+    "shift": 6,
+})
+
+PARAMS_PER_INSTRUCTION = 8
+
+ParamsInstruction = data.StructLayout({
+    "header": Header,
+    "first_lane": 16,    # entry e sets lane first_lane + e (lanes >= cols are ignored)
+    "broadcast": 1,      # entry 0 sets every lane
+    "reserved": 15,
+    "entries": data.ArrayLayout(EpilogueParams, PARAMS_PER_INSTRUCTION),
+})
+"""Sets the store engine's per-lane epilogue parameters, kept until changed (reset: bias 0,
+multiplier 1, shift 0). Runs in order with the STOREs; lane j is output column j of a tile."""
 
 MatmulInstruction = data.StructLayout({
     "header": Header,
     "weight_row": 16,    # scratchpad row of W[0, :]; the tile is `rows` rows, lanes 0..cols-1
-    "act_row": 16,       # scratchpad row of the first activation vector (lanes 0..rows-1)
+    "act_row": 16,       # row of the first activation vector (lanes 0..rows-1)
     "acc_row": 16,       # accumulator row of the first result vector
     "count": 16,         # activation vectors (>= 1)
+    "act_probabilities": 1,  # act_row is in the probability buffer (unsigned 8-bit), not the
+})                           # scratchpad (int8)
+
+
+class SoftmaxMode(enum.Enum, shape=2):
+    BLOCK = 0       # online-softmax update with one block of scores; rescale O
+    NORMALIZE = 1   # O /= l
+
+
+SoftmaxInstruction = data.StructLayout({
+    "header": Header,
+    "mode": SoftmaxMode,
+    "first": 1,          # BLOCK: the first block of these queries (state starts at m=-inf, l=0)
+    "causal": 1,         # mask key k of query q when k > q + causal_offset
+    "reserved": 4,
+    "count": 16,         # queries (>= 1)
+    "tiles": 8,          # key tiles in the block (>= 1), `cols` keys each
+    "o_tiles": 8,        # O tiles (>= 1), `cols` output columns each
+    "keys": 16,          # valid keys in the block; lanes past them are masked
+    "causal_offset": signed(32),
+    "score_row": 16,     # accumulator row of S[query i, key tile t] = score_row + t * count + i
+    "p_row": 16,         # probability-buffer row of P[i, t] = p_row + t * count + i
+    "o_row": 16,         # accumulator row of O[i, tile u] = o_row + u * count + i
+    "state_row": 16,     # softmax state (m, l) of query i = state_row + i
+    "scale_multiplier": 16,  # x = (s * scale_multiplier) >> scale_shift: log2 domain, Q.10
+    "scale_shift": 6,
 })
+"""One step of flash attention on the softmax unit (see ``hdl/softmax.py`` for the numerics)."""
 
 _LAYOUTS = {Opcode.LOAD: LoadInstruction, Opcode.MATMUL: MatmulInstruction,
-            Opcode.STORE: StoreInstruction, Opcode.END: data.StructLayout({"header": Header})}
+            Opcode.STORE: StoreInstruction, Opcode.END: data.StructLayout({"header": Header}),
+            Opcode.PARAMS: ParamsInstruction, Opcode.SOFTMAX: SoftmaxInstruction}
 
 assert all(layout.size <= INSTRUCTION_BITS for layout in (*_LAYOUTS.values(), LoadIm2colInstruction))
 
