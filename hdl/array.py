@@ -5,8 +5,8 @@ from amaranth.lib.wiring import In, Out
 
 from .pe import add_pe, pe_signature
 
-__all__ = ["SystolicArray", "activation_layout", "array_latency", "min_tile_length",
-           "result_layout", "weight_layout"]
+__all__ = ["SystolicArray", "act_width", "activation_layout", "array_latency",
+           "min_tile_length", "result_layout", "weight_layout"]
 
 
 def weight_layout(config):
@@ -14,10 +14,16 @@ def weight_layout(config):
     return data.ArrayLayout(signed(config.data_width), config.cols)
 
 
+def act_width(config):
+    """Activations are one bit wider than weights, so they hold int8 and uint8 values alike
+    (softmax probabilities are unsigned)."""
+    return config.data_width + 1
+
+
 def activation_layout(config):
     """One activation vector A[m, 0..rows-1]; ``last`` ends the current weight tile."""
     return data.StructLayout({
-        "data": data.ArrayLayout(signed(config.data_width), config.rows),
+        "data": data.ArrayLayout(signed(act_width(config)), config.rows),
         "last": 1,
     })
 
@@ -69,9 +75,9 @@ class SystolicArray(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         rows, cols = self.config.rows, self.config.cols
-        width = self.config.data_width
+        width = act_width(self.config)
 
-        signature = pe_signature(width, self.config.acc_width)
+        signature = pe_signature(self.config.data_width, self.config.acc_width, width)
         pes = [[signature.flip().create(path=(f"pe_{r}_{c}",)) for c in range(cols)]
                for r in range(rows)]
         for r in range(rows):

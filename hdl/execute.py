@@ -1,15 +1,24 @@
-"""Execute engine: MATMUL instructions from the scratchpad through the array into the accumulator."""
-from amaranth.hdl import Module, Mux, Signal, signed
+"""Execute engine: MATMUL through the array into the accumulator, and SOFTMAX on the SFU."""
+from amaranth.hdl import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from ..isa import ErrorCode, MatmulInstruction
+from ..isa import ErrorCode, Header, MatmulInstruction, Opcode, SoftmaxInstruction
 from .array import SystolicArray
 from .engine import engine_members
+from .softmax import SoftmaxUnit
 
-__all__ = ["ExecuteEngine", "scratchpad_row", "accumulator_row"]
+__all__ = ["ExecuteEngine", "EXECUTE_INSTRUCTION", "accumulator_row", "probability_row",
+           "scratchpad_row"]
+
+EXECUTE_INSTRUCTION = data.StructLayout({
+    "header": Header,
+    "fields": max(MatmulInstruction.size, SoftmaxInstruction.size) - Header.size,
+})
+"""The bits of an execute-engine instruction: read as a MatmulInstruction or a
+SoftmaxInstruction by its opcode."""
 
 _QUEUE_DEPTH = 4
 """MATMUL instructions in flight: weights loading, streaming, and draining from the array."""
@@ -23,22 +32,27 @@ def accumulator_row(config):
     return data.ArrayLayout(signed(config.acc_width), config.cols)
 
 
-class _RowFeeder(wiring.Component):
-    """Reads runs of scratchpad rows through a synchronous read port into a stream.
+def probability_row(config):
+    return data.ArrayLayout(unsigned(config.data_width), config.lanes)
 
-    Each ``run`` (first row, count, flag) becomes ``count`` rows on ``rows``; the run's last row
-    carries ``last``. A small FIFO absorbs the read latency so the output can stall.
+
+class _RowFeeder(wiring.Component):
+    """Reads runs of rows through synchronous read ports into a stream.
+
+    Each ``run`` (first row, count, source) becomes ``count`` rows on ``rows``, read through
+    ``reads[source]``; the run's last row carries ``last`` and each row its ``source``. A small
+    FIFO absorbs the read latency so the output can stall.
     """
 
-    def __init__(self, config):
-        self._config = config
-        self._addr_width = ceil_log2(config.scratchpad_rows)
+    def __init__(self, width, ports):
+        self._ports = ports
         super().__init__({
-            "run": In(stream.Signature(data.StructLayout({"row": 16, "count": 16}))),
-            "read": In(memory.ReadPort.Signature(addr_width=self._addr_width,
-                                                  shape=scratchpad_row(config))),
-            "rows": Out(stream.Signature(data.StructLayout({"data": scratchpad_row(config),
-                                                            "last": 1}))),
+            "run": In(stream.Signature(data.StructLayout({"row": 16, "count": 16,
+                                                          "source": range(len(ports))}))),
+            "reads": In(wiring.Signature({f"source{i}": Out(port)
+                                          for i, port in enumerate(ports)})),
+            "rows": Out(stream.Signature(data.StructLayout({"data": width, "last": 1,
+                                                            "source": range(len(ports))}))),
             "idle": Out(1),
         })
 
@@ -49,49 +63,64 @@ class _RowFeeder(wiring.Component):
         written = data.View(layout, fifo.w_data)
         row = Signal(16)
         remaining = Signal(16)
+        source = Signal.like(self.run.payload.source)
         in_flight = Signal()
         in_flight_last = Signal()
+        in_flight_source = Signal.like(source)
         issue = Signal()
+        reads = [getattr(self.reads, f"source{i}") for i in range(len(self._ports))]
+        for i, read in enumerate(reads):
+            m.d.comb += [read.addr.eq(row), read.en.eq(issue & (source == i))]
+            with m.If(in_flight_source == i):
+                m.d.comb += written.data.eq(read.data.as_value())
         m.d.comb += [
             self.run.ready.eq(remaining == 0),
             issue.eq((remaining != 0) & (fifo.w_level + in_flight < fifo.depth)),
-            self.read.addr.eq(row),
-            self.read.en.eq(issue),
             fifo.w_en.eq(in_flight),
-            written.data.eq(self.read.data),
             written.last.eq(in_flight_last),
+            written.source.eq(in_flight_source),
             self.rows.payload.eq(fifo.r_data),
             self.rows.valid.eq(fifo.r_rdy),
             fifo.r_en.eq(self.rows.ready),
             self.idle.eq((remaining == 0) & ~in_flight & ~fifo.r_rdy),
         ]
-        m.d.sync += [in_flight.eq(issue), in_flight_last.eq(issue & (remaining == 1))]
+        m.d.sync += [in_flight.eq(issue), in_flight_last.eq(issue & (remaining == 1)),
+                     in_flight_source.eq(source)]
         with m.If(self.run.valid & self.run.ready):
-            m.d.sync += [row.eq(self.run.payload.row), remaining.eq(self.run.payload.count)]
+            m.d.sync += [row.eq(self.run.payload.row), remaining.eq(self.run.payload.count),
+                         source.eq(self.run.payload.source)]
         with m.Elif(issue):
             m.d.sync += [row.eq(row + 1), remaining.eq(remaining - 1)]
         return m
 
 
 class ExecuteEngine(wiring.Component):
-    """Runs MATMUL instructions: ``acc[acc_row + i] (+)= sp[act_row + i][:rows] @ W`` for each of
-    ``count`` activation vectors, where W is the ``rows`` x ``cols`` tile at ``weight_row``.
+    """Runs MATMUL instructions: ``acc[acc_row + i] (+)= A[act_row + i][:rows] @ W`` for each of
+    ``count`` activation vectors, where W is the ``rows`` x ``cols`` tile at ``weight_row`` and
+    A is the scratchpad (int8) or, with ``act_probabilities``, the probability buffer (uint8).
 
-    Instructions overlap: the next weight tile loads while the current one streams, and an
+    MATMULs overlap: the next weight tile loads while the current one streams, and an
     instruction is done (``done`` pulse, in order) when its last result is in the accumulator.
+    A SOFTMAX waits for the MATMULs before it, then runs on the `SoftmaxUnit`, which owns the
+    accumulator ports and the probability buffer's write port until it is done.
     """
 
     def __init__(self, config):
         self.config = config
         sp_addr = ceil_log2(config.scratchpad_rows)
         acc_addr = ceil_log2(config.accumulator_rows)
+        prob_addr = ceil_log2(config.probability_rows)
         super().__init__({
-            **engine_members(MatmulInstruction),
+            **engine_members(EXECUTE_INSTRUCTION),
             "vector": Out(1),  # an activation vector entered the array (rows * cols MACs)
             "weight_read": In(memory.ReadPort.Signature(addr_width=sp_addr,
                                                          shape=scratchpad_row(config))),
             "act_read": In(memory.ReadPort.Signature(addr_width=sp_addr,
                                                       shape=scratchpad_row(config))),
+            "prob_read": In(memory.ReadPort.Signature(addr_width=prob_addr,
+                                                       shape=probability_row(config))),
+            "prob_write": In(memory.WritePort.Signature(addr_width=prob_addr,
+                                                         shape=probability_row(config))),
             "acc_read": In(memory.ReadPort.Signature(addr_width=acc_addr,
                                                       shape=accumulator_row(config))),
             "acc_write": In(memory.WritePort.Signature(addr_width=acc_addr,
@@ -102,32 +131,50 @@ class ExecuteEngine(wiring.Component):
         m = Module()
         cfg = self.config
         m.submodules.array = array = SystolicArray(cfg)
-        m.submodules.weights = weights = _RowFeeder(cfg)
-        m.submodules.acts = acts = _RowFeeder(cfg)
-        wiring.connect(m, wiring.flipped(self.weight_read), weights.read)
-        wiring.connect(m, wiring.flipped(self.act_read), acts.read)
+        m.submodules.weights = weights = _RowFeeder(scratchpad_row(cfg).size,
+                                                    [self.weight_read.signature.flip()])
+        m.submodules.acts = acts = _RowFeeder(scratchpad_row(cfg).size,
+                                              [self.act_read.signature.flip(),
+                                               self.prob_read.signature.flip()])
+        m.submodules.softmax = softmax = SoftmaxUnit(cfg)
+        wiring.connect(m, wiring.flipped(self.weight_read), weights.reads.source0)
+        wiring.connect(m, wiring.flipped(self.act_read), acts.reads.source0)
+        wiring.connect(m, wiring.flipped(self.prob_read), acts.reads.source1)
+        wiring.connect(m, wiring.flipped(self.prob_write), softmax.p_write)
 
-        # Result bookkeeping: one entry per accepted instruction, consumed as results arrive.
+        # Result bookkeeping: one entry per accepted MATMUL, consumed as results arrive.
         target = data.StructLayout({"acc_row": 16, "count": 16, "accumulate": 1})
         m.submodules.targets = targets = SyncFIFO(width=target.size, depth=_QUEUE_DEPTH)
 
         pushed = data.View(target, targets.w_data)
-        instr = self.instr.payload
+        raw = self.instr.payload.as_value()
+        instr = data.View(MatmulInstruction, raw[:MatmulInstruction.size])
+        is_softmax = self.instr.payload.header.opcode == Opcode.SOFTMAX
+        act_rows = Mux(instr.act_probabilities, cfg.probability_rows, cfg.scratchpad_rows)
         bad = Signal(ErrorCode)
         with m.If(instr.count == 0):
             m.d.comb += bad.eq(ErrorCode.BAD_EXTENT)
         with m.Elif((instr.weight_row + cfg.rows > cfg.scratchpad_rows)
-                    | (instr.act_row + instr.count > cfg.scratchpad_rows)
+                    | (instr.act_row + instr.count > act_rows)
                     | (instr.acc_row + instr.count > cfg.accumulator_rows)):
             m.d.comb += bad.eq(ErrorCode.SRAM_RANGE)
 
+        # The array and the softmax unit take turns on the accumulator.
+        result_valid = Signal()
+        matmul_idle = ~targets.r_rdy & ~result_valid
         accept = Signal()
         m.d.comb += [
-            self.instr.ready.eq((self.error == ErrorCode.NONE) & weights.run.ready
-                                & acts.run.ready & targets.w_rdy),
-            accept.eq(self.instr.valid & self.instr.ready),
+            softmax.instr.payload.eq(raw[:SoftmaxInstruction.size]),
+            softmax.instr.valid.eq(self.instr.valid & is_softmax & matmul_idle
+                                   & (self.error == ErrorCode.NONE)),
+            self.instr.ready.eq((self.error == ErrorCode.NONE) & Mux(
+                is_softmax, softmax.instr.ready & matmul_idle,
+                weights.run.ready & acts.run.ready & targets.w_rdy & ~softmax.busy)),
+            accept.eq(self.instr.valid & self.instr.ready & ~is_softmax),
         ]
-        with m.If(accept & (bad != ErrorCode.NONE)):
+        with m.If(softmax.error != ErrorCode.NONE):
+            m.d.sync += self.error.eq(softmax.error)
+        with m.Elif(accept & (bad != ErrorCode.NONE)):
             m.d.sync += self.error.eq(bad)
         with m.Elif(accept):
             m.d.comb += [
@@ -137,6 +184,7 @@ class ExecuteEngine(wiring.Component):
                 acts.run.valid.eq(1),
                 acts.run.payload.row.eq(instr.act_row),
                 acts.run.payload.count.eq(instr.count),
+                acts.run.payload.source.eq(instr.act_probabilities),
                 targets.w_en.eq(1),
                 pushed.acc_row.eq(instr.acc_row),
                 pushed.count.eq(instr.count),
@@ -151,10 +199,14 @@ class ExecuteEngine(wiring.Component):
             array.acts.payload.last.eq(acts.rows.payload.last),
             self.vector.eq(array.acts.valid & array.acts.ready),
         ]
+        weight_data = data.View(scratchpad_row(cfg), weights.rows.payload.data)
         for lane in range(cfg.cols):
-            m.d.comb += array.weights.payload[lane].eq(weights.rows.payload.data[lane])
+            m.d.comb += array.weights.payload[lane].eq(weight_data[lane])
+        act_bytes = acts.rows.payload.data
         for lane in range(cfg.rows):
-            m.d.comb += array.acts.payload.data[lane].eq(acts.rows.payload.data[lane])
+            byte = act_bytes[lane * 8:(lane + 1) * 8]
+            m.d.comb += array.acts.payload.data[lane].eq(
+                Cat(byte, byte[7] & ~acts.rows.payload.source))
 
         # Results: read the old row (transparent, so back-to-back updates of a row see each
         # other), add or overwrite one cycle later.
@@ -162,14 +214,9 @@ class ExecuteEngine(wiring.Component):
         index = Signal(16)
         result = Signal.like(array.results.payload.data)
         result_row = Signal(16)
-        result_valid = Signal()
         result_accumulate = Signal()
         result_last = Signal()
         last_of_instr = index + 1 == current.count
-        m.d.comb += [
-            self.acc_read.addr.eq(current.acc_row + index),
-            self.acc_read.en.eq(array.results.valid),
-        ]
         m.d.sync += [
             result.eq(array.results.payload.data),
             result_row.eq(current.acc_row + index),
@@ -180,16 +227,28 @@ class ExecuteEngine(wiring.Component):
         with m.If(array.results.valid):
             m.d.sync += index.eq(Mux(last_of_instr, 0, index + 1))
             m.d.comb += targets.r_en.eq(last_of_instr)
+        with m.If(softmax.busy):
+            m.d.comb += [
+                self.acc_read.addr.eq(softmax.acc_read.addr),
+                self.acc_read.en.eq(softmax.acc_read.en),
+                self.acc_write.addr.eq(softmax.acc_write.addr),
+                self.acc_write.en.eq(softmax.acc_write.en),
+                self.acc_write.data.eq(softmax.acc_write.data),
+            ]
+        with m.Else():
+            m.d.comb += [
+                self.acc_read.addr.eq(current.acc_row + index),
+                self.acc_read.en.eq(array.results.valid),
+                self.acc_write.addr.eq(result_row),
+                self.acc_write.en.eq(result_valid),
+            ]
+            for lane in range(cfg.cols):
+                m.d.comb += self.acc_write.data[lane].eq(
+                    Mux(result_accumulate, self.acc_read.data[lane] + result[lane], result[lane]))
         m.d.comb += [
-            self.acc_write.addr.eq(result_row),
-            self.acc_write.en.eq(result_valid),
-        ]
-        for lane in range(cfg.cols):
-            m.d.comb += self.acc_write.data[lane].eq(
-                Mux(result_accumulate, self.acc_read.data[lane] + result[lane], result[lane]))
-        m.d.comb += [
-            self.done.eq(result_last),
-            self.busy.eq(targets.r_rdy | result_valid),
-            self.progress.eq(accept | result_valid | self.vector),
+            softmax.acc_read.data.eq(self.acc_read.data),
+            self.done.eq(result_last | softmax.done),
+            self.busy.eq(targets.r_rdy | result_valid | softmax.busy),
+            self.progress.eq(accept | result_valid | self.vector | softmax.progress),
         ]
         return m

@@ -6,15 +6,19 @@ from amaranth.lib.wiring import In, Out
 __all__ = ["ProcessingElement", "pe_signature", "add_pe"]
 
 
-def pe_signature(data_width=8, acc_width=32):
+def pe_signature(data_width=8, acc_width=32, act_width=None):
+    """``data_width``: signed weights; ``act_width`` (default ``data_width``): signed activations."""
+    act_width = data_width if act_width is None else act_width
     if data_width < 2:
         raise ValueError(f"data_width={data_width!r} is invalid: allowed an integer >= 2")
-    if acc_width < 2 * data_width:
-        raise ValueError(f"acc_width={acc_width!r} is invalid: allowed >= 2 * data_width")
+    if act_width < data_width:
+        raise ValueError(f"act_width={act_width!r} is invalid: allowed >= data_width")
+    if acc_width < data_width + act_width:
+        raise ValueError(f"acc_width={acc_width!r} is invalid: allowed >= data_width + act_width")
     return wiring.Signature({
-        "act_in": In(signed(data_width)),
+        "act_in": In(signed(act_width)),
         "sel_in": In(1),
-        "act_out": Out(signed(data_width)),
+        "act_out": Out(signed(act_width)),
         "sel_out": Out(1),
         "psum_in": In(signed(acc_width)),
         "psum_out": Out(signed(acc_width)),
@@ -32,7 +36,7 @@ def add_pe(m, pe, name="pe"):
     The array builds its PEs with this directly rather than as 256 submodules: one flat module
     generates (and simulates) faster, with the same logic as `ProcessingElement`.
     """
-    width = len(pe.act_in)
+    width = len(pe.shift_in)
     banks = [Signal(signed(width), name=f"{name}_weight{b}") for b in range(2)]
     weight = Mux(pe.sel_in, banks[1], banks[0])
     m.d.sync += [
@@ -56,10 +60,10 @@ class ProcessingElement(wiring.Component):
     ``commit`` copies the chain register into bank ``commit_bank`` while the other bank computes.
     """
 
-    def __init__(self, data_width=8, acc_width=32):
+    def __init__(self, data_width=8, acc_width=32, act_width=None):
         self.data_width = data_width
         self.acc_width = acc_width
-        super().__init__(pe_signature(data_width, acc_width))
+        super().__init__(pe_signature(data_width, acc_width, act_width))
 
     def elaborate(self, platform):
         m = Module()

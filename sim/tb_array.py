@@ -13,6 +13,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge
 
 from tpugen import CoreConfig
+from tpugen.hdl.array import act_width
 
 from .golden import matmul_int32
 
@@ -72,7 +73,7 @@ async def random_tiles(dut):
             dut.weights__valid.value = 0
         if act_vectors and dut.acts__ready.value:
             vector, last = act_vectors.pop(0)
-            dut.acts__payload.value = pack(vector, cfg.data_width) | int(last) << (rows * cfg.data_width)
+            dut.acts__payload.value = pack(vector, act_width(cfg)) | int(last) << (rows * act_width(cfg))
             dut.acts__valid.value = 1
             accepted.append(cycle)
         else:

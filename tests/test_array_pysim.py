@@ -46,7 +46,7 @@ def test_array_matches_numpy(rows, cols):
     dut = SystolicArray(cfg)
     rng = np.random.default_rng(rows * 10 + cols)
     tiles = [rng.integers(-128, 128, (rows, cols)) for _ in range(3)]
-    acts = [rng.integers(-128, 128, (m, rows)) for m in (1, rows + cols, 4)]
+    acts = [rng.integers(-128, 256, (m, rows)) for m in (1, rows + cols, 4)]  # int8 and uint8
     results = []
 
     async def feed_weights(ctx):

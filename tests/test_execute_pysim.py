@@ -5,15 +5,18 @@ from amaranth.lib import memory, wiring
 from amaranth.sim import Simulator
 
 from tpugen import CoreConfig
-from tpugen.hdl.execute import ExecuteEngine, accumulator_row, scratchpad_row
-from tpugen.isa import ErrorCode, MatmulInstruction
+from tpugen.hdl.execute import (EXECUTE_INSTRUCTION, ExecuteEngine, accumulator_row,
+                                probability_row, scratchpad_row)
+from tpugen.isa import ErrorCode, Opcode, SoftmaxMode, encode
 from tpugen.sim.golden import matmul_int32
+from tpugen.sim.softmax_model import block
 
 
 class _Bench(wiring.Component):
-    def __init__(self, config, scratchpad):
+    def __init__(self, config, scratchpad, probabilities=()):
         self.config = config
         self.scratchpad = scratchpad
+        self.probabilities = probabilities
         self.engine = ExecuteEngine(config)
         super().__init__({})
 
@@ -31,18 +34,32 @@ class _Bench(wiring.Component):
         wiring.connect(m, engine.act_read, sp.read_port())
         wiring.connect(m, engine.acc_write, write)
         wiring.connect(m, engine.acc_read, acc.read_port(transparent_for=(write,)))
+        m.submodules.prob = prob = memory.Memory(shape=probability_row(cfg),
+                                                 depth=cfg.probability_rows,
+                                                 init=self.probabilities)
+        wiring.connect(m, engine.prob_write, prob.write_port())
+        wiring.connect(m, engine.prob_read, prob.read_port())
         return m
 
 
-def _run(cfg, scratchpad, instructions, max_cycles=4000):
-    bench = _Bench(cfg, [list(map(int, row)) for row in scratchpad])
+def _instruction(fields):
+    """The engine's payload: an encoded MATMUL (the default) or SOFTMAX."""
+    fields = dict(fields)
+    opcode = fields.pop("opcode", Opcode.MATMUL)
+    bits = int.from_bytes(encode(opcode, **fields), "little")
+    return EXECUTE_INSTRUCTION.from_bits(bits & ((1 << EXECUTE_INSTRUCTION.size) - 1))
+
+
+def _run(cfg, scratchpad, instructions, max_cycles=4000, probabilities=()):
+    bench = _Bench(cfg, [list(map(int, row)) for row in scratchpad],
+                   [list(map(int, row)) for row in probabilities])
     engine = bench.engine
     done = []
     state = {}
 
     async def testbench(ctx):
         for fields in instructions:
-            ctx.set(engine.instr.payload, MatmulInstruction.const(fields))
+            ctx.set(engine.instr.payload, _instruction(fields))
             ctx.set(engine.instr.valid, 1)
             await ctx.tick().until(engine.instr.ready)
         ctx.set(engine.instr.valid, 0)
@@ -100,3 +117,41 @@ def test_bad_matmul_sets_error_and_stops():
         state, done = _run(cfg, sp, [fields], max_cycles=50)
         assert state["error"] == code
         assert done == 0
+
+
+def test_probability_activations_are_unsigned():
+    """act_probabilities reads the probability buffer as uint8: 200 is 200, not -56."""
+    cfg = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1)
+    rng = np.random.default_rng(7)
+    sp = rng.integers(-128, 128, (cfg.scratchpad_rows, cfg.lanes))
+    prob = rng.integers(0, 256, (cfg.probability_rows, cfg.lanes))
+    instructions = [
+        {"weight_row": 0, "act_row": 5, "acc_row": 0, "count": 9, "act_probabilities": 1},
+        {"header": {"accumulate": 1}, "weight_row": 4, "act_row": 20, "acc_row": 0, "count": 9},
+    ]
+    state, done = _run(cfg, sp, instructions, probabilities=prob)
+    assert state["error"] == ErrorCode.NONE and done == 2
+    expected = matmul_int32(prob[5:14], sp[0:4]) + matmul_int32(sp[20:29], sp[4:8])
+    assert np.array_equal(state["acc"][:9], expected)
+
+
+def test_softmax_step_between_matmuls():
+    """S = Q K^T, a first softmax BLOCK, then O = P V: the engine hands the accumulator to the
+    softmax unit and back, in order."""
+    cfg = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1)
+    rng = np.random.default_rng(8)
+    sp = rng.integers(-128, 128, (cfg.scratchpad_rows, cfg.lanes))
+    count = 6
+    q, kt, v = sp[10:10 + count], sp[0:4], sp[4:8]
+    instructions = [
+        {"weight_row": 0, "act_row": 10, "acc_row": 20, "count": count},
+        {"opcode": Opcode.SOFTMAX, "mode": SoftmaxMode.BLOCK, "first": 1, "count": count,
+         "tiles": 1, "o_tiles": 1, "keys": 3, "score_row": 20, "p_row": 0, "o_row": 0,
+         "state_row": 0, "scale_multiplier": 3000, "scale_shift": 6},
+        {"weight_row": 4, "act_row": 0, "acc_row": 0, "count": count, "act_probabilities": 1},
+    ]
+    state, done = _run(cfg, sp, instructions)
+    assert state["error"] == ErrorCode.NONE and done == 3
+    _, _, p, _ = block(None, None, matmul_int32(q, kt), 3, False, 0, 3000, 6, True, None)
+    assert p[:, :3].min() >= 0 and p.max() == 255
+    assert np.array_equal(state["acc"][:count], matmul_int32(p, v))

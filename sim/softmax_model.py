@@ -1,0 +1,149 @@
+"""Bit-exact model of the softmax unit (``hdl/softmax.py`` states the numerics).
+
+The online-softmax state of a query is ``m`` (the running maximum in the log2 domain, Q.10;
+``M_NONE`` before any valid key) and ``l`` (the running sum of probabilities, LF fractional
+bits). Arrays are int64: no intermediate value overflows it.
+"""
+import numpy as np
+
+from ..hdl.softmax import EXP_TABLE, FRAC, L_MAX, LF
+from ..isa import ErrorCode, SoftmaxMode
+
+__all__ = ["M_NONE", "exp2q", "scale", "key_mask", "block", "reciprocal", "normalize",
+           "run_instruction"]
+
+M_NONE = np.iinfo(np.int64).min
+"""``m`` of a query that has seen no valid key (minus infinity)."""
+
+_TABLE = np.array(EXP_TABLE, dtype=np.int64)
+
+
+def exp2q(d):
+    """``2 ** (-d / 2**FRAC)`` in Q.15 for integers ``d >= 0`` (an int, or an int64 array)."""
+    d = np.asarray(d, dtype=np.int64)
+    if np.any(d < 0):
+        raise ValueError("exp2q needs d >= 0")
+    n = d >> FRAC
+    k, r = (d >> 6) & 15, d & 63
+    e = _TABLE[k] + (((_TABLE[k + 1] - _TABLE[k]) * r) >> 6)
+    n_small = np.minimum(n, 15)
+    out = np.where(n < 16, (e + ((1 << n_small) >> 1)) >> n_small, 0)
+    return int(out) if out.ndim == 0 else out
+
+
+def scale(s, scale_multiplier, scale_shift):
+    """Scores (int32) to the log2 domain, Q.10: ``(s * scale_multiplier) >> scale_shift``."""
+    return (np.asarray(s, dtype=np.int64) * scale_multiplier) >> scale_shift
+
+
+def key_mask(count, width, keys, causal, causal_offset):
+    """(count, width) bool: key k of query i is valid iff ``k < keys`` and, with ``causal``,
+    ``k <= i + causal_offset``."""
+    k = np.arange(width)[None, :]
+    valid = np.broadcast_to(k < keys, (count, width))
+    if causal:
+        valid = valid & (k <= np.arange(count)[:, None] + causal_offset)
+    return valid
+
+
+def block(m, l, s, keys, causal, causal_offset, scale_multiplier, scale_shift, first, o):
+    """One BLOCK step for ``count`` queries: ``s`` (count, tiles * cols) scores (key k of
+    query i at ``s[i, k]``), ``m``, ``l`` (count,) state (ignored with ``first``), ``o``
+    (count, o_cols) output accumulators (ignored with ``first``; may be None then).
+
+    Returns the new ``(m, l, p, o)``: ``p`` (count, tiles * cols) probabilities 0..255, ``o``
+    rescaled (returned as given with ``first``)."""
+    s = np.asarray(s, dtype=np.int64)
+    count, width = s.shape
+    if first:
+        m = np.full(count, M_NONE, dtype=np.int64)
+        l = np.zeros(count, dtype=np.int64)
+    m = np.asarray(m, dtype=np.int64)
+    l = np.asarray(l, dtype=np.int64)
+    x = scale(s, scale_multiplier, scale_shift)
+    valid = key_mask(count, width, keys, causal, causal_offset)
+    block_max = np.where(valid, x, M_NONE).max(axis=1, initial=M_NONE)
+    m_new = np.maximum(m, block_max)
+    has_old = m != M_NONE
+    alpha = np.where(has_old, exp2q(np.where(has_old, m_new, 0) - np.where(has_old, m, 0)), 0)
+    top = np.where(m_new == M_NONE, 0, m_new)[:, None]
+    p = np.where(valid, np.minimum(255, (exp2q(np.where(valid, top - x, 0)) + 64) >> 7), 0)
+    l_new = np.minimum(L_MAX, ((l * alpha + (1 << 14)) >> 15) + (p.sum(axis=1) << LF))
+    if not first:
+        o = (np.asarray(o, dtype=np.int64) * alpha[:, None] + (1 << 14)) >> 15
+    return m_new, l_new, p, o
+
+
+def reciprocal(l):
+    """``(r, sh)`` with ``r / 2**sh`` ~ ``2**(8 + LF) / l``: ``r = 2**47 // mant``, ``mant`` =
+    ``l`` normalized to [2**31, 2**32); ``(0, 0)`` for ``l = 0``."""
+    l = int(l)
+    if l == 0:
+        return 0, 0
+    k = 32 - l.bit_length()
+    mant = l << k if k >= 0 else l >> -k
+    return (1 << 47) // mant, 19 - k
+
+
+def normalize(l, o):
+    """NORMALIZE: ``o`` (count, o_cols) to ``o * 2**(8 + LF) / l``, saturated to int32."""
+    o = np.asarray(o, dtype=np.int64)
+    out = np.empty_like(o)
+    for i, li in enumerate(np.asarray(l)):
+        r, sh = reciprocal(li)
+        v = o[i] * r
+        v = (v + (1 << (sh - 1))) >> sh if sh >= 1 else v << -sh
+        out[i] = np.clip(v, -2**31, 2**31 - 1)
+    return out
+
+
+def _check(config, f):
+    block_mode = f["mode"] == SoftmaxMode.BLOCK
+    if f["count"] == 0 or f["o_tiles"] == 0 or (block_mode and f["tiles"] == 0):
+        return ErrorCode.BAD_EXTENT
+    count, acc_rows, p_rows = f["count"], config.accumulator_rows, config.probability_rows
+    if (f["o_row"] + f["o_tiles"] * count > acc_rows or f["state_row"] + count > p_rows
+            or block_mode and (f["score_row"] + f["tiles"] * count > acc_rows
+                               or f["p_row"] + f["tiles"] * count > p_rows)):
+        return ErrorCode.SRAM_RANGE
+    return ErrorCode.NONE
+
+
+def run_instruction(config, fields, acc, prob, state_m, state_l):
+    """A SOFTMAX instruction (``fields`` as for ``isa.encode``) on the unit's memories, in
+    place: ``acc`` (accumulator_rows, cols), ``prob`` (probability_rows, lanes), ``state_m``,
+    ``state_l`` (probability_rows,). Returns the ErrorCode (a bad instruction changes nothing)."""
+    f = {name: 0 for name in ("first", "causal", "count", "tiles", "o_tiles", "keys",
+                              "causal_offset", "score_row", "p_row", "o_row", "state_row",
+                              "scale_multiplier", "scale_shift")}
+    f.update(fields)
+    try:
+        f["mode"] = SoftmaxMode(f.get("mode", SoftmaxMode.BLOCK))
+    except ValueError:
+        return ErrorCode.UNKNOWN_OPCODE
+    error = _check(config, f)
+    if error != ErrorCode.NONE:
+        return error
+    cols, count = config.cols, f["count"]
+    queries = np.arange(count)
+    o_rows = [f["o_row"] + u * count + queries for u in range(f["o_tiles"])]
+    o = np.concatenate([acc[rows] for rows in o_rows], axis=1)
+    states = f["state_row"] + queries
+    if f["mode"] == SoftmaxMode.NORMALIZE:
+        o = normalize(state_l[states], o)
+    else:
+        s_rows = [f["score_row"] + t * count + queries for t in range(f["tiles"])]
+        s = np.concatenate([acc[rows] for rows in s_rows], axis=1)
+        m, l, p, o = block(state_m[states], state_l[states], s, f["keys"], f["causal"],
+                           f["causal_offset"], f["scale_multiplier"], f["scale_shift"],
+                           f["first"], o)
+        state_m[states], state_l[states] = m, l
+        for t in range(f["tiles"]):
+            rows = f["p_row"] + t * count + queries
+            prob[rows] = 0
+            prob[rows, :cols] = p[:, t * cols:(t + 1) * cols]
+        if f["first"]:
+            return ErrorCode.NONE
+    for u, rows in enumerate(o_rows):
+        acc[rows] = o[:, u * cols:(u + 1) * cols]
+    return ErrorCode.NONE
