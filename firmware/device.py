@@ -13,9 +13,11 @@ import numpy as np
 
 from ..config import CoreConfig
 from ..isa import INSTRUCTION_BYTES
+from .attention import compile_attention, compile_softmax, log2_scale, plan_attention
+from .epilogue import Epilogue
 from .matmul import compile_conv2d, compile_matmul, conv2d_output_shape
 
-__all__ = ["DeviceError", "SimDevice", "Stats"]
+__all__ = ["DeviceError", "SimDevice", "Stats", "quantize_int8"]
 
 _PAGE = 4096
 
@@ -47,6 +49,25 @@ def _check_int8(name, array, ndim):
         raise ValueError(f"{name} must have {ndim} dimensions, not {array.ndim} (shape {array.shape})")
     if 0 in array.shape:
         raise ValueError(f"{name} has an empty dimension: shape {array.shape}")
+
+
+def _check_float(name, array):
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"{name} must be a numpy array, not {type(array).__name__}")
+    if array.dtype.kind != "f":
+        raise TypeError(f"{name} must have a float dtype, not {array.dtype}")
+    if 0 in array.shape:
+        raise ValueError(f"{name} has an empty dimension: shape {array.shape}")
+    if not np.isfinite(array).all():
+        raise ValueError(f"{name} has non-finite values")
+    return array
+
+
+def quantize_int8(x):
+    """Symmetric per-tensor int8: (values, scale) with x ~ values * scale."""
+    peak = float(np.abs(x).max())
+    scale = peak / 127 if peak > 0 else 1.0
+    return np.clip(np.round(x / scale), -127, 127).astype(np.int8), scale
 
 
 def _check_option(name, value, low, high):
@@ -125,34 +146,115 @@ class SimDevice:
         self._listener.close()
         self._tmp.cleanup()
 
-    def matmul(self, a, b):
-        """int8 (M, K) @ int8 (K, N) -> int32 (M, N), with int32 wrap-around."""
+    def matmul(self, a, b, *, bias=None, requant=None, relu=False):
+        """int8 (M, K) @ int8 (K, N) -> int32 (M, N), with int32 wrap-around.
+
+        Fused epilogue per output column (see `Epilogue`): ``bias`` (int or (N,) values),
+        ``requant=(multiplier, shift)`` (ints or (N,) values; the result is then int8),
+        ``relu``.
+        """
         _check_int8("a", a, 2)
         _check_int8("b", b, 2)
         if a.shape[1] != b.shape[0]:
             raise ValueError(f"a {a.shape} and b {b.shape}: inner dimensions differ")
         m, k = a.shape
         n = b.shape[1]
-        (a_addr, b_addr), (c_addr,) = self._layout([a.nbytes, b.nbytes], [4 * m * n])
+        epilogue = Epilogue.from_options(n, bias=bias, requant=requant, relu=relu)
+        dtype = np.dtype(np.int32 if epilogue is None else epilogue.out_dtype)
+        out_bytes = dtype.itemsize * m * n
+        (a_addr, b_addr), (c_addr,) = self._layout([a.nbytes, b.nbytes], [out_bytes])
         program = compile_matmul(self.config, m, k, n, a_addr=a_addr, b_addr=b_addr,
-                                 c_addr=c_addr)
-        (c,) = self._run(program, [(a_addr, a), (b_addr, b)], [(c_addr, 4 * m * n)])
-        return np.frombuffer(c, dtype="<i4").reshape(m, n).astype(np.int32)
+                                 c_addr=c_addr, epilogue=epilogue)
+        (c,) = self._run(program, [(a_addr, a), (b_addr, b)], [(c_addr, out_bytes)])
+        return np.frombuffer(c, dtype=dtype.newbyteorder("<")).reshape(m, n).astype(dtype)
 
-    def conv2d(self, x, w, stride=1, padding=0, dilation=1):
-        """int8 NCHW x (N, C, H, W) with int8 w (K, C, R, S) -> int32 (N, K, P, Q)."""
+    def conv2d(self, x, w, stride=1, padding=0, dilation=1, *, bias=None, requant=None,
+               relu=False, pool=False):
+        """int8 NCHW x (N, C, H, W) with int8 w (K, C, R, S) -> int32 (N, K, P, Q).
+
+        Fused epilogue per output channel: ``bias``, ``requant`` and ``relu`` as in `matmul`,
+        and ``pool``: 2x2 / stride-2 max pooling, giving (N, K, P // 2, Q // 2).
+        """
         _check_int8("x", x, 4)
         _check_int8("w", w, 4)
         _check_option("stride", stride, 1, 255)
         _check_option("padding", padding, 0, 255)
         _check_option("dilation", dilation, 1, 255)
-        out_shape = conv2d_output_shape(x.shape, w.shape, stride, padding, dilation)
-        out_bytes = 4 * int(np.prod(out_shape))
+        epilogue = Epilogue.from_options(w.shape[0], bias=bias, requant=requant, relu=relu,
+                                         pool=pool)
+        dtype = np.dtype(np.int32 if epilogue is None else epilogue.out_dtype)
+        out_shape = conv2d_output_shape(x.shape, w.shape, stride, padding, dilation, pool)
+        out_bytes = dtype.itemsize * int(np.prod(out_shape))
         (x_addr, w_addr), (y_addr,) = self._layout([x.nbytes, w.nbytes], [out_bytes])
         program = compile_conv2d(self.config, x.shape, w.shape, stride=stride, padding=padding,
-                                 dilation=dilation, x_addr=x_addr, w_addr=w_addr, y_addr=y_addr)
+                                 dilation=dilation, x_addr=x_addr, w_addr=w_addr, y_addr=y_addr,
+                                 epilogue=epilogue)
         (y,) = self._run(program, [(x_addr, x), (w_addr, w)], [(y_addr, out_bytes)])
-        return np.frombuffer(y, dtype="<i4").reshape(out_shape).astype(np.int32)
+        return np.frombuffer(y, dtype=dtype.newbyteorder("<")).reshape(out_shape).astype(dtype)
+
+    def attention(self, q, k, v, causal=False):
+        """Fused attention ``softmax(q k^T / sqrt(d)) v``: float32 (L, d), (S, d), (S, d) ->
+        float32 (L, d), or with a leading heads dimension on all four. q, k and v are
+        quantized to int8 with one scale each; ``causal`` masks key j of query i when
+        ``j > i + S - L`` (needs L <= S)."""
+        q, k, v = (_check_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
+        if not (q.ndim == k.ndim == v.ndim) or q.ndim not in (2, 3):
+            raise ValueError(f"q, k, v must all be (L, d) or (heads, L, d): shapes {q.shape}, "
+                             f"{k.shape}, {v.shape}")
+        if not isinstance(causal, bool):
+            raise TypeError(f"causal must be a bool, not {type(causal).__name__}")
+        single = q.ndim == 2
+        q, k, v = (x[None] if single else x for x in (q, k, v))
+        if k.shape != v.shape or q.shape[0] != k.shape[0] or q.shape[2] != k.shape[2]:
+            raise ValueError(f"q {q.shape}, k {k.shape}, v {v.shape}: need q (L, d) and "
+                             "k, v (S, d) with the same d (and heads)")
+        (qi, sq), (ki, sk), (vi, sv) = (quantize_int8(x) for x in (q, k, v))
+        multiplier, shift = log2_scale(sq * sk / np.sqrt(q.shape[2]))
+        o = self.attention_int8(qi, ki, vi, multiplier, shift, causal=causal)
+        out = (o.astype(np.float64) * (sv / 256)).astype(np.float32)
+        return out[0] if single else out
+
+    def attention_int8(self, q, k, v, scale_multiplier, scale_shift, causal=False):
+        """The core's part of `attention`: int8 (heads, L, d), (heads, S, d), (heads, S, d) ->
+        int32 (heads, L, d), the output in units of v / 256 (see ``hdl/softmax.py``)."""
+        for name, x in (("q", q), ("k", k), ("v", v)):
+            _check_int8(name, x, 3)
+        heads, seq, dim = q.shape
+        kv = k.shape[1]
+        if k.shape != (heads, kv, dim) or v.shape != k.shape:
+            raise ValueError(f"q {q.shape}, k {k.shape}, v {v.shape} do not match")
+        _check_option("scale_multiplier", scale_multiplier, 0, 65535)
+        _check_option("scale_shift", scale_shift, 0, 63)
+        if causal and seq > kv:
+            raise ValueError(f"causal attention needs L <= S, not L={seq}, S={kv}")
+        plan = plan_attention(self.config, seq, kv, dim)
+        kt = np.ascontiguousarray(k.transpose(0, 2, 1))
+        out_bytes = 4 * heads * seq * dim
+        (q_addr, kt_addr, v_addr), (o_addr,) = self._layout([q.nbytes, kt.nbytes, v.nbytes],
+                                                              [out_bytes])
+        program = compile_attention(self.config, plan, heads, q_addr=q_addr, kt_addr=kt_addr,
+                                    v_addr=v_addr, o_addr=o_addr, causal=causal,
+                                    scale_multiplier=scale_multiplier, scale_shift=scale_shift)
+        (o,) = self._run(program, [(q_addr, q), (kt_addr, kt), (v_addr, v)],
+                         [(o_addr, out_bytes)])
+        return np.frombuffer(o, dtype="<i4").reshape(heads, seq, dim).astype(np.int32)
+
+    def softmax(self, x):
+        """Softmax over the last axis of a float32 (rows, n) array on the softmax unit (x is
+        quantized to int8 with one scale)."""
+        x = _check_float("x", x)
+        if x.ndim != 2:
+            raise ValueError(f"x must have 2 dimensions (rows, n), not {x.ndim}")
+        xi, sx = quantize_int8(x)
+        multiplier, shift = log2_scale(sx)
+        n = self.config.cols
+        eye = np.eye(n, dtype=np.int8)
+        rows, width = x.shape
+        (x_addr, eye_addr), (y_addr,) = self._layout([xi.nbytes, eye.nbytes], [4 * xi.size])
+        program = compile_softmax(self.config, rows, width, x_addr=x_addr, eye_addr=eye_addr,
+                                  y_addr=y_addr, scale_multiplier=multiplier, scale_shift=shift)
+        (y,) = self._run(program, [(x_addr, xi), (eye_addr, eye)], [(y_addr, 4 * xi.size)])
+        return (np.frombuffer(y, dtype="<i4").reshape(rows, width) / 256).astype(np.float32)
 
     def _layout(self, input_sizes, output_sizes):
         """Page-aligned addresses after the program area: inputs, then outputs."""

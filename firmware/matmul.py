@@ -1,5 +1,5 @@
 """Tiled GEMM programs on the core: matmul, and conv2d as implicit GEMM."""
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .program import Deps, Dim, Program, tensor
 
@@ -46,7 +46,8 @@ def plan_gemm(config, m, k, n, *, m_tile_limit=None):
                     group=group)
 
 
-def _compile_gemm(config, plan, m_blocks, load_a, load_b, store_c):
+def _compile_gemm(config, plan, m_blocks, load_a, load_b, store_c, epilogue=None,
+                  pool_pitch=0):
     """The program for C = A @ B, double buffered in the scratchpad and in the accumulator.
 
     ``m_blocks``: (m0, count) row blocks of at most ``plan.m_tile``. ``load_a(program, m0,
@@ -58,7 +59,8 @@ def _compile_gemm(config, plan, m_blocks, load_a, load_b, store_c):
     and the STOREs of one group overlap the next group. Tokens: load -> execute when a MATMUL's
     operands are in, execute -> load when a weight buffer (and with it the older A buffer) may
     be refilled, execute -> store when an output tile is complete, store -> execute when an
-    accumulator half may be reused.
+    accumulator half may be reused. An ``epilogue`` sets its parameters once (per tensor) or
+    before each STORE (per channel, for the tile's columns).
     """
     rows, cols = config.rows, config.cols
     b_rows = [0, rows]
@@ -69,6 +71,9 @@ def _compile_gemm(config, plan, m_blocks, load_a, load_b, store_c):
               for m0, count in m_blocks for g in range(0, len(n_starts), plan.group)]
     total = sum(len(tiles) for _, _, tiles in groups) * plan.k_tiles
     program = Program()
+    if epilogue is not None and epilogue.per_tensor:
+        program.params(epilogue.entries(0, 1), broadcast=True)
+    store_fields = epilogue.fields(pool_pitch) if epilogue is not None else None
     matmul = step = 0
     for t, (m0, count, tiles) in enumerate(groups):
         acc_base = (t % 2) * half
@@ -89,16 +94,22 @@ def _compile_gemm(config, plan, m_blocks, load_a, load_b, store_c):
                 matmul += 1
             step += 1
         for g, n0 in enumerate(tiles):
-            program.store(store_c(m0, count, n0, acc_base + g * count),
+            if epilogue is not None and not epilogue.per_tensor:
+                program.params(epilogue.entries(n0, cols))
+            program.store(store_c(m0, count, n0, acc_base + g * count), store_fields,
                           Deps(pop_prev=True,
                                push_prev=g == len(tiles) - 1 and t + 2 < len(groups)))
     program.end()
     return program
 
 
-def compile_matmul(config, m, k, n, *, a_addr, b_addr, c_addr):
-    """C (int32, m x n) = A (int8, m x k) @ B (int8, k x n), all row-major."""
+def compile_matmul(config, m, k, n, *, a_addr, b_addr, c_addr, epilogue=None):
+    """C (int32, m x n) = A (int8, m x k) @ B (int8, k x n), all row-major; with an
+    `Epilogue` C is its output (int8 when requantized)."""
+    if epilogue is not None and epilogue.pool:
+        raise ValueError("pool is for conv2d only")
     plan = plan_gemm(config, m, k, n)
+    size = 4 if epilogue is None else epilogue.elem_bytes
     rows, cols = config.rows, config.cols
 
     def load_a(program, m0, count, k0, sram_row, deps):
@@ -112,15 +123,16 @@ def compile_matmul(config, m, k, n, *, a_addr, b_addr, c_addr):
             Dim(extent=rows, start=k0, bound=k, stride=n)]), deps)
 
     def store_c(m0, count, n0, acc_row):
-        return tensor(c_addr, 4, acc_row, [
-            Dim(extent=cols, start=n0, bound=n, stride=4),
-            Dim(extent=count, start=m0, bound=m, stride=4 * n)])
+        return tensor(c_addr, size, acc_row, [
+            Dim(extent=cols, start=n0, bound=n, stride=size),
+            Dim(extent=count, start=m0, bound=m, stride=size * n)])
 
     blocks = [(m0, min(plan.m_tile, m - m0)) for m0 in range(0, m, plan.m_tile)]
-    return _compile_gemm(config, plan, blocks, load_a, load_b, store_c)
+    return _compile_gemm(config, plan, blocks, load_a, load_b, store_c, epilogue)
 
 
-def conv2d_output_shape(x_shape, w_shape, stride, padding, dilation):
+def conv2d_output_shape(x_shape, w_shape, stride, padding, dilation, pool=False):
+    """(N, K, P, Q) of the convolution, halved (floor) in P and Q by 2x2 pooling."""
     n, c, h, w = x_shape
     k, c_w, r, s = w_shape
     if c_w != c:
@@ -130,13 +142,19 @@ def conv2d_output_shape(x_shape, w_shape, stride, padding, dilation):
     if p < 1 or q < 1:
         raise ValueError(f"the kernel {r}x{s} (dilation {dilation}) does not fit the padded "
                          f"input {h}x{w} (padding {padding})")
+    if pool:
+        if p < 2 or q < 2:
+            raise ValueError(f"pool needs an output of at least 2x2, not {p}x{q}")
+        return n, k, p // 2, q // 2
     return n, k, p, q
 
 
 def compile_conv2d(config, x_shape, w_shape, *, stride=1, padding=0, dilation=1, x_addr,
-                   w_addr, y_addr):
+                   w_addr, y_addr, epilogue=None):
     """y (int32, N x K x P x Q) = conv2d(x (int8, N x C x H x W), w (int8, K x C x R x S)),
-    NCHW, as implicit GEMM: A = im2col(x) generated by the load engine, B = w^T."""
+    NCHW, as implicit GEMM: A = im2col(x) generated by the load engine, B = w^T. With an
+    `Epilogue` y is its output (int8 when requantized, P and Q halved when pooled): row blocks
+    then hold whole pairs of output rows, and an odd last row or column is not computed."""
     for name, value in (("stride", stride), ("dilation", dilation)):
         if not 1 <= value <= 255:
             raise ValueError(f"{name}={value!r} is invalid: allowed 1..255")
@@ -146,8 +164,18 @@ def compile_conv2d(config, x_shape, w_shape, *, stride=1, padding=0, dilation=1,
     _, k_out, p, q = conv2d_output_shape(x_shape, w_shape, stride, padding, dilation)
     _, _, r, s = w_shape
     crs, pq = c * r * s, p * q
+    pool = epilogue is not None and epilogue.pool
+    size = 4 if epilogue is None else epilogue.elem_bytes
     # Row blocks stay inside one image so each output tile is one strided store.
     plan = plan_gemm(config, n * pq, crs, k_out, m_tile_limit=pq)
+    if pool:
+        pair = 2 * q
+        if plan.m_tile < pair:
+            plan = plan_gemm(config, n * pq, crs, k_out, m_tile_limit=pair)
+        if plan.m_tile < pair:
+            raise ValueError(f"pool needs two output rows ({pair} pixels) in one tile: at most "
+                             f"{plan.m_tile} fit this core's buffers")
+        plan = replace(plan, m_tile=plan.m_tile // pair * pair)
     rows, cols = config.rows, config.cols
 
     def load_a(program, m0, count, k0, sram_row, deps):
@@ -168,10 +196,20 @@ def compile_conv2d(config, x_shape, w_shape, *, stride=1, padding=0, dilation=1,
 
     def store_c(m0, count, n0, acc_row):
         image, pixel = divmod(m0, pq)
-        return tensor(y_addr + 4 * image * k_out * pq, 4, acc_row, [
-            Dim(extent=cols, start=n0, bound=k_out, stride=4 * pq),
-            Dim(extent=count, start=pixel, bound=pq, stride=4)])
+        if pool:
+            p2, q2 = p // 2, q // 2
+            return tensor(y_addr + image * k_out * p2 * q2, size, acc_row, [
+                Dim(extent=cols, start=n0, bound=k_out, stride=size * p2 * q2),
+                Dim(extent=q2, start=0, bound=q2, stride=size),
+                Dim(extent=count // (2 * q), start=pixel // (2 * q), bound=p2,
+                    stride=size * q2)])
+        return tensor(y_addr + size * image * k_out * pq, size, acc_row, [
+            Dim(extent=cols, start=n0, bound=k_out, stride=size * pq),
+            Dim(extent=count, start=pixel, bound=pq, stride=size)])
 
-    blocks = [(image * pq + p0, min(plan.m_tile, pq - p0))
-              for image in range(n) for p0 in range(0, pq, plan.m_tile)]
-    return _compile_gemm(config, plan, blocks, load_a, load_b, store_c)
+    # Pooling computes only the output rows that pooling windows cover.
+    computed = (p // 2 * 2) * q if pool else pq
+    blocks = [(image * pq + p0, min(plan.m_tile, computed - p0))
+              for image in range(n) for p0 in range(0, computed, plan.m_tile)]
+    return _compile_gemm(config, plan, blocks, load_a, load_b, store_c, epilogue,
+                         pool_pitch=q)

@@ -1,7 +1,7 @@
 """Instruction encoding for programs: thin, checked wrappers over `tpugen.isa`."""
 from dataclasses import dataclass
 
-from ..isa import DIMS, INSTRUCTION_BYTES, Opcode, encode
+from ..isa import DIMS, INSTRUCTION_BYTES, PARAMS_PER_INSTRUCTION, Opcode, SoftmaxMode, encode
 
 __all__ = ["Deps", "Dim", "Program", "tensor"]
 
@@ -55,12 +55,36 @@ class Program:
         """LOAD a tile of the lowered matrix; ``descriptor``: Im2colDescriptor fields."""
         return self._add(Opcode.LOAD, header={**deps.fields(), "im2col": 1}, im2col=descriptor)
 
-    def matmul(self, weight_row, act_row, acc_row, count, *, accumulate=False, deps=Deps()):
+    def matmul(self, weight_row, act_row, acc_row, count, *, accumulate=False,
+               act_probabilities=False, deps=Deps()):
         return self._add(Opcode.MATMUL, header={**deps.fields(), "accumulate": int(accumulate)},
-                         weight_row=weight_row, act_row=act_row, acc_row=acc_row, count=count)
+                         weight_row=weight_row, act_row=act_row, acc_row=acc_row, count=count,
+                         act_probabilities=int(act_probabilities))
 
-    def store(self, descriptor, deps=Deps()):
-        return self._add(Opcode.STORE, header=deps.fields(), tensor=descriptor)
+    def store(self, descriptor, epilogue=None, deps=Deps()):
+        """``epilogue``: `isa.Epilogue` fields (bias, requant, relu, pool, pool_pitch)."""
+        return self._add(Opcode.STORE, header=deps.fields(), tensor=descriptor,
+                         epilogue=epilogue or {})
+
+    def params(self, entries, first_lane=0, broadcast=False):
+        """Epilogue parameters: ``entries`` of (bias, multiplier, shift) for lanes from
+        ``first_lane`` on, ``PARAMS_PER_INSTRUCTION`` per instruction."""
+        entries = list(entries)
+        for start in range(0, len(entries), PARAMS_PER_INSTRUCTION):
+            chunk = entries[start:start + PARAMS_PER_INSTRUCTION]
+            self._add(Opcode.PARAMS, first_lane=first_lane + start, broadcast=int(broadcast),
+                      entries=[{"bias": b, "multiplier": mul, "shift": sh} for b, mul, sh in chunk])
+        return self
+
+    def softmax(self, mode, *, count, o_row, o_tiles, state_row, first=False, tiles=1, keys=0,
+                score_row=0, p_row=0, causal=False, causal_offset=0, scale_multiplier=0,
+                scale_shift=0, deps=Deps()):
+        """A SOFTMAX step (`isa.SoftmaxInstruction`): ``mode`` BLOCK or NORMALIZE."""
+        return self._add(Opcode.SOFTMAX, header=deps.fields(), mode=SoftmaxMode(mode),
+                         first=int(first), causal=int(causal), count=count, tiles=tiles,
+                         o_tiles=o_tiles, keys=keys, causal_offset=causal_offset,
+                         score_row=score_row, p_row=p_row, o_row=o_row, state_row=state_row,
+                         scale_multiplier=scale_multiplier, scale_shift=scale_shift)
 
     def end(self):
         return self._add(Opcode.END)

@@ -5,11 +5,12 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
-from ..isa import (INSTRUCTION_BITS, INSTRUCTION_BYTES, NUM_WINDOWS, ErrorCode, Header,
-                   MatmulInstruction, Opcode, StoreInstruction, Window)
+from ..isa import INSTRUCTION_BITS, INSTRUCTION_BYTES, NUM_WINDOWS, ErrorCode, Header, Opcode, Window
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_read_signature
 from .engine import engine_members
+from .execute import EXECUTE_INSTRUCTION
 from .load import LOAD_INSTRUCTION
+from .store import STORE_INSTRUCTION
 from .walker import window_ok
 
 __all__ = ["Controller", "ENGINES", "FETCH_ID"]
@@ -17,9 +18,11 @@ __all__ = ["Controller", "ENGINES", "FETCH_ID"]
 FETCH_ID = 1
 """ARID of instruction fetches (the load engine reads with ARID 0)."""
 
-ENGINES = {"load": (Opcode.LOAD, LOAD_INSTRUCTION), "execute": (Opcode.MATMUL, MatmulInstruction),
-           "store": (Opcode.STORE, StoreInstruction)}
-"""Engines in chain order: each one's "prev" and "next" are its neighbours here."""
+ENGINES = {"load": ((Opcode.LOAD,), LOAD_INSTRUCTION),
+           "execute": ((Opcode.MATMUL, Opcode.SOFTMAX), EXECUTE_INSTRUCTION),
+           "store": ((Opcode.STORE, Opcode.PARAMS), STORE_INSTRUCTION)}
+"""Engines in chain order (each one's "prev" and "next" are its neighbours here), with the
+opcodes each one runs."""
 
 _QUEUE_DEPTH = 2
 _PENDING_DEPTH = 8
@@ -87,7 +90,7 @@ class Controller(wiring.Component):
         queues = []
         # The watchdog blames the oldest instruction that waits for a token, else the fetcher.
         blocked, blocked_index = Const(0), Const(0, 32)
-        for i, (name, (opcode, layout)) in enumerate(ENGINES.items()):
+        for i, (name, (_, layout)) in enumerate(ENGINES.items()):
             port = engines[i]
             queue = SyncFIFO(width=layout.size + 32, depth=_QUEUE_DEPTH)
             pending = SyncFIFO(width=2, depth=_PENDING_DEPTH)  # push_prev, push_next
@@ -198,8 +201,8 @@ class Controller(wiring.Component):
                     m.next = "END"
                 with m.Else():
                     known = Signal()
-                    for queue, (opcode, _) in zip(queues, ENGINES.values()):
-                        with m.If(header.opcode == opcode):
+                    for queue, (opcodes, _) in zip(queues, ENGINES.values()):
+                        with m.If(Cat(header.opcode == opcode for opcode in opcodes).any()):
                             m.d.comb += [known.eq(1), queue.w_en.eq(1)]
                             with m.If(queue.w_rdy):
                                 m.d.comb += progress.eq(1)

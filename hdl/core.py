@@ -6,7 +6,7 @@ from amaranth.lib.wiring import Out
 from .axi import axi_lite_signature, axi_read_signature, axi_write_signature, flat_ports
 from .controller import ENGINES, FETCH_ID, Controller
 from .csr import ADDR_WIDTH, ControlRegisters
-from .execute import ExecuteEngine, accumulator_row, scratchpad_row
+from .execute import ExecuteEngine, accumulator_row, probability_row, scratchpad_row
 from .load import LoadEngine
 from .store import StoreEngine
 
@@ -67,6 +67,10 @@ class TpuCore(wiring.Component):
         wiring.connect(datapath, execute.acc_write, acc_write)
         wiring.connect(datapath, execute.acc_read, accumulator.read_port(transparent_for=(acc_write,)))
         wiring.connect(datapath, store.acc_read, accumulator.read_port())
+        datapath.submodules.probabilities = probabilities = memory.Memory(
+            shape=probability_row(cfg), depth=cfg.probability_rows, init=[])
+        wiring.connect(datapath, execute.prob_write, probabilities.write_port())
+        wiring.connect(datapath, execute.prob_read, probabilities.read_port())
 
         m.d.comb += [
             controller.start.eq(csr.start),

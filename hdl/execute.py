@@ -39,20 +39,22 @@ def probability_row(config):
 class _RowFeeder(wiring.Component):
     """Reads runs of rows through synchronous read ports into a stream.
 
-    Each ``run`` (first row, count, source) becomes ``count`` rows on ``rows``, read through
-    ``reads[source]``; the run's last row carries ``last`` and each row its ``source``. A small
+    Each ``run`` (first row, count, and with two ports a source) becomes ``count`` rows on
+    ``rows``, read through ``reads.source<source>``; the run's last row carries ``last`` and each row its ``source``. A small
     FIFO absorbs the read latency so the output can stall.
     """
 
     def __init__(self, width, ports):
+        if not 1 <= len(ports) <= 2:
+            raise ValueError(f"ports has {len(ports)} entries: allowed 1 or 2")
         self._ports = ports
         super().__init__({
-            "run": In(stream.Signature(data.StructLayout({"row": 16, "count": 16,
-                                                          "source": range(len(ports))}))),
+            "run": In(stream.Signature(data.StructLayout({
+                "row": 16, "count": 16, **({"source": 1} if len(ports) > 1 else {})}))),
             "reads": In(wiring.Signature({f"source{i}": Out(port)
                                           for i, port in enumerate(ports)})),
             "rows": Out(stream.Signature(data.StructLayout({"data": width, "last": 1,
-                                                            "source": range(len(ports))}))),
+                                                            "source": 1}))),
             "idle": Out(1),
         })
 
@@ -63,10 +65,10 @@ class _RowFeeder(wiring.Component):
         written = data.View(layout, fifo.w_data)
         row = Signal(16)
         remaining = Signal(16)
-        source = Signal.like(self.run.payload.source)
+        source = Signal()
         in_flight = Signal()
         in_flight_last = Signal()
-        in_flight_source = Signal.like(source)
+        in_flight_source = Signal()
         issue = Signal()
         reads = [getattr(self.reads, f"source{i}") for i in range(len(self._ports))]
         for i, read in enumerate(reads):
@@ -87,8 +89,9 @@ class _RowFeeder(wiring.Component):
         m.d.sync += [in_flight.eq(issue), in_flight_last.eq(issue & (remaining == 1)),
                      in_flight_source.eq(source)]
         with m.If(self.run.valid & self.run.ready):
-            m.d.sync += [row.eq(self.run.payload.row), remaining.eq(self.run.payload.count),
-                         source.eq(self.run.payload.source)]
+            m.d.sync += [row.eq(self.run.payload.row), remaining.eq(self.run.payload.count)]
+            if len(reads) > 1:
+                m.d.sync += source.eq(self.run.payload.source)
         with m.Elif(issue):
             m.d.sync += [row.eq(row + 1), remaining.eq(remaining - 1)]
         return m

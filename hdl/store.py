@@ -1,36 +1,55 @@
-"""STORE engine: int32 accumulator tiles into external memory over AXI4 writes."""
-from amaranth.hdl import Module, Mux, Signal, signed
+"""STORE engine: accumulator tiles through the fused epilogue into external memory over AXI4."""
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, fifo, memory, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from ..isa import NUM_WINDOWS, ErrorCode, StoreInstruction, Window
+from ..isa import (NUM_WINDOWS, PARAMS_PER_INSTRUCTION, Epilogue, EpilogueParams, ErrorCode,
+                   Header, Opcode, ParamsInstruction, StoreInstruction, TensorDescriptor, Window)
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_write_signature
 from .engine import engine_members
 from .load import MAX_OUTSTANDING, check_config
-from .walker import BurstPlanner, TileCheck, TileWalker, move_units
+from .walker import BurstPlanner, TileCheck, TileWalker, move_units, step_layout
 
-__all__ = ["StoreEngine", "W_DEPTH"]
+__all__ = ["StoreEngine", "STORE_INSTRUCTION", "W_DEPTH"]
+
+STORE_INSTRUCTION = data.StructLayout({
+    "header": Header,
+    "tensor": TensorDescriptor,
+    "epilogue": Epilogue,
+    "tail": ParamsInstruction.size - StoreInstruction.size,
+})
+"""The bits of an instruction the engine takes: ``StoreInstruction``, extended to cover
+``ParamsInstruction`` (which it is read as when ``header.opcode`` is PARAMS)."""
 
 W_DEPTH = 16
 """Write beats buffered ahead of the W channel; a burst is at most half of them."""
 
+_PARAMS_INIT = {"bias": 0, "multiplier": 1, "shift": 0}
+
 
 class StoreEngine(wiring.Component):
-    """Executes STORE instructions: accumulator rows -> external int32 elements.
+    """Executes STORE and PARAMS instructions: accumulator rows -> epilogue -> external memory.
 
-    Element ``i0`` of a tile row is lane ``i0`` of its accumulator row; out-of-bounds elements
-    are skipped (their bytes are not strobed). One walked step per cycle into the beat builder:
-    up to a beat of elements for contiguous rows (dim-0 stride 4), else one element. The W beats
-    of a burst are sent once its AW has been accepted. On an error nothing more is issued, every
-    accepted AW gets its W beats and its B response, then ``error`` is raised and held.
+    PARAMS sets the per-lane epilogue parameters in one cycle. A STORE writes tile element
+    ``(i0, i1, i2, i3)`` from lane ``i0`` of its accumulator row through the epilogue (see
+    ``Epilogue``): int32 elements, or int8 with ``requant``. With ``pool`` the epilogue is
+    applied once, to the maximum of the four accumulators (the same as the maximum of their
+    epilogues, which are monotonic non-decreasing for multipliers >= 0). Out-of-bounds elements
+    are skipped (their bytes are not strobed). Walked steps flow one per cycle (four accumulator
+    reads per in-bounds pooled step) through the pipeline read -> pool max and bias ->
+    multiply -> round and saturate -> beat builder; a step is up to a beat of elements for
+    contiguous rows (dim-0 stride the element size), else one. Only the lanes of a step pass
+    the epilogue: ``min(cols, beat bytes)`` units. The W beats of a burst are sent once its AW
+    has been accepted. On an error nothing more is issued, every accepted AW gets its W beats
+    and its B response, then ``error`` is raised and held.
     """
 
     def __init__(self, config):
         check_config(config)
         self.config = config
         super().__init__({
-            **engine_members(StoreInstruction),
+            **engine_members(STORE_INSTRUCTION),
             "windows": In(data.ArrayLayout(Window, NUM_WINDOWS)),
             "axi": Out(axi_write_signature(config.axi_data_width)),
             "acc_read": In(memory.ReadPort.Signature(
@@ -44,9 +63,12 @@ class StoreEngine(wiring.Component):
         beat_bytes = config.axi_data_width // 8
         words = beat_bytes // 4
         cols, rows = config.cols, config.accumulator_rows
+        units = min(cols, beat_bytes)  # lanes of a step, at most
+        select = cols > units          # steps' lanes are moved to units 0.. (else unit = lane)
 
-        m.submodules.check = check = TileCheck(cols, rows, elem_log2=2)
-        m.submodules.walker = walker = TileWalker(cols, rows, elem_log2=2, beat_bytes=beat_bytes)
+        m.submodules.check = check = TileCheck(cols, rows, elem_log2=(0, 2), pool=True)
+        m.submodules.walker = walker = TileWalker(cols, rows, elem_log2=(0, 2),
+                                                  beat_bytes=beat_bytes, pool=True)
         m.submodules.planner = planner = BurstPlanner(
             cols, rows, beat_bytes, max_steps=256 * words, max_beats=W_DEPTH // 2,
             permission="write")
@@ -54,12 +76,21 @@ class StoreEngine(wiring.Component):
                                          "last": 1})
         m.submodules.beats = beats = fifo.SyncFIFOBuffered(width=beat_layout.size, depth=W_DEPTH)
 
+        instr = self.instr.payload
+        params_instr = data.View(ParamsInstruction, instr.as_value())
+        is_params = instr.header.opcode == Opcode.PARAMS
+        element_ok = instr.tensor.elem_log2 == Mux(instr.epilogue.requant, 0, 2)
+        epilogue = Signal(Epilogue)  # of the running STORE
+        int8 = epilogue.requant
         running = Signal()
         stopped = Signal()
         code = Signal(ErrorCode)
         m.d.comb += [
-            check.descriptor.payload.eq(self.instr.payload.tensor),
-            walker.descriptor.payload.eq(self.instr.payload.tensor),
+            check.descriptor.payload.eq(instr.tensor),
+            walker.descriptor.payload.eq(instr.tensor),
+            check.pool.enable.eq(instr.epilogue.pool),
+            check.pool.pitch.eq(instr.epilogue.pool_pitch),
+            walker.pool.eq(check.pool),
             planner.windows.eq(self.windows),
             planner.elements.payload.eq(walker.elements.payload),
             planner.elements.valid.eq(walker.elements.valid & running),
@@ -68,34 +99,112 @@ class StoreEngine(wiring.Component):
             walker.abort.eq(stopped),
         ]
 
-        # Steps -> accumulator read -> beat builder -> W FIFO.
-        step = Signal.like(planner.steps.payload)
-        step_valid = Signal()
-        beat = Signal(beat_layout)
-        merged = Signal(beat_layout)
-        moved, mask = move_units(m, self.acc_read.data.as_value(), step.lane,
-                                 step.offset[2:], step.count, words, 32)
-        for w in range(words):
-            hit = step.in_bounds & mask[w]
-            m.d.comb += [merged.data.word_select(w, 32).eq(Mux(hit, moved.word_select(w, 32),
-                                                               beat.data.word_select(w, 32))),
-                         merged.strb.word_select(w, 4).eq(Mux(hit, 0b1111,
-                                                              beat.strb.word_select(w, 4)))]
-        m.d.comb += merged.last.eq(step.end_of_burst)
-        emit = step.in_bounds & step.end_of_beat
-        build = step_valid & (~emit | beats.w_rdy)
-        fetch = planner.steps.valid & (~step_valid | build)
+        # Per-lane parameters, written by PARAMS.
+        params = Signal(data.ArrayLayout(EpilogueParams, cols), init=[_PARAMS_INIT] * cols)
+        write_params = Signal()
+        first_lane = params_instr.first_lane
+        for lane in range(cols):
+            entry = (lane - first_lane)[:ceil_log2(PARAMS_PER_INSTRUCTION)]
+            hit = (first_lane <= lane) & (lane < first_lane + PARAMS_PER_INSTRUCTION)
+            with m.If(write_params & (params_instr.broadcast | hit)):
+                m.d.sync += params[lane].eq(
+                    params_instr.entries[Mux(params_instr.broadcast, 0, entry)])
+
+        # Planned steps -> accumulator read -> A: pool max, bias -> B: multiply -> C: round,
+        # saturate -> D: beat builder -> W FIFO; the stages move together.
+        step = planner.steps.payload
+        read = Signal(2)  # which of the four rows of a pooled step
+        last_read = ~(epilogue.pool & step.in_bounds) | (read == 3)
+        d_valid = Signal()
+        d_step = Signal(step_layout(cols, rows, beat_bytes))
+        d_y = Signal(data.ArrayLayout(signed(32), units))
+        emit = d_step.in_bounds & d_step.end_of_beat
+        build = d_valid & (~emit | beats.w_rdy)
+        advance = ~d_valid | build
+        fetch = advance & planner.steps.valid
         m.d.comb += [
-            planner.steps.ready.eq(fetch),
+            planner.steps.ready.eq(fetch & last_read),
             self.acc_read.en.eq(fetch),
-            self.acc_read.addr.eq(planner.steps.payload.row),
-            beats.w_data.eq(merged),
-            beats.w_en.eq(build & emit),
+            self.acc_read.addr.eq(step.row + Mux(read[1], epilogue.pool_pitch, 0) + read[0]),
         ]
         with m.If(fetch):
-            m.d.sync += [step.eq(planner.steps.payload), step_valid.eq(1)]
-        with m.Elif(build):
-            m.d.sync += step_valid.eq(0)
+            m.d.sync += read.eq(Mux(last_read, 0, read + 1))
+
+        def stage(value, name):
+            """``value`` one stage later."""
+            reg = Signal.like(value, name=name)
+            with m.If(advance):
+                m.d.sync += reg.eq(value)
+            return reg
+
+        a_valid, a_step = stage(fetch, "a_valid"), stage(step, "a_step")
+        a_read, a_last = stage(read, "a_read"), stage(last_read, "a_last")
+
+        def by_unit(lanes, shape):
+            """``lanes`` (of ``shape``) by unit: the step's lanes from unit 0 on if ``select``,
+            else as they are."""
+            width = data.ArrayLayout(shape, 1).size
+            if select:
+                lanes = (lanes >> a_step.lane * width)[:units * width]
+            return data.View(data.ArrayLayout(shape, units), lanes)
+
+        acc = by_unit(self.acc_read.data.as_value(), signed(32))
+        a_params = by_unit(params.as_value(), EpilogueParams)
+        peak = Signal(data.ArrayLayout(signed(32), units))  # the max of a pooled step so far
+        pooled = Signal.like(peak)
+        t = Signal(data.ArrayLayout(signed(33), units))
+        for u in range(units):
+            m.d.comb += [
+                pooled[u].eq(Mux((a_read == 0) | (acc[u] > peak[u]), acc[u], peak[u])),
+                t[u].eq(pooled[u] + Mux(epilogue.bias, a_params[u].bias, 0)),
+            ]
+        with m.If(advance):
+            m.d.sync += peak.eq(pooled)
+
+        b_valid, b_step = stage(a_valid & a_last, "b_valid"), stage(a_step, "b_step")
+        b_t = stage(t, "b_t")
+        b_params = stage(a_params, "b_params") if select else a_params
+        product = Signal(data.ArrayLayout(signed(50), units))
+        for u in range(units):
+            m.d.comb += product[u].eq(b_t[u] * Mux(int8, b_params[u].multiplier, 1))
+
+        c_valid, c_step = stage(b_valid, "c_valid"), stage(b_step, "c_step")
+        c_product = stage(product, "c_product")
+        c_params = stage(b_params, "c_params") if select else a_params
+        high = Mux(int8, 127, 2**31 - 1)
+        low = Mux(epilogue.relu, 0, Mux(int8, -128, -2**31))
+        y = Signal.like(d_y)
+        for u in range(units):
+            # round_half_even(p / 2**shift): v = floor(2p / 2**shift) is the quotient and the
+            # half bit; the bits of 2p below the shift tell a tie from more than half.
+            shift = Mux(int8, c_params[u].shift, 0)
+            twice = Cat(Const(0, 1), c_product[u]).as_signed()
+            v = twice >> shift
+            quotient = v[1:].as_signed()
+            sticky = (twice.as_unsigned() & Cat(shift > b for b in range(len(twice)))).any()
+            rounded = quotient + (v[0] & (sticky | quotient[0]))
+            m.d.comb += y[u].eq(Mux(rounded > high, high, Mux(rounded < low, low, rounded)))
+        with m.If(advance):
+            m.d.sync += [d_valid.eq(c_valid), d_step.eq(c_step), d_y.eq(y)]
+
+        # D: the step's elements, int32 or int8, into their bytes of the beat.
+        beat = Signal(beat_layout)
+        merged = Signal(beat_layout)
+        first = 0 if select else d_step.lane
+        moved32, mask32 = move_units(m, d_y.as_value(), first, d_step.offset[2:], d_step.count,
+                                     words, 32)
+        moved8, mask8 = move_units(m, Cat(d_y[u][:8] for u in range(units)), first,
+                                   d_step.offset, d_step.count, beat_bytes, 8)
+        moved = Mux(int8, moved8, moved32)
+        mask = Mux(int8, mask8, Cat(mask32[b // 4] for b in range(beat_bytes)))
+        for b in range(beat_bytes):
+            hit = d_step.in_bounds & mask[b]
+            m.d.comb += [merged.data.word_select(b, 8).eq(Mux(hit, moved.word_select(b, 8),
+                                                              beat.data.word_select(b, 8))),
+                         merged.strb[b].eq(hit | beat.strb[b])]
+        m.d.comb += [merged.last.eq(d_step.end_of_burst),
+                     beats.w_data.eq(merged),
+                     beats.w_en.eq(build & emit)]
         with m.If(build):
             m.d.sync += beat.eq(Mux(emit, 0, merged))
 
@@ -128,12 +237,20 @@ class StoreEngine(wiring.Component):
         m.d.sync += self.done.eq(0)
         with m.FSM():
             with m.State("IDLE"):
+                store = self.instr.valid & ~is_params & element_ok
                 m.d.comb += [self.instr.ready.eq(1),
-                             check.descriptor.valid.eq(self.instr.valid),
-                             walker.descriptor.valid.eq(self.instr.valid)]
+                             check.descriptor.valid.eq(store),
+                             walker.descriptor.valid.eq(store),
+                             write_params.eq(self.instr.valid & is_params)]
                 with m.If(self.instr.valid):
-                    m.d.sync += walked.eq(0)
-                    m.next = "CHECK"
+                    with m.If(is_params):
+                        m.d.sync += self.done.eq(1)
+                    with m.Elif(element_ok):
+                        m.d.sync += [walked.eq(0), epilogue.eq(instr.epilogue)]
+                        m.next = "CHECK"
+                    with m.Else():
+                        m.d.sync += self.error.eq(ErrorCode.BAD_ELEMENT)
+                        m.next = "ERROR"
             with m.State("CHECK"):
                 m.d.comb += [self.busy.eq(1), check.result.ready.eq(1)]
                 with m.If(check.result.valid):
@@ -145,7 +262,7 @@ class StoreEngine(wiring.Component):
                         m.next = "ERROR"
             with m.State("RUN"):
                 m.d.comb += [self.busy.eq(1), running.eq(1)]
-                with m.If(build & step.last):
+                with m.If(build & d_step.last):
                     m.d.sync += walked.eq(1)
                 with m.If((planner.error != ErrorCode.NONE) | bus_error):
                     m.d.sync += code.eq(Mux(bus_error, ErrorCode.BUS_ERROR, planner.error))

@@ -6,7 +6,7 @@ from amaranth.utils import ceil_log2
 
 from ..isa import DIMS, NUM_WINDOWS, ErrorCode, Im2colDescriptor, TensorDescriptor, Window
 
-__all__ = ["TileCheck", "TileWalker", "Im2colWalker", "BurstPlanner", "element_layout",
+__all__ = ["TileCheck", "TileWalker", "Im2colWalker", "BurstPlanner", "POOLING", "element_layout",
            "walker_signature", "step_layout", "burst_layout", "move_units"]
 
 COORD = signed(18)
@@ -15,9 +15,41 @@ ADDRESS = signed(53)
 """An element address before the 32-bit range check: |base + sum(c_d * stride_d)| < 2**52."""
 
 
+POOLING = data.StructLayout({"enable": 1, "pitch": 16})
+"""2x2 max pooling of a tile (a STORE's ``Epilogue.pool`` and ``pool_pitch``): tile element
+(i0, i1, i2) is made of the rows from ``sram_row + 2 * i1 + 2 * pitch * i2`` on."""
+
+
 def _check_int(name, value, low, high):
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise ValueError(f"{name}={value!r} is invalid: allowed an integer in {low}..{high}")
+
+
+def _elem_log2s(value):
+    """``elem_log2`` (one element size or a tuple of them) as a tuple, checked."""
+    values = value if isinstance(value, tuple) else (value,)
+    if not values or not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 3
+                             for v in values):
+        raise ValueError(f"elem_log2={value!r} is invalid: allowed an integer in 0..3 or a "
+                         f"non-empty tuple of them")
+    return values
+
+
+def _elem_log2(desc, elem_log2s):
+    """The descriptor's element size, a constant when only one is allowed."""
+    return desc.elem_log2 if len(elem_log2s) > 1 else elem_log2s[0]
+
+
+def _members(signature, pool):
+    """``signature``'s members, plus ``pool`` (sampled with the descriptor) if asked for."""
+    return {**signature.members, **({"pool": In(POOLING)} if pool else {})}
+
+
+def _pool_input(component):
+    """The component's ``pool`` input, or pooling disabled if it has none."""
+    if "pool" in component.signature.members:
+        return component.pool
+    return POOLING(Const(0, POOLING.size))
 
 
 def walker_signature(descriptor_layout, lanes, rows):
@@ -67,26 +99,31 @@ burst_layout = data.StructLayout({"addr": 32, "len": 8})
 class TileCheck(wiring.Component):
     """Checks a descriptor before any memory is touched; ``result`` is NONE or the error.
 
-    ``e1 * e2 * e3`` is formed by two shift-add loops (one cycle per significant bit of ``e2``
-    and ``e3``), saturating above any SRAM size.
+    The element size must be ``elem_log2`` (or one of a tuple of them). The tile's rows,
+    ``e1 * e2 * e3`` from ``sram_row`` on, must fit ``rows``. With ``pool`` enabled (an input
+    sampled with the descriptor, there when built with ``pool=True``) ``e3`` must be 1 and the
+    pitch non-zero, and the rows read, ``pitch * (2 * e2 - 1) + 2 * e1`` from ``sram_row`` on,
+    must fit. The products are formed by two shift-add loops (one cycle per significant bit of
+    the multipliers), saturating above any SRAM size.
     """
 
-    def __init__(self, max_extent0, rows, elem_log2):
+    def __init__(self, max_extent0, rows, elem_log2, pool=False):
         _check_int("max_extent0", max_extent0, 1, 65535)
         _check_int("rows", rows, 1, 65536)
-        _check_int("elem_log2", elem_log2, 0, 3)
-        self.max_extent0, self.rows, self.elem_log2 = max_extent0, rows, elem_log2
-        super().__init__({
+        self.max_extent0, self.rows = max_extent0, rows
+        self.elem_log2s = _elem_log2s(elem_log2)
+        super().__init__(_members(wiring.Signature({
             "descriptor": In(stream.Signature(TensorDescriptor)),
             "result": Out(stream.Signature(ErrorCode)),
-        })
+        }), pool))
 
     def elaborate(self, platform):
         m = Module()
         sat = 1 << 17
         desc = Signal(TensorDescriptor)
+        pool = Signal(POOLING)
         x = Signal(range(sat + 1))
-        y = Signal(16)
+        y = Signal(17)
         acc = Signal(range(sat + 1))
 
         def shift_add():
@@ -95,16 +132,18 @@ class TileCheck(wiring.Component):
                          x.eq(Mux(x >= sat // 2, sat, x << 1)), y.eq(y >> 1)]
 
         dims = desc.dims
-        mask = (1 << self.elem_log2) - 1
+        elem_log2 = _elem_log2(desc, self.elem_log2s)
+        mask = Cat(elem_log2 > b for b in range(3))  # the address bits below the element size
         code = Signal(ErrorCode)
-        with m.If(desc.elem_log2 != self.elem_log2):
+        with m.If(~Cat(desc.elem_log2 == v for v in self.elem_log2s).any()):
             m.d.comb += code.eq(ErrorCode.BAD_ELEMENT)
         with m.Elif(Cat(dims[d].extent == 0 for d in range(DIMS)).any() |
-                    (dims[0].extent > self.max_extent0)):
+                    (dims[0].extent > self.max_extent0) |
+                    (pool.enable & ((dims[3].extent != 1) | (pool.pitch == 0)))):
             m.d.comb += code.eq(ErrorCode.BAD_EXTENT)
         with m.Elif(desc.sram_row + acc > self.rows):
             m.d.comb += code.eq(ErrorCode.SRAM_RANGE)
-        with m.Elif(Cat((value & mask).any()
+        with m.Elif(Cat((value[:3] & mask).any()
                         for value in [desc.base, *(dims[d].stride for d in range(DIMS))]).any()):
             m.d.comb += code.eq(ErrorCode.MISALIGNED)
 
@@ -115,12 +154,16 @@ class TileCheck(wiring.Component):
                 m.d.comb += self.descriptor.ready.eq(1)
                 with m.If(self.descriptor.valid):
                     d = self.descriptor.payload
-                    m.d.sync += [desc.eq(d), x.eq(d.dims[1].extent), y.eq(d.dims[2].extent),
-                                 acc.eq(0)]
+                    p = _pool_input(self)
+                    m.d.sync += [desc.eq(d), pool.eq(p), acc.eq(0),
+                                 x.eq(Mux(p.enable, p.pitch, d.dims[1].extent)),
+                                 y.eq(Mux(p.enable, (d.dims[2].extent << 1) - 1,
+                                          d.dims[2].extent))]
                     m.next = "E1E2"
             with m.State("E1E2"):
                 with m.If(y == 0):
-                    m.d.sync += [x.eq(acc), y.eq(dims[3].extent), acc.eq(0)]
+                    m.d.sync += [x.eq(acc), y.eq(dims[3].extent),
+                                 acc.eq(Mux(pool.enable, dims[1].extent << 1, 0))]
                     m.next = "E3"
                 with m.Else():
                     shift_add()
@@ -143,20 +186,23 @@ class TileWalker(wiring.Component):
     takes one cycle per significant bit of the largest ``|start_d|``; then one step per cycle
     follows, addresses and rows advancing by additions only. A step is one element or, when the
     dim-0 stride is the element size (``1 << elem_log2`` bytes), the longest run of lanes that
-    are all padding or all in bounds and inside one ``beat_bytes`` bus beat. Extents must be
-    >= 1, ``extent0`` at most ``lanes``, and the rows of the tile must fit ``rows`` (see
-    ``TileCheck``). ``abort`` returns to idle at once.
+    are all padding or all in bounds and inside one ``beat_bytes`` bus beat. With ``pool``
+    enabled (an input sampled with the descriptor, there when built with ``pool=True``) the row
+    of element (i0, i1, i2) is ``sram_row + 2 * i1 + 2 * pitch * i2``, the first of its 2x2
+    window. ``elem_log2`` is the element size or a tuple of those allowed; the descriptor must
+    pass a ``TileCheck`` with the same ``elem_log2`` and ``pool``. ``abort`` returns to idle at
+    once.
     """
 
-    def __init__(self, lanes, rows, elem_log2, beat_bytes):
+    def __init__(self, lanes, rows, elem_log2, beat_bytes, pool=False):
         _check_int("lanes", lanes, 1, 65535)
         _check_int("rows", rows, 1, 65536)
-        _check_int("elem_log2", elem_log2, 0, 3)
-        if beat_bytes not in (4, 8, 16) or beat_bytes < 1 << elem_log2:
+        self.lanes, self.rows, self.elem_log2s = lanes, rows, _elem_log2s(elem_log2)
+        if beat_bytes not in (4, 8, 16) or beat_bytes < 1 << max(self.elem_log2s):
             raise ValueError(f"beat_bytes={beat_bytes!r} is invalid: allowed 4, 8 or 16, at least "
                              f"the element size")
-        self.lanes, self.rows, self.elem_log2, self.beat_bytes = lanes, rows, elem_log2, beat_bytes
-        super().__init__(walker_signature(TensorDescriptor, lanes, rows))
+        self.beat_bytes = beat_bytes
+        super().__init__(_members(walker_signature(TensorDescriptor, lanes, rows), pool))
 
     def elaborate(self, platform):
         m = Module()
@@ -166,17 +212,20 @@ class TileWalker(wiring.Component):
         coord = [Signal(COORD, name=f"c{d}") for d in range(DIMS)]
         addr = [Signal(ADDRESS, name=f"a{d}") for d in range(DIMS)]  # a_d: at i_0..i_{d-1} = 0
         row = Signal(range(self.rows))
+        pool = Signal(POOLING)
+        pool_row = Signal(range(self.rows))  # pooling: the row at i1 = 0
         # Start address: sum over d of start_d * stride_d, bit by bit from the LSB of start_d.
         multiplier = [Signal(signed(16), name=f"multiplier{d}") for d in range(DIMS)]
         multiplicand = [Signal(48, name=f"multiplicand{d}") for d in range(DIMS)]
         acc = Signal(ADDRESS)
 
         # The step: lanes up to the end of the row, the padding / in-bounds edge and the beat.
-        contiguous = dims[0].stride == 1 << self.elem_log2
+        elem_log2 = _elem_log2(desc, self.elem_log2s)
+        contiguous = dims[0].stride == Const(1, 4) << elem_log2
         outer = Cat((coord[d] >= 0) & (coord[d] < dims[d].bound) for d in range(1, DIMS)).all()
         in_bounds = outer & (coord[0] >= 0) & (coord[0] < dims[0].bound)
         rest = dims[0].extent - index[0]
-        beat_rest = (self.beat_bytes - addr[0][:ceil_log2(self.beat_bytes)]) >> self.elem_log2
+        beat_rest = (self.beat_bytes - addr[0][:ceil_log2(self.beat_bytes)]) >> elem_log2
         bound_rest = dims[0].bound - coord[0]
         run = Signal(17)  # lanes to the next edge
         with m.If(~contiguous):
@@ -211,7 +260,8 @@ class TileWalker(wiring.Component):
                 m.d.comb += self.descriptor.ready.eq(1)
                 with m.If(self.descriptor.valid):
                     d = self.descriptor.payload
-                    m.d.sync += [desc.eq(d), acc.eq(d.base), row.eq(d.sram_row)]
+                    m.d.sync += [desc.eq(d), acc.eq(d.base), row.eq(d.sram_row),
+                                 pool.eq(_pool_input(self)), pool_row.eq(d.sram_row)]
                     for k in range(DIMS):
                         m.d.sync += [multiplier[k].eq(d.dims[k].start),
                                      multiplicand[k].eq(d.dims[k].stride),
@@ -246,15 +296,19 @@ class TileWalker(wiring.Component):
                                 step, delta = 1, dims[d].stride
                             else:
                                 step = count
-                                delta = Mux(contiguous, count << self.elem_log2, dims[0].stride)
+                                delta = Mux(contiguous, count << elem_log2, dims[0].stride)
                             m.d.sync += [index[d].eq(index[d] + step),
                                          coord[d].eq(coord[d] + step)]
                             m.d.sync += [a.eq(addr[d] + delta) for a in addr[:d + 1]]
                             for inner in range(d):
                                 m.d.sync += [index[inner].eq(0),
                                              coord[inner].eq(dims[inner].start)]
-                            if d:
-                                m.d.sync += row.eq(row + 1)
+                            if d == 1:
+                                m.d.sync += row.eq(row + Mux(pool.enable, 2, 1))
+                            elif d:
+                                below = pool_row + (pool.pitch << 1)
+                                m.d.sync += [row.eq(Mux(pool.enable, below, row + 1)),
+                                             pool_row.eq(below)]
                     with m.Else():
                         m.next = "IDLE"
                 with m.If(self.abort):

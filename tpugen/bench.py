@@ -9,7 +9,7 @@ import numpy as np
 
 from .config import PRESETS, CoreConfig
 
-__all__ = ["ideal_gemm_utilization", "run_bench", "plot_bench"]
+__all__ = ["ideal_attention_utilization", "ideal_gemm_utilization", "run_bench", "plot_bench"]
 
 MATMULS = [(64, 64, 64), (128, 128, 128), (256, 256, 256), (256, 16, 256), (16, 256, 256),
            (1024, 64, 8)]
@@ -20,6 +20,8 @@ CONVS = [  # ResNet-like layers (N, C, H, W, K, R, S, stride, padding), scaled t
     (1, 16, 14, 14, 32, 3, 3, 2, 1),
 ]
 LARGE_CONVS = [(1, 64, 56, 56, 64, 3, 3, 1, 1)]
+ATTENTIONS = [(64, 64, 32), (128, 128, 64), (256, 256, 64)]  # (L, S, d), one head
+LARGE_ATTENTIONS = [(512, 512, 64), (512, 512, 128)]
 CONFIGS = {"8x8": CoreConfig(rows=8, cols=8), "16x16": PRESETS["large"]}
 
 
@@ -28,6 +30,14 @@ def ideal_gemm_utilization(config, m, k, n):
     partial tiles (K not a multiple of rows, N not of cols) and the fill/drain are lost."""
     cycles = math.ceil(k / config.rows) * math.ceil(n / config.cols) * m + config.rows + config.cols
     return m * k * n / (cycles * config.macs)
+
+
+def ideal_attention_utilization(config, seq, kv, dim):
+    """The same for attention's two GEMMs, S = Q K^T and O = P V (softmax steps cost 0)."""
+    cycles = (math.ceil(dim / config.rows) * math.ceil(kv / config.cols) * seq
+              + math.ceil(kv / config.rows) * math.ceil(dim / config.cols) * seq
+              + config.rows + config.cols)
+    return 2 * seq * kv * dim / (cycles * config.macs)
 
 
 @contextmanager
@@ -104,6 +114,16 @@ def run_bench(large=False, configs=CONFIGS):
                                         time.perf_counter() - start)
                 workloads.append({"op": "conv2d", "shape": [nb, c, h, w, k, r, s, stride, padding],
                                   **entry})
+            for seq, kv, dim in ATTENTIONS + (LARGE_ATTENTIONS if large else []):
+                q, k, v = (rng.standard_normal((n, dim)).astype(np.float32)
+                           for n in (seq, kv, kv))
+                start = time.perf_counter()
+                dev.attention(q, k, v)
+                entry = _workload_entry(config, label, 2 * seq * kv * dim,
+                                        ideal_attention_utilization(config, seq, kv, dim),
+                                        dev.stats, time.perf_counter() - start)
+                workloads.append({"op": "attention", "shape": [seq, kv, dim], **entry,
+                                  "score_matrix_bytes": 4 * seq * kv})
     results["workloads"] = workloads
     return results
 
@@ -111,6 +131,8 @@ def run_bench(large=False, configs=CONFIGS):
 def _label(workload):
     if workload["op"] == "matmul":
         return "matmul " + "x".join(map(str, workload["shape"]))
+    if workload["op"] == "attention":
+        return "attention L{} S{} d{}".format(*workload["shape"])
     _, c, h, w, k, r, s, stride, _ = workload["shape"]
     return f"conv {c}->{k} {h}x{w} {r}x{s}/{stride}"
 

@@ -50,13 +50,21 @@ def _run(args):
 
     if args.op == "matmul":
         shape = {"m": args.m, "k": args.k, "n": args.n}
-    else:
+    elif args.op == "conv2d":
         shape = {"n": args.batch, "c": args.channels, "h": args.height, "w": args.width,
                  "k": args.filters, "r": args.kernel, "s": args.kernel, "stride": args.stride,
                  "padding": args.padding, "dilation": args.dilation}
+    else:
+        shape = {"heads": args.heads, "seq": args.seq, "kv": args.kv, "dim": args.dim}
     for name, value in shape.items():
         if value < (0 if name == "padding" else 1):
             raise ValueError(f"{name}={value} is invalid: must be >= {0 if name == 'padding' else 1}")
+    if args.op == "attention":
+        shape["causal"] = args.causal
+    else:
+        shape.update({name: getattr(args, name) for name in ("bias", "requant", "relu")})
+        if args.op == "conv2d":
+            shape["pool"] = args.pool
     status = run_workloads(_config(args), [(args.op, shape)], seed=args.seed, waves=args.waves)
     if args.waves:
         print(f"wrote {args.waves} (VCD: open with GTKWave or Surfer)", file=sys.stderr)
@@ -101,7 +109,7 @@ def main(argv=None):
     demo.set_defaults(run=_demo)
 
     run = commands.add_parser("run", help="run one workload on the simulated core, checked")
-    run.add_argument("op", choices=["matmul", "conv2d"])
+    run.add_argument("op", choices=["matmul", "conv2d", "attention"])
     _add_config_options(run)
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--waves", type=Path, metavar="FILE.vcd", help="trace the run to a VCD file")
@@ -119,6 +127,17 @@ def main(argv=None):
     conv.add_argument("--stride", type=int, default=1)
     conv.add_argument("--padding", type=int, default=1)
     conv.add_argument("--dilation", type=int, default=1)
+    fused = run.add_argument_group("fused epilogue (random per-channel parameters)")
+    fused.add_argument("--bias", action="store_true", help="add a bias")
+    fused.add_argument("--requant", action="store_true", help="requantize to int8")
+    fused.add_argument("--relu", action="store_true")
+    fused.add_argument("--pool", action="store_true", help="2x2 max pooling (conv2d)")
+    attention = run.add_argument_group("attention shape (float32 q: L x d, k, v: S x d)")
+    attention.add_argument("--seq", type=int, default=64, help="L, queries")
+    attention.add_argument("--kv", type=int, default=64, help="S, keys and values")
+    attention.add_argument("--dim", type=int, default=64, help="d, head dimension")
+    attention.add_argument("--heads", type=int, default=1)
+    attention.add_argument("--causal", action="store_true")
     run.set_defaults(run=_run)
 
     bench = commands.add_parser("bench", help="measure generate/build/simulation speed")

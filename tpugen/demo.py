@@ -1,18 +1,28 @@
 """`tpugen demo` and `tpugen run`: workloads on the simulated core, checked against numpy."""
 import numpy as np
 
-__all__ = ["DEMO_WORKLOADS", "format_table", "run_demo", "run_workloads"]
+__all__ = ["ATTENTION_TOLERANCE", "DEMO_WORKLOADS", "format_table", "run_demo", "run_workloads"]
+
+ATTENTION_TOLERANCE = 2e-2
+"""Relative Frobenius error allowed against the float reference (ARCHITECTURE.md section 2)."""
+
+_FUSED = {"bias": True, "requant": True, "relu": True}
 
 DEMO_WORKLOADS = [
     ("matmul", {"m": 37, "k": 13, "n": 6}),
     ("matmul", {"m": 64, "k": 64, "n": 64}),
-    ("matmul", {"m": 100, "k": 30, "n": 17}),
+    ("matmul", {"m": 100, "k": 30, "n": 17, **_FUSED}),
     ("conv2d", {"n": 1, "c": 3, "h": 16, "w": 16, "k": 8, "r": 3, "s": 3, "stride": 1,
                 "padding": 1, "dilation": 1}),
     ("conv2d", {"n": 2, "c": 8, "h": 9, "w": 9, "k": 16, "r": 3, "s": 3, "stride": 2,
                 "padding": 0, "dilation": 1}),
+    ("conv2d", {"n": 1, "c": 8, "h": 15, "w": 15, "k": 12, "r": 3, "s": 3, "stride": 1,
+                "padding": 1, "dilation": 1, **_FUSED, "pool": True}),
+    ("attention", {"heads": 1, "seq": 50, "kv": 70, "dim": 24, "causal": False}),
+    ("attention", {"heads": 2, "seq": 64, "kv": 64, "dim": 32, "causal": True}),
 ]
-"""(op, shape): awkward shapes, a cube, a padded conv and a strided one."""
+"""(op, shape): awkward shapes, a cube, padded and strided convs, conv + bias + requant + ReLU
++ 2x2 max pool in one pass, and fused attention (multi-head, causal)."""
 
 
 def format_table(header, rows):
@@ -23,39 +33,96 @@ def format_table(header, rows):
     return "\n".join(lines)
 
 
+def _epilogue_options(rng, shape, acc, channels):
+    """Random per-channel bias and requantization that keep int8 outputs in range, or {}."""
+    options = {}
+    if shape.get("bias"):
+        options["bias"] = rng.integers(-2000, 2000, channels)
+    if shape.get("requant"):
+        multiplier = rng.integers(1 << 14, 1 << 16, channels)
+        peak = max(1, int(np.abs(acc).max()))
+        shift = int(np.ceil(np.log2(peak * multiplier.max() / 127)))
+        options["requant"] = (multiplier, np.full(channels, max(shift, 0)))
+    if shape.get("relu"):
+        options["relu"] = True
+    if shape.get("pool"):
+        options["pool"] = True
+    return options
+
+
+def _epilogue_label(options):
+    return "".join(f" +{name}" for name in ("bias", "requant", "relu", "pool") if name in options)
+
+
 def _run_one(dev, rng, op, shape):
-    from .sim.golden import conv2d_int32, matmul_int32
+    """(label, ok, check text) of one workload."""
+    from .sim.golden import apply_epilogue, conv2d_int32, matmul_int32
 
     if op == "matmul":
         a = rng.integers(-128, 128, (shape["m"], shape["k"]), dtype=np.int8)
         b = rng.integers(-128, 128, (shape["k"], shape["n"]), dtype=np.int8)
-        return f"{shape['m']}x{shape['k']}x{shape['n']}", dev.matmul(a, b), matmul_int32(a, b)
-    x = rng.integers(-128, 128, (shape["n"], shape["c"], shape["h"], shape["w"]), dtype=np.int8)
-    w = rng.integers(-128, 128, (shape["k"], shape["c"], shape["r"], shape["s"]), dtype=np.int8)
-    options = {key: shape[key] for key in ("stride", "padding", "dilation")}
-    label = (f"x{tuple(x.shape)} w{tuple(w.shape)} s{options['stride']} p{options['padding']}"
-             + (f" d{options['dilation']}" if options["dilation"] != 1 else ""))
-    return label, dev.conv2d(x, w, **options), conv2d_int32(x, w, **options)
+        acc = matmul_int32(a, b)
+        options = _epilogue_options(rng, shape, acc, shape["n"])
+        expected = apply_epilogue(acc, channel_axis=1, **options)
+        label = f"{shape['m']}x{shape['k']}x{shape['n']}" + _epilogue_label(options)
+        got = dev.matmul(a, b, **options)
+    elif op == "conv2d":
+        x = rng.integers(-128, 128, (shape["n"], shape["c"], shape["h"], shape["w"]),
+                         dtype=np.int8)
+        w = rng.integers(-128, 128, (shape["k"], shape["c"], shape["r"], shape["s"]),
+                         dtype=np.int8)
+        conv = {key: shape[key] for key in ("stride", "padding", "dilation")}
+        acc = conv2d_int32(x, w, **conv)
+        options = _epilogue_options(rng, shape, acc, shape["k"])
+        expected = apply_epilogue(acc, channel_axis=1, spatial_axes=(2, 3), **options)
+        label = (f"x{tuple(x.shape)} w{tuple(w.shape)} s{conv['stride']} p{conv['padding']}"
+                 + (f" d{conv['dilation']}" if conv["dilation"] != 1 else "")
+                 + _epilogue_label(options))
+        got = dev.conv2d(x, w, **conv, **options)
+    else:
+        return _run_attention(dev, rng, shape)
+    exact = got.dtype == expected.dtype and np.array_equal(got, expected)
+    return label, exact, "exact" if exact else "MISMATCH"
+
+
+def _run_attention(dev, rng, shape):
+    from .firmware.attention import log2_scale
+    from .firmware.device import quantize_int8
+    from .sim.attention_model import attention_float, attention_int8_model
+
+    heads, seq, kv, dim = shape["heads"], shape["seq"], shape["kv"], shape["dim"]
+    q, k, v = (rng.standard_normal((heads, n, dim)).astype(np.float32) for n in (seq, kv, kv))
+    (qi, sq), (ki, sk), (vi, sv) = (quantize_int8(t) for t in (q, k, v))
+    multiplier, shift = log2_scale(sq * sk / np.sqrt(dim))
+    got = dev.attention_int8(qi, ki, vi, multiplier, shift, causal=shape["causal"])
+    expected = attention_int8_model(dev.config, qi, ki, vi, multiplier, shift,
+                                    causal=shape["causal"])
+    reference = attention_float(qi * sq, ki * sk, vi * sv, causal=shape["causal"])
+    out = got * (sv / 256)
+    error = np.linalg.norm(out - reference) / np.linalg.norm(reference)
+    exact = np.array_equal(got, expected)
+    ok = exact and error <= ATTENTION_TOLERANCE
+    label = (f"{heads}h L{seq} S{kv} d{dim}" + (" causal" if shape["causal"] else ""))
+    return label, ok, f"{'exact' if exact else 'MISMATCH'}, float err {error:.2%}"
 
 
 def run_workloads(config, workloads, seed=0, waves=None):
-    """Run (op, shape) workloads on one SimDevice; print the table; 0 if all are exact."""
+    """Run (op, shape) workloads on one SimDevice; print the table; 0 if all pass."""
     from .firmware import SimDevice
 
     rng = np.random.default_rng(seed)
     rows, failed = [], 0
     with SimDevice(config, waves=waves) as dev:
         for op, shape in workloads:
-            label, got, expected = _run_one(dev, rng, op, shape)
-            exact = np.array_equal(got, expected)
-            failed += not exact
+            label, ok, check = _run_one(dev, rng, op, shape)
+            failed += not ok
             stats = dev.stats
-            rows.append((op, label, "exact" if exact else "MISMATCH", stats.cycles,
-                         f"{stats.mac_utilization:.1%}", stats.bytes_read, stats.bytes_written))
+            rows.append((op, label, check, stats.cycles, f"{stats.mac_utilization:.1%}",
+                         stats.bytes_read, stats.bytes_written))
     print(f"tpu_core {config.rows}x{config.cols} int8, {config.scratchpad_kib} KiB scratchpad, "
           f"{config.accumulator_kib} KiB accumulator, AXI {config.axi_data_width}-bit, "
           "on Verilator + cocotbext-axi")
-    print(format_table(("op", "shape", "check vs numpy", "cycles", "MAC util", "bytes read",
+    print(format_table(("op", "shape", "check", "cycles", "MAC util", "bytes read",
                         "bytes written"), rows))
     return 1 if failed else 0
 

@@ -1,0 +1,204 @@
+"""Fused (flash) attention and row softmax on the array and the softmax unit."""
+import math
+from dataclasses import dataclass
+
+from ..isa import SoftmaxMode
+from .program import Deps, Dim, Program, tensor
+
+__all__ = ["AttentionPlan", "compile_attention", "compile_softmax", "log2_scale",
+           "plan_attention"]
+
+_MAX_TILES = 4
+"""Key tiles per block: one online-softmax step covers up to this many `cols`-wide tiles."""
+
+
+def log2_scale(scale):
+    """(multiplier, shift) with ``multiplier / 2**shift`` ~ ``scale * log2(e) * 2**10``: turns
+    int32 scores into the softmax unit's Q.10 log2 domain."""
+    c = scale * math.log2(math.e) * 1024
+    if not c > 0 or not math.isfinite(c):
+        raise ValueError(f"scale={scale!r} is invalid: allowed a positive finite number")
+    shift = 15 - math.floor(math.log2(c))
+    multiplier = round(c * 2.0**shift)
+    if multiplier == 1 << 16:
+        multiplier, shift = 1 << 15, shift - 1
+    if not 0 <= shift <= 63:
+        raise ValueError(f"scale={scale!r} is out of the softmax unit's range")
+    return multiplier, shift
+
+
+@dataclass(frozen=True)
+class AttentionPlan:
+    """How one head of attention is tiled: all derived from the config and the shape."""
+    seq: int
+    kv: int
+    dim: int
+    cols: int
+    m_tile: int
+    """Queries per tile (accumulator rows of one score or output tile)."""
+    tiles: int
+    """Key tiles (of ``cols`` keys) per online-softmax block."""
+
+    @property
+    def d_chunks(self):
+        return -(-self.dim // self.cols)
+
+    @property
+    def block_keys(self):
+        return self.tiles * self.cols
+
+
+def plan_attention(config, seq, kv, dim):
+    for name, value in (("L", seq), ("S", kv), ("d", dim)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name}={value!r} is invalid: allowed an integer >= 1")
+    if config.rows != config.cols:
+        raise ValueError(f"attention needs a square array, not {config.rows}x{config.cols}: "
+                         "a probability row (cols keys) is one reduction tile (rows keys)")
+    n = config.cols
+    d_chunks = -(-dim // n)
+    tiles = min(-(-kv // n), _MAX_TILES)
+    kv_rows = 2 * tiles * 2 * d_chunks * n
+    m_tile = min(seq, 0xFFFF,
+                 config.accumulator_rows // (tiles + d_chunks),
+                 config.probability_rows // tiles,
+                 (config.scratchpad_rows - kv_rows) // (2 * d_chunks))
+    if m_tile < 1:
+        raise ValueError(f"head dim d={dim} does not fit this core's buffers")
+    return AttentionPlan(seq=seq, kv=kv, dim=dim, cols=n, m_tile=m_tile, tiles=tiles)
+
+
+def compile_attention(config, plan, heads, *, q_addr, kt_addr, v_addr, o_addr, causal,
+                      scale_multiplier, scale_shift):
+    """O (int32, heads x L x d) from int8 Q (heads x L x d), K^T (heads x d x S) and V
+    (heads x S x d), all row-major.
+
+    Per query tile, per block of key tiles: S = Q K^T on the array into the accumulator, a
+    softmax BLOCK step (P to the probability buffer, O rescaled), O += P V; finally O /= l and
+    STORE. The scores never leave the core. Key/value tiles are double-buffered per block
+    (tokens load <-> execute); the output tile is stored while the next query tile's scores
+    are computed (tokens execute <-> store). With ``causal``, blocks whose keys are all masked
+    for the whole query tile are skipped.
+    """
+    n, seq, kv, dim = config.cols, plan.seq, plan.kv, plan.dim
+    if causal and seq > kv:
+        raise ValueError(f"causal attention needs L <= S, not L={seq}, S={kv}")
+    d_chunks = plan.d_chunks
+    q_rows = d_chunks * plan.m_tile
+    kv_rows = 2 * plan.tiles * d_chunks * n
+    q_base = [0, q_rows]
+    kv_base = [2 * q_rows, 2 * q_rows + kv_rows]
+    o_row, score_row = 0, d_chunks * plan.m_tile
+    offset = kv - seq
+
+    work = []  # (head, q0, count, [(k0, tiles)])
+    for head in range(heads):
+        for q0 in range(0, seq, plan.m_tile):
+            count = min(plan.m_tile, seq - q0)
+            last_key = kv - 1 if not causal else min(kv - 1, q0 + count - 1 + offset)
+            blocks = [(k0, -(-min(plan.block_keys, last_key + 1 - k0) // n))
+                      for k0 in range(0, last_key + 1, plan.block_keys)]
+            work.append((head, q0, count, blocks))
+    total_blocks = sum(len(blocks) for *_, blocks in work)
+
+    program = Program()
+    g = 0
+    for j, (head, q0, count, blocks) in enumerate(work):
+        q_head, kt_head = q_addr + head * seq * dim, kt_addr + head * dim * kv
+        v_head, o_head = v_addr + head * kv * dim, o_addr + 4 * head * seq * dim
+        for b, (k0, tiles) in enumerate(blocks):
+            base = kv_base[g % 2]
+            v_base = base + tiles * d_chunks * n
+            loads = []
+            if b == 0:
+                loads += [tensor(q_head, 1, q_base[j % 2] + c * count, [
+                    Dim(extent=n, start=c * n, bound=dim, stride=1),
+                    Dim(extent=count, start=q0, bound=seq, stride=dim)])
+                    for c in range(d_chunks)]
+            loads += [tensor(kt_head, 1, base + (t * d_chunks + c) * n, [
+                Dim(extent=n, start=k0 + t * n, bound=kv, stride=1),
+                Dim(extent=n, start=c * n, bound=dim, stride=kv)])
+                for t in range(tiles) for c in range(d_chunks)]
+            loads += [tensor(v_head, 1, v_base + (t * d_chunks + u) * n, [
+                Dim(extent=n, start=u * n, bound=dim, stride=1),
+                Dim(extent=n, start=k0 + t * n, bound=kv, stride=dim)])
+                for t in range(tiles) for u in range(d_chunks)]
+            for i, descriptor in enumerate(loads):
+                program.load(descriptor, Deps(pop_next=i == 0 and g >= 2,
+                                              push_next=i == len(loads) - 1))
+
+            first_matmul = True
+            for t in range(tiles):
+                for c in range(d_chunks):
+                    program.matmul(base + (t * d_chunks + c) * n, q_base[j % 2] + c * count,
+                                   score_row + t * count, count, accumulate=c > 0,
+                                   deps=Deps(pop_prev=first_matmul))
+                    first_matmul = False
+            program.softmax(SoftmaxMode.BLOCK, first=b == 0, count=count, tiles=tiles,
+                            o_tiles=d_chunks, keys=min(plan.block_keys, kv - k0),
+                            score_row=score_row, p_row=0, o_row=o_row, state_row=0,
+                            causal=causal, causal_offset=q0 - k0 + offset,
+                            scale_multiplier=scale_multiplier, scale_shift=scale_shift)
+            for u in range(d_chunks):
+                for t in range(tiles):
+                    first_pv = b == 0 and u == 0 and t == 0
+                    last_pv = u == d_chunks - 1 and t == tiles - 1
+                    program.matmul(v_base + (t * d_chunks + u) * n, t * count,
+                                   o_row + u * count, count, act_probabilities=True,
+                                   accumulate=not (b == 0 and t == 0),
+                                   deps=Deps(pop_next=first_pv and j > 0,
+                                             push_prev=last_pv and g + 2 < total_blocks))
+            g += 1
+        program.softmax(SoftmaxMode.NORMALIZE, count=count, o_row=o_row, o_tiles=d_chunks,
+                        state_row=0, deps=Deps(push_next=True))
+        for u in range(d_chunks):
+            program.store(tensor(o_head, 4, o_row + u * count, [
+                Dim(extent=n, start=u * n, bound=dim, stride=4),
+                Dim(extent=count, start=q0, bound=seq, stride=4 * dim)]),
+                deps=Deps(pop_prev=u == 0, push_prev=u == d_chunks - 1 and j + 1 < len(work)))
+    program.end()
+    return program
+
+
+def compile_softmax(config, rows, width, *, x_addr, eye_addr, y_addr, scale_multiplier,
+                    scale_shift):
+    """Row softmax of int8 X (rows x width): S = X @ I into the accumulator, one softmax BLOCK
+    over the whole row, P @ I, O /= l, STORE (int32, 256 = probability 1). ``eye_addr``: a
+    ``cols`` x ``cols`` int8 identity in memory."""
+    n = config.cols
+    if config.rows != n:
+        raise ValueError(f"softmax needs a square array, not {config.rows}x{n}")
+    tiles = -(-width // n)
+    m_tile = min(rows, 0xFFFF, config.accumulator_rows // (2 * tiles),
+                 config.probability_rows // tiles, (config.scratchpad_rows - n) // tiles)
+    if tiles > 255 or m_tile < 1:
+        raise ValueError(f"rows of {width} elements do not fit this core's buffers")
+    program = Program()
+    program.load(tensor(eye_addr, 1, 0, [Dim(extent=n, bound=n, stride=1),
+                                         Dim(extent=n, bound=n, stride=n)]))
+    for r0 in range(0, rows, m_tile):
+        count = min(m_tile, rows - r0)
+        more = r0 + m_tile < rows
+        for t in range(tiles):
+            program.load(tensor(x_addr, 1, n + t * count, [
+                Dim(extent=n, start=t * n, bound=width, stride=1),
+                Dim(extent=count, start=r0, bound=rows, stride=width)]),
+                Deps(pop_next=t == 0 and r0 > 0, push_next=t == tiles - 1))
+        for t in range(tiles):
+            program.matmul(0, n + t * count, tiles * count + t * count, count,
+                           deps=Deps(pop_prev=t == 0, push_prev=t == tiles - 1 and more))
+        program.softmax(SoftmaxMode.BLOCK, first=True, count=count, tiles=tiles, o_tiles=tiles,
+                        keys=width, score_row=tiles * count, p_row=0, o_row=0, state_row=0,
+                        scale_multiplier=scale_multiplier, scale_shift=scale_shift)
+        for t in range(tiles):
+            program.matmul(0, t * count, t * count, count, act_probabilities=True,
+                           deps=Deps(pop_next=t == 0 and r0 > 0))
+        program.softmax(SoftmaxMode.NORMALIZE, count=count, o_row=0, o_tiles=tiles,
+                        state_row=0, deps=Deps(push_next=True))
+        for t in range(tiles):
+            program.store(tensor(y_addr, 4, t * count, [
+                Dim(extent=n, start=t * n, bound=width, stride=4),
+                Dim(extent=count, start=r0, bound=rows, stride=4 * width)]),
+                deps=Deps(pop_prev=t == 0, push_prev=t == tiles - 1 and more))
+    program.end()
+    return program

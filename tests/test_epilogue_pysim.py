@@ -1,0 +1,360 @@
+"""amaranth.sim tests of the STORE engine's fused epilogue and PARAMS against sim.golden."""
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from tpugen import CoreConfig
+from tpugen.isa import PARAMS_PER_INSTRUCTION, ErrorCode, Opcode, decode, encode
+from tpugen.sim.golden import epilogue, maxpool2x2, round_half_even_shift
+from tpugen.sim.pysim_axi import AxiMemory
+
+from test_dma_pysim import (ERROR_ALLOWED, ERROR_WINDOWS, MEM_SIZE, RW_ALL, descriptor, run,
+                            tensor_addresses)
+
+SMALL = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1)    # 64 rows
+WIDE = CoreConfig(rows=4, cols=16, scratchpad_kib=1, accumulator_kib=1)    # 16 rows
+TALL = CoreConfig(rows=4, cols=16, scratchpad_kib=1, accumulator_kib=4)    # 64 rows
+RESET = {"bias": 0, "multiplier": 1, "shift": 0}
+
+
+def with_width(config, width):
+    return CoreConfig(**{**config.__dict__, "axi_data_width": width})
+
+
+def params(entries, first_lane=0, broadcast=0):
+    """A PARAMS instruction; ``entries``: (bias, multiplier, shift), at most eight."""
+    entries = [dict(zip(("bias", "multiplier", "shift"), map(int, e))) for e in entries]
+    entries += [RESET] * (PARAMS_PER_INSTRUCTION - len(entries))
+    return encode(Opcode.PARAMS, first_lane=first_lane, broadcast=broadcast, entries=entries)
+
+
+def store(desc, **epilogue_fields):
+    return encode(Opcode.STORE, tensor=desc, epilogue=epilogue_fields)
+
+
+def set_lanes(lanes, instruction):
+    """Updates the per-lane parameters (arrays bias, multiplier, shift) by a PARAMS."""
+    fields = decode(instruction)
+    cols = len(lanes["bias"])
+    for e, entry in enumerate(fields.entries):
+        if fields.broadcast:
+            targets = range(cols) if e == 0 else []
+        else:
+            targets = [fields.first_lane + e] if fields.first_lane + e < cols else []
+        for lane in targets:
+            for name in lanes:
+                lanes[name][lane] = getattr(entry, name)
+
+
+def golden_tile(acc, desc, lanes, fields):
+    """The tile (e3, e2, e1, e0) a STORE writes, by the contract: rows (or 2x2 windows of rows)
+    through ``epilogue``, then ``maxpool2x2``."""
+    e = [d["extent"] for d in desc["dims"]]
+    first = desc["sram_row"]
+    if fields.get("pool"):
+        pitch = fields["pool_pitch"]
+        rows = first + pitch * np.arange(2 * e[2])[:, None] + np.arange(2 * e[1])[None, :]
+        values = acc[rows][..., :e[0]]
+    else:
+        values = acc[first:first + e[1] * e[2] * e[3], :e[0]].reshape(e[3], e[2], e[1], e[0])
+    y = epilogue(values, bias=lanes["bias"][:e[0]] if fields.get("bias") else None,
+                 multiplier=lanes["multiplier"][:e[0]], shift=lanes["shift"][:e[0]],
+                 requant=bool(fields.get("requant")), relu=bool(fields.get("relu")))
+    return maxpool2x2(y, axes=(0, 1))[None] if fields.get("pool") else y
+
+
+def scatter(mem, desc, tile, elem_bytes):
+    """Writes the in-bounds elements of ``tile`` into ``mem`` (uint8) through ``desc``."""
+    dims = list(reversed(desc["dims"]))
+    lo = [max(0, -d["start"]) for d in dims]
+    hi = [min(d["extent"], d["bound"] - d["start"]) for d in dims]
+    if all(h > l for l, h in zip(lo, hi)):
+        part = tile[tuple(slice(l, h) for l, h in zip(lo, hi))]
+        addrs = tensor_addresses(desc)[tuple(slice(d["start"] + l, d["start"] + h)
+                                             for d, l, h in zip(dims, lo, hi))]
+        values = part.astype(f"<i{elem_bytes}").view(np.uint8).reshape(*part.shape, elem_bytes)
+        for byte in range(elem_bytes):
+            mem[addrs + byte] = values[..., byte]
+
+
+def program_case(config, program, acc, seed, **axi):
+    """Runs ``program`` (PARAMS bytes and (descriptor, epilogue fields) STOREs) on ``acc`` and
+    compares memory with the golden model; returns [(error, cycles)] and the golden tiles."""
+    rng = np.random.default_rng(seed)
+    axi_mem = AxiMemory(MEM_SIZE, config.axi_data_width, allowed=[(0, MEM_SIZE)], seed=seed,
+                        **axi)
+    axi_mem.mem[:] = rng.integers(0, 256, MEM_SIZE, dtype=np.uint8).tobytes()
+    expected = np.frombuffer(axi_mem.mem, dtype=np.uint8).copy()
+    lanes = {name: np.full(config.cols, v, dtype=np.int64) for name, v in RESET.items()}
+    instructions, tiles = [], []
+    for item in program:
+        if isinstance(item, bytes):
+            set_lanes(lanes, item)
+            instructions.append(item)
+        else:
+            desc, fields = item
+            tile = golden_tile(acc, desc, lanes, fields)
+            scatter(expected, desc, tile, 1 if fields.get("requant") else 4)
+            tiles.append(tile)
+            instructions.append(store(desc, **fields))
+    outcomes, _ = run("store", config, instructions, axi_mem, RW_ALL, acc)
+    assert [o[0] for o in outcomes] == [ErrorCode.NONE] * len(program)
+    np.testing.assert_array_equal(np.frombuffer(axi_mem.mem, dtype=np.uint8), expected)
+    return outcomes, tiles
+
+
+def random_lanes(rng, cols):
+    """Per-lane (bias, multiplier, shift) with the edge values: multipliers 0, 1, 65535 and
+    2**15, shifts 0, 1 and 40, biases of both signs up to the int32 limits."""
+    special = [(2**31 - 1, 65535, 40), (-2**31, 1, 0), (-7, 2**15, 25), (3, 1, 1),
+               (0, 0, 5), (100, 65535, 63), (-100, 3, 1), (1 << 20, 40000, 29)]
+    out = [special[j] if j < len(special) else
+           (int(rng.integers(-2**31, 2**31)), int(rng.integers(0, 65536)), int(rng.integers(0, 64)))
+           for j in range(cols)]
+    order = rng.permutation(cols)
+    return [out[j] for j in order]
+
+
+def random_acc(rng, rows, lanes, bias):
+    """Accumulator rows mixing full-range int32, small values, and per lane values whose
+    ``(acc + bias) * multiplier`` is an exact tie of the lane's shift."""
+    cols = len(lanes)
+    acc = np.where(rng.random((rows, cols)) < 0.3, rng.integers(-2**31, 2**31, (rows, cols)),
+                   rng.integers(-600, 600, (rows, cols)))
+    for j, (b, mult, shift) in enumerate(lanes):
+        # t * mult is an odd multiple of 2**(shift - 1) for t = odd * 2**(shift - 1 - v) when
+        # 2**v is the largest power of two dividing mult.
+        v = (mult & -mult).bit_length() - 1
+        if not mult or shift - 1 - v < 0:
+            continue
+        for i in range(0, rows, 2):
+            t = (2 * int(rng.integers(-40, 40)) + 1) << (shift - 1 - v)
+            if -2**31 <= t - (b if bias else 0) < 2**31:
+                acc[i, j] = t - (b if bias else 0)
+                assert (t * mult) % (1 << shift) == 1 << (shift - 1)
+    return acc
+
+
+def requant_coverage(acc, lanes, bias):
+    """The kinds of requantized elements seen: ties rounded to an even / odd quotient, and
+    saturation of either sign."""
+    b, mult, shift = (np.array(x) for x in zip(*lanes))
+    p = (acc + (b if bias else 0)) * mult
+    quotient = p >> shift
+    tie = (shift > 0) & (p - (quotient << shift) == (1 << np.maximum(shift - 1, 0)))
+    rounded = round_half_even_shift(p, shift)
+    return {"tie_even": bool((tie & (quotient % 2 == 0)).any()),
+            "tie_odd": bool((tie & (quotient % 2 == 1)).any()),
+            "tie_negative": bool((tie & (p < 0)).any()),
+            "high": bool((rounded > 127).any()), "low": bool((rounded < -128).any())}
+
+
+def test_golden_rounding():
+    # The golden model against Fraction's round (half to even), ties included.
+    rng = np.random.default_rng(0)
+    shift = rng.integers(0, 64, 4000)
+    values = rng.integers(-2**49, 2**49, 4000)
+    values[::2] = (2 * rng.integers(-9, 9, 2000) + 1) << np.maximum(shift[::2] - 1, 0)
+    expected = [round(Fraction(int(v), 1 << int(s))) for v, s in zip(values, shift)]
+    assert round_half_even_shift(values, shift).tolist() == expected
+    assert round_half_even_shift([3, 5, -3, -5, 7], 1).tolist() == [2, 2, -2, -2, 4]
+
+
+@pytest.mark.parametrize("width", [32, 128])
+def test_params(width):
+    # Reset values, then broadcast, then per-lane writes (lanes past cols ignored), on 16 lanes:
+    # selected lanes on a 32-bit bus, all lanes on a 128-bit one.
+    config = with_width(WIDE, width)
+    rng = np.random.default_rng(width)
+    lanes = random_lanes(rng, 24)
+    desc = descriptor(256, [(16, 0, 16, 1), (8, 0, 8, 16)], sram_row=4)
+    desc32 = descriptor(1024, [(16, 0, 16, 4), (8, 0, 8, 64)], sram_row=4, elem_log2=2)
+    every = {"bias": 1, "requant": 1}
+    program = [(desc, every),
+               params([(-5, 3, 1)], first_lane=9, broadcast=1),
+               (desc, every),
+               params(lanes[:8], first_lane=3),
+               params(lanes[8:16], first_lane=12),
+               params(lanes[16:], first_lane=65528),
+               (desc, every),
+               (desc32, {"bias": 1})]
+    acc = random_acc(rng, config.accumulator_rows, lanes[:16], bias=True)
+    acc[4:12] = rng.integers(-300, 300, (8, 16))
+    outcomes, tiles = program_case(config, program, acc, seed=width)
+    assert [cycles for _, cycles in outcomes[1:2] + outcomes[3:6]] == [1] * 4
+    assert len({t.tobytes() for t in tiles[:3]}) == 3
+
+
+EPILOGUES = {
+    "none": {},
+    "bias": {"bias": 1},
+    "relu": {"relu": 1},
+    "bias_relu": {"bias": 1, "relu": 1},
+    "requant": {"requant": 1},
+    "requant_bias": {"requant": 1, "bias": 1},
+    "requant_relu": {"requant": 1, "relu": 1},
+    "requant_bias_relu": {"requant": 1, "bias": 1, "relu": 1},
+}
+
+
+@pytest.mark.parametrize("name", EPILOGUES)
+def test_epilogue_options(name):
+    # Every option alone and combined, on 8 lanes of a 32-bit bus (lanes selected per step) and
+    # of a 64-bit one (all lanes), against the golden model on random accumulators with ties.
+    fields = EPILOGUES[name]
+    seed = sum(map(ord, name))
+    rng = np.random.default_rng(seed)
+    for width in (32, 64):
+        config = CoreConfig(rows=4, cols=8, scratchpad_kib=1, accumulator_kib=2,
+                            axi_data_width=width)
+        lanes = random_lanes(rng, 8)
+        acc = random_acc(rng, config.accumulator_rows, lanes, bias=fields.get("bias"))
+        if fields.get("bias") and not fields.get("requant"):
+            acc[::3] = np.where(rng.random((len(acc[::3]), 8)) < 0.5, 2**31 - 1, -2**31)
+        if fields.get("requant"):
+            assert all(requant_coverage(acc[10:42], lanes, fields.get("bias")).values())
+        elem = 1 if fields.get("requant") else 4
+        desc = descriptor(64 * elem, [(8, 0, 8, elem), (32, 0, 32, 8 * elem)], sram_row=10,
+                          elem_log2=2 if elem == 4 else 0)
+        program = [params(lanes), (desc, fields)]
+        _, (tile,) = program_case(config, program, acc, seed=seed + width)
+        if not fields.get("requant"):  # saturation of both signs happens
+            assert (tile == 2**31 - 1).any() == bool(fields.get("bias"))
+            assert (tile == -2**31).any() == (bool(fields.get("bias")) and not fields.get("relu"))
+
+
+@pytest.mark.parametrize("width", [32, 64, 128])
+def test_int8_tiles(width):
+    # Requantized int8 tiles: contiguous rows clipped on both sides, across a 4 KiB boundary and
+    # sharing beats; then strided (dim-0 stride 2 and 3) 4-D tiles with padding on every side.
+    config = with_width(WIDE, width)
+    rng = np.random.default_rng(width)
+    lanes = random_lanes(rng, 16)
+    acc = random_acc(rng, config.accumulator_rows, lanes, bias=True)
+    fields = {"requant": 1, "bias": 1, "relu": width == 64}
+    program = [params(lanes[:8]), params(lanes[8:], first_lane=8),
+               (descriptor(4096 - 37, [(16, -3, 11, 1), (5, -1, 4, 11), (2, 0, 2, 45)],
+                           sram_row=2), fields)]
+    for stride0 in (2, 3):
+        extents = [int(rng.integers(1, 17)), 2, 2, 1]
+        bounds = [int(rng.integers(1, 12)), 3, 2, 2]
+        starts = [int(rng.integers(1 - extents[0], bounds[0])), -1, 1, 1]
+        strides = [stride0]
+        for d in range(3):
+            strides.append(strides[-1] * bounds[d] + int(rng.integers(0, 3)))
+        dims = list(zip(extents, starts, bounds, strides))
+        program.append((descriptor(int(rng.integers(0, 3000)), dims, sram_row=int(
+            rng.integers(0, 12))), fields))
+    program_case(config, program, acc, seed=width)
+
+
+def conv_image(rng, height, width, lanes, base, rows):
+    """Accumulator rows holding a (height, width) image of ``lanes`` channels, raster ordered
+    from row ``base``, random around it."""
+    acc = rng.integers(-2**31, 2**31, (rows, lanes))
+    acc[base:base + height * width] = rng.integers(-3000, 3000, (height * width, lanes))
+    return acc
+
+
+@pytest.mark.parametrize("width", [32, 128])
+def test_pool(width):
+    # A 6x7 image (odd pitch) of 16 channels, pooled to 3x3 (the last column dropped): whole,
+    # as a partial tile clipped by the tensor's bounds, int32 and requantized, contiguous and
+    # strided (channels-first) outputs.
+    config = with_width(TALL, width)
+    rng = np.random.default_rng(width)
+    lanes = random_lanes(rng, 16)
+    base, h, w = 5, 6, 7
+    acc = conv_image(rng, h, w, 16, base, config.accumulator_rows)
+    pool = {"pool": 1, "pool_pitch": w}
+    nhwc = [(16, 0, 16, 1), (3, 0, 3, 16), (3, 0, 3, 48)]
+    program = [params(lanes[:8]), params(lanes[8:], first_lane=8),
+               (descriptor(0, nhwc, sram_row=base), {**pool, "requant": 1, "bias": 1}),
+               (descriptor(512, [(16, 0, 16, 4), (3, 0, 3, 64), (3, 0, 3, 192)], sram_row=base,
+                           elem_log2=2), {**pool, "bias": 1, "relu": 1}),
+               # Output pixels (1..2, 1..3) of a 3x3 map, the column past it clipped; lanes
+               # 0..11, channels-first (dim-0 stride 9).
+               (descriptor(1024, [(12, 0, 12, 9), (3, 1, 3, 1), (2, 1, 3, 3)],
+                           sram_row=base + 2 + 2 * w), {**pool, "requant": 1, "relu": 1})]
+    outcomes, tiles = program_case(config, program, acc, seed=width)
+    # The first two are the whole pooled image, in the spec's order (epilogue, then pool).
+    image = acc[base:base + h * w].reshape(h, w, 16)
+    b, mult, shift = (np.array(x) for x in zip(*lanes))
+    np.testing.assert_array_equal(
+        tiles[0][0], maxpool2x2(epilogue(image, b, mult, shift, requant=True)))
+    np.testing.assert_array_equal(tiles[1][0], maxpool2x2(epilogue(image, b, relu=True)))
+    # Four reads a step, a step per beat of each output pixel's 16 channels.
+    assert outcomes[2][1] < 4 * 9 * 16 / min(16, width // 8) + 60
+
+
+def test_pool_last_rows():
+    # Windows reading up to the last accumulator row (63): pitch 5, 2 x 3 windows from row 35.
+    rng = np.random.default_rng(3)
+    acc = rng.integers(-2**31, 2**31, (64, 4))
+    desc = descriptor(0, [(4, 0, 4, 4), (2, 0, 2, 16), (3, 0, 3, 32)], sram_row=35, elem_log2=2)
+    assert 35 + 2 * 5 * 2 + 2 * 1 + 5 + 1 == 63
+    program_case(SMALL, [(desc, {"pool": 1, "pool_pitch": 5, "bias": 1})], acc, seed=3)
+
+
+STORE_ERRORS = {
+    "requant_int32": (descriptor(0, [(4, 0, 4, 4)], elem_log2=2), {"requant": 1},
+                      ErrorCode.BAD_ELEMENT),
+    "int32_int8": (descriptor(0, [(4, 0, 4, 1)], elem_log2=0), {"bias": 1},
+                   ErrorCode.BAD_ELEMENT),
+    "elem_log2_1": (descriptor(0, [(4, 0, 4, 2)], elem_log2=1), {"requant": 1},
+                    ErrorCode.BAD_ELEMENT),
+    "pool_extent3": (descriptor(0, [(4, 0, 4, 1), (1, 0, 1, 4), (1, 0, 1, 4), (2, 0, 2, 8)]),
+                     {"requant": 1, "pool": 1, "pool_pitch": 4}, ErrorCode.BAD_EXTENT),
+    "pool_pitch_0": (descriptor(0, [(4, 0, 4, 4)], elem_log2=2), {"pool": 1},
+                     ErrorCode.BAD_EXTENT),
+    # The highest row read would be 36 + 20 + 2 + 5 + 1 = 64 (test_pool_last_rows: from 35).
+    "pool_sram_range": (descriptor(0, [(4, 0, 4, 4), (2, 0, 2, 16), (3, 0, 3, 32)],
+                                   sram_row=36, elem_log2=2),
+                        {"pool": 1, "pool_pitch": 5}, ErrorCode.SRAM_RANGE),
+    "pool_sram_range_saturating": (descriptor(0, [(4, 0, 4, 4), (65535, 0, 1, 0),
+                                                  (65535, 0, 1, 0)], elem_log2=2),
+                                   {"pool": 1, "pool_pitch": 65535}, ErrorCode.SRAM_RANGE),
+    "int8_window": (descriptor(0xAF8, [(4, 0, 4, 1), (8, 0, 8, 0x100)]), {"requant": 1},
+                    ErrorCode.STORE_WINDOW),
+}
+
+
+@pytest.mark.parametrize("case", STORE_ERRORS)
+def test_errors(case):
+    desc, fields, code = STORE_ERRORS[case]
+    rng = np.random.default_rng(7)
+    axi_mem = AxiMemory(MEM_SIZE, 64, allowed=ERROR_ALLOWED, seed=7)
+    init = rng.integers(-100, 100, (SMALL.accumulator_rows, SMALL.cols))
+    # A good store, a PARAMS, the failing one, then one more that must not be accepted.
+    good = store(descriptor(0x10, [(4, 0, 4, 1)], sram_row=9), requant=1)
+    program = [good, params([(1, 1, 0)], broadcast=1), store(desc, **fields), good]
+    outcomes, _ = run("store", SMALL, program, axi_mem, ERROR_WINDOWS, init)
+    assert [o[0] for o in outcomes] == [ErrorCode.NONE, ErrorCode.NONE, code]
+    assert axi_mem.in_flight() == 0
+    if code != ErrorCode.STORE_WINDOW:  # checked before touching memory
+        assert axi_mem.aw == 1
+
+
+def test_throughput(capsys):
+    """Elements per cycle with an always-ready, zero-latency memory (reported, and bounded):
+    contiguous int8 rows move up to a beat of lanes per step, pooled ones four cycles a step."""
+    fast = {"ready": 1.0, "valid": 1.0, "latency": 0}
+    config = CoreConfig(rows=16, cols=16, scratchpad_kib=1, accumulator_kib=4,
+                        axi_data_width=64)
+    rng = np.random.default_rng(1)
+    acc = rng.integers(-2**31, 2**31, (config.accumulator_rows, 16))
+    report = {}
+    cases = {"int8 contiguous": (descriptor(0, [(16, 0, 16, 1), (32, 0, 32, 16)]),
+                                 {"requant": 1}, 512),
+             "int32 contiguous": (descriptor(0, [(16, 0, 16, 4), (32, 0, 32, 64)], elem_log2=2),
+                                  {"bias": 1}, 512),
+             "int8 pooled": (descriptor(0, [(16, 0, 16, 1), (4, 0, 4, 16), (4, 0, 4, 64)]),
+                             {"requant": 1, "pool": 1, "pool_pitch": 8}, 256)}
+    for name, (desc, fields, elements) in cases.items():
+        outcomes, _ = program_case(config, [(desc, fields)], acc, seed=1, **fast)
+        report[name] = elements / outcomes[0][1]
+    with capsys.disabled():
+        print("\nstore elements/cycle:", {k: round(v, 2) for k, v in report.items()})
+    assert report["int8 contiguous"] > 5 and report["int32 contiguous"] > 1.6
+    assert report["int8 pooled"] > 1.6
