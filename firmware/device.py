@@ -63,6 +63,13 @@ def _check_float(name, array):
     return array
 
 
+def _check_causal(causal, seq, kv):
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, not {type(causal).__name__}")
+    if causal and seq > kv:
+        raise ValueError(f"causal attention needs L <= S, not L={seq}, S={kv}")
+
+
 def quantize_int8(x):
     """Symmetric per-tensor int8: (values, scale) with x ~ values * scale."""
     peak = float(np.abs(x).max())
@@ -201,13 +208,12 @@ class SimDevice:
         if not (q.ndim == k.ndim == v.ndim) or q.ndim not in (2, 3):
             raise ValueError(f"q, k, v must all be (L, d) or (heads, L, d): shapes {q.shape}, "
                              f"{k.shape}, {v.shape}")
-        if not isinstance(causal, bool):
-            raise TypeError(f"causal must be a bool, not {type(causal).__name__}")
         single = q.ndim == 2
         q, k, v = (x[None] if single else x for x in (q, k, v))
         if k.shape != v.shape or q.shape[0] != k.shape[0] or q.shape[2] != k.shape[2]:
             raise ValueError(f"q {q.shape}, k {k.shape}, v {v.shape}: need q (L, d) and "
                              "k, v (S, d) with the same d (and heads)")
+        _check_causal(causal, q.shape[1], k.shape[1])
         (qi, sq), (ki, sk), (vi, sv) = (quantize_int8(x) for x in (q, k, v))
         multiplier, shift = log2_scale(sq * sk / np.sqrt(q.shape[2]))
         o = self.attention_int8(qi, ki, vi, multiplier, shift, causal=causal)
@@ -225,8 +231,7 @@ class SimDevice:
             raise ValueError(f"q {q.shape}, k {k.shape}, v {v.shape} do not match")
         _check_option("scale_multiplier", scale_multiplier, 0, 65535)
         _check_option("scale_shift", scale_shift, 0, 63)
-        if causal and seq > kv:
-            raise ValueError(f"causal attention needs L <= S, not L={seq}, S={kv}")
+        _check_causal(causal, seq, kv)
         plan = plan_attention(self.config, seq, kv, dim)
         kt = np.ascontiguousarray(k.transpose(0, 2, 1))
         out_bytes = 4 * heads * seq * dim

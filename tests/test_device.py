@@ -4,7 +4,7 @@ import pytest
 
 from tpugen import CoreConfig
 from tpugen.firmware import SimDevice
-from tpugen.sim.golden import conv2d_int32, matmul_int32
+from tpugen.sim.golden import apply_epilogue, conv2d_int32, matmul_int32
 
 SMALL = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1, axi_data_width=64)
 """1 KiB buffers: 32-row output tiles, so modest shapes already need many tiles."""
@@ -56,3 +56,54 @@ def test_long_reduction_of_extreme_values():
     b = np.full((k, 3), -128, np.int8)
     with SimDevice(SMALL) as dev:
         assert np.array_equal(dev.matmul(a, b), matmul_int32(a, b))
+
+
+@pytest.mark.parametrize("call,message,error", [
+    (lambda d: d.matmul(np.zeros((2, 2), np.int8), np.zeros((2, 3), np.int8), bias=[1, 2]), r"shape \(3,\)", ValueError),
+    (lambda d: d.matmul(np.zeros((2, 2), np.int8), np.zeros((2, 3), np.int8), requant=(70000, 3)), "multiplier is out of range", ValueError),
+    (lambda d: d.matmul(np.zeros((2, 2), np.int8), np.zeros((2, 3), np.int8), requant=(1, 64)), "shift is out of range", ValueError),
+    (lambda d: d.matmul(np.zeros((2, 2), np.int8), np.zeros((2, 3), np.int8), requant=5), "tuple", TypeError),
+    (lambda d: d.matmul(np.zeros((2, 2), np.int8), np.zeros((2, 3), np.int8), relu=1), "bool", TypeError),
+    (lambda d: d.matmul(np.zeros((2, 2), np.int8), np.zeros((2, 3), np.int8), bias=0.5), "integer", TypeError),
+    (lambda d: d.conv2d(np.zeros((1, 1, 3, 3), np.int8), np.zeros((1, 1, 3, 3), np.int8), padding=0, pool=True), "at least 2x2", ValueError),
+])
+def test_bad_epilogue_options_are_refused_before_running(call, message, error):
+    with pytest.raises(error, match=message):
+        call(SimDevice(SMALL))
+
+
+def test_fused_epilogue_matches_numpy():
+    """bias, requant (per tensor and per channel), ReLU and 2x2 max pooling, alone and fused,
+    against the numpy model of the same formula."""
+    rng = np.random.default_rng(77)
+
+    def requant(channels, per_channel):
+        multiplier = rng.integers(1 << 12, 1 << 16, channels if per_channel else None)
+        return multiplier, rng.integers(12, 20, channels) if per_channel else 16
+
+    with SimDevice(SMALL, backpressure=True, seed=3) as dev:
+        for m, k, n, options in [
+                (7, 13, 5, {"bias": rng.integers(-2**31, 2**31, 5)}),
+                (9, 6, 3, {"requant": requant(3, False)}),
+                (33, 21, 6, {"bias": rng.integers(-5000, 5000, 6), "requant": requant(6, True),
+                             "relu": True}),
+                (5, 40, 1, {"relu": True}),
+        ]:
+            a, b = _int8(rng, (m, k)), _int8(rng, (k, n))
+            expected = apply_epilogue(matmul_int32(a, b), channel_axis=1, **options)
+            got = dev.matmul(a, b, **options)
+            assert got.dtype == expected.dtype and np.array_equal(got, expected), (m, k, n)
+            assert dev.stats.bytes_written == got.nbytes
+        for x_shape, w_shape, stride, padding, options in [
+                ((1, 3, 9, 7), (5, 3, 3, 3), 1, 1,
+                 {"bias": rng.integers(-3000, 3000, 5), "requant": requant(5, True),
+                  "relu": True, "pool": True}),
+                ((2, 2, 6, 6), (3, 2, 3, 3), 1, 1, {"pool": True}),
+                ((1, 4, 11, 11), (6, 4, 3, 3), 2, 0, {"requant": requant(6, False), "pool": True}),
+                ((1, 2, 5, 5), (7, 2, 1, 1), 1, 0, {"bias": 100, "requant": requant(7, True)}),
+        ]:
+            x, w = _int8(rng, x_shape), _int8(rng, w_shape)
+            acc = conv2d_int32(x, w, stride, padding)
+            expected = apply_epilogue(acc, channel_axis=1, spatial_axes=(2, 3), **options)
+            got = dev.conv2d(x, w, stride=stride, padding=padding, **options)
+            assert got.dtype == expected.dtype and np.array_equal(got, expected), x_shape
