@@ -8,7 +8,7 @@ from .program import Deps, Dim, Program, tensor
 __all__ = ["AttentionPlan", "compile_attention", "compile_softmax", "log2_scale",
            "plan_attention"]
 
-_MAX_TILES = 4
+_MAX_TILES = 8
 """Key tiles per block: one online-softmax step covers up to this many `cols`-wide tiles."""
 
 

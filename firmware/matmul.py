@@ -198,7 +198,7 @@ def compile_conv2d(config, x_shape, w_shape, *, stride=1, padding=0, dilation=1,
         image, pixel = divmod(m0, pq)
         if pool:
             p2, q2 = p // 2, q // 2
-            return tensor(y_addr + image * k_out * p2 * q2, size, acc_row, [
+            return tensor(y_addr + size * image * k_out * p2 * q2, size, acc_row, [
                 Dim(extent=cols, start=n0, bound=k_out, stride=size * p2 * q2),
                 Dim(extent=q2, start=0, bound=q2, stride=size),
                 Dim(extent=count // (2 * q), start=pixel // (2 * q), bound=p2,

@@ -120,9 +120,10 @@ Epilogue = data.StructLayout({
     "pool_pitch": 16,    # accumulator rows between vertically neighbouring output pixels
 })
 """The store path's per-element function of an accumulator value ``acc`` of lane ``j``:
-``t = acc + bias[j]`` (if ``bias``), then ``y = sat_int8(round_half_even(t * multiplier[j] >>
-shift[j]))`` if ``requant`` else ``y = sat_int32(t)``, then ``max(y, 0)`` if ``relu``. Without
-``requant`` elements are int32 (``elem_log2`` 2), with it int8 (``elem_log2`` 0).
+``t = acc + bias[j]`` (if ``bias``), then ``y = sat_int8(round_half_even(t * multiplier[j] /
+2**shift[j]))`` (ties to even) if ``requant`` else ``y = sat_int32(t)``, then ``max(y, 0)`` if
+``relu``. Without ``requant`` elements are int32 (``elem_log2`` 2), with it int8 (``elem_log2``
+0); any other element size is BAD_ELEMENT.
 
 With ``pool`` the tile's dim 3 extent must be 1, and tile element (i0, i1, i2) is the maximum over
 the accumulator rows ``r, r + 1, r + pool_pitch, r + pool_pitch + 1`` with ``r = sram_row + 2 * i1
