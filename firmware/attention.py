@@ -57,12 +57,17 @@ def plan_attention(config, seq, kv, dim):
                          "a probability row (cols keys) is one reduction tile (rows keys)")
     n = config.cols
     d_chunks = -(-dim // n)
-    tiles = min(-(-kv // n), _MAX_TILES)
-    kv_rows = 2 * tiles * 2 * d_chunks * n
-    m_tile = min(seq, 0xFFFF,
-                 config.accumulator_rows // (tiles + d_chunks),
-                 config.probability_rows // tiles,
-                 (config.scratchpad_rows - kv_rows) // (2 * d_chunks))
+
+    def queries(tiles):
+        kv_rows = 2 * tiles * 2 * d_chunks * n  # K^T and V tiles of a block, double-buffered
+        return min(seq, 0xFFFF, config.accumulator_rows // (tiles + d_chunks),
+                   config.probability_rows // tiles,
+                   (config.scratchpad_rows - kv_rows) // (2 * d_chunks))
+
+    # The widest block that still leaves a query tile long enough to stream through the array.
+    options = [(tiles, queries(tiles)) for tiles in range(min(-(-kv // n), _MAX_TILES), 0, -1)]
+    enough = [o for o in options if o[1] >= min(seq, config.rows + config.cols)]
+    tiles, m_tile = enough[0] if enough else max(options, key=lambda o: o[1])
     if m_tile < 1:
         raise ValueError(f"head dim d={dim} does not fit this core's buffers")
     return AttentionPlan(seq=seq, kv=kv, dim=dim, cols=n, m_tile=m_tile, tiles=tiles)

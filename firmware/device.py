@@ -15,7 +15,8 @@ from ..config import CoreConfig
 from ..isa import INSTRUCTION_BYTES
 from .attention import compile_attention, compile_softmax, log2_scale, plan_attention
 from .epilogue import Epilogue
-from .matmul import compile_conv2d, compile_matmul, conv2d_output_shape
+from .matmul import (compile_conv2d, compile_matmul, conv2d_lowering, conv2d_output_shape,
+                     conv2d_weights)
 
 __all__ = ["DeviceError", "SimDevice", "Stats", "quantize_int8"]
 
@@ -192,11 +193,12 @@ class SimDevice:
         dtype = np.dtype(np.int32 if epilogue is None else epilogue.out_dtype)
         out_shape = conv2d_output_shape(x.shape, w.shape, stride, padding, dilation, pool)
         out_bytes = dtype.itemsize * int(np.prod(out_shape))
+        weights = conv2d_weights(w, conv2d_lowering(self.config, x.shape, w.shape, epilogue))
         (x_addr, w_addr), (y_addr,) = self._layout([x.nbytes, w.nbytes], [out_bytes])
         program = compile_conv2d(self.config, x.shape, w.shape, stride=stride, padding=padding,
                                  dilation=dilation, x_addr=x_addr, w_addr=w_addr, y_addr=y_addr,
                                  epilogue=epilogue)
-        (y,) = self._run(program, [(x_addr, x), (w_addr, w)], [(y_addr, out_bytes)])
+        (y,) = self._run(program, [(x_addr, x), (w_addr, weights)], [(y_addr, out_bytes)])
         return np.frombuffer(y, dtype=dtype.newbyteorder("<")).reshape(out_shape).astype(dtype)
 
     def attention(self, q, k, v, causal=False):

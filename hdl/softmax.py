@@ -167,6 +167,7 @@ class SoftmaxUnit(wiring.Component):
         m.submodules.state = self.state
         m.submodules.jobs = jobs = SyncFIFO(width=_JOB.size, depth=_JOBS)
         state_read, state_write = self._state_read, self._state_write
+        m.d.comb += state_read.en.eq(0)  # a read port's enable is 1 unless driven
 
         # Accept and check an instruction; it stays in `ins` until done.
         ins = Signal(SoftmaxInstruction)

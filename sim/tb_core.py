@@ -10,7 +10,7 @@ import numpy as np
 
 from tpugen import CoreConfig
 
-from ..firmware.matmul import compile_conv2d, compile_matmul
+from ..firmware.matmul import compile_conv2d, compile_matmul, conv2d_weights
 from ..firmware.program import Deps, Dim, Program
 from ..firmware.program import tensor as tensor_fields
 from ..isa import ErrorCode
@@ -97,7 +97,7 @@ async def tiles(dut):
         program.matmul(0, cfg.rows, 0, rows, deps=Deps(pop_prev=True, push_next=True))
         program.store(tensor_fields(C, 4, 0, [Dim(extent=cfg.cols, bound=cfg.cols, stride=4),
                                               Dim(extent=rows, bound=rows, stride=4 * cfg.cols)]),
-                      Deps(pop_prev=True))
+                      deps=Deps(pop_prev=True))
         program.end()
         await core.set_windows([(PROGRAM, A - PROGRAM, True, False), (A, C - A, True, False),
                                 (C, 0x10000, False, True)])
@@ -157,6 +157,7 @@ async def errors(dut):
                (C, 0x1000, False, True)]
     seen = []
     for name, program, code, index in _error_programs(cfg):
+        dut._log.info("error case: %s", name)
         await core.set_windows(windows)
         result = await core.run(program.to_bytes(), PROGRAM, timeout_cycles=20_000)
         assert not result.done and result.error == code and result.error_index == index, (
@@ -197,7 +198,8 @@ async def errors(dut):
 
 @cocotb.test()
 async def conv2d(dut):
-    """conv2d as implicit GEMM (im2col LOADs), bit-exact against a direct numpy convolution."""
+    """conv2d in both lowerings (pixels on lanes; im2col LOADs), bit-exact against a direct
+    numpy convolution."""
     cfg, params, core, rng = await _start(dut)
     stats = []
     for case in params["cases"]:
@@ -206,10 +208,11 @@ async def conv2d(dut):
         options = {key: case[key] for key in ("stride", "padding", "dilation")}
         expected = conv2d_int32(x, w, **options)
         core.ram.write(A, x.tobytes())
-        core.ram.write(B, w.tobytes())
+        core.ram.write(B, conv2d_weights(w, case["lowering"]).tobytes())
         await core.set_windows([(PROGRAM, A - PROGRAM, True, False), (A, C - A, True, False),
                                 (C, -(-4 * expected.size // 64) * 64, False, True)])
-        program = compile_conv2d(cfg, x.shape, w.shape, **options, x_addr=A, w_addr=B, y_addr=C)
+        program = compile_conv2d(cfg, x.shape, w.shape, **options, x_addr=A, w_addr=B, y_addr=C,
+                                 lowering=case["lowering"])
         result = await core.run(program.to_bytes(), PROGRAM)
         assert result.done and result.error == ErrorCode.NONE, (case, result)
         got = np.frombuffer(core.ram.read(C, 4 * expected.size), dtype="<i4").reshape(expected.shape)

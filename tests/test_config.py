@@ -49,7 +49,7 @@ def test_generate_command(tmp_path):
                  "-o", str(out)]) == 0
     text = out.read_text()
     assert "module systolic_array" in text
-    assert "input [16:0] acts__payload" in text  # 2 x int8 + last
+    assert "input [18:0] acts__payload" in text  # 2 x 9-bit activation + last
     assert "output [128:0] results__payload" in text  # 4 x int32 + last
 
 

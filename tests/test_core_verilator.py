@@ -39,13 +39,18 @@ CONV_CASES = [
     {"x": [1, 6, 5, 5], "w": [7, 6, 1, 1], "stride": 1, "padding": 0, "dilation": 1},
     {"x": [1, 2, 9, 9], "w": [4, 2, 5, 5], "stride": 1, "padding": 2, "dilation": 1},
     {"x": [1, 3, 9, 7], "w": [2, 3, 3, 3], "stride": 2, "padding": 2, "dilation": 2},
+    {"x": [1, 1, 3, 11], "w": [1, 1, 3, 3], "stride": 3, "padding": 4, "dilation": 1},
 ]
+"""Padding everywhere (even whole rows and kernel columns outside the image), strides, dilation,
+1x1 / 3x3 / 5x5 kernels, channel counts that are not multiples of the array."""
 
 
+@pytest.mark.parametrize("lowering", ["pixels", "im2col"])
 @pytest.mark.parametrize("backpressure", [False, True], ids=["fast-memory", "backpressure"])
-def test_conv2d_as_implicit_gemm_is_exact(run_tb, backpressure):
-    run_tb(SMALL, "tpugen.sim.tb_core", {"seed": 9, "cases": CONV_CASES,
-                                          "backpressure": backpressure},
+def test_conv2d_lowerings_are_exact(run_tb, backpressure, lowering):
+    run_tb(SMALL, "tpugen.sim.tb_core",
+           {"seed": 9, "cases": [{**case, "lowering": lowering} for case in CONV_CASES],
+            "backpressure": backpressure},
            design="tpu_core", testcase="conv2d")
 
 
