@@ -1,10 +1,10 @@
 """What every engine shows the controller."""
-from amaranth.lib import stream
+from amaranth.lib import data, stream
 from amaranth.lib.wiring import In, Out
 
-from ..isa import ErrorCode
+from ..isa import NUM_WINDOWS, ErrorCode, Window
 
-__all__ = ["engine_members"]
+__all__ = ["dma_engine_members", "engine_members"]
 
 
 def engine_members(instruction_layout):
@@ -20,4 +20,13 @@ def engine_members(instruction_layout):
         "busy": Out(1),
         "error": Out(ErrorCode),
         "progress": Out(1),
+    }
+
+
+def dma_engine_members(instruction_layout, axi_signature):
+    """`engine_members` plus what a DMA engine needs: the access windows and its AXI channels."""
+    return {
+        **engine_members(instruction_layout),
+        "windows": In(data.ArrayLayout(Window, NUM_WINDOWS)),
+        "axi": Out(axi_signature),
     }

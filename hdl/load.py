@@ -1,14 +1,14 @@
 """LOAD engine: int8 tiles from external memory into scratchpad rows over AXI4 reads."""
 from amaranth.hdl import Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, fifo, memory, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib.wiring import In
 from amaranth.utils import ceil_log2
 
 from ..config import CoreConfig
-from ..isa import (NUM_WINDOWS, ErrorCode, Header, LoadIm2colInstruction, LoadInstruction,
-                   TensorDescriptor, Window)
+from ..isa import (ErrorCode, Header, LoadIm2colInstruction, LoadInstruction,
+                   TensorDescriptor)
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_read_signature
-from .engine import engine_members
+from .engine import dma_engine_members
 from .walker import BurstPlanner, Im2colWalker, TileCheck, TileWalker, move_units, step_layout
 
 __all__ = ["LoadEngine", "LOAD_INSTRUCTION", "MAX_OUTSTANDING", "PLAN_DEPTH"]
@@ -57,9 +57,7 @@ class LoadEngine(wiring.Component):
         check_config(config)
         self.config = config
         super().__init__({
-            **engine_members(LOAD_INSTRUCTION),
-            "windows": In(data.ArrayLayout(Window, NUM_WINDOWS)),
-            "axi": Out(axi_read_signature(config.axi_data_width)),
+            **dma_engine_members(LOAD_INSTRUCTION, axi_read_signature(config.axi_data_width)),
             "sp_write": In(memory.WritePort.Signature(
                 addr_width=ceil_log2(config.scratchpad_rows),
                 shape=data.ArrayLayout(signed(8), config.lanes))),

@@ -1,13 +1,13 @@
 """STORE engine: accumulator tiles through the fused epilogue into external memory over AXI4."""
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, fifo, memory, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib.wiring import In
 from amaranth.utils import ceil_log2
 
-from ..isa import (NUM_WINDOWS, PARAMS_PER_INSTRUCTION, Epilogue, EpilogueParams, ErrorCode,
-                   Header, Opcode, ParamsInstruction, StoreInstruction, TensorDescriptor, Window)
+from ..isa import (PARAMS_PER_INSTRUCTION, Epilogue, EpilogueParams, ErrorCode, Header,
+                   Opcode, ParamsInstruction, StoreInstruction, TensorDescriptor)
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_write_signature
-from .engine import engine_members
+from .engine import dma_engine_members
 from .load import MAX_OUTSTANDING, check_config
 from .walker import BurstPlanner, TileCheck, TileWalker, move_units, step_layout
 
@@ -49,9 +49,7 @@ class StoreEngine(wiring.Component):
         check_config(config)
         self.config = config
         super().__init__({
-            **engine_members(STORE_INSTRUCTION),
-            "windows": In(data.ArrayLayout(Window, NUM_WINDOWS)),
-            "axi": Out(axi_write_signature(config.axi_data_width)),
+            **dma_engine_members(STORE_INSTRUCTION, axi_write_signature(config.axi_data_width)),
             "acc_read": In(memory.ReadPort.Signature(
                 addr_width=ceil_log2(config.accumulator_rows),
                 shape=data.ArrayLayout(signed(32), config.cols))),

@@ -101,6 +101,8 @@ def test_fused_epilogue_matches_numpy():
                 ((2, 2, 6, 6), (3, 2, 3, 3), 1, 1, {"pool": True}),
                 ((1, 4, 11, 11), (6, 4, 3, 3), 2, 0, {"requant": requant(6, False), "pool": True}),
                 ((1, 2, 5, 5), (7, 2, 1, 1), 1, 0, {"bias": 100, "requant": requant(7, True)}),
+                ((1, 3, 8, 6), (4, 3, 3, 3), 1, 1, {"bias": -700, "requant": requant(4, False),
+                                                    "relu": True}),  # per tensor: pixels lowering
         ]:
             x, w = _int8(rng, x_shape), _int8(rng, w_shape)
             acc = conv2d_int32(x, w, stride, padding)
