@@ -13,7 +13,7 @@ from tpugen import CoreConfig
 from ..firmware.matmul import compile_conv2d, compile_matmul, conv2d_weights
 from ..firmware.program import Deps, Dim, Program
 from ..firmware.program import tensor as tensor_fields
-from ..isa import ErrorCode
+from ..isa import ErrorCode, SoftmaxMode
 from .core_driver import CoreDriver
 from .golden import conv2d_int32, matmul_int32
 
@@ -137,6 +137,11 @@ def _error_programs(cfg):
          lambda p: p.load(tensor_fields(A, 1, cfg.scratchpad_rows, [Dim(extent=1, bound=1, stride=1)])))
     case("accumulator row out of range", ErrorCode.SRAM_RANGE, 0,
          lambda p: p.matmul(0, 0, cfg.accumulator_rows, 1))
+    case("softmax state out of range", ErrorCode.SRAM_RANGE, 0,
+         lambda p: p.softmax(SoftmaxMode.NORMALIZE, count=2, o_row=0, o_tiles=1,
+                             state_row=cfg.probability_rows - 1))
+    case("int8 store without requantization", ErrorCode.BAD_ELEMENT, 0,
+         lambda p: p.store(tensor_fields(C, 1, 0, [Dim(extent=1, bound=1, stride=1)])))
     case("int32 load", ErrorCode.BAD_ELEMENT, 0,
          lambda p: p.load(tensor_fields(A, 4, 0, [Dim(extent=1, bound=1, stride=4)])))
     case("token that never comes", ErrorCode.WATCHDOG, 1,
