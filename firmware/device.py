@@ -277,8 +277,8 @@ class SimDevice:
                              f"memory_size={self.memory_size}")
         return addresses
 
-    _program_area = 1 << 20
-    """Bytes reserved at address 0 for the program (16384 instructions)."""
+    _program_area = 8 << 20
+    """Bytes reserved at address 0 for the program (131072 instructions)."""
 
     def _run(self, program, inputs, outputs):
         if self._connection is None:
