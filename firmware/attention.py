@@ -47,6 +47,16 @@ class AttentionPlan:
     def block_keys(self):
         return self.tiles * self.cols
 
+    @property
+    def dim_padded(self):
+        """d rounded up to whole tiles: the row length of Q and V and the rows of K^T in memory."""
+        return self.d_chunks * self.cols
+
+    @property
+    def kv_padded(self):
+        """S rounded up to whole blocks: the rows of V and the row length of K^T in memory."""
+        return -(-self.kv // self.block_keys) * self.block_keys
+
 
 def plan_attention(config, seq, kv, dim):
     for name, value in (("L", seq), ("S", kv), ("d", dim)):
@@ -75,20 +85,21 @@ def plan_attention(config, seq, kv, dim):
 
 def compile_attention(config, plan, heads, *, q_addr, kt_addr, v_addr, o_addr, causal,
                       scale_multiplier, scale_shift):
-    """O (int32, heads x L x d) from int8 Q (heads x L x d), K^T (heads x d x S) and V
-    (heads x S x d), all row-major.
+    """O (int32, heads x L x d) from int8 Q (heads x L x d'), K^T (heads x d' x S') and V
+    (heads x S' x d'), all row-major and zero-padded to d' = ``plan.dim_padded`` and S' =
+    ``plan.kv_padded``, so one LOAD moves all the K^T (or V) tiles of a block.
 
     Per query tile, per block of key tiles: S = Q K^T on the array into the accumulator, a
     softmax BLOCK step (P to the probability buffer, O rescaled), O += P V; finally O /= l and
     STORE. The scores never leave the core. Key/value tiles are double-buffered per block
     (tokens load <-> execute); the output tile is stored while the next query tile's scores
-    are computed (tokens execute <-> store). With ``causal``, blocks whose keys are all masked
-    for the whole query tile are skipped.
+    are computed (tokens execute <-> store). With ``causal``, key tiles whose keys are all
+    masked for the whole query tile are skipped.
     """
     n, seq, kv, dim = config.cols, plan.seq, plan.kv, plan.dim
     if causal and seq > kv:
         raise ValueError(f"causal attention needs L <= S, not L={seq}, S={kv}")
-    d_chunks = plan.d_chunks
+    d_chunks, d_pad, kv_pad = plan.d_chunks, plan.dim_padded, plan.kv_padded
     q_rows = d_chunks * plan.m_tile
     kv_rows = 2 * plan.tiles * d_chunks * n
     q_base = [0, q_rows]
@@ -109,25 +120,29 @@ def compile_attention(config, plan, heads, *, q_addr, kt_addr, v_addr, o_addr, c
     program = Program()
     g = 0
     for j, (head, q0, count, blocks) in enumerate(work):
-        q_head, kt_head = q_addr + head * seq * dim, kt_addr + head * dim * kv
-        v_head, o_head = v_addr + head * kv * dim, o_addr + 4 * head * seq * dim
+        q_head, kt_head = q_addr + head * seq * d_pad, kt_addr + head * d_pad * kv_pad
+        v_head, o_head = v_addr + head * kv_pad * d_pad, o_addr + 4 * head * seq * dim
         for b, (k0, tiles) in enumerate(blocks):
             base = kv_base[g % 2]
             v_base = base + tiles * d_chunks * n
             loads = []
-            if b == 0:
-                loads += [tensor(q_head, 1, q_base[j % 2] + c * count, [
-                    Dim(extent=n, start=c * n, bound=dim, stride=1),
-                    Dim(extent=count, start=q0, bound=seq, stride=dim)])
-                    for c in range(d_chunks)]
-            loads += [tensor(kt_head, 1, base + (t * d_chunks + c) * n, [
-                Dim(extent=n, start=k0 + t * n, bound=kv, stride=1),
-                Dim(extent=n, start=c * n, bound=dim, stride=kv)])
-                for t in range(tiles) for c in range(d_chunks)]
-            loads += [tensor(v_head, 1, v_base + (t * d_chunks + u) * n, [
-                Dim(extent=n, start=u * n, bound=dim, stride=1),
-                Dim(extent=n, start=k0 + t * n, bound=kv, stride=dim)])
-                for t in range(tiles) for u in range(d_chunks)]
+            if b == 0:  # Q chunk c at q_base + c * count
+                loads.append(tensor(q_head, 1, q_base[j % 2], [
+                    Dim(extent=n, bound=n, stride=1),
+                    Dim(extent=count, start=q0, bound=seq, stride=d_pad),
+                    Dim(extent=d_chunks, bound=d_chunks, stride=n)]))
+            # K^T tile (key tile t, d chunk c) at base + (c * tiles + t) * n, V tile (t, d
+            # chunk u) at v_base + (u * tiles + t) * n.
+            loads.append(tensor(kt_head, 1, base, [
+                Dim(extent=n, start=k0, bound=kv_pad, stride=1),
+                Dim(extent=n, bound=n, stride=kv_pad),
+                Dim(extent=tiles, bound=tiles, stride=n),
+                Dim(extent=d_chunks, bound=d_chunks, stride=n * kv_pad)]))
+            loads.append(tensor(v_head, 1, v_base, [
+                Dim(extent=n, bound=n, stride=1),
+                Dim(extent=n, start=k0, bound=kv_pad, stride=d_pad),
+                Dim(extent=tiles, bound=tiles, stride=n * d_pad),
+                Dim(extent=d_chunks, bound=d_chunks, stride=n)]))
             for i, descriptor in enumerate(loads):
                 program.load(descriptor, Deps(pop_next=i == 0 and g >= 2,
                                               push_next=i == len(loads) - 1))
@@ -135,7 +150,7 @@ def compile_attention(config, plan, heads, *, q_addr, kt_addr, v_addr, o_addr, c
             first_matmul = True
             for t in range(tiles):
                 for c in range(d_chunks):
-                    program.matmul(base + (t * d_chunks + c) * n, q_base[j % 2] + c * count,
+                    program.matmul(base + (c * tiles + t) * n, q_base[j % 2] + c * count,
                                    score_row + t * count, count, accumulate=c > 0,
                                    deps=Deps(pop_prev=first_matmul))
                     first_matmul = False
@@ -148,7 +163,7 @@ def compile_attention(config, plan, heads, *, q_addr, kt_addr, v_addr, o_addr, c
                 for t in range(tiles):
                     first_pv = b == 0 and u == 0 and t == 0
                     last_pv = u == d_chunks - 1 and t == tiles - 1
-                    program.matmul(v_base + (t * d_chunks + u) * n, t * count,
+                    program.matmul(v_base + (u * tiles + t) * n, t * count,
                                    o_row + u * count, count, act_probabilities=True,
                                    accumulate=not (b == 0 and t == 0),
                                    deps=Deps(pop_next=first_pv and j > 0,

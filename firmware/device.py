@@ -235,14 +235,20 @@ class SimDevice:
         _check_option("scale_shift", scale_shift, 0, 63)
         _check_causal(causal, seq, kv)
         plan = plan_attention(self.config, seq, kv, dim)
-        kt = np.ascontiguousarray(k.transpose(0, 2, 1))
+        d_pad, kv_pad = plan.dim_padded, plan.kv_padded
+        q_mem = np.zeros((heads, seq, d_pad), np.int8)
+        kt_mem = np.zeros((heads, d_pad, kv_pad), np.int8)
+        v_mem = np.zeros((heads, kv_pad, d_pad), np.int8)
+        q_mem[:, :, :dim] = q
+        kt_mem[:, :dim, :kv] = k.transpose(0, 2, 1)
+        v_mem[:, :kv, :dim] = v
         out_bytes = 4 * heads * seq * dim
-        (q_addr, kt_addr, v_addr), (o_addr,) = self._layout([q.nbytes, kt.nbytes, v.nbytes],
-                                                              [out_bytes])
+        (q_addr, kt_addr, v_addr), (o_addr,) = self._layout(
+            [q_mem.nbytes, kt_mem.nbytes, v_mem.nbytes], [out_bytes])
         program = compile_attention(self.config, plan, heads, q_addr=q_addr, kt_addr=kt_addr,
                                     v_addr=v_addr, o_addr=o_addr, causal=causal,
                                     scale_multiplier=scale_multiplier, scale_shift=scale_shift)
-        (o,) = self._run(program, [(q_addr, q), (kt_addr, kt), (v_addr, v)],
+        (o,) = self._run(program, [(q_addr, q_mem), (kt_addr, kt_mem), (v_addr, v_mem)],
                          [(o_addr, out_bytes)])
         return np.frombuffer(o, dtype="<i4").reshape(heads, seq, dim).astype(np.int32)
 
