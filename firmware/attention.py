@@ -10,6 +10,8 @@ __all__ = ["AttentionPlan", "compile_attention", "compile_softmax", "log2_scale"
 
 _MAX_TILES = 8
 """Key tiles per block: one online-softmax step covers up to this many `cols`-wide tiles."""
+_MATMUL_OVERHEAD = 16
+"""Cycles a MATMUL costs beyond its activation vectors (issue and pipeline fill), measured."""
 
 
 def log2_scale(scale):
@@ -74,12 +76,20 @@ def plan_attention(config, seq, kv, dim):
                    config.probability_rows // tiles,
                    (config.scratchpad_rows - kv_rows) // (2 * d_chunks))
 
-    # The widest block that still leaves a query tile long enough to stream through the array.
-    options = [(tiles, queries(tiles)) for tiles in range(min(-(-kv // n), _MAX_TILES), 0, -1)]
-    enough = [o for o in options if o[1] >= min(seq, config.rows + config.cols)]
-    tiles, m_tile = enough[0] if enough else max(options, key=lambda o: o[1])
-    if m_tile < 1:
+    def efficiency(option):
+        """MAC cycles over execute cycles of one block: two GEMMs of tiles x d_chunks MATMULs
+        (each ``_MATMUL_OVERHEAD`` cycles over its ``m`` vectors) and a softmax BLOCK step."""
+        tiles, m = option
+        macs = 2 * tiles * d_chunks * m
+        return macs / (2 * tiles * d_chunks * (m + _MATMUL_OVERHEAD) + m * (2 * tiles + d_chunks))
+
+    # Wider blocks amortize the rescale of O; longer query tiles amortize each MATMUL's fill
+    # and the reloads of K and V. Both share the accumulator and the probability buffer.
+    options = [(tiles, queries(tiles)) for tiles in range(1, min(-(-kv // n), _MAX_TILES) + 1)]
+    options = [option for option in options if option[1] >= 1]
+    if not options:
         raise ValueError(f"head dim d={dim} does not fit this core's buffers")
+    tiles, m_tile = max(options, key=efficiency)
     return AttentionPlan(seq=seq, kv=kv, dim=dim, cols=n, m_tile=m_tile, tiles=tiles)
 
 
