@@ -2,11 +2,13 @@
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..isa import SoftmaxMode
 from .program import Deps, Dim, Program, tensor
 
 __all__ = ["AttentionPlan", "compile_attention", "compile_softmax", "log2_scale",
-           "plan_attention"]
+           "plan_attention", "quantize_attention", "quantize_int8"]
 
 _MAX_TILES = 8
 """Key tiles per block: one online-softmax step covers up to this many `cols`-wide tiles."""
@@ -27,6 +29,20 @@ def log2_scale(scale):
     if not 0 <= shift <= 63:
         raise ValueError(f"scale={scale!r} is out of the softmax unit's range")
     return multiplier, shift
+
+
+def quantize_int8(x):
+    """Symmetric per-tensor int8: (values, scale) with x ~ values * scale."""
+    peak = float(np.abs(x).max())
+    scale = peak / 127 if peak > 0 else 1.0
+    return np.clip(np.round(x / scale), -127, 127).astype(np.int8), scale
+
+
+def quantize_attention(q, k, v):
+    """float q, k, v (..., d) to what the core runs: ((q, k, v) int8, their scales, and the
+    (multiplier, shift) of the score scale ``1 / sqrt(d)``)."""
+    (qi, sq), (ki, sk), (vi, sv) = (quantize_int8(x) for x in (q, k, v))
+    return (qi, ki, vi), (sq, sk, sv), log2_scale(sq * sk / math.sqrt(q.shape[-1]))
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,13 @@ import numpy as np
 
 from ..config import CoreConfig
 from ..isa import INSTRUCTION_BYTES
-from .attention import compile_attention, compile_softmax, log2_scale, plan_attention
-from .epilogue import Epilogue
+from .attention import (compile_attention, compile_softmax, log2_scale, plan_attention,
+                        quantize_attention, quantize_int8)
+from .epilogue import Epilogue, output_dtype
 from .matmul import (compile_conv2d, compile_matmul, conv2d_lowering, conv2d_output_shape,
                      conv2d_weights)
 
-__all__ = ["DeviceError", "SimDevice", "Stats", "quantize_int8"]
+__all__ = ["DeviceError", "SimDevice", "Stats"]
 
 _PAGE = 4096
 
@@ -71,11 +72,10 @@ def _check_causal(causal, seq, kv):
         raise ValueError(f"causal attention needs L <= S, not L={seq}, S={kv}")
 
 
-def quantize_int8(x):
-    """Symmetric per-tensor int8: (values, scale) with x ~ values * scale."""
-    peak = float(np.abs(x).max())
-    scale = peak / 127 if peak > 0 else 1.0
-    return np.clip(np.round(x / scale), -127, 127).astype(np.int8), scale
+def _array(raw, dtype, shape):
+    """Little-endian bytes read back from the core as a ``dtype`` array of ``shape``."""
+    dtype = np.dtype(dtype)
+    return np.frombuffer(raw, dtype=dtype.newbyteorder("<")).reshape(shape).astype(dtype)
 
 
 def _check_option(name, value, low, high):
@@ -168,13 +168,13 @@ class SimDevice:
         m, k = a.shape
         n = b.shape[1]
         epilogue = Epilogue.from_options(n, bias=bias, requant=requant, relu=relu)
-        dtype = np.dtype(np.int32 if epilogue is None else epilogue.out_dtype)
+        dtype = output_dtype(epilogue)
         out_bytes = dtype.itemsize * m * n
         (a_addr, b_addr), (c_addr,) = self._layout([a.nbytes, b.nbytes], [out_bytes])
         program = compile_matmul(self.config, m, k, n, a_addr=a_addr, b_addr=b_addr,
                                  c_addr=c_addr, epilogue=epilogue)
         (c,) = self._run(program, [(a_addr, a), (b_addr, b)], [(c_addr, out_bytes)])
-        return np.frombuffer(c, dtype=dtype.newbyteorder("<")).reshape(m, n).astype(dtype)
+        return _array(c, dtype, (m, n))
 
     def conv2d(self, x, w, stride=1, padding=0, dilation=1, *, bias=None, requant=None,
                relu=False, pool=False):
@@ -190,7 +190,7 @@ class SimDevice:
         _check_option("dilation", dilation, 1, 255)
         epilogue = Epilogue.from_options(w.shape[0], bias=bias, requant=requant, relu=relu,
                                          pool=pool)
-        dtype = np.dtype(np.int32 if epilogue is None else epilogue.out_dtype)
+        dtype = output_dtype(epilogue)
         out_shape = conv2d_output_shape(x.shape, w.shape, stride, padding, dilation, pool)
         out_bytes = dtype.itemsize * int(np.prod(out_shape))
         weights = conv2d_weights(w, conv2d_lowering(self.config, x.shape, w.shape, epilogue))
@@ -199,7 +199,7 @@ class SimDevice:
                                  dilation=dilation, x_addr=x_addr, w_addr=w_addr, y_addr=y_addr,
                                  epilogue=epilogue)
         (y,) = self._run(program, [(x_addr, x), (w_addr, weights)], [(y_addr, out_bytes)])
-        return np.frombuffer(y, dtype=dtype.newbyteorder("<")).reshape(out_shape).astype(dtype)
+        return _array(y, dtype, out_shape)
 
     def attention(self, q, k, v, causal=False):
         """Fused attention ``softmax(q k^T / sqrt(d)) v``: float32 (L, d), (S, d), (S, d) ->
@@ -216,8 +216,7 @@ class SimDevice:
             raise ValueError(f"q {q.shape}, k {k.shape}, v {v.shape}: need q (L, d) and "
                              "k, v (S, d) with the same d (and heads)")
         _check_causal(causal, q.shape[1], k.shape[1])
-        (qi, sq), (ki, sk), (vi, sv) = (quantize_int8(x) for x in (q, k, v))
-        multiplier, shift = log2_scale(sq * sk / np.sqrt(q.shape[2]))
+        (qi, ki, vi), (_, _, sv), (multiplier, shift) = quantize_attention(q, k, v)
         o = self.attention_int8(qi, ki, vi, multiplier, shift, causal=causal)
         out = (o.astype(np.float64) * (sv / 256)).astype(np.float32)
         return out[0] if single else out
@@ -250,7 +249,7 @@ class SimDevice:
                                     scale_multiplier=scale_multiplier, scale_shift=scale_shift)
         (o,) = self._run(program, [(q_addr, q_mem), (kt_addr, kt_mem), (v_addr, v_mem)],
                          [(o_addr, out_bytes)])
-        return np.frombuffer(o, dtype="<i4").reshape(heads, seq, dim).astype(np.int32)
+        return _array(o, np.int32, (heads, seq, dim))
 
     def softmax(self, x):
         """Softmax over the last axis of a float32 (rows, n) array on the softmax unit (x is
@@ -267,7 +266,7 @@ class SimDevice:
         program = compile_softmax(self.config, rows, width, x_addr=x_addr, eye_addr=eye_addr,
                                   y_addr=y_addr, scale_multiplier=multiplier, scale_shift=shift)
         (y,) = self._run(program, [(x_addr, xi), (eye_addr, eye)], [(y_addr, 4 * xi.size)])
-        return (np.frombuffer(y, dtype="<i4").reshape(rows, width) / 256).astype(np.float32)
+        return (_array(y, np.int32, (rows, width)) / 256).astype(np.float32)
 
     def _layout(self, input_sizes, output_sizes):
         """Page-aligned addresses after the program area: inputs, then outputs."""

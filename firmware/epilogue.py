@@ -3,9 +3,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Epilogue"]
+from ..isa import PARAMS_RESET
 
-_DEFAULT_ENTRY = (0, 1, 0)
+__all__ = ["Epilogue", "output_dtype"]
+
+_RESET_ENTRY = (PARAMS_RESET["bias"], PARAMS_RESET["multiplier"], PARAMS_RESET["shift"])
 
 
 def _per_channel(name, value, channels, low, high):
@@ -25,7 +27,7 @@ def _per_channel(name, value, channels, low, high):
 @dataclass(frozen=True)
 class Epilogue:
     """Per output channel: ``t = acc + bias``; with requant ``y = sat_int8(round_half_even(t *
-    multiplier >> shift))``, else ``y = sat_int32(t)``; ``relu``: ``max(y, 0)``; ``pool``:
+    multiplier / 2**shift))``, else ``y = sat_int32(t)``; ``relu``: ``max(y, 0)``; ``pool``:
     2x2 / stride-2 max pooling (conv2d only)."""
     bias: tuple
     multiplier: tuple
@@ -59,23 +61,20 @@ class Epilogue:
                    use_bias=bias is not None, requant=requant is not None, relu=relu, pool=pool)
 
     @property
-    def out_dtype(self):
-        return np.int8 if self.requant else np.int32
-
-    @property
-    def elem_bytes(self):
-        return 1 if self.requant else 4
-
-    @property
     def per_tensor(self):
         return len(set(zip(self.bias, self.multiplier, self.shift))) == 1
 
     def entries(self, first, count):
         """(bias, multiplier, shift) of channels ``first`` .. ``first + count - 1``."""
         return [(self.bias[c], self.multiplier[c], self.shift[c]) if c < len(self.bias)
-                else _DEFAULT_ENTRY for c in range(first, first + count)]
+                else _RESET_ENTRY for c in range(first, first + count)]
 
     def fields(self, pool_pitch=0):
         """The STORE instruction's `isa.Epilogue` fields."""
         return {"bias": int(self.use_bias), "requant": int(self.requant), "relu": int(self.relu),
                 "pool": int(self.pool), "pool_pitch": pool_pitch}
+
+
+def output_dtype(epilogue):
+    """The elements an operation with ``epilogue`` (an `Epilogue` or None) stores."""
+    return np.dtype(np.int8 if epilogue is not None and epilogue.requant else np.int32)

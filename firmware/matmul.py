@@ -3,6 +3,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from .epilogue import output_dtype
 from .program import Deps, Dim, Program, tensor
 
 __all__ = ["GemmPlan", "compile_conv2d", "compile_matmul", "conv2d_lowering", "conv2d_output_shape",
@@ -112,7 +113,7 @@ def compile_matmul(config, m, k, n, *, a_addr, b_addr, c_addr, epilogue=None):
     if epilogue is not None and epilogue.pool:
         raise ValueError("pool is for conv2d only")
     plan = plan_gemm(config, m, k, n)
-    size = 4 if epilogue is None else epilogue.elem_bytes
+    size = output_dtype(epilogue).itemsize
     rows, cols = config.rows, config.cols
 
     def load_a(program, m0, count, k0, sram_row, deps):
@@ -181,13 +182,12 @@ def compile_conv2d(config, x_shape, w_shape, *, stride=1, padding=0, dilation=1,
             raise ValueError(f"{name}={value!r} is invalid: allowed 1..255")
     if not 0 <= padding <= 255:
         raise ValueError(f"padding={padding!r} is invalid: allowed 0..255")
-    if lowering is None:
-        lowering = conv2d_lowering(config, x_shape, w_shape, epilogue)
-    elif lowering not in ("pixels", "im2col"):
+    chosen = conv2d_lowering(config, x_shape, w_shape, epilogue)
+    if lowering not in (None, "pixels", "im2col"):
         raise ValueError(f'lowering={lowering!r} is invalid: allowed "pixels" or "im2col"')
-    if lowering == "pixels":
-        if conv2d_lowering(config, x_shape, w_shape, epilogue) != "pixels":
-            raise ValueError("this convolution does not fit the pixels lowering")
+    if lowering == "pixels" and chosen != "pixels":
+        raise ValueError("this convolution does not fit the pixels lowering")
+    if (lowering or chosen) == "pixels":
         return _compile_conv2d_pixels(config, x_shape, w_shape, stride=stride, padding=padding,
                                       dilation=dilation, x_addr=x_addr, w_addr=w_addr,
                                       y_addr=y_addr, epilogue=epilogue)
@@ -206,7 +206,7 @@ def _compile_conv2d_im2col(config, x_shape, w_shape, *, stride, padding, dilatio
     _, _, r, s = w_shape
     crs, pq = c * r * s, p * q
     pool = epilogue is not None and epilogue.pool
-    size = 4 if epilogue is None else epilogue.elem_bytes
+    size = output_dtype(epilogue).itemsize
     # Row blocks stay inside one image so each output tile is one strided store.
     plan = plan_gemm(config, n * pq, crs, k_out, m_tile_limit=pq)
     if pool:
@@ -287,7 +287,7 @@ def _compile_conv2d_pixels(config, x_shape, w_shape, *, stride, padding, dilatio
     x_base = [0, x_rows]
     w_base = 2 * x_rows
     half = config.accumulator_rows // 2
-    size = 4 if epilogue is None else epilogue.elem_bytes
+    size = output_dtype(epilogue).itemsize
     store_fields = epilogue.fields() if epilogue is not None else None
 
     tiles = [(image, row, q0) for image in range(n) for row in range(p)

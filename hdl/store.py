@@ -4,7 +4,7 @@ from amaranth.lib import data, fifo, memory, wiring
 from amaranth.lib.wiring import In
 from amaranth.utils import ceil_log2
 
-from ..isa import (PARAMS_PER_INSTRUCTION, Epilogue, EpilogueParams, ErrorCode, Header,
+from ..isa import (PARAMS_PER_INSTRUCTION, PARAMS_RESET, Epilogue, EpilogueParams, ErrorCode, Header,
                    Opcode, ParamsInstruction, StoreInstruction, TensorDescriptor)
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_write_signature
 from .engine import dma_engine_members
@@ -24,9 +24,6 @@ STORE_INSTRUCTION = data.StructLayout({
 
 W_DEPTH = 16
 """Write beats buffered ahead of the W channel; a burst is at most half of them."""
-
-_PARAMS_INIT = {"bias": 0, "multiplier": 1, "shift": 0}
-
 
 class StoreEngine(wiring.Component):
     """Executes STORE and PARAMS instructions: accumulator rows -> epilogue -> external memory.
@@ -98,7 +95,7 @@ class StoreEngine(wiring.Component):
         ]
 
         # Per-lane parameters, written by PARAMS.
-        params = Signal(data.ArrayLayout(EpilogueParams, cols), init=[_PARAMS_INIT] * cols)
+        params = Signal(data.ArrayLayout(EpilogueParams, cols), init=[PARAMS_RESET] * cols)
         write_params = Signal()
         first_lane = params_instr.first_lane
         for lane in range(cols):

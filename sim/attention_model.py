@@ -30,9 +30,8 @@ def attention_int8_model(config, q, k, v, scale_multiplier, scale_shift, causal=
     out = np.zeros((heads, seq, dim), dtype=np.int64)
     for h in range(heads):
         scores = q[h].astype(np.int64) @ k[h].astype(np.int64).T
-        last_key = kv - 1 if not causal else min(kv - 1, seq - 1 + kv - seq)
         m = l = o = None
-        for k0 in range(0, last_key + 1, plan.block_keys):
+        for k0 in range(0, kv, plan.block_keys):
             width = min(plan.block_keys, kv - k0)
             m, l, p, o = block(m, l, scores[:, k0:k0 + width], width, causal, kv - seq - k0,
                                scale_multiplier, scale_shift, k0 == 0, o)

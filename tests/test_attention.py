@@ -5,8 +5,7 @@ import pytest
 
 from tpugen import CoreConfig
 from tpugen.firmware import SimDevice
-from tpugen.firmware.attention import log2_scale
-from tpugen.firmware.device import quantize_int8
+from tpugen.firmware.attention import log2_scale, quantize_attention, quantize_int8
 from tpugen.sim.attention_model import attention_float, attention_int8_model, softmax_int8_model
 
 SQUARE = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1, axi_data_width=64)
@@ -17,8 +16,7 @@ TOLERANCE = 2e-2
 
 def _check_attention(dev, rng, heads, seq, kv, dim, causal):
     q, k, v = (rng.standard_normal((heads, n, dim)).astype(np.float32) for n in (seq, kv, kv))
-    (qi, sq), (ki, sk), (vi, sv) = (quantize_int8(x) for x in (q, k, v))
-    multiplier, shift = log2_scale(sq * sk / np.sqrt(dim))
+    (qi, ki, vi), (sq, sk, sv), (multiplier, shift) = quantize_attention(q, k, v)
     got = dev.attention_int8(qi, ki, vi, multiplier, shift, causal=causal)
     assert np.array_equal(got, attention_int8_model(dev.config, qi, ki, vi, multiplier, shift,
                                                     causal=causal))

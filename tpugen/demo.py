@@ -86,14 +86,12 @@ def _run_one(dev, rng, op, shape):
 
 
 def _run_attention(dev, rng, shape):
-    from .firmware.attention import log2_scale
-    from .firmware.device import quantize_int8
+    from .firmware.attention import quantize_attention
     from .sim.attention_model import attention_float, attention_int8_model
 
     heads, seq, kv, dim = shape["heads"], shape["seq"], shape["kv"], shape["dim"]
     q, k, v = (rng.standard_normal((heads, n, dim)).astype(np.float32) for n in (seq, kv, kv))
-    (qi, sq), (ki, sk), (vi, sv) = (quantize_int8(t) for t in (q, k, v))
-    multiplier, shift = log2_scale(sq * sk / np.sqrt(dim))
+    (qi, ki, vi), (sq, sk, sv), (multiplier, shift) = quantize_attention(q, k, v)
     got = dev.attention_int8(qi, ki, vi, multiplier, shift, causal=shape["causal"])
     expected = attention_int8_model(dev.config, qi, ki, vi, multiplier, shift,
                                     causal=shape["causal"])

@@ -12,7 +12,7 @@ __all__ = [
     "INSTRUCTION_BITS", "INSTRUCTION_BYTES", "DIMS", "ErrorCode", "Opcode", "Header", "Dim",
     "TensorDescriptor", "Im2colDescriptor", "LoadInstruction", "LoadIm2colInstruction",
     "MatmulInstruction", "StoreInstruction", "Epilogue", "EpilogueParams", "ParamsInstruction",
-    "PARAMS_PER_INSTRUCTION", "SoftmaxMode", "SoftmaxInstruction", "decode", "encode",
+    "PARAMS_PER_INSTRUCTION", "PARAMS_RESET", "SoftmaxMode", "SoftmaxInstruction", "decode", "encode",
     "NUM_WINDOWS", "Window",
 ]
 
@@ -139,6 +139,8 @@ EpilogueParams = data.StructLayout({
 })
 
 PARAMS_PER_INSTRUCTION = 8
+PARAMS_RESET = {"bias": 0, "multiplier": 1, "shift": 0}
+"""A lane's epilogue parameters after reset: the identity."""
 
 ParamsInstruction = data.StructLayout({
     "header": Header,
@@ -148,7 +150,7 @@ ParamsInstruction = data.StructLayout({
     "entries": data.ArrayLayout(EpilogueParams, PARAMS_PER_INSTRUCTION),
 })
 """Sets the store engine's per-lane epilogue parameters, kept until changed (reset: bias 0,
-multiplier 1, shift 0). Runs in order with the STOREs; lane j is output column j of a tile."""
+multiplier 1, shift 0: ``PARAMS_RESET``). Runs in order with the STOREs; lane j is output column j of a tile."""
 
 MatmulInstruction = data.StructLayout({
     "header": Header,
