@@ -3,7 +3,8 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 __all__ = ["AXI_BURST_INCR", "AXI_RESP_OKAY", "ID_WIDTH", "ADDR_WIDTH",
-           "axi_read_signature", "axi_write_signature", "axi_lite_signature", "flat_ports"]
+           "axi_read_signature", "axi_write_signature", "axi_lite_signature", "flat_ports",
+           "memory_host_signature"]
 
 ADDR_WIDTH = 32
 ID_WIDTH = 4
@@ -46,3 +47,16 @@ def axi_lite_signature(addr_width=12, data_width=32):
 def flat_ports(prefix, signature):
     """Members of ``signature`` renamed ``<prefix>_<name>``, for a top-level port list."""
     return {f"{prefix}_{name}": member for name, member in signature.members.items()}
+
+
+def memory_host_signature(addr_width=30):
+    """A 32-bit word port into a board's memory, from the host side (the UART bridge).
+
+    While ``select`` is high the host owns the memory and the AXI side waits. ``addr`` is a
+    word address (byte address >> 2); ``read`` returns ``rdata`` on the next cycle; ``write``
+    stores ``wdata`` this cycle.
+    """
+    return wiring.Signature({
+        "select": Out(1), "addr": Out(addr_width), "read": Out(1), "write": Out(1),
+        "wdata": Out(32), "rdata": In(32),
+    })

@@ -29,6 +29,9 @@ class CoreConfig:
     """Accumulator SRAM (int32), in KiB (power of two, 1..1024)."""
     axi_data_width: int = 64
     """AXI4 memory master data width in bits: 32, 64 or 128."""
+    lut_multipliers: int = 0
+    """PEs whose multiplier is built from LUTs; the rest use `*`, which yosys maps to DSP
+    blocks (an FPGA with fewer DSPs than PEs needs the difference here), 0..rows*cols."""
 
     def __post_init__(self):
         def check(name, ok, allowed):
@@ -48,6 +51,7 @@ class CoreConfig:
             check(name, lambda v: integer_in(1, 1024)(v) and _power_of_two(v),
                   "a power of two in 1..1024")
         check("axi_data_width", lambda v: v in (32, 64, 128), "32, 64 or 128")
+        check("lut_multipliers", integer_in(0, self.macs), f"an integer in 0..{self.macs} (rows*cols)")
         if self.scratchpad_rows > 65536:
             raise ValueError(f"CoreConfig.scratchpad_kib={self.scratchpad_kib!r} is invalid: "
                              f"at most 65536 rows of {self.lanes} bytes")
