@@ -1,25 +1,21 @@
 """`SimDevice`: the Python API of a core, run on its Verilator model under cocotb."""
-import json
-import secrets
 import shutil
 import tempfile
-import threading
-import time
 from dataclasses import dataclass
-from multiprocessing.connection import Listener
 from pathlib import Path
 
 import numpy as np
 
 from ..config import CoreConfig
-from ..isa import INSTRUCTION_BYTES
+from ..hdl.csr import COUNTERS, register
+from ..isa import NUM_WINDOWS, ErrorCode
 from .attention import (compile_attention, compile_softmax, log2_scale, plan_attention,
                         quantize_attention, quantize_int8)
 from .epilogue import Epilogue, output_dtype
 from .matmul import (compile_conv2d, compile_matmul, conv2d_lowering, conv2d_output_shape,
                      conv2d_weights)
 
-__all__ = ["DeviceError", "SimDevice", "Stats"]
+__all__ = ["Device", "DeviceError", "SimDevice", "Stats"]
 
 _PAGE = 4096
 
@@ -83,76 +79,21 @@ def _check_option(name, value, low, high):
         raise ValueError(f"{name}={value!r} is invalid: allowed an integer in {low}..{high}")
 
 
-class SimDevice:
-    """A `tpu_core` for ``config`` on Verilator, with ``memory_size`` bytes of AxiRam.
+class Device:
+    """The runtime of one core: checks arguments, compiles operations to programs, lays out
+    memory, runs them through a `Transport` and reads the results back.
 
-    ``with SimDevice(cfg) as dev:`` builds the model (cached) and starts one simulation that
-    serves every call until the block ends. ``backpressure`` pauses the memory's AXI channels at
-    random (fixed ``seed``). ``waves``: a path; the whole session is traced there as VCD.
+    Subclasses open the transport: `SimDevice` (Verilator), `BoardDevice` (a board over UART).
     """
 
-    def __init__(self, config=CoreConfig(), *, memory_size=64 << 20, backpressure=False, seed=0,
-                 waves=None, start_timeout=600.0):
+    def __init__(self, config, memory_size):
         if not isinstance(config, CoreConfig):
             raise TypeError(f"config must be a CoreConfig, not {type(config).__name__}")
-        _check_option("memory_size", memory_size, 1 << 16, 1 << 31)
+        _check_option("memory_size", memory_size, 1 << 14, 1 << 31)
         self.config = config
         self.memory_size = memory_size
-        self.backpressure = backpressure
-        self.seed = seed
-        self.waves = Path(waves) if waves is not None else None
-        self.start_timeout = start_timeout
         self.stats = None
-        self._connection = None
-
-    def __enter__(self):
-        from ..sim.verilator import build_model
-
-        model = build_model(self.config, "tpu_core", waves=self.waves is not None)
-        self._tmp = tempfile.TemporaryDirectory(prefix="tpugen-device-")
-        key = secrets.token_bytes(16)
-        self._listener = Listener(str(Path(self._tmp.name) / "device.sock"), authkey=key)
-        params = {"config": self.config.to_json(), "address": self._listener.address,
-                  "key": key.hex(), "memory_size": self.memory_size,
-                  "backpressure": self.backpressure, "seed": self.seed}
-        self._failure = []
-
-        def simulate():
-            try:
-                model.run("tpugen.sim.tb_device", Path(self._tmp.name) / "sim",
-                          env={"TPUGEN_TB": json.dumps(params)}, waves=self.waves is not None)
-            except BaseException as error:  # reported by __enter__ or the next call
-                self._failure.append(error)
-
-        self._simulation = threading.Thread(target=simulate, daemon=True)
-        self._simulation.start()
-        accepted = []
-        acceptor = threading.Thread(target=lambda: accepted.append(self._listener.accept()),
-                                    daemon=True)
-        acceptor.start()
-        deadline = time.monotonic() + self.start_timeout
-        while not accepted:
-            if self._failure or not self._simulation.is_alive() or time.monotonic() > deadline:
-                self._close_listener()
-                raise RuntimeError(f"the simulation did not start: {self._failure or 'timeout'}")
-            acceptor.join(0.05)
-        self._connection = accepted[0]
-        return self
-
-    def __exit__(self, *exc_info):
-        if self._connection is not None:
-            self._connection.send(None)
-            self._connection.close()
-            self._connection = None
-        self._simulation.join(timeout=60)
-        if self.waves is not None:
-            shutil.copyfile(Path(self._tmp.name) / "sim" / "dump.vcd", self.waves)
-        self._close_listener()
-        return False
-
-    def _close_listener(self):
-        self._listener.close()
-        self._tmp.cleanup()
+        self._transport = None
 
     def matmul(self, a, b, *, bias=None, requant=None, relu=False):
         """int8 (M, K) @ int8 (K, N) -> int32 (M, N), with int32 wrap-around.
@@ -269,52 +210,122 @@ class SimDevice:
         return (_array(y, np.int32, (rows, width)) / 256).astype(np.float32)
 
     def _layout(self, input_sizes, output_sizes):
-        """Page-aligned addresses after the program area: inputs, then outputs."""
-        addresses, cursor = [], self._program_area
+        """Page-aligned addresses from 0: inputs, then outputs (the program goes after them)."""
+        addresses, cursor = [], 0
         for sizes in (input_sizes, output_sizes):
             group = []
             for size in sizes:
                 group.append(cursor)
-                cursor += -(-size // _PAGE) * _PAGE
+                cursor += _pages(size)
             addresses.append(group)
         if cursor > self.memory_size:
             raise ValueError(f"the operands need {cursor} bytes of memory: more than "
                              f"memory_size={self.memory_size}")
         return addresses
 
-    _program_area = 8 << 20
-    """Bytes reserved at address 0 for the program (131072 instructions)."""
-
-    def _run(self, program, inputs, outputs):
-        if self._connection is None:
-            raise RuntimeError("SimDevice is not running: use it in a `with` block")
+    def _run(self, program, inputs, outputs, timeout_cycles=200_000_000):
+        """Write ``inputs`` [(address, array)], run ``program`` in windows that admit exactly
+        them, the outputs [(address, size)] and the program; return the outputs' bytes."""
+        if self._transport is None:
+            raise RuntimeError(f"{type(self).__name__} is not open: use it in a `with` block")
         code = program.to_bytes()
-        if len(code) > self._program_area:
-            raise ValueError(f"the program has {len(program)} instructions: at most "
-                             f"{self._program_area // INSTRUCTION_BYTES}")
-        inputs_start = self._program_area
+        program_address = max(address + _pages(size) for address, size in outputs)
+        if program_address + len(code) > self.memory_size:
+            raise ValueError(f"the program ({len(program)} instructions) and its operands need "
+                             f"{program_address + len(code)} bytes of memory: more than "
+                             f"memory_size={self.memory_size}")
         inputs_end = max(address + array.nbytes for address, array in inputs)
         outputs_start = min(address for address, _ in outputs)
         outputs_end = max(address + size for address, size in outputs)
-        windows = [(0, len(code), True, False),
-                   (inputs_start, -(-(inputs_end - inputs_start) // 64) * 64, True, False),
-                   (outputs_start, -(-(outputs_end - outputs_start) // 64) * 64, False, True)]
-        self._connection.send({
-            "writes": [(address, np.ascontiguousarray(array).tobytes()) for address, array in inputs],
-            "windows": windows, "program": code, "program_address": 0,
-            "timeout_cycles": 200_000_000, "reads": outputs,
-        })
-        try:
-            reply = self._connection.recv()
-        except EOFError:
-            raise RuntimeError(f"the simulation ended: {self._failure}") from None
-        counters = reply["counters"]
+        windows = [(program_address, len(code), True, False),
+                   (0, _round_up(inputs_end, 64), True, False),
+                   (outputs_start, _round_up(outputs_end - outputs_start, 64), False, True)]
+        link = self._transport
+        for address, array in inputs:
+            link.write_memory(address, np.ascontiguousarray(array).tobytes())
+        link.write_memory(program_address, code)
+        for i in range(NUM_WINDOWS):
+            base, size, readable, writable = windows[i] if i < len(windows) else (0, 0, 0, 0)
+            link.write_register(register(f"WINDOW{i}_BASE").offset, base)
+            link.write_register(register(f"WINDOW{i}_SIZE").offset, size)
+            link.write_register(register(f"WINDOW{i}_FLAGS").offset,
+                                int(readable) | int(writable) << 1)
+        link.write_register(register("PROGRAM_BASE").offset, program_address)
+        link.write_register(register("PROGRAM_LENGTH").offset, len(program))
+        link.write_register(register("IRQ_ENABLE").offset, 1)
+        link.write_register(register("CONTROL").offset, _CONTROL.const({"start": 1}).as_value().value)
+        finished = link.wait_interrupt(timeout_cycles)
+        status, _, _, code_, index = link.read_registers(register("STATUS").offset, 5)
+        values = link.read_registers(register("CYCLES_LO").offset, 2 * len(COUNTERS))
+        counters = {name: values[2 * i] | values[2 * i + 1] << 32
+                    for i, name in enumerate(COUNTERS)}
+        link.write_register(register("IRQ_STATUS").offset, 0b11)
         self.stats = Stats(
             cycles=counters["cycles"], macs=counters["macs"],
             mac_utilization=counters["macs"] / max(1, counters["cycles"] * self.config.macs),
             bytes_read=counters["bytes_read"], bytes_written=counters["bytes_written"],
             **{f"{e}_busy_cycles": counters[f"{e}_busy_cycles"] for e in ("load", "execute", "store")})
-        if not reply["done"]:
-            raise DeviceError(f"the core stopped with {reply['error']} at instruction "
-                              f"{reply['error_index']}")
-        return reply["reads"]
+        done = _STATUS.from_bits(status).done
+        if not done:
+            link.write_register(register("CONTROL").offset,
+                                _CONTROL.const({"soft_reset": 1}).as_value().value)
+            if not finished:
+                raise DeviceError(f"the core did not finish within {timeout_cycles} cycles")
+            raise DeviceError(f"the core stopped with {ErrorCode(code_).name} at instruction "
+                              f"{index}")
+        return [link.read_memory(address, size) for address, size in outputs]
+
+
+def _round_up(size, unit):
+    return -(-size // unit) * unit
+
+
+def _pages(size):
+    return _round_up(size, _PAGE)
+
+
+_CONTROL = register("CONTROL").layout
+_STATUS = register("STATUS").layout
+
+
+class SimDevice(Device):
+    """A `tpu_core` for ``config`` on Verilator, with ``memory_size`` bytes of AxiRam.
+
+    ``with SimDevice(cfg) as dev:`` builds the model (cached) and starts one simulation that
+    serves every call until the block ends. ``backpressure`` pauses the memory's AXI channels at
+    random (fixed ``seed``). ``waves``: a path; the whole session is traced there as VCD.
+    """
+
+    def __init__(self, config=CoreConfig(), *, memory_size=64 << 20, backpressure=False, seed=0,
+                 waves=None, start_timeout=600.0):
+        super().__init__(config, memory_size)
+        self.backpressure = backpressure
+        self.seed = seed
+        self.waves = Path(waves) if waves is not None else None
+        self.start_timeout = start_timeout
+
+    def __enter__(self):
+        from ..sim.session import SimTransport, SimulationThread
+        from ..sim.verilator import build_model
+
+        model = build_model(self.config, "tpu_core", waves=self.waves is not None)
+        self._tmp = tempfile.TemporaryDirectory(prefix="tpugen-device-")
+        self._simulation = SimulationThread(
+            model, "tpugen.sim.tb_device", Path(self._tmp.name),
+            {"config": self.config.to_json(), "memory_size": self.memory_size,
+             "backpressure": self.backpressure, "seed": self.seed},
+            waves=self.waves is not None)
+        self._transport = SimTransport(self._simulation.connect(self.start_timeout),
+                                       self._simulation)
+        return self
+
+    def __exit__(self, *exc_info):
+        if self._transport is not None:
+            self._transport.close()
+            self._transport = None
+        self._simulation.join()
+        if self.waves is not None:
+            shutil.copyfile(Path(self._tmp.name) / "sim" / "dump.vcd", self.waves)
+        self._tmp.cleanup()
+        return False
+

@@ -32,6 +32,9 @@ class CoreDriver:
     checks every AXI burst (see AxiMonitor) at some cost in simulation speed.
     """
 
+    period_ns = 10
+    """Clock period."""
+
     def __init__(self, dut, config, *, memory_size=1 << 20, backpressure=False, seed=0,
                  monitor=True):
         self.dut = dut
@@ -52,7 +55,7 @@ class CoreDriver:
                     itertools.cycle([rng.random() < 0.3 for _ in range(997)]))
 
     async def reset(self):
-        cocotb.start_soon(Clock(self.dut.clk, 10, unit="ns").start())
+        cocotb.start_soon(Clock(self.dut.clk, self.period_ns, unit="ns").start())
         self.dut.rst.value = 1
         await ClockCycles(self.dut.clk, 4)
         self.dut.rst.value = 0
@@ -92,7 +95,7 @@ class CoreDriver:
         await self.write("CONTROL", register("CONTROL").layout.const({"start": 1}).as_bits())
         if not self.dut.irq.value:
             try:
-                await with_timeout(RisingEdge(self.dut.irq), timeout_cycles * 10, "ns")
+                await with_timeout(RisingEdge(self.dut.irq), timeout_cycles * self.period_ns, "ns")
             except SimTimeoutError:
                 raise AssertionError(f"no interrupt within {timeout_cycles} cycles") from None
         status = await self.read("STATUS")

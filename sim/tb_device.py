@@ -1,40 +1,43 @@
-"""The simulator side of `SimDevice`: a cocotb test that serves jobs from the host process.
+"""The simulator side of `SimDevice`: a cocotb test that serves `SimTransport` requests.
 
-A job is plain data: memory writes, access windows, a program and the reads to return; all the
-firmware logic stays in the host. TPUGEN_TB carries the config, the socket address and the
-key (hex), and the memory options.
+TPUGEN_TB carries the config, the memory options, and the host's socket address and key.
 """
-import json
-import os
-from multiprocessing.connection import Client
-
 import cocotb
+from cocotb.triggers import RisingEdge, SimTimeoutError, with_timeout
 
 from tpugen import CoreConfig
 
 from .core_driver import CoreDriver
+from .session import connect_to_host
 
 
 @cocotb.test()
 async def serve(dut):
-    params = json.loads(os.environ["TPUGEN_TB"])
+    params, connection = connect_to_host()
     cfg = CoreConfig.from_json(params["config"])
     core = CoreDriver(dut, cfg, memory_size=params["memory_size"],
                       backpressure=params["backpressure"], seed=params["seed"], monitor=False)
     await core.reset()
-    with Client(params["address"], authkey=bytes.fromhex(params["key"])) as connection:
-        while (job := connection.recv()) is not None:
-            for address, data in job["writes"]:
-                core.ram.write(address, data)
-            await core.set_windows(job["windows"])
-            result = await core.run(job["program"], job["program_address"],
-                                    timeout_cycles=job["timeout_cycles"])
-            connection.send({
-                "done": result.done, "error": result.error.name, "error_index": result.error_index,
-                "counters": result.counters,
-                "reads": [core.ram.read(address, size) for address, size in job["reads"]],
-            })
-            if not result.done:
-                await core.soft_reset()
-    with open("stats.json", "w") as f:
-        json.dump({}, f)
+
+    async def wait_interrupt(timeout_cycles):
+        if not dut.irq.value:
+            try:
+                await with_timeout(RisingEdge(dut.irq), timeout_cycles * core.period_ns, "ns")
+            except SimTimeoutError:
+                return False
+        return True
+
+    with connection:
+        while (request := connection.recv()) is not None:
+            kind, *args = request
+            if kind == "write_memory":
+                core.ram.write(*args)
+            elif kind == "read_memory":
+                connection.send(core.ram.read(*args))
+            elif kind == "write_register":
+                await core.lite.write_dword(*args)
+            elif kind == "read_registers":
+                offset, count = args
+                connection.send([await core.lite.read_dword(offset + 4 * i) for i in range(count)])
+            else:
+                connection.send(await wait_interrupt(*args))
