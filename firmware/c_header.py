@@ -2,7 +2,7 @@
 
 Generated from the same definitions as the HDL (`hdl.csr.REGISTERS`, `isa`, `CoreConfig`).
 """
-from ..hdl.csr import REGISTERS, constant_registers
+from ..hdl.csr import COUNTERS, REGISTERS, constant_registers, register
 from ..isa import INSTRUCTION_BYTES, NUM_WINDOWS, ErrorCode, Opcode
 
 __all__ = ["c_header"]
@@ -11,6 +11,16 @@ __all__ = ["c_header"]
 def _define(name, value, comment=""):
     text = f"#define {name:<40} {value}"
     return f"{text}  /* {comment} */" if comment else text
+
+
+def _indexed(macro, names, parameter):
+    """``#define macro(parameter)``: the offset of ``names[parameter]``, evenly spaced registers."""
+    offsets = [register(name).offset for name in names]
+    stride = offsets[1] - offsets[0] if len(offsets) > 1 else 0
+    if offsets != [offsets[0] + stride * i for i in range(len(offsets))]:
+        raise ValueError(f"registers {', '.join(names)} are not evenly spaced: no {macro}()")
+    return _define(f"{macro}({parameter})",
+                   f"(0x{offsets[0]:03X}u + 0x{stride:03X}u * ({parameter}))")
 
 
 def c_header(config, guard="TPU_PARAMS_H"):
@@ -33,6 +43,23 @@ def c_header(config, guard="TPU_PARAMS_H"):
             prefix = f"TPU_{reg.name}_{field.name.upper()}"
             lines.append(_define(f"{prefix}_SHIFT", f"{field.lsb}u"))
             lines.append(_define(f"{prefix}_MASK", f"0x{((1 << field.width) - 1) << field.lsb:08X}u"))
+
+    lines += ["", "/* Access window i (0 <= i < TPU_NUM_WINDOWS): offsets, WINDOWi_FLAGS bits. */"]
+    for part in ("BASE", "SIZE", "FLAGS"):
+        lines.append(_indexed(f"TPU_REG_WINDOW_{part}",
+                              [f"WINDOW{i}_{part}" for i in range(NUM_WINDOWS)], "i"))
+    if len({register(f"WINDOW{i}_FLAGS").fields for i in range(NUM_WINDOWS)}) != 1:
+        raise ValueError("the WINDOWi_FLAGS registers differ in fields: no TPU_WINDOW_* flags")
+    for field in register("WINDOW0_FLAGS").fields:
+        lines.append(_define(f"TPU_WINDOW_{field.name.upper()}", f"0x{1 << field.lsb:08X}u"))
+
+    lines += ["", "/* 64-bit counter c (0 <= c < TPU_NUM_COUNTERS): read _LO first, then _HI. */",
+              _define("TPU_NUM_COUNTERS", f"{len(COUNTERS)}u")]
+    lines += [_define(f"TPU_COUNTER_{name.upper()}", f"{i}u") for i, name in enumerate(COUNTERS)]
+    for half in ("LO", "HI"):
+        lines.append(_indexed(f"TPU_REG_COUNTER_{half}",
+                              [f"{name.upper()}_{half}" for name in COUNTERS], "c"))
+
     lines += ["", "/* Instruction opcodes and error codes (ERROR_CODE). */"]
     lines += [_define(f"TPU_OP_{op.name}", f"{op.value}u") for op in Opcode]
     lines += [_define(f"TPU_ERROR_{code.name}", f"{code.value}u") for code in ErrorCode]
