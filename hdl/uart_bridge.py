@@ -1,0 +1,391 @@
+"""The host link of a board: an 8N1 UART and a bridge from framed requests to the board's memory
+and the core's registers. The protocol is described in ``docs/uart-protocol.md``."""
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, enum, memory, stream, wiring
+from amaranth.lib.cdc import FFSynchronizer
+from amaranth.lib.wiring import In, Out
+
+from .axi import AXI_RESP_OKAY, axi_lite_signature, memory_host_signature
+from .csr import ADDR_WIDTH as CSR_ADDR_WIDTH
+
+__all__ = ["BUS_TIMEOUT_CYCLES", "CRC_POLYNOMIAL", "FRAME_TIMEOUT_BITS", "MAX_WORDS",
+           "REGISTER_SPACE", "REPLY_SYNC", "REQUEST_SYNC", "Header", "Op", "Status",
+           "UartBridge", "UartRx", "UartTx", "bit_cycles"]
+
+REQUEST_SYNC = 0x5A
+REPLY_SYNC = 0xA5
+CRC_POLYNOMIAL = 0x07
+"""CRC-8 x^8 + x^2 + x + 1, initial value 0, not reflected, no final XOR."""
+MAX_WORDS = 128
+"""Largest COUNT: a frame's data fits the bridge's 512-byte buffer (one iCE40 block RAM)."""
+FRAME_TIMEOUT_BITS = 1000
+"""Bit times of silence that end a stalled frame, or the quiet period after an error."""
+BUS_TIMEOUT_CYCLES = 256
+"""Clock cycles an AXI4-Lite access may take before it fails with BUS_ERROR."""
+REGISTER_SPACE = 1 << CSR_ADDR_WIDTH
+"""Bytes of register offsets: 0..0xFFF."""
+
+
+class Op(enum.IntEnum, shape=8):
+    """Request operation."""
+    MEM_WRITE = 0x10
+    MEM_READ = 0x11
+    REG_WRITE = 0x12
+    REG_READ = 0x13
+
+
+class Status(enum.IntEnum, shape=8):
+    """Reply status."""
+    OK = 0
+    BAD_CRC = 1
+    BAD_OP = 2
+    BAD_ADDRESS = 3
+    BAD_LENGTH = 4
+    BUS_ERROR = 5
+    FRAME = 6
+
+
+Header = data.StructLayout({"op": Op, "address": 32, "count": 16, "crc": 8})
+"""The request bytes after SYNC, in wire order (little-endian fields)."""
+
+
+def bit_cycles(clk_freq, baud):
+    """Clock cycles per bit: at least 4, with a baud rate error of at most 2%."""
+    if not (isinstance(clk_freq, (int, float)) and clk_freq > 0):
+        raise ValueError(f"clk_freq={clk_freq!r} is invalid: allowed a positive frequency in Hz")
+    if not (isinstance(baud, (int, float)) and baud > 0):
+        raise ValueError(f"baud={baud!r} is invalid: allowed a positive rate in bit/s")
+    if clk_freq // baud < 4:
+        raise ValueError(f"baud={baud!r} is invalid: allowed at most clk_freq / 4 "
+                         f"= {clk_freq / 4:g}")
+    cycles = round(clk_freq / baud)
+    if abs(clk_freq / cycles - baud) > 0.02 * baud:
+        raise ValueError(f"baud={baud!r} is invalid: clk_freq / {cycles} = "
+                         f"{clk_freq / cycles:g} is more than 2% off")
+    return cycles
+
+
+def _crc8_shift(value):
+    """The CRC-8 register ``value`` after shifting in eight zero bits."""
+    for _ in range(8):
+        value = (value << 1 & 0xFF) ^ (CRC_POLYNOMIAL if value & 0x80 else 0)
+    return value
+
+
+def _crc8_step(crc, byte):
+    """The CRC-8 register after shifting in ``byte``: an XOR of input bits per output bit."""
+    value = crc ^ byte
+    return Cat(Cat(value[j] for j in range(8) if _crc8_shift(1 << j) >> i & 1).xor()
+               for i in range(8))
+
+
+class UartRx(wiring.Component):
+    """8N1 receiver. ``rx`` passes a 2-flop synchronizer; each bit is sampled mid-bit.
+
+    A byte is offered on ``data`` for one cycle (no backpressure); a low stop bit pulses
+    ``frame_error`` instead, and the receiver then waits for the line to go high.
+    """
+
+    def __init__(self, clk_freq, baud):
+        self.divisor = bit_cycles(clk_freq, baud)
+        super().__init__({
+            "rx": In(1, init=1),
+            "data": Out(stream.Signature(8, always_ready=True)),
+            "frame_error": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        rx = Signal(init=1)
+        m.submodules.synchronizer = FFSynchronizer(self.rx, rx, init=1)
+        timer = Signal(range(self.divisor))
+        tick = timer == 0
+        bit = Signal(range(8))
+        shift = Signal(8)
+        m.d.sync += [self.data.valid.eq(0), self.frame_error.eq(0),
+                     timer.eq(Mux(tick, self.divisor - 1, timer - 1))]
+        with m.FSM():
+            with m.State("IDLE"):
+                m.d.sync += timer.eq(self.divisor // 2 - 1)
+                with m.If(~rx):
+                    m.next = "START"
+            with m.State("START"):
+                with m.If(tick & rx):
+                    m.next = "IDLE"
+                with m.Elif(tick):
+                    m.next = "DATA"
+            with m.State("DATA"):
+                with m.If(tick):
+                    m.d.sync += [shift.eq(Cat(shift[1:], rx)), bit.eq(bit + 1)]
+                    with m.If(bit == 7):
+                        m.next = "STOP"
+            with m.State("STOP"):
+                with m.If(tick):
+                    with m.If(rx):
+                        m.d.sync += [self.data.payload.eq(shift), self.data.valid.eq(1)]
+                        m.next = "IDLE"
+                    with m.Else():
+                        m.d.sync += self.frame_error.eq(1)
+                        m.next = "BREAK"
+            with m.State("BREAK"):
+                with m.If(rx):
+                    m.next = "IDLE"
+        return m
+
+
+class UartTx(wiring.Component):
+    """8N1 transmitter: takes a byte from ``data`` whenever idle; ``tx`` idles high."""
+
+    def __init__(self, clk_freq, baud):
+        self.divisor = bit_cycles(clk_freq, baud)
+        super().__init__({
+            "data": In(stream.Signature(8)),
+            "tx": Out(1, init=1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        timer = Signal(range(self.divisor))
+        tick = timer == 0
+        remaining = Signal(range(10))
+        shift = Signal(9)
+        m.d.sync += timer.eq(Mux(tick, self.divisor - 1, timer - 1))
+        with m.FSM():
+            with m.State("IDLE"):
+                m.d.comb += self.data.ready.eq(1)
+                with m.If(self.data.valid):
+                    m.d.sync += [self.tx.eq(0), shift.eq(Cat(self.data.payload, 1)),
+                                 remaining.eq(9), timer.eq(self.divisor - 1)]
+                    m.next = "SEND"
+            with m.State("SEND"):
+                with m.If(tick):
+                    m.d.sync += [self.tx.eq(shift[0]), shift.eq(shift[1:]),
+                                 remaining.eq(remaining - 1)]
+                    with m.If(remaining == 0):
+                        m.d.sync += self.tx.eq(1)
+                        m.next = "IDLE"
+        return m
+
+
+class UartBridge(wiring.Component):
+    """Executes framed requests from ``rx`` on the memory port ``mem`` or the AXI4-Lite master
+    ``csr``, and answers on ``tx`` (docs/uart-protocol.md).
+
+    A request is executed only after its header CRC and data CRC check: write data waits in a
+    ``4 * MAX_WORDS``-byte buffer, read data is collected there before the reply. ``mem.select``
+    is high only while a memory request executes.
+    """
+
+    def __init__(self, clk_freq, baud, memory_bytes):
+        self.divisor = bit_cycles(clk_freq, baud)
+        if not (isinstance(memory_bytes, int) and 4 <= memory_bytes <= 1 << 32
+                and memory_bytes % 4 == 0):
+            raise ValueError(f"memory_bytes={memory_bytes!r} is invalid: allowed a multiple of "
+                             f"4 in 4..2**32")
+        self.clk_freq = clk_freq
+        self.baud = baud
+        self.memory_bytes = memory_bytes
+        super().__init__({
+            "rx": In(1, init=1),
+            "tx": Out(1, init=1),
+            "csr": Out(axi_lite_signature(CSR_ADDR_WIDTH).flip()),
+            "mem": Out(memory_host_signature()),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.receiver = receiver = UartRx(self.clk_freq, self.baud)
+        m.submodules.transmitter = transmitter = UartTx(self.clk_freq, self.baud)
+        m.d.comb += [receiver.rx.eq(self.rx), self.tx.eq(transmitter.tx)]
+        got, byte = receiver.data.valid, receiver.data.payload
+        reply = transmitter.data
+
+        m.submodules.buffer = buffer = memory.Memory(shape=8, depth=4 * MAX_WORDS, init=[])
+        buffer_write = buffer.write_port()
+        buffer_read = buffer.read_port()
+        # Byte pointer into the buffer; the read port is addressed with the next value, so
+        # buffer_read.data is always the byte at `pointer`.
+        pointer = Signal(range(4 * MAX_WORDS + 1))
+        pointer_next = Signal.like(pointer)
+        m.d.comb += [pointer_next.eq(pointer), buffer_read.addr.eq(pointer_next),
+                     buffer_write.addr.eq(pointer)]
+        m.d.sync += pointer.eq(pointer_next)
+
+        header = Signal(Header)
+        crc = Signal(8)
+        status = Signal(Status)
+        word = Signal(32)
+        data_end = Cat(Const(0, 2), header.count)
+        is_read = (header.op == Op.MEM_READ) | (header.op == Op.REG_READ)
+        is_register = (header.op == Op.REG_WRITE) | (header.op == Op.REG_READ)
+        known_op = is_register | (header.op == Op.MEM_WRITE) | (header.op == Op.MEM_READ)
+        limit = Mux(is_register, REGISTER_SPACE, self.memory_bytes)
+        address_ok = (header.address[:2] == 0) & (header.address + data_end <= limit)
+
+        # Silence on the line: ends a stalled frame, and the quiet period after an error.
+        timeout = FRAME_TIMEOUT_BITS * self.divisor
+        silence = Signal(range(timeout + 1))
+        quiet = silence == timeout
+        draining = Signal()
+        with m.If(got | receiver.frame_error):
+            m.d.sync += silence.eq(0)
+        with m.Elif(~quiet):
+            m.d.sync += silence.eq(silence + 1)
+        with m.If(quiet):
+            m.d.sync += draining.eq(0)
+
+        csr = self.csr
+        bus_timer = Signal(range(BUS_TIMEOUT_CYCLES + 1))
+        bus_timeout = bus_timer == BUS_TIMEOUT_CYCLES
+        m.d.comb += [csr.awaddr.eq(header.address), csr.araddr.eq(header.address),
+                     csr.wdata.eq(word), csr.wstrb.eq(0b1111), csr.bready.eq(1), csr.rready.eq(1),
+                     self.mem.addr.eq(header.address[2:]), self.mem.wdata.eq(word)]
+        with m.If(csr.awready):
+            m.d.sync += csr.awvalid.eq(0)
+        with m.If(csr.wready):
+            m.d.sync += csr.wvalid.eq(0)
+        with m.If(csr.arready):
+            m.d.sync += csr.arvalid.eq(0)
+
+        def answer(code):
+            m.d.sync += [status.eq(code), draining.eq(code not in (Status.OK, Status.BUS_ERROR))]
+            m.d.comb += pointer_next.eq(0)
+            m.next = "REPLY_SYNC"
+
+        def next_word():
+            m.d.sync += header.address.eq(header.address + 4)
+            m.next = "WORD"
+
+        with m.FSM() as fsm:
+            with m.State("HUNT"):
+                with m.If(got & (byte == REQUEST_SYNC) & ~draining):
+                    m.d.sync += crc.eq(0)
+                    m.d.comb += pointer_next.eq(0)
+                    m.next = "HEADER"
+            with m.State("HEADER"):
+                with m.If(receiver.frame_error):
+                    answer(Status.FRAME)
+                with m.Elif(got):
+                    m.d.sync += [header.eq(Cat(header.as_value()[8:], byte)),
+                                 crc.eq(_crc8_step(crc, byte))]
+                    m.d.comb += pointer_next.eq(pointer + 1)
+                    with m.If(pointer == Header.size // 8 - 1):
+                        m.next = "CHECK_HEADER"
+                with m.Elif(quiet):
+                    m.next = "HUNT"
+            with m.State("CHECK_HEADER"):
+                with m.If(crc != 0):
+                    answer(Status.BAD_CRC)
+                with m.Elif(~known_op):
+                    answer(Status.BAD_OP)
+                with m.Elif((header.count == 0) | (header.count > MAX_WORDS)):
+                    answer(Status.BAD_LENGTH)
+                with m.Elif(~address_ok):
+                    answer(Status.BAD_ADDRESS)
+                with m.Else():
+                    m.d.comb += pointer_next.eq(0)
+                    m.next = "DATA"
+                    with m.If(is_read):
+                        m.next = "WORD"
+            with m.State("DATA"):
+                with m.If(receiver.frame_error):
+                    answer(Status.FRAME)
+                with m.Elif(got):
+                    m.d.sync += crc.eq(_crc8_step(crc, byte))
+                    with m.If(pointer == data_end):
+                        m.next = "CHECK_DATA"
+                    with m.Else():
+                        m.d.comb += [buffer_write.en.eq(1), buffer_write.data.eq(byte),
+                                     pointer_next.eq(pointer + 1)]
+                with m.Elif(quiet):
+                    m.next = "HUNT"
+            with m.State("CHECK_DATA"):
+                with m.If(crc != 0):
+                    answer(Status.BAD_CRC)
+                with m.Else():
+                    m.d.comb += pointer_next.eq(0)
+                    m.next = "WORD"
+
+            with m.State("WORD"):
+                m.d.sync += bus_timer.eq(0)
+                with m.If(pointer == data_end):
+                    answer(Status.OK)
+                with m.Elif(~is_read):
+                    m.next = "FETCH"
+                with m.Elif(is_register):
+                    m.d.sync += csr.arvalid.eq(1)
+                    m.next = "REG_READ"
+                with m.Else():
+                    m.d.comb += self.mem.read.eq(1)
+                    m.next = "MEM_READ"
+            with m.State("FETCH"):
+                m.d.sync += word.eq(Cat(word[8:], buffer_read.data))
+                m.d.comb += pointer_next.eq(pointer + 1)
+                with m.If(pointer[:2] == 3):
+                    with m.If(is_register):
+                        m.d.sync += [csr.awvalid.eq(1), csr.wvalid.eq(1)]
+                        m.next = "REG_WRITE"
+                    with m.Else():
+                        m.next = "MEM_WRITE"
+            with m.State("MEM_WRITE"):
+                m.d.comb += self.mem.write.eq(1)
+                next_word()
+            with m.State("MEM_READ"):
+                m.d.sync += word.eq(self.mem.rdata)
+                m.next = "STORE"
+            with m.State("STORE"):
+                m.d.comb += [buffer_write.en.eq(1), buffer_write.data.eq(word[:8]),
+                             pointer_next.eq(pointer + 1)]
+                m.d.sync += word.eq(Cat(word[8:], buffer_read.data))
+                with m.If(pointer[:2] == 3):
+                    next_word()
+            with m.State("REG_WRITE"):
+                m.d.sync += bus_timer.eq(bus_timer + 1)
+                with m.If(csr.bvalid):
+                    with m.If(csr.bresp == AXI_RESP_OKAY):
+                        next_word()
+                    with m.Else():
+                        answer(Status.BUS_ERROR)
+                with m.Elif(bus_timeout):
+                    m.d.sync += [csr.awvalid.eq(0), csr.wvalid.eq(0)]
+                    answer(Status.BUS_ERROR)
+            with m.State("REG_READ"):
+                m.d.sync += bus_timer.eq(bus_timer + 1)
+                with m.If(csr.rvalid):
+                    m.d.sync += word.eq(csr.rdata)
+                    with m.If(csr.rresp == AXI_RESP_OKAY):
+                        m.next = "STORE"
+                    with m.Else():
+                        answer(Status.BUS_ERROR)
+                with m.Elif(bus_timeout):
+                    m.d.sync += csr.arvalid.eq(0)
+                    answer(Status.BUS_ERROR)
+
+            with m.State("REPLY_SYNC"):
+                m.d.comb += [reply.payload.eq(REPLY_SYNC), reply.valid.eq(1)]
+                with m.If(reply.ready):
+                    m.d.sync += crc.eq(0)
+                    m.next = "REPLY_STATUS"
+            with m.State("REPLY_STATUS"):
+                m.d.comb += [reply.payload.eq(status), reply.valid.eq(1)]
+                with m.If(reply.ready):
+                    m.d.sync += crc.eq(_crc8_step(crc, reply.payload))
+                    m.next = "REPLY_CRC"
+                    with m.If((status == Status.OK) & is_read):
+                        m.next = "REPLY_DATA"
+            with m.State("REPLY_DATA"):
+                m.d.comb += [reply.payload.eq(buffer_read.data), reply.valid.eq(1)]
+                with m.If(reply.ready):
+                    m.d.sync += crc.eq(_crc8_step(crc, reply.payload))
+                    m.d.comb += pointer_next.eq(pointer + 1)
+                    with m.If(pointer + 1 == data_end):
+                        m.next = "REPLY_CRC"
+            with m.State("REPLY_CRC"):
+                m.d.comb += [reply.payload.eq(crc), reply.valid.eq(1)]
+                with m.If(reply.ready):
+                    m.next = "HUNT"
+
+        executing = Cat(fsm.ongoing(state) for state in
+                        ("WORD", "FETCH", "MEM_WRITE", "MEM_READ", "STORE")).any()
+        m.d.comb += self.mem.select.eq(executing & ~is_register)
+        return m
