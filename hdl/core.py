@@ -122,7 +122,9 @@ class TpuCore(wiring.Component):
                 m.d.comb += [load.rvalid.eq(port & (self.m_axi_rid != FETCH_ID)),
                              fetch.rvalid.eq(port & (self.m_axi_rid == FETCH_ID))]
             elif name == "rready":
-                m.d.comb += port.eq(Mux(self.m_axi_rid == FETCH_ID, fetch.rready, load.rready))
+                # Gated by RVALID: RID may be undefined (X in a 4-state simulator) between beats.
+                m.d.comb += port.eq(self.m_axi_rvalid &
+                                    Mux(self.m_axi_rid == FETCH_ID, fetch.rready, load.rready))
             else:  # rid, rdata, rresp, rlast go to both
                 m.d.comb += [getattr(load, name).eq(port), getattr(fetch, name).eq(port)]
         m.d.sync += [held.eq(self.m_axi_arvalid & ~self.m_axi_arready),

