@@ -2,7 +2,7 @@
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["AXI_BURST_INCR", "AXI_RESP_OKAY", "ID_WIDTH", "ADDR_WIDTH",
+__all__ = ["AXI_BURST_INCR", "AXI_RESP_DECERR", "AXI_RESP_OKAY", "AXI_RESP_SLVERR", "ID_WIDTH", "ADDR_WIDTH",
            "axi_read_signature", "axi_write_signature", "axi_lite_signature", "flat_ports",
            "memory_host_signature"]
 
@@ -10,6 +10,8 @@ ADDR_WIDTH = 32
 ID_WIDTH = 4
 AXI_BURST_INCR = 0b01
 AXI_RESP_OKAY = 0b00
+AXI_RESP_SLVERR = 0b10
+AXI_RESP_DECERR = 0b11
 
 
 def axi_read_signature(data_width, addr_width=ADDR_WIDTH, id_width=ID_WIDTH):

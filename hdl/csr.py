@@ -11,9 +11,9 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import CoreConfig
 from ..isa import NUM_WINDOWS, ErrorCode, Window
-from .axi import AXI_RESP_OKAY, axi_lite_signature
+from .axi import AXI_RESP_OKAY, AXI_RESP_SLVERR, axi_lite_signature
 
-__all__ = ["ACCESSES", "ADDR_WIDTH", "AXI_RESP_SLVERR", "COUNTERS", "CSR_VERSION", "ID_MAGIC",
+__all__ = ["ACCESSES", "ADDR_WIDTH", "COUNTERS", "CSR_VERSION", "ID_MAGIC",
            "REGISTERS", "BitField", "ControlRegisters", "Register", "constant_registers",
            "register", "registers_markdown"]
 
@@ -22,7 +22,6 @@ ID_MAGIC = 0x54505547
 """Value of the ID register: "TPUG" in ASCII."""
 CSR_VERSION = (1, 0)
 """Register map version (major, minor): major changes break software."""
-AXI_RESP_SLVERR = 0b10
 ACCESSES = {
     "ro": "read-only; writes are ignored",
     "rw": "read/write",

@@ -1,12 +1,19 @@
 """Verilog for a configured design."""
-from amaranth.back import rtlil, verilog
+from amaranth.back import verilog
 
 from .array import SystolicArray
 from .core import TpuCore
 
 __all__ = ["DESIGNS", "elaborate", "generate_verilog"]
 
-DESIGNS = {"tpu_core": TpuCore, "systolic_array": SystolicArray}
+
+def _board_system(config):
+    from .board import simulated_board_system
+
+    return simulated_board_system(config)
+
+
+DESIGNS = {"tpu_core": TpuCore, "systolic_array": SystolicArray, "board_system": _board_system}
 """Top-level designs by module name."""
 
 
@@ -15,19 +22,6 @@ def elaborate(config, design="tpu_core"):
         return DESIGNS[design](config)
     except KeyError:
         raise ValueError(f"design={design!r} is invalid: allowed {', '.join(DESIGNS)}") from None
-
-
-_emit_memory = rtlil.ModuleEmitter.emit_memory
-
-
-def _emit_memory_unless_zero(self, cell_idx, cell):
-    # Amaranth 0.5 emits every memory's initial contents bit by bit, which took 19 of 50 s for
-    # the 16x16 core's 320 KiB of SRAM. Our memories start at zero (block RAM does), so skip it.
-    if any(cell.init):
-        _emit_memory(self, cell_idx, cell)
-
-
-rtlil.ModuleEmitter.emit_memory = _emit_memory_unless_zero
 
 
 def generate_verilog(config, design="tpu_core"):

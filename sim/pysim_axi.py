@@ -9,11 +9,10 @@ beat, and every beat inside ``allowed`` (a list of ``(base, size)`` byte ranges)
 import random
 from collections import deque
 
-from tpugen.hdl.axi import AXI_BURST_INCR, AXI_RESP_OKAY
+from tpugen.hdl.axi import AXI_BURST_INCR, AXI_RESP_OKAY, AXI_RESP_SLVERR
 
-__all__ = ["AxiMemory", "AXI_RESP_SLVERR"]
+__all__ = ["AxiMemory"]
 
-AXI_RESP_SLVERR = 0b10
 
 
 class AxiMemory:

@@ -8,9 +8,8 @@ from amaranth.lib import wiring
 from amaranth.sim import Simulator
 
 from tpugen import CoreConfig
-from tpugen.hdl.axi import AXI_RESP_OKAY
-from tpugen.hdl.csr import (AXI_RESP_SLVERR, COUNTERS, ID_MAGIC, REGISTERS,
-                            ControlRegisters, Register, constant_registers, register,
+from tpugen.hdl.axi import AXI_RESP_OKAY, AXI_RESP_SLVERR
+from tpugen.hdl.csr import (COUNTERS, ID_MAGIC, REGISTERS, ControlRegisters, Register, constant_registers, register,
                             registers_markdown)
 from tpugen.isa import NUM_WINDOWS, ErrorCode
 from tpugen.sim.pysim_axil import WRITE_ORDERS, AxiLiteMaster

@@ -1,0 +1,217 @@
+"""On-chip board memory (block RAM, or iCE40 UP5K SPRAM) behind an AXI4 slave and a host port."""
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, fifo, memory, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
+
+from .axi import (ADDR_WIDTH, AXI_BURST_INCR, AXI_RESP_DECERR, AXI_RESP_OKAY, AXI_RESP_SLVERR,
+                  ID_WIDTH, axi_read_signature, axi_write_signature, flat_ports,
+                  memory_host_signature)
+
+__all__ = ["AxiBurst", "AxiMemory"]
+
+
+SPRAM_BLOCKS = 4
+"""SB_SPRAM256KA blocks (16K x 16 each) on the iCE40 UP5K."""
+RAM_STYLES = {"bram": "block", "spram": "huge"}
+"""Yosys ``ram_style`` per kind: EBR / DP16KD, or SB_SPRAM256KA (``synth_ice40 -spram``)."""
+
+BURST_REQUEST = data.StructLayout({
+    "id": ID_WIDTH, "addr": ADDR_WIDTH, "len": 8, "size": 3, "burst": 2})
+
+_BEAT_INFO = data.StructLayout({"resp": 2, "last": 1, "id": ID_WIDTH})
+
+
+class AxiBurst(wiring.Component):
+    """The beats of one AXI4 burst: ``start`` loads ``request`` (AR/AW), ``advance`` steps a beat.
+
+    ``resp`` is the current beat's response: SLVERR for every beat of a FIXED or WRAP burst or of
+    a size wider than the bus; DECERR for a beat at or beyond ``size_bytes`` (addresses carry
+    into an extra bit, so a burst never wraps around into memory); OKAY otherwise. ``word`` is the
+    beat's memory word. Narrow INCR bursts step by their size from the aligned address.
+    """
+
+    def __init__(self, data_width, size_bytes):
+        self._offset_bits = exact_log2(data_width // 8)
+        self._size_bits = exact_log2(size_bytes)
+        super().__init__({
+            "start": In(1), "request": In(BURST_REQUEST), "advance": In(1),
+            "active": Out(1), "id": Out(ID_WIDTH), "word": Out(self._size_bits - self._offset_bits),
+            "last": Out(1), "resp": Out(2),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        addr = Signal(ADDR_WIDTH + 1)
+        beats_left = Signal(8)
+        size = Signal(3)
+        unsupported = Signal()
+        low_mask = Signal(self._offset_bits)
+        step = Signal(self._offset_bits + 1)
+        m.d.comb += [
+            low_mask.eq((Const(1) << size) - 1),
+            step.eq(Const(1) << size),
+            self.word.eq(addr[self._offset_bits:self._size_bits]),
+            self.last.eq(beats_left == 0),
+            self.resp.eq(Mux(unsupported, AXI_RESP_SLVERR,
+                             Mux(addr[self._size_bits:] == 0, AXI_RESP_OKAY, AXI_RESP_DECERR))),
+        ]
+        request = self.request
+        with m.If(self.start):
+            m.d.sync += [
+                self.active.eq(1), self.id.eq(request.id), addr.eq(request.addr),
+                beats_left.eq(request.len), size.eq(request.size),
+                unsupported.eq((request.burst != AXI_BURST_INCR)
+                               | (request.size > self._offset_bits)),
+            ]
+        with m.If(self.advance):
+            m.d.sync += [
+                addr.eq(Cat(addr[:self._offset_bits] & ~low_mask, addr[self._offset_bits:]) + step),
+                beats_left.eq(beats_left - 1),
+            ]
+            with m.If(self.last):
+                m.d.sync += self.active.eq(0)
+        return m
+
+
+class AxiMemory(wiring.Component):
+    """``size_bytes`` of single-port on-chip RAM at address 0, ``data_width`` bits a word.
+
+    Ports: an AXI4 slave ``s_axi_*`` (the core's ``m_axi_*`` flipped, so a top connects them name
+    by name) and ``host`` (``memory_host_signature()``, the UART bridge's side flipped).
+
+    One burst per direction at a time, answered in order; a read beat per cycle while RREADY is
+    held (3-entry output queue, so backpressure loses nothing), a write beat per cycle (WLAST is
+    not checked: AWLEN counts). Reads and writes share the port, alternating when both are
+    busy; the host owns the port in every cycle it is selected. No AXI output depends
+    combinationally on an AXI input. FIXED and WRAP bursts answer
+    SLVERR (reads zero, writes dropped); beats past the end DECERR, likewise; host accesses
+    past the end read zero and write nothing; a host ``read`` together with ``write`` is a
+    write. Contents start as zeros in simulation and are undefined on SPRAM.
+    """
+
+    def __init__(self, data_width, size_bytes, *, kind="bram"):
+        if data_width not in (32, 64, 128):
+            raise ValueError(f"data_width={data_width!r} is invalid: allowed 32, 64, 128")
+        if kind not in RAM_STYLES:
+            raise ValueError(f"kind={kind!r} is invalid: allowed {', '.join(RAM_STYLES)}")
+        if (not isinstance(size_bytes, int) or size_bytes & (size_bytes - 1)
+                or not data_width // 8 <= size_bytes <= 1 << ADDR_WIDTH):
+            raise ValueError(f"size_bytes={size_bytes!r} is invalid: a power of two in "
+                             f"{data_width // 8}..{1 << ADDR_WIDTH}")
+        if kind == "spram":
+            blocks = data_width // 16 * -(-size_bytes * 8 // data_width // 16384)
+            if blocks > SPRAM_BLOCKS:
+                raise ValueError(f"data_width={data_width!r} with size_bytes={size_bytes!r} is "
+                                 f"invalid for kind='spram': needs {blocks} SB_SPRAM256KA "
+                                 f"(16K x 16), the UP5K has {SPRAM_BLOCKS} (32 or 64 bits, "
+                                 f"at most 128 KiB)")
+        self.data_width, self.size_bytes, self.kind = data_width, size_bytes, kind
+        super().__init__({
+            **flat_ports("s_axi", axi_read_signature(data_width).flip()),
+            **flat_ports("s_axi", axi_write_signature(data_width).flip()),
+            "host": In(memory_host_signature()),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        width, lanes = self.data_width, self.data_width // 32
+        axi = lambda name: getattr(self, f"s_axi_{name}")
+
+        storage = memory.Memory(shape=width, depth=self.size_bytes * 8 // width, init=[],
+                                attrs={"ram_style": RAM_STYLES[self.kind]})
+        m.submodules.storage = storage
+        write_port = storage.write_port(granularity=8)
+        read_port = storage.read_port()
+
+        m.submodules.reads = reads = AxiBurst(width, self.size_bytes)
+        m.submodules.writes = writes = AxiBurst(width, self.size_bytes)
+        for burst, channel in ((reads, "ar"), (writes, "aw")):
+            m.d.comb += burst.start.eq(axi(f"{channel}valid") & axi(f"{channel}ready"))
+            for field in BURST_REQUEST.members:
+                m.d.comb += getattr(burst.request, field).eq(axi(f"{channel}{field}"))
+
+        # Read beats: issued one cycle, data the next, then queued for the R channel.
+        beat_layout = data.StructLayout({"info": _BEAT_INFO, "data": width})
+        m.submodules.r_queue = r_queue = fifo.SyncFIFO(width=beat_layout.size, depth=3)
+        pending, pending_info = Signal(), Signal(_BEAT_INFO)
+        queued, out = beat_layout(r_queue.w_data), beat_layout(r_queue.r_data)
+        read_wants = reads.active & (r_queue.level + pending < r_queue.depth)
+
+        host = self.host
+        write_turn = Signal()
+        write_slot = ~host.select & writes.active & (write_turn | ~read_wants)
+        write_beat = write_slot & axi("wvalid")
+        read_issue = ~host.select & read_wants & ~write_beat
+        m.d.comb += [
+            axi("arready").eq(~reads.active),
+            axi("wready").eq(write_slot),
+            reads.advance.eq(read_issue),
+            writes.advance.eq(write_beat),
+        ]
+        with m.If(read_issue):
+            m.d.sync += write_turn.eq(1)
+        with m.Elif(write_beat):
+            m.d.sync += write_turn.eq(0)
+
+        m.d.sync += [
+            pending.eq(read_issue),
+            pending_info.resp.eq(reads.resp),
+            pending_info.last.eq(reads.last),
+            pending_info.id.eq(reads.id),
+        ]
+        m.d.comb += [
+            r_queue.w_en.eq(pending),
+            queued.info.eq(pending_info),
+            queued.data.eq(Mux(pending_info.resp == AXI_RESP_OKAY, read_port.data, 0)),
+            axi("rvalid").eq(r_queue.r_rdy),
+            axi("rdata").eq(out.data),
+            axi("rresp").eq(out.info.resp),
+            axi("rlast").eq(out.info.last),
+            axi("rid").eq(out.info.id),
+            r_queue.r_en.eq(axi("rready")),
+        ]
+
+        # Write responses: the worst beat's response, once the last beat is written.
+        bvalid, bresp = Signal(), Signal(2)
+        m.d.comb += [
+            axi("awready").eq(~writes.active & ~bvalid),
+            axi("bvalid").eq(bvalid), axi("bresp").eq(bresp), axi("bid").eq(writes.id),
+        ]
+        with m.If(writes.start):
+            m.d.sync += bresp.eq(AXI_RESP_OKAY)
+        with m.If(write_beat):
+            with m.If(writes.resp != AXI_RESP_OKAY):
+                m.d.sync += bresp.eq(writes.resp)
+            with m.If(writes.last):
+                m.d.sync += bvalid.eq(1)
+        with m.If(bvalid & axi("bready")):
+            m.d.sync += bvalid.eq(0)
+
+        # Host: a 32-bit lane of a word; the lane of a read is remembered for the next cycle.
+        lane = host.addr[:exact_log2(lanes)]
+        host_in_range = host.addr[exact_log2(self.size_bytes // 4):] == 0
+        read_lane, read_in_range = Signal.like(lane), Signal()
+        m.d.sync += [read_lane.eq(lane), read_in_range.eq(host_in_range)]
+        m.d.comb += host.rdata.eq(Mux(read_in_range, read_port.data.word_select(read_lane, 32), 0))
+        host_write = host.write & host_in_range
+        host_strobes = Cat(Mux(host_write & (lane == i), 0b1111, 0) for i in range(lanes))
+
+        word = Signal(range(storage.depth))
+        with m.If(host.select):
+            m.d.comb += word.eq(host.addr[exact_log2(lanes):])
+        with m.Elif(write_beat):
+            m.d.comb += word.eq(writes.word)
+        with m.Else():
+            m.d.comb += word.eq(reads.word)
+        axi_write_ok = write_beat & (writes.resp == AXI_RESP_OKAY)
+        # Yosys maps to SPRAM (read output unchanged while writing) only if it can prove that
+        # no cycle both reads and writes, hence the host's read yields to its write.
+        m.d.comb += [
+            read_port.addr.eq(word),
+            read_port.en.eq(read_issue | (host.select & host.read & ~host.write)),
+            write_port.addr.eq(word),
+            write_port.data.eq(Mux(host.select, Cat([host.wdata] * lanes), axi("wdata"))),
+            write_port.en.eq(Mux(host.select, host_strobes, Mux(axi_write_ok, axi("wstrb"), 0))),
+        ]
+        return m

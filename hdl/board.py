@@ -1,0 +1,74 @@
+"""`BoardSystem`: what goes on an FPGA board: the core, its memory on chip, and the UART bridge
+that gives the host the memory and the control registers."""
+from amaranth.hdl import Cat, Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from .axi import axi_lite_signature, axi_read_signature, axi_write_signature
+from .axi_memory import AxiMemory
+from .core import TpuCore
+from .uart_bridge import UartBridge
+
+__all__ = ["BoardSystem", "SIMULATED_BOARD", "simulated_board_system"]
+
+SIMULATED_BOARD = {"clk_freq": 4_000_000, "baud": 1_000_000, "memory_bytes": 64 << 10}
+"""The board simulated in the tests: 4 clocks per UART bit, so that frames are quick to simulate."""
+
+
+def _connect_ports(m, master, master_prefix, slave, slave_prefix, signature):
+    """Connect ``<master_prefix>_<name>`` to ``<slave_prefix>_<name>`` for every member of
+    ``signature`` (seen from the master), driving each in its direction."""
+    for name, member in signature.members.items():
+        source = getattr(master, f"{master_prefix}{name}")
+        sink = getattr(slave, f"{slave_prefix}{name}")
+        if member.flow == Out:
+            m.d.comb += sink.eq(source)
+        else:
+            m.d.comb += source.eq(sink)
+
+
+class BoardSystem(wiring.Component):
+    """`TpuCore` with ``memory_bytes`` of on-chip memory (``memory_kind`` "bram" or "spram") as
+    its external memory, and a `UartBridge` at ``baud`` for the host (``clk_freq`` in Hz).
+
+    ``leds``: heartbeat (about 1 Hz), interrupt, UART receive and transmit activity.
+    """
+
+    uart_rx: In(1, init=1)
+    uart_tx: Out(1, init=1)
+    leds: Out(4)
+
+    def __init__(self, config, *, clk_freq, baud, memory_bytes, memory_kind="bram"):
+        self.config = config
+        self.clk_freq = clk_freq
+        self.core = TpuCore(config)
+        self.memory = AxiMemory(config.axi_data_width, memory_bytes, kind=memory_kind)
+        self.bridge = UartBridge(clk_freq, baud, memory_bytes)
+        super().__init__()
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.core = core = self.core
+        m.submodules.memory = memory = self.memory
+        m.submodules.bridge = bridge = self.bridge
+        width = self.config.axi_data_width
+        for signature in (axi_read_signature(width), axi_write_signature(width)):
+            _connect_ports(m, core, "m_axi_", memory, "s_axi_", signature)
+        _connect_ports(m, bridge.csr, "", core, "s_axil_", axi_lite_signature().flip())
+        _connect_ports(m, bridge.mem, "", memory.host, "", bridge.mem.signature)
+        m.d.comb += [bridge.rx.eq(self.uart_rx), self.uart_tx.eq(bridge.tx)]
+
+        half_period = max(2, self.clk_freq // 2)
+        heartbeat = Signal(range(half_period))
+        beat = Signal()
+        with m.If(heartbeat == 0):
+            m.d.sync += [heartbeat.eq(half_period - 1), beat.eq(~beat)]
+        with m.Else():
+            m.d.sync += heartbeat.eq(heartbeat - 1)
+        m.d.comb += self.leds.eq(Cat(beat, core.irq, ~self.uart_rx, ~self.uart_tx))
+        return m
+
+
+def simulated_board_system(config):
+    """The `BoardSystem` of the simulated board (`SIMULATED_BOARD`) for ``config``."""
+    return BoardSystem(config, **SIMULATED_BOARD)

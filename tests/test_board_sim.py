@@ -1,0 +1,51 @@
+"""The whole board end to end without a board: `BoardSystem` (UART bridge, core, on-chip memory)
+on Verilator, driven by `BoardDevice` through the link protocol over a simulated UART."""
+import numpy as np
+import pytest
+
+from tpugen import CoreConfig
+from tpugen.config import PRESETS
+from tpugen.firmware.board import BoardDevice, config_from_registers
+from tpugen.firmware.device import DeviceError
+from tpugen.sim.board_sim import simulated_board
+from tpugen.hdl.csr import CSR_VERSION, constant_registers
+from tpugen.sim.golden import conv2d_int32, matmul_int32
+
+BOARD_CORE = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1, axi_data_width=32)
+
+
+def test_board_runs_matmul_and_conv2d_bit_exact_over_uart():
+    rng = np.random.default_rng(6)
+    a = rng.integers(-128, 128, (9, 11), dtype=np.int8)
+    b = rng.integers(-128, 128, (11, 6), dtype=np.int8)
+    x = rng.integers(-128, 128, (1, 3, 5, 5), dtype=np.int8)
+    w = rng.integers(-128, 128, (2, 3, 3, 3), dtype=np.int8)
+    with simulated_board(BOARD_CORE) as dev:
+        assert dev.config == BOARD_CORE
+        np.testing.assert_array_equal(dev.matmul(a, b), matmul_int32(a, b))
+        assert dev.stats.macs > 0 and dev.stats.bytes_written == 4 * 9 * 6
+        np.testing.assert_array_equal(dev.conv2d(x, w, padding=1), conv2d_int32(x, w, 1, 1, 1))
+
+
+@pytest.mark.parametrize("config", [BOARD_CORE, CoreConfig(), PRESETS["large"],
+                                    CoreConfig(rows=3, cols=7, axi_data_width=128)])
+def test_board_device_reads_the_config_from_the_core(config):
+    values = constant_registers(config)
+    assert config_from_registers(values.__getitem__) == config
+
+
+@pytest.mark.parametrize("name,value,message", [
+    ("ID", 0x12345678, "no tpugen core answers"),
+    ("VERSION", (CSR_VERSION[0] + 1) << 16, "this runtime speaks"),
+])
+def test_board_device_refuses_what_is_not_a_tpugen_core(name, value, message):
+    values = {**constant_registers(BOARD_CORE), name: value}
+    with pytest.raises(DeviceError, match=message):
+        config_from_registers(values.__getitem__)
+
+
+def test_board_device_arguments_are_checked():
+    with pytest.raises(ValueError, match="exactly one of port"):
+        BoardDevice(board="ulx3s-85f")
+    with pytest.raises(ValueError, match="unknown board"):
+        BoardDevice("/dev/null", board="de10-nano")
