@@ -6,7 +6,7 @@ from amaranth.lib.wiring import In, Out
 from .pe import add_pe, pe_signature
 
 __all__ = ["SystolicArray", "act_width", "activation_layout", "array_latency",
-           "min_tile_length", "result_layout", "weight_layout"]
+           "lut_multiplier_pes", "min_tile_length", "result_layout", "weight_layout"]
 
 
 def weight_layout(config):
@@ -39,6 +39,17 @@ def result_layout(config):
 def array_latency(config):
     """Cycles from an accepted activation vector to its result vector."""
     return config.rows + config.cols
+
+
+def lut_multiplier_pes(config):
+    """(row, col) of the ``config.lut_multipliers`` PEs whose multiplier is built from LUTs: the
+    last ones in column-major order, so whole columns from the right and the bottom of one more.
+
+    Whole columns keep each column's 32-bit partial-sum chain in one kind of logic, DSP or fabric:
+    only the 10-bit activation chain crosses between the DSP sites and the LUT block.
+    """
+    order = [(r, c) for c in range(config.cols) for r in range(config.rows)]
+    return frozenset(order[len(order) - config.lut_multipliers:])
 
 
 def min_tile_length(config):
@@ -80,9 +91,10 @@ class SystolicArray(wiring.Component):
         signature = pe_signature(self.config.data_width, self.config.acc_width, width)
         pes = [[signature.flip().create(path=(f"pe_{r}_{c}",)) for c in range(cols)]
                for r in range(rows)]
+        lut_pes = lut_multiplier_pes(self.config)
         for r in range(rows):
             for c in range(cols):
-                add_pe(m, pes[r][c], name=f"pe_{r}_{c}")
+                add_pe(m, pes[r][c], name=f"pe_{r}_{c}", lut_multiplier=(r, c) in lut_pes)
 
         # Weight loading: a shift chain from the bottom row up, then a commit to the idle bank.
         loaded = Signal(range(rows + 1))

@@ -14,8 +14,9 @@ def run(dut, testbench):
     sim.run()
 
 
-def test_pe_mac_and_weight_banks():
-    dut = ProcessingElement()
+@pytest.mark.parametrize("lut_multiplier", [False, True], ids=["dsp", "lut"])
+def test_pe_mac_and_weight_banks(lut_multiplier):
+    dut = ProcessingElement(lut_multiplier=lut_multiplier)
 
     async def testbench(ctx):
         for bank, weight in ((0, -7), (1, 5)):
@@ -40,9 +41,11 @@ def test_pe_mac_and_weight_banks():
     run(dut, testbench)
 
 
-@pytest.mark.parametrize("rows,cols", [(1, 1), (2, 3), (3, 2)])
-def test_array_matches_numpy(rows, cols):
-    cfg = CoreConfig(rows=rows, cols=cols)
+# LUT and DSP multipliers mixed (lut_multipliers > 0) give the same results, aligned with `valid`.
+@pytest.mark.parametrize("rows,cols,lut_multipliers",
+                         [(1, 1, 0), (2, 3, 0), (3, 2, 0), (1, 1, 1), (2, 3, 3), (3, 2, 4)])
+def test_array_matches_numpy(rows, cols, lut_multipliers):
+    cfg = CoreConfig(rows=rows, cols=cols, lut_multipliers=lut_multipliers)
     dut = SystolicArray(cfg)
     rng = np.random.default_rng(rows * 10 + cols)
     tiles = [rng.integers(-128, 128, (rows, cols)) for _ in range(3)]
