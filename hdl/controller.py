@@ -26,6 +26,8 @@ opcodes each one runs."""
 
 _QUEUE_DEPTH = 2
 _PENDING_DEPTH = 8
+_TOKEN_BITS = 8
+_TOKEN_LIMIT = 2 ** _TOKEN_BITS - 1 - _PENDING_DEPTH
 
 
 def engine_signature(layout):
@@ -83,8 +85,9 @@ class Controller(wiring.Component):
 
         # Dependency tokens between neighbours: tokens[i] goes forward (engine i -> i+1),
         # back_tokens[i] goes backward (engine i+1 -> i).
-        tokens = [Signal(8, name=f"tokens_{i}_{i + 1}") for i in range(len(engines) - 1)]
-        back_tokens = [Signal(8, name=f"tokens_{i + 1}_{i}") for i in range(len(engines) - 1)]
+        tokens = [Signal(_TOKEN_BITS, name=f"tokens_{i}_{i + 1}") for i in range(len(engines) - 1)]
+        back_tokens = [Signal(_TOKEN_BITS, name=f"tokens_{i + 1}_{i}")
+                       for i in range(len(engines) - 1)]
         token_changes = {id(s): ([], []) for s in tokens + back_tokens}
 
         queues = []
@@ -109,6 +112,12 @@ class Controller(wiring.Component):
                 checks.append(~head.header.pop_prev | (pop_prev != 0))
             if pop_next is not None:
                 checks.append(~head.header.pop_next | (pop_next != 0))
+            # A push waits while its counter could overflow with the pushes still pending: the
+            # watchdog then reports the program instead of the count wrapping to zero.
+            if i > 0:
+                checks.append(~head.header.push_prev | (back_tokens[i - 1] < _TOKEN_LIMIT))
+            if i < len(engines) - 1:
+                checks.append(~head.header.push_next | (tokens[i] < _TOKEN_LIMIT))
             m.d.comb += ready.eq(Cat(*checks).all())
 
             dispatch = Signal(name=f"{name}_dispatch")
@@ -160,6 +169,7 @@ class Controller(wiring.Component):
             self.axi.arburst.eq(AXI_BURST_INCR),
         ]
         bus_error = Signal()
+        ar_waiting = Signal()
         engines_idle = Cat(~port.busy for port in engines).all() & Cat(~q.r_rdy for q in queues).all()
         with m.FSM():
             with m.State("IDLE"):
@@ -169,7 +179,13 @@ class Controller(wiring.Component):
                                  stopping.eq(0), bus_error.eq(0)]
                     m.next = "FETCH"
             with m.State("FETCH"):
-                with m.If(stopping):
+                with m.If(ar_waiting):  # AXI: a request, once made, is held until accepted
+                    m.d.comb += self.axi.arvalid.eq(1)
+                    with m.If(self.axi.arready):
+                        m.d.comb += progress.eq(1)
+                        m.d.sync += ar_waiting.eq(0)
+                        m.next = "BEATS"
+                with m.Elif(stopping):
                     m.next = "STOP"
                 with m.Elif(pc == self.program_length):
                     m.next = "END"
@@ -182,6 +198,8 @@ class Controller(wiring.Component):
                     with m.If(self.axi.arready):
                         m.d.comb += progress.eq(1)
                         m.next = "BEATS"
+                    with m.Else():
+                        m.d.sync += ar_waiting.eq(1)
             with m.State("BEATS"):
                 m.d.comb += self.axi.rready.eq(1)
                 with m.If(self.axi.rvalid & (self.axi.rid == FETCH_ID)):
