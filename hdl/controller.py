@@ -170,6 +170,13 @@ class Controller(wiring.Component):
         ]
         bus_error = Signal()
         ar_waiting = Signal()
+        # A burst the watchdog gave up on: its beats are taken and dropped when they come, and
+        # no fetch is issued until then (one fetch burst in flight, never a stale instruction).
+        fetch_draining = Signal()
+        with m.If(fetch_draining):
+            m.d.comb += self.axi.rready.eq(1)
+            with m.If(self.axi.rvalid & (self.axi.rid == FETCH_ID) & self.axi.rlast):
+                m.d.sync += fetch_draining.eq(0)
         engines_idle = Cat(~port.busy for port in engines).all() & Cat(~q.r_rdy for q in queues).all()
         with m.FSM():
             with m.State("IDLE"):
@@ -187,6 +194,8 @@ class Controller(wiring.Component):
                         m.next = "BEATS"
                 with m.Elif(stopping):
                     m.next = "STOP"
+                with m.Elif(fetch_draining):
+                    pass
                 with m.Elif(pc == self.program_length):
                     m.next = "END"
                 with m.Elif(self.program_base[:exact_log2(INSTRUCTION_BYTES)] != 0):
@@ -202,7 +211,10 @@ class Controller(wiring.Component):
                         m.d.sync += ar_waiting.eq(1)
             with m.State("BEATS"):
                 m.d.comb += self.axi.rready.eq(1)
-                with m.If(self.axi.rvalid & (self.axi.rid == FETCH_ID)):
+                with m.If(stopping & (error == ErrorCode.WATCHDOG)):  # a memory that never answers
+                    m.d.sync += fetch_draining.eq(1)
+                    m.next = "STOP"
+                with m.Elif(self.axi.rvalid & (self.axi.rid == FETCH_ID)):
                     m.d.comb += progress.eq(1)
                     m.d.sync += raw.eq(Cat(raw[beat_bits:], self.axi.rdata))
                     with m.If(self.axi.rresp != AXI_RESP_OKAY):
@@ -230,7 +242,8 @@ class Controller(wiring.Component):
                         m.d.comb += [raise_error.eq(ErrorCode.UNKNOWN_OPCODE), raise_index.eq(pc)]
                         m.next = "FETCH"
             with m.State("END"):
-                with m.If(stopping):
+                # An engine that fails now is idle in this same cycle: its error wins over done.
+                with m.If(stopping | (raise_error != ErrorCode.NONE)):
                     m.next = "STOP"
                 with m.Elif(engines_idle):
                     m.d.comb += self.done_event.eq(1)

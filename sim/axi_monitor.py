@@ -22,6 +22,14 @@ class AxiMonitor:
         self._w_beats = 0
         self.bytes_per_beat = len(self._port("wdata")) // 8
         cocotb.start_soon(self._watch())
+        cocotb.start_soon(self._forget_on_reset())
+
+    async def _forget_on_reset(self):
+        """A hard reset drops the write bursts in flight on both sides of the bus."""
+        while True:
+            await RisingEdge(self.dut.rst)
+            self._w_bursts.clear()
+            self._w_beats = 0
 
     def _port(self, name):
         return getattr(self.dut, f"{self.prefix}_{name}")

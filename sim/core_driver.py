@@ -29,17 +29,18 @@ class CoreDriver:
     """The host's view of one core: memory, registers, and running programs.
 
     ``backpressure`` pauses every AXI channel of the memory at random (fixed seed); ``monitor``
-    checks every AXI burst (see AxiMonitor) at some cost in simulation speed.
+    checks every AXI burst (see AxiMonitor) at some cost in simulation speed; ``ram_class``:
+    the memory model (AxiRam's constructor).
     """
 
     period_ns = 10
     """Clock period."""
 
     def __init__(self, dut, config, *, memory_size=1 << 20, backpressure=False, seed=0,
-                 monitor=True):
+                 monitor=True, ram_class=AxiRam):
         self.dut = dut
         self.config = config
-        self.ram = AxiRam(AxiBus.from_prefix(dut, "m_axi"), dut.clk, dut.rst, size=memory_size)
+        self.ram = ram_class(AxiBus.from_prefix(dut, "m_axi"), dut.clk, dut.rst, size=memory_size)
         self.lite = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), dut.clk, dut.rst)
         self.windows = []
         self.monitor = AxiMonitor(dut, self.windows) if monitor else None

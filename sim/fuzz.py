@@ -1,0 +1,793 @@
+"""Program fuzzing of the whole core: hypothesis strategies for cases, and a model of the outcome.
+
+A *case* is plain data (JSON): memory contents, access windows, PROGRAM_BASE, PROGRAM_LENGTH
+and WATCHDOG, the outcomes the core may end with, a bound on its cycles and, for valid
+programs, the expected bytes of the output window. `cases` draws them: tiled matmuls and
+conv2d (padding, strides, epilogues) from the firmware, those programs mutated (tokens flipped,
+instructions dropped, duplicated, swapped, corrupted, truncated), random instructions from the
+encoder with mostly sensible and sometimes broken fields, and raw random bytes.
+
+`predict` is the model of the outcome. Each instruction's own result is exact: the descriptor
+checks in the hardware's order (``TileCheck``, the MATMUL and SOFTMAX checks, the im2col
+check), then a walk of every element, in order, against the windows and the 32-bit address
+space. The controller is modelled as in-order queues of two instructions per engine fed by an
+in-order fetcher, and VTA-style tokens between neighbouring engines. With one consumer per
+token counter the model's final state does not depend on timing, so a program that errs
+nowhere must end done, or with WATCHDOG blaming the oldest instruction waiting for a token.
+When some reachable instruction errs, the core must stop with one of those errors (which one
+comes first depends on timing), at that instruction's index.
+"""
+import functools
+import itertools
+from collections import deque
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import numpy as np
+from amaranth.hdl import Shape
+from amaranth.lib import data
+from hypothesis import strategies as st
+
+from ..firmware.epilogue import Epilogue
+from ..firmware.matmul import (compile_conv2d, compile_matmul, conv2d_lowering,
+                               conv2d_output_shape, conv2d_weights)
+from ..firmware.program import Deps, Dim, Program, tensor
+from ..isa import (DIMS, INSTRUCTION_BYTES, ErrorCode, Header, LoadIm2colInstruction,
+                   LoadInstruction, MatmulInstruction, Opcode, ParamsInstruction,
+                   SoftmaxInstruction, SoftmaxMode, StoreInstruction)
+from .golden import apply_epilogue, conv2d_int32, matmul_int32
+
+__all__ = ["DONE", "MEMORY_SIZE", "Prediction", "cases", "predict"]
+
+MEMORY_SIZE = 1 << 20
+"""Bytes of the testbench's memory; addresses wrap around it."""
+PROGRAM, PROGRAM_SPACE = 0x00000, 0x2000
+DATA, DATA_SPACE = 0x10000, 0x8000
+OUTPUT, OUTPUT_SPACE = 0x20000, 0x8000
+TOP, TOP_SPACE = (1 << 32) - 0x10000, 0x10000
+"""The last 64 KiB of the address space: tiles there run past 4 GiB (ADDRESS_OVERFLOW)."""
+WATCHDOGS = (256, 1024)
+MAX_CYCLES = 60_000
+"""Cases whose bound is larger are not drawn (they would slow the run down)."""
+
+QUEUE_DEPTH = 2
+"""Instructions each engine's queue in the controller holds (``hdl/controller.py``)."""
+TOKEN_LIMIT = 255
+"""Token counters are 8 bits wide; a case that could exceed them is not drawn."""
+ENGINES = {Opcode.LOAD: 0, Opcode.MATMUL: 1, Opcode.SOFTMAX: 1, Opcode.STORE: 2,
+           Opcode.PARAMS: 2}
+"""Engine of each opcode, in chain order (load -> execute -> store)."""
+FETCH_CYCLES = 40
+"""Upper bound of one instruction fetch and dispatch, in cycles."""
+DONE = ("NONE", None)
+"""The outcome of a program that reaches END."""
+
+
+# --- The model -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Step:
+    """One instruction as the controller sees it."""
+    engine: int
+    pop_prev: bool
+    pop_next: bool
+    push_prev: bool
+    push_next: bool
+    error: ErrorCode
+    cycles: int
+    written: tuple = ()  # (first, last) byte addresses a STORE writes before any error
+
+
+@dataclass(frozen=True)
+class Prediction:
+    outcomes: frozenset
+    """(ErrorCode name, error index) pairs the core may end with; ``DONE`` for done."""
+    cycles: int
+    """Upper bound of the cycles to the interrupt without memory stalls."""
+    fetched: int
+    """Instructions the fetcher may queue."""
+    written: tuple
+    """(first, last) byte addresses that STOREs may write."""
+    tokens: int
+    """The largest token count reached."""
+    reaches_end: bool
+    """The fetcher reaches END (or PROGRAM_LENGTH) unless an engine error stops it first."""
+
+
+def _window_ok(windows, address, size, permission):
+    """``hdl/walker.py`` window_ok: [address, address + size) inside an enabled window."""
+    flag = 2 if permission == "read" else 3
+    return any(w[1] != 0 and w[flag] and w[0] <= address and address + size <= w[0] + w[1]
+               for w in windows)
+
+
+def _walk(addresses, windows, beat_bytes, permission):
+    """The first error of a DMA walk over in-bounds element ``addresses`` (in order), and the
+    addresses that pass before it."""
+    passed = []
+    for address in addresses:
+        if address >= 1 << 32:
+            return ErrorCode.ADDRESS_OVERFLOW, passed
+        if not _window_ok(windows, address - address % beat_bytes, beat_bytes, permission):
+            code = ErrorCode.LOAD_WINDOW if permission == "read" else ErrorCode.STORE_WINDOW
+            return code, passed
+        passed.append(address)
+    return ErrorCode.NONE, passed
+
+
+def _extents(desc):
+    return [desc.dims[d].extent for d in range(DIMS)]
+
+
+def _tensor_addresses(desc):
+    """Addresses of the in-bounds elements of a tensor descriptor, dim 0 fastest."""
+    dims = [desc.dims[d] for d in range(DIMS)]
+    for index in itertools.product(*(range(d.extent) for d in reversed(dims))):
+        coords = [d.start + i for d, i in zip(dims, reversed(index))]
+        if all(0 <= c < d.bound for c, d in zip(coords, dims)):
+            yield desc.base + sum(c * d.stride for c, d in zip(coords, dims))
+
+
+def _tile_check(desc, max_extent0, rows, elem_log2s, pool=False, pitch=0):
+    """``hdl/walker.py`` TileCheck: the descriptor's error before any access."""
+    e = _extents(desc)
+    if desc.elem_log2 not in elem_log2s:
+        return ErrorCode.BAD_ELEMENT
+    if 0 in e or e[0] > max_extent0 or pool and (e[3] != 1 or pitch == 0):
+        return ErrorCode.BAD_EXTENT
+    used = pitch * (2 * e[2] - 1) * e[3] + 2 * e[1] if pool else e[1] * e[2] * e[3]
+    if desc.sram_row + used > rows:
+        return ErrorCode.SRAM_RANGE
+    mask = (1 << desc.elem_log2) - 1
+    if any(v & mask for v in [desc.base] + [desc.dims[d].stride for d in range(DIMS)]):
+        return ErrorCode.MISALIGNED
+    return ErrorCode.NONE
+
+
+def _im2col_addresses(d):
+    """Addresses of the in-bounds elements of an im2col tile, in walk order (``Im2colWalker``)."""
+    n, p, q = d.n0, d.p0, d.q0
+    for _ in range(d.rows):
+        c, r, s = d.c0, d.r0, d.s0
+        for _ in range(d.lanes):
+            h = p * d.conv_stride - d.padding + r * d.dilation
+            w = q * d.conv_stride - d.padding + s * d.dilation
+            if n < d.batch and c < d.channels and 0 <= h < d.height and 0 <= w < d.width:
+                yield d.base + n * d.stride_n + c * d.stride_c + h * d.stride_h + w * d.stride_w
+            s, r, c = ((s + 1, r, c) if s + 1 < d.kernel_w else
+                       (0, r + 1, c) if r + 1 < d.kernel_h else (0, 0, c + 1))
+        q, p, n = ((q + 1, p, n) if q + 1 < d.out_width else
+                   (0, p + 1, n) if p + 1 < d.out_height else (0, 0, n + 1))
+
+
+def _load(config, instr, windows):
+    beat = config.axi_data_width // 8
+    if instr.header.im2col:
+        d = instr.im2col
+        if (0 in (d.rows, d.lanes, d.kernel_h, d.kernel_w, d.conv_stride)
+                or d.lanes > config.lanes):
+            return ErrorCode.BAD_EXTENT, 40
+        if d.sram_row + d.rows > config.scratchpad_rows:
+            return ErrorCode.SRAM_RANGE, 40
+        return _walk(_im2col_addresses(d), windows, beat, "read")[0], 80 + 3 * d.rows * d.lanes
+    desc = instr.tensor
+    code = _tile_check(desc, config.lanes, config.scratchpad_rows, (0,))
+    if code != ErrorCode.NONE:
+        return code, 60
+    e = _extents(desc)
+    cycles = 60 + 3 * e[0] * e[1] * e[2] * e[3]
+    return _walk(_tensor_addresses(desc), windows, beat, "read")[0], cycles
+
+
+def _store(config, instr, windows):
+    desc, epilogue = instr.tensor, instr.epilogue
+    if desc.elem_log2 != (0 if epilogue.requant else 2):
+        return ErrorCode.BAD_ELEMENT, 10, ()
+    code = _tile_check(desc, config.cols, config.accumulator_rows, (0, 2), bool(epilogue.pool),
+                       epilogue.pool_pitch)
+    if code != ErrorCode.NONE:
+        return code, 60, ()
+    code, passed = _walk(_tensor_addresses(desc), windows, config.axi_data_width // 8, "write")
+    written = (min(passed), max(passed) + (1 << desc.elem_log2) - 1) if passed else ()
+    e = _extents(desc)
+    return code, 60 + 6 * e[0] * e[1] * e[2] * e[3], written
+
+
+def _matmul(config, instr):
+    act_rows = config.probability_rows if instr.act_probabilities else config.scratchpad_rows
+    if instr.count == 0:
+        code = ErrorCode.BAD_EXTENT
+    elif (instr.weight_row + config.rows > config.scratchpad_rows
+          or instr.act_row + instr.count > act_rows
+          or instr.acc_row + instr.count > config.accumulator_rows):
+        code = ErrorCode.SRAM_RANGE
+    else:
+        code = ErrorCode.NONE
+    return code, 40 + 2 * (instr.count + config.rows + config.cols)
+
+
+def _softmax(config, instr):
+    mode = instr.mode
+    block = mode == SoftmaxMode.BLOCK.value
+    acc_rows, prob_rows = config.accumulator_rows, config.probability_rows
+    if mode not in (SoftmaxMode.BLOCK.value, SoftmaxMode.NORMALIZE.value):
+        code = ErrorCode.UNKNOWN_OPCODE
+    elif instr.count == 0 or instr.o_tiles == 0 or block and instr.tiles == 0:
+        code = ErrorCode.BAD_EXTENT
+    elif (instr.o_row + instr.o_tiles * instr.count > acc_rows
+          or instr.state_row + instr.count > prob_rows
+          or block and (instr.score_row + instr.tiles * instr.count > acc_rows
+                        or instr.p_row + instr.tiles * instr.count > prob_rows)):
+        code = ErrorCode.SRAM_RANGE
+    else:
+        code = ErrorCode.NONE
+    per_query = 2 * instr.tiles + instr.o_tiles if block else max(instr.o_tiles, 10)
+    return code, 60 + 2 * instr.count * per_query
+
+
+def _opcode(raw):
+    """The opcode of instruction bytes ``raw``: an `Opcode`, or None when it is not one."""
+    value = raw[0] & ((1 << Opcode.as_shape().width) - 1)
+    return Opcode(value) if value in {op.value for op in Opcode} else None
+
+
+@functools.cache
+def _unpacker(layout):
+    """A function from bits to the fields of ``layout`` as plain integers (namespaces and lists
+    for structs and arrays): `isa.decode`'s views are too slow for fuzzing."""
+    if isinstance(layout, data.StructLayout):
+        fields = [(name, field.offset, _unpacker(field.shape)) for name, field in layout]
+        return lambda bits: SimpleNamespace(**{name: unpack(bits >> offset)
+                                               for name, offset, unpack in fields})
+    if isinstance(layout, data.ArrayLayout):
+        unpack, size = _unpacker(layout.elem_shape), Shape.cast(layout.elem_shape).width
+        return lambda bits: [unpack(bits >> (i * size)) for i in range(layout.length)]
+    shape = Shape.cast(layout)
+    mask, sign = (1 << shape.width) - 1, 1 << (shape.width - 1)
+    if shape.signed:
+        return lambda bits: ((bits & mask) ^ sign) - sign
+    return lambda bits: bits & mask
+
+
+_LAYOUTS = {Opcode.LOAD: LoadInstruction, Opcode.MATMUL: MatmulInstruction,
+            Opcode.STORE: StoreInstruction, Opcode.PARAMS: ParamsInstruction,
+            Opcode.SOFTMAX: SoftmaxInstruction}
+
+
+def _instruction_step(config, raw, windows):
+    """The `_Step` of instruction bytes ``raw`` (an opcode of an engine)."""
+    opcode = _opcode(raw)
+    bits = int.from_bytes(raw, "little")
+    header = _unpacker(Header)(bits)
+    layout = LoadIm2colInstruction if opcode == Opcode.LOAD and header.im2col else _LAYOUTS[opcode]
+    instr = _unpacker(layout)(bits)
+    written = ()
+    if opcode == Opcode.LOAD:
+        code, cycles = _load(config, instr, windows)
+    elif opcode == Opcode.STORE:
+        code, cycles, written = _store(config, instr, windows)
+    elif opcode == Opcode.MATMUL:
+        code, cycles = _matmul(config, instr)
+    elif opcode == Opcode.SOFTMAX:
+        code, cycles = _softmax(config, instr)
+    else:
+        code, cycles = ErrorCode.NONE, 10
+    engine = ENGINES[opcode]
+    return _Step(engine=engine, error=code, cycles=cycles, written=written,
+                 pop_prev=engine > 0 and bool(header.pop_prev),
+                 pop_next=engine < 2 and bool(header.pop_next),
+                 push_prev=engine > 0 and bool(header.push_prev),
+                 push_next=engine < 2 and bool(header.push_next))
+
+
+def predict(config, image, windows, program_base, program_length, watchdog):
+    """What the core must do with the memory ``image`` (MEMORY_SIZE bytes), ``windows`` (base,
+    size, readable, writable) and the program registers: a `Prediction`."""
+    queues = [deque() for _ in range(3)]
+    forward = [0, 0]   # forward[i]: tokens from engine i to i + 1
+    backward = [0, 0]  # backward[i]: tokens from engine i + 1 to i
+    errors = set()
+    written = []
+    pc, fetching, ended = 0, True, False
+    cycles = most_tokens = 0
+    moved = True
+    while moved:
+        moved = False
+        for engine, queue in enumerate(queues):
+            while queue:
+                index, step = queue[0]
+                if (step.pop_prev and forward[engine - 1] == 0
+                        or step.pop_next and backward[engine] == 0):
+                    break
+                queue.popleft()
+                moved = True
+                if step.pop_prev:
+                    forward[engine - 1] -= 1
+                if step.pop_next:
+                    backward[engine] -= 1
+                # An instruction that errs also "completes" here: the model then reaches every
+                # instruction the core could reach before its first error.
+                if step.push_prev:
+                    backward[engine - 1] += 1
+                if step.push_next:
+                    forward[engine] += 1
+                most_tokens = max(most_tokens, *forward, *backward)
+                cycles += step.cycles
+                if step.error != ErrorCode.NONE:
+                    errors.add((step.error.name, index))
+                if step.written:
+                    written.append(step.written)
+        if not fetching:
+            continue
+        address = (program_base + pc * INSTRUCTION_BYTES) % (1 << 32)
+        fault = None
+        if pc == program_length:
+            fetching, ended = False, True
+        elif program_base % INSTRUCTION_BYTES:
+            fault = ErrorCode.MISALIGNED
+        elif not _window_ok(windows, address, INSTRUCTION_BYTES, "read"):
+            fault = ErrorCode.PROGRAM_WINDOW
+        else:
+            offset = address % MEMORY_SIZE
+            raw = bytes(image[offset:offset + INSTRUCTION_BYTES])
+            opcode = _opcode(raw)
+            if opcode == Opcode.END:
+                fetching, ended = False, True
+            elif opcode is None:
+                fault = ErrorCode.UNKNOWN_OPCODE
+            else:
+                step = _instruction_step(config, raw, windows)
+                if len(queues[step.engine]) < QUEUE_DEPTH:  # else the fetcher waits
+                    queues[step.engine].append((pc, step))
+                    pc += 1
+                    cycles += FETCH_CYCLES
+                    moved = True
+        if fault is not None:
+            errors.add((fault.name, pc))
+            fetching = False
+        if not fetching:
+            moved = True  # one more pass for the engines, without the fetcher
+    cycles += FETCH_CYCLES + 500
+    if errors:
+        outcomes = errors
+    elif ended and not any(queues):
+        outcomes = {DONE}
+    else:
+        outcomes = {(ErrorCode.WATCHDOG.name, min(q[0][0] for q in queues if q))}
+        cycles += watchdog
+    return Prediction(outcomes=frozenset(outcomes), cycles=cycles, fetched=pc,
+                      written=tuple(written), tokens=most_tokens, reaches_end=ended)
+
+
+# --- Strategies ----------------------------------------------------------------------------
+
+@functools.cache
+def _one_in(count):
+    # sampled_from draws about uniformly; one_of and integers lean to some branches and values.
+    return st.sampled_from([True] + [False] * (count - 1))
+
+
+@st.composite
+def _rarely(draw, usual, rare, one_in):
+    """``usual``, and about one draw in ``one_in`` ``rare``."""
+    return draw(rare if draw(_one_in(one_in)) else usual)
+
+
+_U32 = st.integers(0, (1 << 32) - 1)
+_U16 = st.integers(0, (1 << 16) - 1)
+DEFECTS = ("address", "shape", "sram", "element", "stride", "padding")
+"""Kinds of fields a random instruction may have broken (see `_odds`)."""
+
+
+def _odds(defect):
+    """How rarely (one in so many draws) each kind of field takes an edge or broken value: one
+    in two for the ``defect`` kind, one in 48 for the others."""
+    return {kind: 2 if kind == defect else 48 for kind in DEFECTS}
+
+
+def _address(inside_base, inside_size, span, one_in):
+    """A byte address: mostly one where ``span`` more bytes stay inside the area, else at its
+    edge, anywhere in 4 GiB, or just below 4 GiB."""
+    last = max(inside_base, inside_base + inside_size - span - 1)
+    end = inside_base + inside_size
+    return _rarely(st.integers(inside_base, min(last, (1 << 32) - 1)), st.one_of(
+        st.integers(end - 64, min(end + 64, (1 << 32) - 1)), _U32,
+        st.integers((1 << 32) - 4096, (1 << 32) - 1)), one_in)
+
+
+@st.composite
+def _dims(draw, max_extent0, max_rows, elem_bytes, odds):
+    extents = [draw(_rarely(st.integers(1, max_extent0),
+                            st.sampled_from([0, max_extent0 + 1, 0xFFFF]), odds["shape"]))]
+    for limit in (6, 3, 2):
+        extents.append(draw(_rarely(st.integers(1, limit),
+                                    st.sampled_from([0, max_rows + 1, 0xFFFF]), odds["shape"])))
+    dims = []
+    for d, extent in enumerate(extents):
+        bound = draw(_rarely(st.integers(1, 8), st.sampled_from([0, 0x100, 0xFFFF]),
+                             odds["padding"]))
+        start = draw(_rarely(st.integers(-2, max(bound - 1, 0)),
+                             st.sampled_from([-0x8000, -0x100, bound, 0x7FFF]), odds["padding"]))
+        usual = st.sampled_from([1, 1, 1, 2, 3, 8]) if d == 0 else st.integers(0, 48)
+        stride = draw(_rarely(usual.map(lambda s: s * elem_bytes),
+                              st.one_of(_U32, st.just(0xFFFFFFFF), st.integers(1, 7),
+                                        st.integers(0x10000, 0x1000000)), odds["stride"]))
+        dims.append(Dim(extent=extent, start=start, bound=bound, stride=stride))
+    return dims
+
+
+def _span(dims):
+    """Bytes from the base to past the furthest in-bounds element (0 when all are padding)."""
+    return sum(max(d.bound - 1, 0) * d.stride for d in dims) + 8
+
+
+@st.composite
+def _descriptor(draw, max_extent0, rows, area, elem_bytes, odds):
+    dims = draw(_dims(max_extent0, rows, elem_bytes, odds))
+    used = dims[1].extent * dims[2].extent * dims[3].extent
+    sram_row = draw(_rarely(st.integers(0, max(rows - used, 0)), _U16, odds["sram"]))
+    base = draw(_address(*area, span=_span(dims), one_in=odds["address"]))
+    if draw(_rarely(st.just(True), st.just(False), odds["stride"])):
+        base -= base % elem_bytes
+    return tensor(base, elem_bytes, sram_row, dims)
+
+
+_ELEMENTS = st.sampled_from([1, 2, 4, 8])
+
+
+@st.composite
+def _im2col(draw, config, odds):
+    def field(low, high, width):
+        return draw(_rarely(st.integers(low, high), st.integers(0, (1 << width) - 1),
+                            3 * odds["shape"]))
+
+    batch, channels, height, width = (field(1, 2, 16), field(1, 3, 16), field(1, 6, 16),
+                                      field(1, 6, 16))
+    strides = [1, width, width * height, width * height * channels]
+    rows = field(1, 8, 16)
+    return {"base": draw(_address(DATA, DATA_SPACE, span=strides[3] * batch,
+                                  one_in=odds["address"])),
+            "sram_row": draw(_rarely(st.integers(0, max(config.scratchpad_rows - rows, 0)), _U16,
+                                     odds["sram"])),
+            "rows": rows, "lanes": field(1, config.lanes, 16),
+            "batch": batch, "channels": channels, "height": height, "width": width,
+            "out_height": field(1, 6, 16), "out_width": field(1, 6, 16),
+            "kernel_h": field(1, 3, 8), "kernel_w": field(1, 3, 8),
+            "conv_stride": field(1, 2, 8), "dilation": field(1, 2, 8), "padding": field(0, 2, 8),
+            "n0": field(0, 1, 16), "p0": field(0, 5, 16), "q0": field(0, 5, 16),
+            "c0": field(0, 2, 16), "r0": field(0, 2, 8), "s0": field(0, 2, 8),
+            "stride_n": field(strides[3], strides[3], 32),
+            "stride_c": field(strides[2], strides[2], 32),
+            "stride_h": field(strides[1], strides[1], 32), "stride_w": field(1, 1, 32)}
+
+
+@st.composite
+def _deps(draw, density):
+    flag = st.sampled_from([True] + [False] * density) if density else st.just(False)
+    return Deps(pop_prev=draw(flag), pop_next=draw(flag), push_prev=draw(flag),
+                push_next=draw(flag))
+
+
+@st.composite
+def _epilogue_fields(draw):
+    requant = draw(st.booleans())
+    pool = draw(_rarely(st.just(False), st.just(True), 6))
+    return {"bias": int(draw(st.booleans())), "requant": int(requant),
+            "relu": int(draw(st.booleans())), "pool": int(pool),
+            "pool_pitch": draw(st.integers(0, 6)) if pool else 0}
+
+
+def _with_bits(raw, offset, width, value):
+    """Instruction bytes ``raw`` with bits [offset, offset + width) set to ``value``."""
+    bits = int.from_bytes(raw, "little")
+    mask = ((1 << width) - 1) << offset
+    bits = bits & ~mask | (value << offset) & mask
+    return bits.to_bytes(len(raw), "little")
+
+
+@st.composite
+def _instruction(draw, config, density):
+    """Encoded bytes of one random instruction: sensible fields, edge values now and then, and
+    in half of them one kind of field (`DEFECTS`) often broken."""
+    kind = draw(st.sampled_from(["load"] * 6 + ["im2col", "params", "softmax", "end"] * 2
+                                + ["matmul", "store"] * 4 + ["unknown"]))
+    odds = _odds(draw(st.sampled_from([None] * len(DEFECTS) + list(DEFECTS))))
+    deps = draw(_deps(density))
+    program = Program()
+    sp_rows, acc_rows = config.scratchpad_rows, config.accumulator_rows
+
+    def rows(limit, used):
+        return draw(_rarely(st.integers(0, max(limit - used, 0)), _U16, odds["sram"]))
+
+    if kind == "load":
+        elem = draw(_rarely(st.just(1), _ELEMENTS, odds["element"]))
+        area = draw(_rarely(st.just((DATA, DATA_SPACE)), st.just((TOP, TOP_SPACE)), 8))
+        program.load(draw(_descriptor(config.lanes, sp_rows, area, elem, odds)), deps)
+    elif kind == "im2col":
+        program.load_im2col(draw(_im2col(config, odds)), deps)
+    elif kind == "matmul":
+        count = draw(_rarely(st.integers(1, 16), _U16, odds["shape"]))
+        probabilities = draw(_rarely(st.just(False), st.just(True), odds["element"]))
+        act_rows = config.probability_rows if probabilities else sp_rows
+        program.matmul(rows(sp_rows, config.rows), rows(act_rows, count), rows(acc_rows, count),
+                       count, accumulate=draw(st.booleans()), act_probabilities=probabilities,
+                       deps=deps)
+    elif kind == "store":
+        epilogue = draw(_epilogue_fields())
+        elem = draw(_rarely(st.just(1 if epilogue["requant"] else 4), _ELEMENTS, odds["element"]))
+        area = draw(_rarely(st.just((OUTPUT, OUTPUT_SPACE)), st.just((TOP, TOP_SPACE)), 8))
+        program.store(draw(_descriptor(config.cols, acc_rows, area, elem, odds)), epilogue, deps)
+    elif kind == "params":
+        entries = draw(st.lists(st.tuples(st.integers(-2**31, 2**31 - 1), _U16,
+                                          st.integers(0, 63)), min_size=1, max_size=8))
+        program.params(entries, first_lane=draw(st.integers(0, config.cols + 4)),
+                       broadcast=draw(st.booleans()))
+    elif kind == "softmax":
+        count, tiles, o_tiles = (draw(_rarely(st.integers(1, 4), st.integers(0, 255),
+                                              odds["shape"])) for _ in range(3))
+        program.softmax(draw(st.sampled_from(list(SoftmaxMode))), count=count, tiles=tiles,
+                        o_tiles=o_tiles, first=draw(st.booleans()), causal=draw(st.booleans()),
+                        keys=draw(st.integers(0, 16)), causal_offset=draw(st.integers(-8, 8)),
+                        score_row=rows(acc_rows, tiles * count),
+                        p_row=rows(config.probability_rows, tiles * count),
+                        o_row=rows(acc_rows, o_tiles * count),
+                        state_row=rows(config.probability_rows, count),
+                        scale_multiplier=draw(_U16), scale_shift=draw(st.integers(0, 63)),
+                        deps=deps)
+        if draw(_rarely(st.just(False), st.just(True), odds["element"])):
+            program.instructions[0] = _with_bits(program.instructions[0],
+                                                 SoftmaxInstruction["mode"].offset, 2,
+                                                 draw(st.integers(2, 3)))
+    elif kind == "end":
+        program.end()
+    else:
+        unknown = [v for v in range(16) if v not in {op.value for op in Opcode}]
+        return bytes([draw(st.sampled_from(unknown))]) + draw(st.binary(min_size=63, max_size=63))
+    return program.instructions[0]
+
+
+_STANDARD_WINDOWS = [(PROGRAM, PROGRAM_SPACE, True, False), (DATA, DATA_SPACE, True, False),
+                     (OUTPUT, OUTPUT_SPACE, False, True)]
+
+
+@st.composite
+def _windows(draw):
+    """The standard program, data and output windows, sometimes shrunk, disabled, shifted or
+    with other permissions, and sometimes a fourth: random, or ``TOP``."""
+    windows = []
+    for base, size, readable, writable in _STANDARD_WINDOWS:
+        if draw(_rarely(st.just(False), st.just(True), 6)):
+            base = (base + draw(st.sampled_from([0, 0, 4, 8, 64, -64]))) % (1 << 32)
+            size = draw(st.sampled_from([0, 64, 192, size // 2, size - 4, size + 64]))
+            readable, writable = draw(st.sampled_from([(True, False), (False, True), (True, True),
+                                                       (False, False)]))
+        windows.append((base, size, readable, writable))
+    if draw(_rarely(st.just(False), st.just(True), 4)):
+        base, size = draw(st.one_of(st.just((TOP, TOP_SPACE)),
+                                    st.tuples(st.one_of(_U32, st.just(0)),
+                                              st.one_of(_U32, st.just(0xFFFFFFFF)))))
+        windows.append((base, size, draw(st.booleans()), draw(st.booleans())))
+    return windows
+
+
+@st.composite
+def _program_registers(draw, instructions):
+    """PROGRAM_BASE and PROGRAM_LENGTH for a program of ``instructions``."""
+    base = draw(_rarely(st.just(PROGRAM), st.one_of(
+        st.integers(1, 63).map(lambda k: PROGRAM + k),
+        st.integers(1, 64).map(lambda k: PROGRAM + PROGRAM_SPACE - INSTRUCTION_BYTES * k),
+        st.just(0x80000), _U32), 8))
+    length = draw(_rarely(st.just(instructions), st.one_of(
+        st.just(0), st.integers(0, instructions + 4), st.just(0xFFFFFFFF), _U32), 4))
+    return base, length
+
+
+def _aliases(a, b):
+    """Byte ranges ``a`` and ``b`` (first, last) share a byte of the memory."""
+    if a[1] - a[0] >= MEMORY_SIZE or b[1] - b[0] >= MEMORY_SIZE:
+        return True
+    a_first, b_first = a[0] % MEMORY_SIZE, b[0] % MEMORY_SIZE
+    return any(a_first <= b_first + shift + b[1] - b[0] and b_first + shift <= a_first + a[1] - a[0]
+               for shift in (-MEMORY_SIZE, 0, MEMORY_SIZE))
+
+
+def _case(config, name, *, program, windows, base, length, watchdog, memory=(), check=(),
+          soft_reset=True):
+    """A case dict, or None when it is not fit to run (too long, tokens past their counters,
+    or stores that could overwrite instructions)."""
+    writes = []  # (offset, bytes) inside the memory, which addresses wrap around
+    for address, content in [(base, program), *memory]:
+        at = address % MEMORY_SIZE
+        writes += [(at, content[:MEMORY_SIZE - at])] + ([(0, content[MEMORY_SIZE - at:])]
+                                                         if len(content) > MEMORY_SIZE - at else [])
+    image = bytearray(MEMORY_SIZE)
+    for at, content in writes:
+        image[at:at + len(content)] = content
+    prediction = predict(config, image, windows, base, length, watchdog)
+    fetched = (base, base + (prediction.fetched + 3 * QUEUE_DEPTH + 1) * INSTRUCTION_BYTES)
+    overwrites = any(_aliases(fetched, written) for written in prediction.written)
+    if prediction.cycles > MAX_CYCLES or prediction.tokens > TOKEN_LIMIT or overwrites:
+        return None
+    return {"name": name, "memory": [[at, bytes(content).hex()] for at, content in writes],
+            "windows": [list(w) for w in windows], "program_base": base, "program_length": length,
+            "watchdog": watchdog, "expect": sorted(map(list, prediction.outcomes)),
+            "reaches_end": prediction.reaches_end, "cycles": prediction.cycles,
+            "check": [[address, content.hex()] for address, content in check],
+            "soft_reset": soft_reset}
+
+
+def _output_check(expected):
+    """The output window for ``expected`` (an array stored at OUTPUT) and its bytes after the
+    run: the array, then zeros to the window's end."""
+    content = np.ascontiguousarray(expected).astype(expected.dtype.newbyteorder("<")).tobytes()
+    size = -(-len(content) // 64) * 64
+    return (OUTPUT, size, False, True), [(OUTPUT, content + bytes(size - len(content)))]
+
+
+@st.composite
+def _epilogue_options(draw, channels, pool_allowed):
+    if not draw(st.booleans()):
+        return {}
+    per = st.sampled_from(["tensor", "channel"])
+    options = {}
+    if draw(st.booleans()):
+        options["bias"] = (draw(st.integers(-5000, 5000)) if draw(per) == "tensor" else
+                           np.array(draw(st.lists(st.integers(-5000, 5000), min_size=channels,
+                                                  max_size=channels))))
+    if draw(st.booleans()):
+        if draw(per) == "tensor":
+            options["requant"] = (draw(st.integers(0, 65535)), draw(st.integers(0, 24)))
+        else:
+            options["requant"] = tuple(np.array(draw(st.lists(values, min_size=channels,
+                                                              max_size=channels)))
+                                       for values in (st.integers(0, 65535), st.integers(0, 24)))
+    options["relu"] = draw(st.booleans())
+    options["pool"] = pool_allowed and draw(st.booleans())
+    return options
+
+
+def _random_bytes(draw, shape):
+    seed = draw(st.integers(0, 2**32 - 1))
+    return np.random.default_rng(seed).integers(-128, 128, shape, dtype=np.int8)
+
+
+@st.composite
+def matmul_cases(draw, config):
+    """A tiled matmul from the firmware, maybe with an epilogue: bit-exact against numpy."""
+    m, k, n = draw(st.integers(1, 40)), draw(st.integers(1, 24)), draw(st.integers(1, 20))
+    a, b = _random_bytes(draw, (m, k)), _random_bytes(draw, (k, n))
+    options = draw(_epilogue_options(n, pool_allowed=False))
+    options.pop("pool", None)
+    epilogue = Epilogue.from_options(n, **options)
+    b_addr = DATA + -(-a.size // 64) * 64
+    program = compile_matmul(config, m, k, n, a_addr=DATA, b_addr=b_addr, c_addr=OUTPUT,
+                             epilogue=epilogue)
+    expected = apply_epilogue(matmul_int32(a, b), channel_axis=1, **options)
+    output, check = _output_check(expected)
+    name = f"matmul {m}x{k}x{n} {sorted(options)}"
+    return _valid_case(config, name, program, [(DATA, a.tobytes()), (b_addr, b.tobytes())],
+                       output, check, draw(_run_options()))
+
+
+@st.composite
+def conv2d_cases(draw, config):
+    """A conv2d from the firmware (either lowering, padding, strides, dilation, epilogues)."""
+    n, c, k = draw(st.integers(1, 2)), draw(st.integers(1, 5)), draw(st.integers(1, 6))
+    x_shape = (n, c, draw(st.integers(2, 8)), draw(st.integers(2, 8)))
+    w_shape = (k, c, draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    conv = {"stride": draw(st.integers(1, 2)), "padding": draw(st.integers(0, 2)),
+            "dilation": draw(st.integers(1, 2))}
+    try:
+        p, q = conv2d_output_shape(x_shape, w_shape, **conv)[2:]
+    except ValueError:
+        return None
+    options = draw(_epilogue_options(k, pool_allowed=p >= 2 and q >= 2))
+    epilogue = Epilogue.from_options(k, **options)
+    lowering = draw(st.sampled_from([None, "im2col"])) or conv2d_lowering(config, x_shape, w_shape,
+                                                                        epilogue)
+    x, w = _random_bytes(draw, x_shape), _random_bytes(draw, w_shape)
+    w_addr = DATA + -(-x.size // 64) * 64
+    program = compile_conv2d(config, x_shape, w_shape, **conv, x_addr=DATA, w_addr=w_addr,
+                             y_addr=OUTPUT, epilogue=epilogue, lowering=lowering)
+    expected = apply_epilogue(conv2d_int32(x, w, **conv), channel_axis=1, spatial_axes=(2, 3),
+                              **options)
+    output, check = _output_check(expected)
+    name = f"conv2d {lowering} x{x_shape} w{w_shape} {conv} {sorted(options)}"
+    memory = [(DATA, x.tobytes()), (w_addr, conv2d_weights(w, lowering).tobytes())]
+    return _valid_case(config, name, program, memory, output, check, draw(_run_options()))
+
+
+@st.composite
+def _run_options(draw):
+    """PROGRAM_LENGTH past the END of a valid program, WATCHDOG, and a soft reset after."""
+    return (draw(_rarely(st.just(0), st.integers(1, 1000), 8)), draw(st.sampled_from(WATCHDOGS)),
+            draw(st.booleans()))
+
+
+def _valid_case(config, name, program, memory, output, check, options):
+    extra_length, watchdog, soft_reset = options
+    if PROGRAM + program.size > DATA:
+        return None
+    windows = [(PROGRAM, max(PROGRAM_SPACE, program.size), True, False), _STANDARD_WINDOWS[1],
+               output]
+    case = _case(config, name, program=program.to_bytes(), windows=windows, base=PROGRAM,
+                 length=len(program) + extra_length, watchdog=watchdog, memory=memory,
+                 check=check, soft_reset=soft_reset)
+    if case is not None and case["expect"] != [list(DONE)]:
+        raise AssertionError(f"the model expects {case['expect']} from a valid program: {name}")
+    return case
+
+
+@st.composite
+def mutated_cases(draw, config):
+    """A firmware matmul program with tokens flipped, instructions dropped, duplicated, swapped
+    or corrupted, or cut short; windows and registers maybe broken as well."""
+    m, k, n = draw(st.integers(1, 12)), draw(st.integers(1, 12)), draw(st.integers(1, 12))
+    b_addr = DATA + -(-m * k // 64) * 64
+    instructions = list(compile_matmul(config, m, k, n, a_addr=DATA, b_addr=b_addr,
+                                       c_addr=OUTPUT).instructions)
+    names = []
+    for _ in range(draw(st.integers(1, 3))):
+        kind = draw(st.sampled_from(["flip", "flip", "drop", "duplicate", "swap", "byte", "cut"]))
+        i = draw(st.integers(0, len(instructions) - 1))
+        if kind == "flip":
+            bit = draw(st.integers(4, 7))  # pop_prev, pop_next, push_prev, push_next
+            instructions[i] = _with_bits(instructions[i], bit, 1, instructions[i][0] >> bit ^ 1)
+        elif kind == "drop" and len(instructions) > 1:
+            del instructions[i]
+        elif kind == "duplicate":
+            instructions.insert(i, instructions[i])
+        elif kind == "swap":
+            j = draw(st.integers(0, len(instructions) - 1))
+            instructions[i], instructions[j] = instructions[j], instructions[i]
+        elif kind == "byte":
+            at = draw(st.integers(0, INSTRUCTION_BYTES - 1))
+            instructions[i] = (instructions[i][:at] + bytes([draw(st.integers(0, 255))])
+                               + instructions[i][at + 1:])
+        elif kind == "cut":
+            instructions = instructions[:i + 1]
+        names.append(f"{kind}@{i}")
+    memory = [(DATA, draw(st.binary(min_size=m * k, max_size=m * k))),
+              (b_addr, draw(st.binary(min_size=k * n, max_size=k * n)))]
+    base, length = draw(_program_registers(len(instructions)))
+    return _case(config, f"mutated matmul {m}x{k}x{n} {' '.join(names)}",
+                 program=b"".join(instructions), windows=draw(_windows()), base=base,
+                 length=length, watchdog=draw(st.sampled_from(WATCHDOGS)), memory=memory,
+                 soft_reset=draw(st.booleans()))
+
+
+@st.composite
+def random_cases(draw, config):
+    """Random instructions from the encoder: mostly sensible fields, sometimes broken ones,
+    with no, few or many dependency tokens; maybe without END, or with garbage after it."""
+    density = draw(st.sampled_from([0, 2, 4, 8]))
+    instructions = draw(st.lists(_instruction(config, density), min_size=1, max_size=16))
+    if draw(st.booleans()):
+        instructions.append(Program().end().instructions[0])
+    tail = draw(_rarely(st.just(b""), st.binary(min_size=64, max_size=512), 8))
+    base, length = draw(_program_registers(len(instructions)))
+    memory = [(DATA, draw(st.binary(min_size=64, max_size=256)))]
+    return _case(config, f"random ({len(instructions)} instructions, token density {density})",
+                 program=b"".join(instructions) + tail, windows=draw(_windows()), base=base,
+                 length=length, watchdog=draw(st.sampled_from(WATCHDOGS)), memory=memory,
+                 soft_reset=draw(st.booleans()))
+
+
+@st.composite
+def raw_cases(draw, config):
+    """Raw random bytes as a program."""
+    count = draw(st.integers(1, 8))
+    size = count * INSTRUCTION_BYTES
+    program = draw(st.binary(min_size=size, max_size=size))
+    base, length = draw(_program_registers(count))
+    return _case(config, f"raw bytes ({count} instructions)", program=program,
+                 windows=draw(_windows()), base=base, length=length,
+                 watchdog=draw(st.sampled_from(WATCHDOGS)), soft_reset=draw(st.booleans()))
+
+
+def cases(config):
+    """Cases of every kind (see the module docstring): an eighth each valid matmuls, valid
+    conv2d and raw bytes, a quarter mutated firmware programs, three eighths random ones."""
+    kinds = [matmul_cases, conv2d_cases, raw_cases] + [mutated_cases] * 2 + [random_cases] * 3
+    return (st.sampled_from([kind(config) for kind in kinds]).flatmap(lambda kind: kind)
+            .filter(lambda case: case is not None))

@@ -1,0 +1,90 @@
+"""cocotb module: the fuzz cases of `sim/fuzz.py` on the core, one after another in one session.
+
+TPUGEN_TB (JSON) carries ``config``, ``cases`` (the path of a JSON list of cases), ``seed``,
+``backpressure`` and ``slack`` (the cycle bound of a case is ``slack`` times its model's
+bound). What the core did with each case goes to stats.json; tests/test_fuzz_verilator.py
+compares it with the case. The core is soft reset after an error, after an outcome the case
+does not allow (so the next case starts clean), and when the case asks for it; a case that does
+not end within its bound stops the session.
+"""
+import json
+import os
+from pathlib import Path
+
+import cocotb
+from cocotb.simtime import get_sim_time
+from cocotb.triggers import RisingEdge, SimTimeoutError, with_timeout
+
+from tpugen import CoreConfig
+
+from ..hdl.csr import register
+from ..isa import ErrorCode
+from .core_driver import CoreDriver
+from .fuzz import MEMORY_SIZE
+
+CLOCK_NS = 10
+START = register("CONTROL").layout.const({"start": 1}).as_bits()
+
+
+async def _run(core, case, slack):
+    """Run one case; its outcome as plain data."""
+    dut = core.dut
+    core.ram.mem.clear()
+    for offset, data in case["memory"]:
+        core.ram.write(offset, bytes.fromhex(data))
+    windows = [tuple(w) for w in case["windows"]]
+    if windows != core.windows:
+        await core.set_windows(windows)
+    for name, key in (("PROGRAM_BASE", "program_base"), ("PROGRAM_LENGTH", "program_length"),
+                      ("WATCHDOG", "watchdog")):
+        await core.write(name, case[key])
+    outcome = {"irq_before": int(dut.irq.value)}
+    seen = len(core.monitor.errors)
+    started = get_sim_time("ns")
+    await core.write("CONTROL", START)
+    try:
+        await with_timeout(RisingEdge(dut.irq), slack * case["cycles"] * CLOCK_NS, "ns")
+    except SimTimeoutError:
+        return {**outcome, "hang": True, "status": await core.read("STATUS"),
+                "monitor": core.monitor.errors[seen:]}
+    outcome["latency"] = int((get_sim_time("ns") - started) // CLOCK_NS)
+    status = register("STATUS").layout.from_bits(await core.read("STATUS"))
+    outcome.update({
+        "hang": False, "busy": int(status.busy), "done": int(status.done),
+        "error_bit": int(status.error),
+        "error": ErrorCode(await core.read("ERROR_CODE")).name,
+        "index": await core.read("ERROR_INDEX"),
+        "cycles": await core.read("CYCLES_LO"),
+        "irq_status": await core.read("IRQ_STATUS"),
+    })
+    await core.write("IRQ_STATUS", 0b11)
+    outcome["irq_after_ack"] = int(dut.irq.value)
+    outcome["check"] = [core.ram.read(address, len(content) // 2).hex()
+                        for address, content in case["check"]]
+    ended = [outcome["error"], None if outcome["error"] == "NONE" else outcome["index"]]
+    if outcome["error"] != "NONE" or case["soft_reset"] or ended not in case["expect"]:
+        await core.soft_reset()
+        outcome["status_after_reset"] = await core.read("STATUS")
+    outcome["monitor"] = core.monitor.errors[seen:]
+    return outcome
+
+
+@cocotb.test()
+async def fuzz(dut):
+    """Every case: start, wait for the interrupt (bounded), record the outcome."""
+    params = json.loads(os.environ["TPUGEN_TB"])
+    config = CoreConfig.from_json(params["config"])
+    cases = json.loads(Path(params["cases"]).read_text())
+    core = CoreDriver(dut, config, memory_size=MEMORY_SIZE, backpressure=params["backpressure"],
+                      seed=params["seed"])
+    await core.reset()
+    await core.write("IRQ_ENABLE", 1)
+    outcomes = []
+    for case in cases:
+        outcomes.append(await _run(core, case, params["slack"]))
+        if outcomes[-1]["hang"]:
+            break
+    with open("stats.json", "w") as f:
+        json.dump({"programs": len(outcomes), "outcomes": outcomes,
+                   "reads": core.monitor.reads, "writes": core.monitor.writes}, f)
+
