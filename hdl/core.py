@@ -1,6 +1,7 @@
 """`tpu_core`: the array with its memories, DMA engines, controller and control registers."""
 from amaranth.hdl import Module, Mux, ResetInserter, Signal
 from amaranth.lib import memory, wiring
+from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import Out
 
 from .axi import axi_lite_signature, axi_read_signature, axi_write_signature, flat_ports
@@ -42,6 +43,13 @@ class TpuCore(wiring.Component):
         cfg = self.config
 
         m.submodules.csr = csr = ControlRegisters(cfg)
+        # A soft reset resets the datapath at once; `resetting` lasts until the bursts it left on
+        # the bus are finished (`_quiesce`), and a start in that time waits for it.
+        resetting = Signal()
+        start_waiting = Signal()
+        start = Signal()
+        m.d.comb += start.eq((csr.start | start_waiting) & ~resetting)
+        m.d.sync += start_waiting.eq((csr.start | start_waiting) & resetting)
         _connect_flat(m, "s_axil", self, csr.bus)
         m.d.comb += self.irq.eq(csr.irq)
 
@@ -73,14 +81,14 @@ class TpuCore(wiring.Component):
         wiring.connect(datapath, execute.prob_read, probabilities.read_port())
 
         m.d.comb += [
-            controller.start.eq(csr.start),
+            controller.start.eq(start),
             controller.program_base.eq(csr.program_base),
             controller.program_length.eq(csr.program_length),
             controller.windows.eq(csr.windows),
             controller.watchdog_limit.eq(csr.watchdog_limit),
             load.windows.eq(csr.windows),
             store.windows.eq(csr.windows),
-            csr.busy.eq(controller.busy),
+            csr.busy.eq(controller.busy | resetting),
             csr.done_event.eq(controller.done_event),
             csr.error_event.eq(controller.error_event),
             csr.error_code.eq(controller.error_code),
@@ -98,13 +106,17 @@ class TpuCore(wiring.Component):
                 port.progress.eq(engine.progress),
             ]
 
-        self._read_arbiter(datapath, controller.axi, load.axi)
-        _connect_flat(m, "m_axi", self, store.axi)
+        width = cfg.axi_data_width
+        bus = wiring.Signature({**flat_ports("m_axi", axi_read_signature(width)),
+                                **flat_ports("m_axi", axi_write_signature(width))}).create()
+        self._read_arbiter(datapath, bus, controller.axi, load.axi)
+        _connect_flat(datapath, "m_axi", bus, store.axi)
+        self._quiesce(m, bus, csr.soft_reset, resetting)
         self._counters(datapath, csr, controller, engines)
         return m
 
-    def _read_arbiter(self, m, fetch, load):
-        """Share AR between instruction fetch and the load engine; route R by ID.
+    def _read_arbiter(self, m, bus, fetch, load):
+        """Share AR of ``bus`` between instruction fetch and the load engine; route R by ID.
 
         A grant holds while its ARVALID waits, so the address never changes under ARVALID."""
         grant_load = Signal()
@@ -112,23 +124,81 @@ class TpuCore(wiring.Component):
         choose_load = Signal()
         m.d.comb += choose_load.eq(Mux(held, grant_load, load.arvalid))
         for name, member in axi_read_signature(self.config.axi_data_width).members.items():
-            port = getattr(self, f"m_axi_{name}")
+            port = getattr(bus, f"m_axi_{name}")
             if name.startswith("ar") and member.flow == Out:
                 m.d.comb += port.eq(Mux(choose_load, getattr(load, name), getattr(fetch, name)))
             elif name == "arready":
                 m.d.comb += [load.arready.eq(port & choose_load),
                              fetch.arready.eq(port & ~choose_load)]
             elif name == "rvalid":
-                m.d.comb += [load.rvalid.eq(port & (self.m_axi_rid != FETCH_ID)),
-                             fetch.rvalid.eq(port & (self.m_axi_rid == FETCH_ID))]
+                m.d.comb += [load.rvalid.eq(port & (bus.m_axi_rid != FETCH_ID)),
+                             fetch.rvalid.eq(port & (bus.m_axi_rid == FETCH_ID))]
             elif name == "rready":
                 # Gated by RVALID: RID may be undefined (X in a 4-state simulator) between beats.
-                m.d.comb += port.eq(self.m_axi_rvalid &
-                                    Mux(self.m_axi_rid == FETCH_ID, fetch.rready, load.rready))
+                m.d.comb += port.eq(bus.m_axi_rvalid &
+                                    Mux(bus.m_axi_rid == FETCH_ID, fetch.rready, load.rready))
             else:  # rid, rdata, rresp, rlast go to both
                 m.d.comb += [getattr(load, name).eq(port), getattr(fetch, name).eq(port)]
-        m.d.sync += [held.eq(self.m_axi_arvalid & ~self.m_axi_arready),
+        m.d.sync += [held.eq(bus.m_axi_arvalid & ~bus.m_axi_arready),
                      grant_load.eq(choose_load)]
+
+    def _quiesce(self, m, bus, soft_reset, resetting):
+        """Connect the datapath's AXI master ``bus`` to the ports. After ``soft_reset`` (which
+        resets the datapath at once) and while ``resetting``, finish for it what it left on the
+        bus: hold a request that was waiting, take the read beats and write responses still
+        owed, and send the W beats still owed with WSTRB 0 (they write nothing)."""
+        def port(name):
+            return getattr(self, f"m_axi_{name}")
+
+        held = {}
+        for channel in ("ar", "aw"):
+            fields = ("id", "addr", "len", "size", "burst")
+            held[channel] = (Signal(name=f"held_{channel}valid"),
+                             {f: Signal.like(port(channel + f), name=f"held_{channel}{f}")
+                              for f in fields})
+            valid, saved = held[channel]
+            with m.If(soft_reset & port(f"{channel}valid") & ~port(f"{channel}ready")):
+                m.d.sync += [valid.eq(1), *(saved[f].eq(port(channel + f)) for f in fields)]
+            with m.Elif(port(f"{channel}ready")):
+                m.d.sync += valid.eq(0)
+
+        ar_done = port("arvalid") & port("arready")
+        r_last = port("rvalid") & port("rready") & port("rlast")
+        aw_done = port("awvalid") & port("awready")
+        w_done = port("wvalid") & port("wready")
+        b_done = port("bvalid") & port("bready")
+        reads = Signal(8)   # read bursts accepted whose last beat is not yet taken
+        writes = Signal(8)  # write bursts accepted whose response is not yet taken
+        m.d.sync += [reads.eq(reads + ar_done - r_last), writes.eq(writes + aw_done - b_done)]
+        m.submodules.w_owed = w_owed = SyncFIFO(width=8, depth=16)  # AWLEN of bursts with W beats owed
+        w_beat = Signal(8)
+        m.d.comb += [w_owed.w_en.eq(aw_done), w_owed.w_data.eq(port("awlen")),
+                     w_owed.r_en.eq(w_done & port("wlast"))]
+        with m.If(w_done):
+            m.d.sync += w_beat.eq(Mux(port("wlast"), 0, w_beat + 1))
+
+        quiet = ~held["ar"][0] & ~held["aw"][0] & (reads == 0) & (writes == 0) & ~w_owed.r_rdy
+        with m.If(soft_reset):
+            m.d.sync += resetting.eq(1)
+        with m.Elif(quiet):
+            m.d.sync += resetting.eq(0)
+
+        scrub = {"rready": 1, "bready": 1, "wvalid": w_owed.r_rdy,
+                 "wlast": w_beat == w_owed.r_data, "wdata": 0, "wstrb": 0}
+        for channel in ("ar", "aw"):
+            valid, saved = held[channel]
+            scrub[f"{channel}valid"] = valid
+            scrub.update({channel + f: value for f, value in saved.items()})
+        width = self.config.axi_data_width
+        for signature in (axi_read_signature(width), axi_write_signature(width)):
+            for name, member in signature.members.items():
+                inner = getattr(bus, f"m_axi_{name}")
+                if member.flow == Out:
+                    m.d.comb += port(name).eq(Mux(resetting, scrub[name], inner))
+                elif name in ("arready", "rvalid", "awready", "wready", "bvalid"):
+                    m.d.comb += inner.eq(port(name) & ~resetting)
+                else:
+                    m.d.comb += inner.eq(port(name))
 
     def _counters(self, m, csr, controller, engines):
         cfg = self.config

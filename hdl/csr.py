@@ -114,9 +114,11 @@ def _registers():
             BitField("start", 0, 1, "Run the program at PROGRAM_BASE; clears STATUS.done, "
                                     "STATUS.error, ERROR_CODE and ERROR_INDEX."),
             BitField("soft_reset", 1, 1, "Reset the core; clears STATUS, IRQ_STATUS, ERROR_CODE "
-                                         "and ERROR_INDEX, keeps the configuration registers."))),
+                                         "and ERROR_INDEX, keeps the configuration registers. "
+                                         "Bursts in flight are finished first (STATUS.busy; "
+                                         "owed W beats go out with WSTRB 0); a start waits."))),
         Register("STATUS", 0x024, "ro", "Core state.", (
-            BitField("busy", 0, 1, "A program is running."),
+            BitField("busy", 0, 1, "A program is running, or a soft reset is finishing."),
             BitField("done", 1, 1, "The last program reached END."),
             BitField("error", 2, 1, "The last program stopped with an error (see ERROR_CODE)."))),
         Register("IRQ_ENABLE", 0x028, "rw", "Interrupt enable.", (

@@ -27,6 +27,7 @@ from .golden import apply_epilogue, matmul_int32
 PROGRAM, A, B, C = 0x0000, 0x10000, 0x30000, 0x50000
 WINDOWS = [(PROGRAM, A - PROGRAM, True, False), (A, C - A, True, False), (C, 0x10000, False, True)]
 WATCHDOG = 2000
+_RESET_POLLS = 100
 
 
 class FaultyCoreDriver(CoreDriver):
@@ -130,6 +131,9 @@ async def _reset_mid_program(core, rng, delays, reset):
         assert core.dut.irq.value == 0, f"the program ended before the reset at {delay} cycles"
         await reset(core)
         try:
+            for _ in range(_RESET_POLLS):  # a soft reset first finishes the bursts in flight
+                if not await core.read("STATUS") & 1:
+                    break
             clear = (await core.read("STATUS"), await core.read("IRQ_STATUS"),
                      int(core.dut.irq.value))
             assert clear == (0, 0, 0), f"STATUS, IRQ_STATUS, irq {clear}"
@@ -144,8 +148,8 @@ async def _reset_mid_program(core, rng, delays, reset):
 @cocotb.test()
 async def soft_reset_mid_program(dut):
     """A long matmul is soft reset after each of ``delays`` cycles (bursts in flight, with
-    backpressure); the core is idle and clear at once, and a good program gives numpy's
-    result."""
+    backpressure); the core finishes what its bursts owe the bus (STATUS.busy meanwhile), is
+    then idle and clear, and a good program gives numpy's result."""
     params, core, rng = await _start(dut)
     await core.write("IRQ_ENABLE", 1)
     failures = await _reset_mid_program(core, rng, params["delays"], CoreDriver.soft_reset)

@@ -15,11 +15,6 @@ def _run(run_tb, testcase, **params):
                   design="tpu_core", testcase=testcase)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "HDL bug: CONTROL.soft_reset resets the datapath with AXI bursts in flight; memory still "
-    "sends their R beats (nobody takes them: RVALID stuck, the next fetch hangs or reads stale "
-    "beats) and B responses, and waits for their W beats. The next program stops at once "
-    "(UNKNOWN_OPCODE / BAD_EXTENT at 0) or hangs"))
 def test_soft_reset_mid_program_then_a_good_program(run_tb):
     assert _run(run_tb, "soft_reset_mid_program", delays=DELAYS)["resets"] == len(DELAYS)
 

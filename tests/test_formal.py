@@ -100,8 +100,8 @@ def test_controller_fetch_holds_arvalid_through_errors(tmp_path):
 
 
 @pytest.mark.xfail(raises=KnownFinding, strict=True,
-                   reason="hdl/core.py: CONTROL.soft_reset resets the load engine with a "
-                          "burst waiting for ARREADY")
+                   reason="a reset engine drops its ARVALID: on the core, the quiescer at the "
+                          "ports (hdl/core.py `_quiesce`) holds the request for it")
 def test_load_engine_soft_reset_keeps_the_bus(tmp_path):
     check_known(prove(LoadEngineHarness(ENGINES, soft_reset=True), "load_reset", tmp_path,
                       depth=depth(12)),
@@ -109,8 +109,8 @@ def test_load_engine_soft_reset_keeps_the_bus(tmp_path):
 
 
 @pytest.mark.xfail(raises=KnownFinding, strict=True,
-                   reason="hdl/core.py: CONTROL.soft_reset resets the store engine with a "
-                          "burst waiting for AWREADY")
+                   reason="a reset engine drops its AWVALID: on the core, the quiescer at the "
+                          "ports (hdl/core.py `_quiesce`) holds the request for it")
 def test_store_engine_soft_reset_keeps_the_bus(tmp_path):
     check_known(prove(StoreEngineHarness(ENGINES, soft_reset=True), "store_reset", tmp_path,
                       depth=depth(12)),
