@@ -1,5 +1,6 @@
 """Cached Verilator builds of generated designs, run under cocotb 2.x."""
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -87,7 +88,7 @@ def build_model(config, design="systolic_array", *, waves=False):
     build recipe and the tpugen version, and serialized with a file lock, so parallel pytest
     workers share one build.
     """
-    verilog = generate_verilog(config, design)
+    verilog = _verilog(config, design)
     key = hashlib.sha256()
     for part in (config.to_json(), design, verilog, " ".join(VERILATOR_WAIVERS), __version__,
                  str(waves), Path(__file__).read_text()):
@@ -118,6 +119,12 @@ def build_model(config, design="systolic_array", *, waves=False):
         seconds = time.perf_counter() - start
         done.write_text(f"{seconds:.3f}\n")
         return Model(design, build_dir, source, seconds)
+
+
+@functools.cache
+def _verilog(config, design):
+    """Verilog of ``design`` for ``config``, generated once per process (it keys the cache)."""
+    return generate_verilog(config, design)
 
 
 def run_testbench(config, module, params, test_dir, *, design="systolic_array", testcase=None,
