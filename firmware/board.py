@@ -77,9 +77,7 @@ class BoardDevice(Device):
                                  "accumulator_kib")):
                 raise DeviceError(f"the board's core is {found}, not the expected {expected}")
             self.config = expected or found
-            self._transport.write_register(
-                register("CONTROL").offset,
-                register("CONTROL").layout.const({"soft_reset": 1}).as_value().value)
+            self._soft_reset()
         except BaseException:
             self.__exit__()
             raise

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 
 from ..config import CoreConfig
-from ..hdl.csr import COUNTERS, register
-from ..isa import NUM_WINDOWS, ErrorCode
+from ..hdl.csr import COUNTERS, register, window_writes
+from ..isa import ErrorCode
 from .attention import (compile_attention, compile_softmax, log2_scale, plan_attention,
                         quantize_attention, quantize_int8)
 from .epilogue import Epilogue, output_dtype
@@ -244,12 +244,8 @@ class Device:
         for address, array in inputs:
             link.write_memory(address, np.ascontiguousarray(array).tobytes())
         link.write_memory(program_address, code)
-        for i in range(NUM_WINDOWS):
-            base, size, readable, writable = windows[i] if i < len(windows) else (0, 0, 0, 0)
-            link.write_register(register(f"WINDOW{i}_BASE").offset, base)
-            link.write_register(register(f"WINDOW{i}_SIZE").offset, size)
-            link.write_register(register(f"WINDOW{i}_FLAGS").offset,
-                                int(readable) | int(writable) << 1)
+        for name, value in window_writes(windows):
+            link.write_register(register(name).offset, value)
         link.write_register(register("PROGRAM_BASE").offset, program_address)
         link.write_register(register("PROGRAM_LENGTH").offset, len(program))
         link.write_register(register("IRQ_ENABLE").offset, 1)
@@ -267,13 +263,16 @@ class Device:
             **{f"{e}_busy_cycles": counters[f"{e}_busy_cycles"] for e in ("load", "execute", "store")})
         done = _STATUS.from_bits(status).done
         if not done:
-            link.write_register(register("CONTROL").offset,
-                                _CONTROL.const({"soft_reset": 1}).as_value().value)
+            self._soft_reset()
             if not finished:
                 raise DeviceError(f"the core did not finish within {timeout_cycles} cycles")
             raise DeviceError(f"the core stopped with {ErrorCode(code_).name} at instruction "
                               f"{index}")
         return [link.read_memory(address, size) for address, size in outputs]
+
+    def _soft_reset(self):
+        self._transport.write_register(register("CONTROL").offset,
+                                       _CONTROL.const({"soft_reset": 1}).as_value().value)
 
 
 def _round_up(size, unit):

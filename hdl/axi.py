@@ -4,7 +4,7 @@ from amaranth.lib.wiring import In, Out
 
 __all__ = ["AXI_BURST_INCR", "AXI_RESP_DECERR", "AXI_RESP_OKAY", "AXI_RESP_SLVERR", "ID_WIDTH", "ADDR_WIDTH",
            "axi_read_signature", "axi_write_signature", "axi_lite_signature", "flat_ports",
-           "memory_host_signature"]
+           "connect_by_name", "memory_host_signature"]
 
 ADDR_WIDTH = 32
 ID_WIDTH = 4
@@ -62,3 +62,16 @@ def memory_host_signature(addr_width=30):
         "select": Out(1), "addr": Out(addr_width), "read": Out(1), "write": Out(1),
         "wdata": Out(32), "rdata": In(32),
     })
+
+
+def connect_by_name(m, master, master_prefix, slave, slave_prefix, signature):
+    """Connect ``master.<master_prefix><name>`` and ``slave.<slave_prefix><name>`` for every
+    member of ``signature`` (seen from the master), each driven in its direction: for port
+    groups flattened to a top level (`flat_ports`), which `wiring.connect` cannot join."""
+    for name, member in signature.members.items():
+        source = getattr(master, f"{master_prefix}{name}")
+        sink = getattr(slave, f"{slave_prefix}{name}")
+        if member.flow == Out:
+            m.d.comb += sink.eq(source)
+        else:
+            m.d.comb += source.eq(sink)

@@ -4,7 +4,7 @@ from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .axi import axi_lite_signature, axi_read_signature, axi_write_signature
+from .axi import axi_read_signature, axi_write_signature, connect_by_name
 from .axi_memory import AxiMemory
 from .core import TpuCore
 from .uart_bridge import UartBridge
@@ -13,18 +13,6 @@ __all__ = ["BoardSystem", "SIMULATED_BOARD", "simulated_board_system"]
 
 SIMULATED_BOARD = {"clk_freq": 4_000_000, "baud": 1_000_000, "memory_bytes": 64 << 10}
 """The board simulated in the tests: 4 clocks per UART bit, so that frames are quick to simulate."""
-
-
-def _connect_ports(m, master, master_prefix, slave, slave_prefix, signature):
-    """Connect ``<master_prefix>_<name>`` to ``<slave_prefix>_<name>`` for every member of
-    ``signature`` (seen from the master), driving each in its direction."""
-    for name, member in signature.members.items():
-        source = getattr(master, f"{master_prefix}{name}")
-        sink = getattr(slave, f"{slave_prefix}{name}")
-        if member.flow == Out:
-            m.d.comb += sink.eq(source)
-        else:
-            m.d.comb += source.eq(sink)
 
 
 class BoardSystem(wiring.Component):
@@ -53,9 +41,9 @@ class BoardSystem(wiring.Component):
         m.submodules.bridge = bridge = self.bridge
         width = self.config.axi_data_width
         for signature in (axi_read_signature(width), axi_write_signature(width)):
-            _connect_ports(m, core, "m_axi_", memory, "s_axi_", signature)
-        _connect_ports(m, bridge.csr, "", core, "s_axil_", axi_lite_signature().flip())
-        _connect_ports(m, bridge.mem, "", memory.host, "", bridge.mem.signature)
+            connect_by_name(m, core, "m_axi_", memory, "s_axi_", signature)
+        connect_by_name(m, bridge.csr, "", core, "s_axil_", bridge.csr.signature)
+        wiring.connect(m, bridge.mem, memory.host)
         m.d.comb += [bridge.rx.eq(self.uart_rx), self.uart_tx.eq(bridge.tx)]
 
         half_period = max(2, self.clk_freq // 2)

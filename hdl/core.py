@@ -4,7 +4,8 @@ from amaranth.lib import memory, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import Out
 
-from .axi import axi_lite_signature, axi_read_signature, axi_write_signature, flat_ports
+from .axi import (axi_lite_signature, axi_read_signature, axi_write_signature, connect_by_name,
+                  flat_ports)
 from .controller import ENGINES, FETCH_ID, Controller
 from .csr import ADDR_WIDTH, ControlRegisters
 from .execute import ExecuteEngine, accumulator_row, probability_row, scratchpad_row
@@ -12,16 +13,6 @@ from .load import LoadEngine
 from .store import StoreEngine
 
 __all__ = ["TpuCore"]
-
-
-def _connect_flat(m, prefix, top, inner):
-    """Connect a top-level ``<prefix>_<name>`` port group to an inner interface ``inner``."""
-    for name, member in inner.signature.members.items():
-        port = getattr(top, f"{prefix}_{name}")
-        if member.flow == Out:
-            m.d.comb += port.eq(getattr(inner, name))
-        else:
-            m.d.comb += getattr(inner, name).eq(port)
 
 
 class TpuCore(wiring.Component):
@@ -50,7 +41,7 @@ class TpuCore(wiring.Component):
         start = Signal()
         m.d.comb += start.eq((csr.start | start_waiting) & ~resetting)
         m.d.sync += start_waiting.eq((csr.start | start_waiting) & resetting)
-        _connect_flat(m, "s_axil", self, csr.bus)
+        connect_by_name(m, csr.bus, "", self, "s_axil_", csr.bus.signature)
         m.d.comb += self.irq.eq(csr.irq)
 
         # Everything but the control registers goes back to its reset state on a soft reset.
@@ -110,7 +101,7 @@ class TpuCore(wiring.Component):
         bus = wiring.Signature({**flat_ports("m_axi", axi_read_signature(width)),
                                 **flat_ports("m_axi", axi_write_signature(width))}).create()
         self._read_arbiter(datapath, bus, controller.axi, load.axi)
-        _connect_flat(datapath, "m_axi", bus, store.axi)
+        connect_by_name(datapath, store.axi, "", bus, "m_axi_", store.axi.signature)
         self._quiesce(m, bus, csr.soft_reset, resetting)
         self._counters(datapath, csr, controller, engines)
         return m

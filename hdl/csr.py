@@ -15,7 +15,7 @@ from .axi import AXI_RESP_OKAY, AXI_RESP_SLVERR, axi_lite_signature
 
 __all__ = ["ACCESSES", "ADDR_WIDTH", "COUNTERS", "CSR_VERSION", "ID_MAGIC",
            "REGISTERS", "BitField", "ControlRegisters", "Register", "constant_registers",
-           "register", "registers_markdown"]
+           "register", "registers_markdown", "window_writes"]
 
 ADDR_WIDTH = 12
 ID_MAGIC = 0x54505547
@@ -170,6 +170,20 @@ def register(name):
         return _BY_NAME[name]
     except KeyError:
         raise KeyError(f"unknown register {name!r}: known {', '.join(_BY_NAME)}") from None
+
+
+def window_writes(windows):
+    """(register name, value) to program ``windows`` (up to NUM_WINDOWS of (base, size,
+    readable, writable)) and disable the rest."""
+    if len(windows) > NUM_WINDOWS:
+        raise ValueError(f"{len(windows)} windows: at most {NUM_WINDOWS}")
+    writes = []
+    for i in range(NUM_WINDOWS):
+        base, size, readable, writable = windows[i] if i < len(windows) else (0, 0, False, False)
+        flags = register(f"WINDOW{i}_FLAGS").layout.const({"read": readable, "write": writable})
+        writes += [(f"WINDOW{i}_BASE", base), (f"WINDOW{i}_SIZE", size),
+                   (f"WINDOW{i}_FLAGS", flags.as_value().value)]
+    return writes
 
 
 def constant_registers(config):

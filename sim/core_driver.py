@@ -7,8 +7,8 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge, SimTimeoutError, with_timeout
 from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam
 
-from ..hdl.csr import COUNTERS, register
-from ..isa import INSTRUCTION_BYTES, NUM_WINDOWS, ErrorCode
+from ..hdl.csr import COUNTERS, register, window_writes
+from ..isa import INSTRUCTION_BYTES, ErrorCode
 from .axi_monitor import AxiMonitor
 
 __all__ = ["CoreDriver", "RunResult"]
@@ -70,14 +70,10 @@ class CoreDriver:
 
     async def set_windows(self, windows):
         """``windows``: up to NUM_WINDOWS (base, size, readable, writable); the rest disabled."""
-        if len(windows) > NUM_WINDOWS:
-            raise ValueError(f"{len(windows)} windows: at most {NUM_WINDOWS}")
+        writes = window_writes(windows)
         self.windows[:] = windows
-        for i in range(NUM_WINDOWS):
-            base, size, readable, writable = windows[i] if i < len(windows) else (0, 0, 0, 0)
-            await self.write(f"WINDOW{i}_BASE", base)
-            await self.write(f"WINDOW{i}_SIZE", size)
-            await self.write(f"WINDOW{i}_FLAGS", int(readable) | int(writable) << 1)
+        for name, value in writes:
+            await self.write(name, value)
 
     async def counters(self):
         values = {}
@@ -86,19 +82,29 @@ class CoreDriver:
             values[name] = low | (await self.read(f"{name.upper()}_HI")) << 32
         return values
 
-    async def run(self, program, base, *, timeout_cycles=1_000_000):
-        """Write ``program`` (instruction bytes) at ``base``, start it, wait for the interrupt,
-        return the outcome."""
+    async def start(self, program, base):
+        """Write ``program`` (instruction bytes) at ``base`` and start it."""
         self.ram.write(base, program)
         await self.write("PROGRAM_BASE", base)
         await self.write("PROGRAM_LENGTH", len(program) // INSTRUCTION_BYTES)
-        await self.write("IRQ_ENABLE", 1)
         await self.write("CONTROL", register("CONTROL").layout.const({"start": 1}).as_bits())
+
+    async def wait_interrupt(self, timeout_cycles):
+        """True once ``irq`` is high; False if it stays low for ``timeout_cycles``."""
         if not self.dut.irq.value:
             try:
                 await with_timeout(RisingEdge(self.dut.irq), timeout_cycles * self.period_ns, "ns")
             except SimTimeoutError:
-                raise AssertionError(f"no interrupt within {timeout_cycles} cycles") from None
+                return False
+        return True
+
+    async def run(self, program, base, *, timeout_cycles=1_000_000):
+        """Start ``program`` (instruction bytes) at ``base`` with the interrupt enabled, wait for
+        the interrupt, return the outcome."""
+        await self.write("IRQ_ENABLE", 1)
+        await self.start(program, base)
+        if not await self.wait_interrupt(timeout_cycles):
+            raise AssertionError(f"no interrupt within {timeout_cycles} cycles")
         status = await self.read("STATUS")
         result = RunResult(status, await self.read("ERROR_CODE"), await self.read("ERROR_INDEX"),
                            await self.counters())

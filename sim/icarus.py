@@ -8,9 +8,10 @@ import shutil
 import time
 from pathlib import Path
 
-from cocotb_tools.runner import Icarus, get_results
+from cocotb_tools.runner import Icarus
 
 from ..hdl.generate import generate_verilog
+from .verilator import run_cocotb
 
 __all__ = ["ICARUS_PACKAGE", "icarus_missing", "run_testbench_icarus"]
 
@@ -68,21 +69,9 @@ def run_testbench_icarus(config, module, params, test_dir, *, design="tpu_core",
     runner.build(sources=[source], hdl_toplevel=design, build_dir=build_dir, always=True,
                  timescale=TIMESCALE, log_file=build_dir / "build.log")
     build_seconds = time.perf_counter() - start
-    log = test_dir / "sim.log"
-    env = {"PYTHONWARNINGS": "ignore::DeprecationWarning",
-           "TPUGEN_TB": json.dumps({"config": config.to_json(), **params})}
     start = time.perf_counter()
-    try:
-        results = runner.test(test_module=module, hdl_toplevel=design, hdl_toplevel_lang="verilog",
-                              testcase=testcase, test_dir=test_dir, extra_env=env, log_file=log)
-        failed = get_results(results)[1]
-    except SystemExit:  # the runner exits when a test fails
-        failed = "some"
+    run_cocotb(runner, module, design, test_dir, testcase=testcase,
+               env={"TPUGEN_TB": json.dumps({"config": config.to_json(), **params})})
     sim_seconds = time.perf_counter() - start
-    if failed:
-        failures = [line.strip() for line in log.read_text().splitlines()
-                    if "Error" in line or "assert " in line or "FAIL" in line]
-        raise AssertionError(f"{failed} cocotb test(s) of {module} failed on Icarus (log: {log}):\n"
-                             + "\n".join(failures[-20:]))
     stats = json.loads((test_dir / "stats.json").read_text())
     return {**stats, "build_seconds": build_seconds, "sim_seconds": sim_seconds}

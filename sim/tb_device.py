@@ -3,7 +3,6 @@
 TPUGEN_TB carries the config, the memory options, and the host's socket address and key.
 """
 import cocotb
-from cocotb.triggers import RisingEdge, SimTimeoutError, with_timeout
 
 from tpugen import CoreConfig
 
@@ -19,14 +18,6 @@ async def serve(dut):
                       backpressure=params["backpressure"], seed=params["seed"], monitor=False)
     await core.reset()
 
-    async def wait_interrupt(timeout_cycles):
-        if not dut.irq.value:
-            try:
-                await with_timeout(RisingEdge(dut.irq), timeout_cycles * core.period_ns, "ns")
-            except SimTimeoutError:
-                return False
-        return True
-
     with connection:
         while (request := connection.recv()) is not None:
             kind, *args = request
@@ -40,4 +31,4 @@ async def serve(dut):
                 offset, count = args
                 connection.send([await core.lite.read_dword(offset + 4 * i) for i in range(count)])
             else:
-                connection.send(await wait_interrupt(*args))
+                connection.send(await core.wait_interrupt(*args))

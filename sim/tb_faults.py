@@ -80,13 +80,6 @@ async def _start(dut):
     return params, core, np.random.default_rng(params["seed"])
 
 
-async def _start_program(core, program):
-    core.ram.write(PROGRAM, program.to_bytes())
-    await core.write("PROGRAM_BASE", PROGRAM)
-    await core.write("PROGRAM_LENGTH", len(program))
-    await core.write("CONTROL", register("CONTROL").layout.const({"start": 1}).as_bits())
-
-
 async def _good_program(core, rng, label):
     """A random matmul after a fault: done, no error, numpy's result, no bad AXI access."""
     job = _Job(core, rng, *(int(v) for v in rng.integers(1, 13, 3)))
@@ -126,7 +119,7 @@ async def _reset_mid_program(core, rng, delays, reset):
     failures = []
     for delay in delays:
         job = _Job(core, rng, 32, 16, 16)
-        await _start_program(core, job.program)
+        await core.start(job.program.to_bytes(), PROGRAM)
         await ClockCycles(core.dut.clk, delay)
         assert core.dut.irq.value == 0, f"the program ended before the reset at {delay} cycles"
         await reset(core)
@@ -217,7 +210,7 @@ async def interrupt(dut):
         for job in (_Job(core, rng, 9, 7, 5), None):
             program, cause = (job.program, 0b01) if job else (unknown, 0b10)
             before = rises[0]
-            await _start_program(core, program)
+            await core.start(program.to_bytes(), PROGRAM)
             await _wait_not_busy(core, 100_000)
             await ClockCycles(dut.clk, 200)
             status = await _status(core)

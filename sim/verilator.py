@@ -1,10 +1,6 @@
 """Cached Verilator builds of generated designs, run under cocotb 2.x."""
-import fcntl
 import functools
-import hashlib
 import json
-import os
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,9 +9,9 @@ from cocotb_tools.runner import Verilator, get_results
 
 from .. import __version__
 from ..hdl.generate import generate_verilog
-from ..toolchain import VERILATOR_WAIVERS, use_verilator
+from ..toolchain import VERILATOR_WAIVERS, cached_build, use_verilator
 
-__all__ = ["Model", "build_model", "cache_dir", "run_testbench"]
+__all__ = ["Model", "build_model", "run_cocotb", "run_testbench"]
 
 
 
@@ -39,11 +35,6 @@ class _Verilator(Verilator):
         return [verilate, make]
 
 
-def cache_dir():
-    """Where models are cached: $TPUGEN_CACHE, else ~/.cache/tpugen."""
-    return Path(os.environ.get("TPUGEN_CACHE", Path.home() / ".cache" / "tpugen"))
-
-
 @dataclass(frozen=True)
 class Model:
     """A built Verilator model of one design and config."""
@@ -60,25 +51,32 @@ class Model:
         results file; a failing cocotb test raises AssertionError with the log's error lines.
         """
         use_verilator()
-        runner = _Verilator()
         test_dir = Path(test_dir)
         test_dir.mkdir(parents=True, exist_ok=True)
-        log = test_dir / "sim.log"
-        env = {"PYTHONWARNINGS": "ignore::DeprecationWarning", **(env or {})}
-        try:
-            results = runner.test(
-                test_module=test_module, hdl_toplevel=self.design, hdl_toplevel_lang="verilog",
-                testcase=testcase, build_dir=self.build_dir, test_dir=test_dir, extra_env=env,
-                waves=waves, log_file=log)
-            failed = get_results(results)[1]
-        except SystemExit:  # the runner exits when a test fails
-            failed = "some"
-        if failed:
-            failures = [line.strip() for line in log.read_text().splitlines()
-                        if "Error" in line or "assert " in line or "FAIL" in line]
-            raise AssertionError(f"{failed} cocotb test(s) of {test_module} failed (log: {log}):\n"
-                                 + "\n".join(failures[-20:]))
-        return results
+        return run_cocotb(_Verilator(), test_module, self.design, test_dir, testcase=testcase,
+                          env=env, build_dir=self.build_dir, waves=waves)
+
+
+def run_cocotb(runner, test_module, design, test_dir, *, testcase=None, env=None, **options):
+    """``runner.test`` of cocotb module ``test_module`` on the built ``design``, its output in
+    ``test_dir/sim.log``; returns the results file, and a failing cocotb test raises
+    AssertionError with the log's error lines."""
+    log = Path(test_dir) / "sim.log"
+    env = {"PYTHONWARNINGS": "ignore::DeprecationWarning", **(env or {})}
+    try:
+        results = runner.test(test_module=test_module, hdl_toplevel=design,
+                              hdl_toplevel_lang="verilog", testcase=testcase, test_dir=test_dir,
+                              extra_env=env, log_file=log, **options)
+        failed = get_results(results)[1]
+    except SystemExit:  # the runner exits when a test fails
+        failed = "some"
+    if failed:
+        failures = [line.strip() for line in log.read_text().splitlines()
+                    if "Error" in line or "assert " in line or "FAIL" in line]
+        raise AssertionError(f"{failed} cocotb test(s) of {test_module} failed on "
+                             f"{type(runner).__name__.lstrip('_')} (log: {log}):\n"
+                             + "\n".join(failures[-20:]))
+    return results
 
 
 def build_model(config, design="systolic_array", *, waves=False):
@@ -89,23 +87,12 @@ def build_model(config, design="systolic_array", *, waves=False):
     workers share one build.
     """
     verilog = _verilog(config, design)
-    key = hashlib.sha256()
-    for part in (config.to_json(), design, verilog, " ".join(VERILATOR_WAIVERS), __version__,
-                 str(waves), Path(__file__).read_text()):
-        key.update(part.encode())
-        key.update(b"\0")
-    digest = key.hexdigest()[:16]
-    root = cache_dir() / "verilator"
-    root.mkdir(parents=True, exist_ok=True)
-    build_dir = root / f"{design}-{digest}"
-    done = build_dir / ".built"
-    with open(root / f"{design}-{digest}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if done.exists():
-            return Model(design, build_dir, build_dir / f"{design}.v", 0.0)
-        shutil.rmtree(build_dir, ignore_errors=True)
-        build_dir.mkdir(parents=True)
+    key_parts = (config.to_json(), design, verilog, " ".join(VERILATOR_WAIVERS), __version__,
+                 str(waves), Path(__file__).read_text())
+    with cached_build("verilator", design, key_parts) as (build_dir, cached):
         source = build_dir / f"{design}.v"
+        if cached:
+            return Model(design, build_dir, source, 0.0)
         source.write_text(verilog)
         use_verilator()
         start = time.perf_counter()
@@ -116,9 +103,7 @@ def build_model(config, design="systolic_array", *, waves=False):
             # VCD: the wheel's FST writer needs lz4.h, which is not on a fresh machine.
             + (["--trace-structs"] if waves else []),
             log_file=build_dir / "build.log")
-        seconds = time.perf_counter() - start
-        done.write_text(f"{seconds:.3f}\n")
-        return Model(design, build_dir, source, seconds)
+        return Model(design, build_dir, source, time.perf_counter() - start)
 
 
 @functools.cache

