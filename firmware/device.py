@@ -292,13 +292,17 @@ class SimDevice(Device):
 
     ``with SimDevice(cfg) as dev:`` builds the model (cached) and starts one simulation that
     serves every call until the block ends. ``backpressure`` pauses the memory's AXI channels at
-    random (fixed ``seed``). ``waves``: a path; the whole session is traced there as VCD.
+    random (fixed ``seed``). ``read_latency``: clock cycles from a read request to its data (and
+    from a write burst to its response), pipelined (`LatencyAxiRam`); 0: AxiRam. ``waves``: a
+    path; the whole session is traced there as VCD.
     """
 
     def __init__(self, config=CoreConfig(), *, memory_size=64 << 20, backpressure=False, seed=0,
-                 waves=None, start_timeout=600.0):
+                 read_latency=0, waves=None, start_timeout=600.0):
         super().__init__(config, memory_size)
+        _check_option("read_latency", read_latency, 0, 10_000)
         self.backpressure = backpressure
+        self.read_latency = read_latency
         self.seed = seed
         self.waves = Path(waves) if waves is not None else None
         self.start_timeout = start_timeout
@@ -312,7 +316,8 @@ class SimDevice(Device):
         self._simulation = SimulationThread(
             model, "tpugen.sim.tb_device", Path(self._tmp.name),
             {"config": self.config.to_json(), "memory_size": self.memory_size,
-             "backpressure": self.backpressure, "seed": self.seed},
+             "backpressure": self.backpressure, "seed": self.seed,
+             "read_latency": self.read_latency},
             waves=self.waves is not None)
         self._transport = SimTransport(self._simulation.connect(self.start_timeout),
                                        self._simulation)

@@ -1,13 +1,17 @@
 """Tiled GEMM programs on the core: matmul, and conv2d as implicit GEMM."""
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 
 import numpy as np
 
+from ..hdl.array import min_tile_length
+from ..hdl.load import MAX_OUTSTANDING, PLAN_DEPTH
 from .epilogue import output_dtype
 from .program import Deps, Dim, Program, tensor
 
 __all__ = ["GemmPlan", "compile_conv2d", "compile_matmul", "conv2d_lowering", "conv2d_output_shape",
-           "conv2d_weights", "plan_gemm"]
+           "conv2d_weights", "gemm_cycles", "plan_gemm"]
 
 
 @dataclass(frozen=True)
@@ -19,9 +23,14 @@ class GemmPlan:
     rows: int
     cols: int
     m_tile: int
-    """Activation vectors per MATMUL: rows of an A tile and of an output tile."""
+    """Activation vectors per MATMUL: rows of an A block and of an output tile."""
     group: int
-    """Output-column tiles that share one A tile: it is loaded once per k tile for all of them."""
+    """Output-column tiles computed together, in one accumulator half."""
+    k_chunk: int
+    """K tiles per weight load (a panel of one column tile), and per A load unless A is
+    resident."""
+    a_resident: bool
+    """A row block's A (all of K) is loaded once for all its column groups."""
 
     @property
     def k_tiles(self):
@@ -31,78 +40,282 @@ class GemmPlan:
     def n_tiles(self):
         return -(-self.n // self.cols)
 
+    @property
+    def a_tiles(self):
+        """K tiles in one of the two A buffers."""
+        return self.k_tiles if self.a_resident else self.k_chunk
 
-_MAX_GROUP = 4
+    @property
+    def scratchpad_rows(self):
+        """Two weight panels and two A buffers."""
+        return 2 * self.k_chunk * self.rows + 2 * self.m_tile * self.a_tiles
+
+
+MEMORY_LATENCY = 24
+"""Cycles from a read request to its data that the tiling's cost model assumes (DRAM behind an
+interconnect)."""
+_INSTRUCTION_CYCLES = 16
+"""Cycles an engine spends on an instruction besides moving data (checks, address setup)."""
+_BURST_TILES = PLAN_DEPTH // 4
+"""K tiles of an A row the load engine reads in one burst (it plans a step per tile row)."""
+
+
+def gemm_cycles(config, plan):
+    """Estimated cycles of a GEMM: the busiest of the array, the load engine, the store engine and
+    the instruction fetch (one instruction at a time), plus what overlaps nothing: filling the
+    pipeline (the first A buffer's K chunks and weight panels against the MATMULs that can run
+    meanwhile) and the last STORE. A DMA instruction waits for its last data; a burst costs at
+    least its share of the latency over the bursts in flight."""
+    beat = config.axi_data_width // 8
+    rows, cols, k_tiles, n_tiles = plan.rows, plan.cols, plan.k_tiles, plan.n_tiles
+    blocks = -(-plan.m // plan.m_tile)
+    count = -(-plan.m // blocks)
+    chunks = -(-k_tiles // plan.k_chunk)
+    outputs = blocks * n_tiles
+    panels = outputs * chunks
+    matmuls = outputs * k_tiles
+    a_buffers = blocks * (1 if plan.a_resident else -(-n_tiles // plan.group) * chunks)
+    dma = MEMORY_LATENCY + _INSTRUCTION_CYCLES
+
+    def row_cycles(beats):
+        """One row of ``beats`` beats, read in bursts of up to 16 beats."""
+        return max(beats, -(-beats // 16) * MEMORY_LATENCY / MAX_OUTSTANDING)
+
+    def a_loads(tiles, max_tiles):
+        """LOADs and cycles of ``tiles`` K tiles of an A block in regions of up to
+        ``max_tiles``, each row of a region a burst, in row pieces of about a MATMUL's worth
+        of beats."""
+        beats = [-(-size * rows // beat)
+                 for _, size in _a_regions(0, tiles, plan.k // rows, max_tiles)]
+        return sum(beats), sum(beats) * dma + count * sum(map(row_cycles, beats))
+
+    _, first_chunk = a_loads(plan.k_chunk, plan.k_chunk)
+    buffer_loads, buffer = a_loads(plan.a_tiles, _a_region_limit(plan, later=True))
+    panel = dma + plan.k_chunk * rows * row_cycles(-(-cols // beat))
+    load = a_buffers * buffer + panels * panel
+    store = dma + count * -(-cols * 4 // beat)
+    instructions = matmuls + panels + a_buffers * buffer_loads + outputs
+    fetch = instructions * (MEMORY_LATENCY + 64 // beat + 4)
+    compute = matmuls * max(count, min_tile_length(config))
+    group = min(plan.group, n_tiles)
+    fill = max((c + 1) * first_chunk + (c * group + 1) * panel - c * group * plan.k_chunk * count
+               for c in range(chunks if plan.a_resident else 1))
+    return max(compute, load, outputs * store, fetch) + fill + store
 
 
 def plan_gemm(config, m, k, n, *, m_tile_limit=None):
+    """The tiling with the fewest `gemm_cycles` that fits the scratchpad and half the
+    accumulator (the other half takes the next group, so STOREs overlap MATMULs)."""
     for name, value in (("M", m), ("K", k), ("N", n)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name}={value!r} is invalid: allowed an integer >= 1")
-    group = min(-(-n // config.cols), _MAX_GROUP)
-    # Scratchpad: two A tiles and two weight tiles; accumulator: two groups of output tiles.
-    m_tile = min(m, m_tile_limit or m, (config.scratchpad_rows - 2 * config.rows) // 2, 0xFFFF)
-    group = max(1, min(group, config.accumulator_rows // 2 // max(m_tile, 1)))
-    m_tile = min(m_tile, config.accumulator_rows // 2 // group)
-    if m_tile < 1:
+    rows, cols = config.rows, config.cols
+    k_tiles, n_tiles = -(-k // rows), -(-n // cols)
+    half = config.accumulator_rows // 2
+    largest = min(m, m_tile_limit or m, half, 0xFFFF)
+    fewest = -(-m // max(largest, 1))
+    m_tiles = {-(-m // b) for b in [*range(fewest, fewest + 4), *(fewest << i for i in range(5))]}
+    k_chunks = {min(1 << i, k_tiles) for i in range(k_tiles.bit_length() + 1)}
+    plans = [GemmPlan(m=m, k=k, n=n, rows=rows, cols=cols, m_tile=m_tile, group=group,
+                      k_chunk=k_chunk, a_resident=resident)
+             for m_tile in sorted(m_tiles) if m_tile <= largest
+             for group in range(1, min(n_tiles, half // m_tile) + 1)
+             for k_chunk in sorted(k_chunks) for resident in (False, True)]
+    plans = [plan for plan in plans if plan.scratchpad_rows <= config.scratchpad_rows]
+    if not plans:
         raise ValueError("the scratchpad or accumulator is too small for one tile")
-    return GemmPlan(m=m, k=k, n=n, rows=config.rows, cols=config.cols, m_tile=m_tile,
-                    group=group)
+    return min(plans, key=lambda p: (gemm_cycles(config, p), not p.a_resident, -p.m_tile,
+                                     p.group, -p.k_chunk))
+
+
+_LEAD = 2
+"""MATMULs a load or STORE is placed after the point it waits for, so that while it waits for
+its token the controller can still fetch the MATMULs behind it."""
+
+
+@dataclass
+class _Op:
+    """A GEMM instruction before its tokens are known: ``emit(program, deps)``; what it reads,
+    as (buffer, version, part), and writes, as (buffer, version, part, writes of that part);
+    its place: before the MATMUL numbered ``position`` (a MATMUL's number is its own)."""
+    engine: int  # 0 load, 1 execute, 2 store: neighbours exchange tokens
+    position: int
+    emit: Callable
+    reads: tuple = ()
+    writes: tuple = ()
+
+
+def _tokens(ops):
+    """Deps for ``ops`` in program order. An instruction waits for a neighbouring engine's
+    instruction: the last to write the part it reads (all its writes must come before), or the
+    last to read the buffer it starts to overwrite. It pops a token when that one is newer than
+    any its predecessors on the engine waited for, and that one pushes it (each engine finishes
+    in order, so one token covers all before it)."""
+    versions, parts, last_reader = {}, {}, {}
+    waits = []
+    for i, op in enumerate(ops):
+        wait = {}
+
+        def after(j):
+            wait[ops[j].engine] = max(wait.get(ops[j].engine, -1), j)
+
+        for buffer, version, part in op.reads:
+            left, writer = parts.get((buffer, version, part), (1, None))
+            assert versions.get(buffer) == version and left == 0, \
+                f"{buffer} part {part} of version {version} is not loaded"
+            after(writer)
+            last_reader[buffer] = i
+        for buffer, version, part, writes in op.writes:
+            if versions.get(buffer) != version:
+                if buffer in last_reader:
+                    after(last_reader.pop(buffer))
+                versions[buffer] = version
+            left, _ = parts.get((buffer, version, part), (writes, None))
+            parts[buffer, version, part] = (left - 1, i)
+        waits.append(wait)
+    flags = [dict.fromkeys(("pop_prev", "pop_next", "push_prev", "push_next"), False)
+             for _ in ops]
+    newest = {}
+    for i, (op, wait) in enumerate(zip(ops, waits)):
+        for engine, producer in wait.items():
+            if producer > newest.get((op.engine, engine), -1):
+                newest[op.engine, engine] = producer
+                earlier = engine < op.engine
+                flags[i]["pop_prev" if earlier else "pop_next"] = True
+                flags[producer]["push_next" if earlier else "push_prev"] = True
+    return [Deps(**f) for f in flags]
+
+
+def _a_region_limit(plan, later):
+    """Most K tiles in one region of an A buffer: the first buffer's regions are K chunks, so
+    the first MATMULs wait for one chunk only; later buffers are loaded ahead of their use, in
+    regions of a burst per row."""
+    return max(plan.k_chunk, _BURST_TILES) if later else plan.k_chunk
+
+
+def _a_regions(first, tiles, whole_tiles, max_tiles):
+    """K tiles [first, first + tiles) of A as (first tile, tiles) regions: a power of two of whole
+    tiles, at most ``max_tiles``, or a partial last K tile alone."""
+    regions, t = [], first
+    while t < first + tiles:
+        whole = min(first + tiles, whole_tiles) - t
+        size = min(max_tiles, 1 << (whole.bit_length() - 1)) if whole > 0 else 1
+        regions.append((t, size))
+        t += size
+    return regions
 
 
 def _compile_gemm(config, plan, m_blocks, load_a, load_b, store_c, epilogue=None,
-                  pool_pitch=0):
+                  pool_pitch=0, a_region_tiles=1 << 15):
     """The program for C = A @ B, double buffered in the scratchpad and in the accumulator.
 
     ``m_blocks``: (m0, count) row blocks of at most ``plan.m_tile``. ``load_a(program, m0,
-    count, k0, sram_row, deps)``, ``load_b(program, k0, n0, sram_row, deps)`` and
-    ``store_c(m0, count, n0, acc_row)`` (a descriptor) say where the operands live.
+    count, first, tiles, sram_row, deps)`` puts K tiles ``first + j`` of A rows ``m0 + i`` at
+    scratchpad row ``sram_row + j + tiles * i`` (``tiles`` is a power of two up to
+    ``a_region_tiles``, or a partial last K tile), ``load_b(program, first, tiles, n0,
+    sram_row, deps)`` the weight rows of those K tiles for the column tile at ``n0`` from
+    ``sram_row`` on, and ``store_c(m0, count, n0, acc_row)`` is an output tile's descriptor.
 
-    Work goes by (row block, group of up to ``plan.group`` column tiles), then by k tile: one A
-    tile load serves every column tile of the group. Loads run ahead of the MATMULs by a buffer,
-    and the STOREs of one group overlap the next group. Tokens: load -> execute when a MATMUL's
-    operands are in, execute -> load when a weight buffer (and with it the older A buffer) may
-    be refilled, execute -> store when an output tile is complete, store -> execute when an
-    accumulator half may be reused. An ``epilogue`` sets its parameters once (per tensor) or
-    before each STORE (per channel, for the tile's columns).
+    Work goes by row block, group of ``plan.group`` column tiles (one accumulator half), K chunk,
+    column tile (a weight panel, loaded while the panel before is used), K tile. An A buffer (a
+    K chunk of a row block, or all of its K when resident) is loaded in pieces spread over the
+    MATMULs since the buffer was last used, each region of K tiles before its first use; a
+    tile's STORE follows its last MATMUL and overlaps the next group. The tokens follow from
+    what each instruction reads and overwrites (`_tokens`). An ``epilogue`` sets its parameters
+    once (per tensor) or before each STORE (per channel, for the tile's columns).
     """
     rows, cols = config.rows, config.cols
-    b_rows = [0, rows]
-    a_rows = [2 * rows, 2 * rows + plan.m_tile]
+    k_tiles, whole_tiles = plan.k_tiles, plan.k // rows
+    panel_rows = plan.k_chunk * rows
+    a_rows = [2 * panel_rows, 2 * panel_rows + plan.m_tile * plan.a_tiles]
     half = config.accumulator_rows // 2
     n_starts = list(range(0, plan.n, cols))
+    chunks = [(t0, min(plan.k_chunk, k_tiles - t0)) for t0 in range(0, k_tiles, plan.k_chunk)]
     groups = [(m0, count, n_starts[g:g + plan.group])
               for m0, count in m_blocks for g in range(0, len(n_starts), plan.group)]
-    total = sum(len(tiles) for _, _, tiles in groups) * plan.k_tiles
-    program = Program()
+
+    # The MATMULs, weight panels, A buffers and output tiles, in the order they are used.
+    ops, panels, units, outputs = [], [], [], {}
+    for t, (m0, count, tile_starts) in enumerate(groups):
+        for t0, tiles in chunks:
+            if not plan.a_resident or t0 == 0 and (t == 0 or groups[t - 1][0] != m0):
+                first, size = (0, k_tiles) if plan.a_resident else (t0, tiles)
+                regions, offset = [], a_rows[len(units) % 2]
+                limit = _a_region_limit(plan, later=bool(units))
+                for r0, r_tiles in _a_regions(first, size, whole_tiles,
+                                              min(a_region_tiles, limit)):
+                    regions.append({"t0": r0, "tiles": r_tiles, "row": offset})
+                    offset += r_tiles * count
+                units.append({"m0": m0, "count": count, "regions": regions})
+            u = len(units) - 1
+            for g, n0 in enumerate(tile_starts):
+                p = len(panels)
+                panels.append({"first": len(ops), "t0": t0, "tiles": tiles, "n0": n0})
+                acc_row = (t % 2) * half + g * count
+                if t0 == 0:
+                    outputs[t, g] = {"m0": m0, "count": count, "n0": n0, "acc_row": acc_row,
+                                     "first": len(ops)}
+                for kt in range(t0, t0 + tiles):
+                    r, region = next((r, region) for r, region in enumerate(units[u]["regions"])
+                                     if region["t0"] <= kt < region["t0"] + region["tiles"])
+                    region.setdefault("first", len(ops))
+                    ops.append(_Op(1, len(ops), partial(
+                        Program.matmul, weight_row=(p % 2) * panel_rows + (kt - t0) * rows,
+                        act_row=region["row"] + kt - region["t0"], acc_row=acc_row, count=count,
+                        accumulate=kt > 0, act_stride_log2=region["tiles"].bit_length() - 1),
+                        reads=((("B", p % 2), p, 0), (("A", u % 2), u, r)),
+                        writes=((("C", t % 2), t, g, k_tiles),)))
+                units[u]["last"] = outputs[t, g]["last"] = len(ops) - 1
+    total = len(ops)
+
+    # Weight panel p goes _LEAD MATMULs into panel p - 1.
+    for p, panel in enumerate(panels):
+        before = panels[p - 1]["first"] if p else 0
+        ops.append(_Op(0, min(before + _LEAD, panel["first"]), partial(
+            load_b, first=panel["t0"], tiles=panel["tiles"], n0=panel["n0"],
+            sram_row=(p % 2) * panel_rows), writes=((("B", p % 2), p, 0, 1),)))
+    # A buffer u: region by region, in pieces of rows of about a MATMUL's worth of beats,
+    # spread evenly from _LEAD MATMULs after buffer u - 2's last use, each region before its
+    # first use.
+    beat = config.axi_data_width // 8
+    for u, unit in enumerate(units):
+        count, regions = unit["count"], unit["regions"]
+        low = min(units[u - 2]["last"] + 1 + _LEAD, regions[0]["first"]) if u >= 2 else 0
+        pieces = []
+        for r, region in enumerate(regions):
+            beats = count * -(-region["tiles"] * rows // beat)
+            parts = max(1, min(count, region["first"] - low, beats // count))
+            bounds = [i * count // parts for i in range(parts + 1)]
+            pieces += [(r, parts, first, end) for first, end in zip(bounds, bounds[1:])]
+        for i, (r, parts, first, end) in enumerate(pieces):
+            region = regions[r]
+            position = min(low + i * (regions[-1]["first"] - low) // len(pieces), region["first"])
+            ops.append(_Op(0, position, partial(
+                load_a, m0=unit["m0"] + first, count=end - first, first=region["t0"],
+                tiles=region["tiles"], sram_row=region["row"] + region["tiles"] * first),
+                writes=((("A", u % 2), u, r, parts),)))
+    # STOREs: _LEAD MATMULs after the tile's last, a store's time apart, before the next group
+    # in this accumulator half starts.
     if epilogue is not None and epilogue.per_tensor:
-        program.params(epilogue.entries(0, 1), broadcast=True)
+        ops.append(_Op(2, 0, lambda program, deps: program.params(epilogue.entries(0, 1),
+                                                                  broadcast=True)))
     store_fields = epilogue.fields(pool_pitch) if epilogue is not None else None
-    matmul = step = 0
-    for t, (m0, count, tiles) in enumerate(groups):
-        acc_base = (t % 2) * half
-        for kt in range(plan.k_tiles):
-            k0 = kt * rows
-            first_k, last_k = kt == 0, kt == plan.k_tiles - 1
-            for g, n0 in enumerate(tiles):
-                # The weight load pops the token of the MATMUL two back; that also frees the
-                # A buffer this step overwrites (its last user is at least two MATMULs back).
-                load_b(program, k0, n0, b_rows[matmul % 2],
-                       Deps(pop_next=matmul >= 2, push_next=g > 0))
-                if g == 0:
-                    load_a(program, m0, count, k0, a_rows[step % 2], Deps(push_next=True))
-                program.matmul(b_rows[matmul % 2], a_rows[step % 2], acc_base + g * count,
-                               count, accumulate=not first_k,
-                               deps=Deps(pop_prev=True, pop_next=first_k and g == 0 and t >= 2,
-                                         push_prev=matmul + 2 < total, push_next=last_k))
-                matmul += 1
-            step += 1
-        for g, n0 in enumerate(tiles):
-            if epilogue is not None and not epilogue.per_tensor:
-                program.params(epilogue.entries(n0, cols))
-            program.store(store_c(m0, count, n0, acc_base + g * count), store_fields,
-                          Deps(pop_prev=True,
-                               push_prev=g == len(tiles) - 1 and t + 2 < len(groups)))
+    spacing = -(-cols * 4 // beat)
+    position = 0
+    for (t, g), o in outputs.items():
+        reuse = outputs[t + 2, 0]["first"] if (t + 2, 0) in outputs else total
+        position = min(max(o["last"] + 1 + _LEAD, position + spacing), reuse)
+        if epilogue is not None and not epilogue.per_tensor:
+            ops.append(_Op(2, position, lambda program, deps, n0=o["n0"]: program.params(
+                epilogue.entries(n0, cols))))
+        ops.append(_Op(2, position, partial(
+            Program.store, descriptor=store_c(o["m0"], o["count"], o["n0"], o["acc_row"]),
+            epilogue=store_fields), reads=((("C", t % 2), t, g),)))
+
+    ops.sort(key=lambda op: (op.position, op.engine == 1))
+    program = Program()
+    for op, deps in zip(ops, _tokens(ops)):
+        op.emit(program, deps=deps)
     program.end()
     return program
 
@@ -116,15 +329,17 @@ def compile_matmul(config, m, k, n, *, a_addr, b_addr, c_addr, epilogue=None):
     size = output_dtype(epilogue).itemsize
     rows, cols = config.rows, config.cols
 
-    def load_a(program, m0, count, k0, sram_row, deps):
+    def load_a(program, m0, count, first, tiles, sram_row, deps):
+        lanes = ([Dim(extent=rows, start=first * rows, bound=k, stride=1)] if tiles == 1 else
+                 [Dim(extent=rows, start=0, bound=rows, stride=1),
+                  Dim(extent=tiles, start=first, bound=k // rows, stride=rows)])
         program.load(tensor(a_addr, 1, sram_row, [
-            Dim(extent=rows, start=k0, bound=k, stride=1),
-            Dim(extent=count, start=m0, bound=m, stride=k)]), deps)
+            *lanes, Dim(extent=count, start=m0, bound=m, stride=k)]), deps)
 
-    def load_b(program, k0, n0, sram_row, deps):
+    def load_b(program, first, tiles, n0, sram_row, deps):
         program.load(tensor(b_addr, 1, sram_row, [
             Dim(extent=cols, start=n0, bound=n, stride=1),
-            Dim(extent=rows, start=k0, bound=k, stride=n)]), deps)
+            Dim(extent=tiles * rows, start=first * rows, bound=k, stride=n)]), deps)
 
     def store_c(m0, count, n0, acc_row):
         return tensor(c_addr, size, acc_row, [
@@ -219,9 +434,9 @@ def _compile_conv2d_im2col(config, x_shape, w_shape, *, stride, padding, dilatio
         plan = replace(plan, m_tile=plan.m_tile // pair * pair)
     rows, cols = config.rows, config.cols
 
-    def load_a(program, m0, count, k0, sram_row, deps):
+    def load_a(program, m0, count, first, tiles, sram_row, deps):
         image, pixel = divmod(m0, pq)
-        channel, tap = divmod(k0, r * s)
+        channel, tap = divmod(first * rows, r * s)
         program.load_im2col({
             "base": x_addr, "sram_row": sram_row, "rows": count, "lanes": rows,
             "batch": n, "channels": c, "height": h, "width": w, "out_height": p, "out_width": q,
@@ -230,10 +445,10 @@ def _compile_conv2d_im2col(config, x_shape, w_shape, *, stride, padding, dilatio
             "c0": channel, "r0": tap // s, "s0": tap % s,
             "stride_n": c * h * w, "stride_c": h * w, "stride_h": w, "stride_w": 1}, deps)
 
-    def load_b(program, k0, n0, sram_row, deps):
+    def load_b(program, first, tiles, n0, sram_row, deps):
         program.load(tensor(w_addr, 1, sram_row, [
             Dim(extent=cols, start=n0, bound=k_out, stride=crs),
-            Dim(extent=rows, start=k0, bound=crs, stride=1)]), deps)
+            Dim(extent=tiles * rows, start=first * rows, bound=crs, stride=1)]), deps)
 
     def store_c(m0, count, n0, acc_row):
         image, pixel = divmod(m0, pq)
@@ -253,7 +468,7 @@ def _compile_conv2d_im2col(config, x_shape, w_shape, *, stride, padding, dilatio
     blocks = [(image * pq + p0, min(plan.m_tile, computed - p0))
               for image in range(n) for p0 in range(0, computed, plan.m_tile)]
     return _compile_gemm(config, plan, blocks, load_a, load_b, store_c, epilogue,
-                         pool_pitch=q)
+                         pool_pitch=q, a_region_tiles=1)
 
 
 def _valid_range(offset, step, limit, count):

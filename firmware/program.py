@@ -56,10 +56,11 @@ class Program:
         return self._add(Opcode.LOAD, header={**deps.fields(), "im2col": 1}, im2col=descriptor)
 
     def matmul(self, weight_row, act_row, acc_row, count, *, accumulate=False,
-               act_probabilities=False, deps=Deps()):
+               act_probabilities=False, act_stride_log2=0, deps=Deps()):
         return self._add(Opcode.MATMUL, header={**deps.fields(), "accumulate": int(accumulate)},
                          weight_row=weight_row, act_row=act_row, acc_row=acc_row, count=count,
-                         act_probabilities=int(act_probabilities))
+                         act_probabilities=int(act_probabilities),
+                         act_stride_log2=act_stride_log2)
 
     def store(self, descriptor, epilogue=None, deps=Deps()):
         """``epilogue``: `isa.Epilogue` fields (bias, requant, relu, pool, pool_pitch)."""

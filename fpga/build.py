@@ -22,7 +22,7 @@ from .boards import board_named
 
 __all__ = ["BoardTop", "BuildError", "BuildResult", "ECP5Pll", "ECP5PllSettings", "ICE40Pll",
            "ICE40PllSettings", "PllReset", "build", "build_system", "builds_dir",
-           "format_report", "last_build", "pll_settings"]
+           "cached_report", "format_report", "last_build", "pll_settings"]
 
 
 @dataclass(frozen=True)
@@ -446,15 +446,28 @@ def format_report(report):
     return "\n".join(lines) + "\n"
 
 
+def _cached_reports(board, config):
+    """(time, build directory, report) of each finished cached build of ``board`` (and
+    ``config``, if given), newest first."""
+    board = board_named(board) if isinstance(board, str) else board
+    wanted = json.loads(config.to_json()) if config else None
+    found = []
+    for done in builds_dir().glob(f"{board.name}-*/.built"):
+        report = json.loads((done.parent / "report.json").read_text())
+        if wanted is None or report["config"] == wanted:
+            found.append((done.stat().st_mtime, done.parent, report))
+    return sorted(found, key=lambda item: item[0], reverse=True)
+
+
 def last_build(board, config=None):
     """Bitstream of the most recently built or reused cached build of ``board`` (and ``config``,
     if given), or None."""
-    board = board_named(board) if isinstance(board, str) else board
-    wanted = json.loads(config.to_json()) if config else None
-    newest = None
-    for done in builds_dir().glob(f"{board.name}-*/.built"):
-        report = json.loads((done.parent / "report.json").read_text())
-        if report["bitstream"] and (wanted is None or report["config"] == wanted):
-            if newest is None or done.stat().st_mtime > newest[0]:
-                newest = (done.stat().st_mtime, done.parent / report["bitstream"])
-    return newest and newest[1]
+    return next((build_dir / report["bitstream"]
+                 for _, build_dir, report in _cached_reports(board, config)
+                 if report["bitstream"]), None)
+
+
+def cached_report(board, config):
+    """The report of the newest cached build of ``config`` on ``board`` (one that did not fit
+    included), or None when it was never built."""
+    return next((report for _, _, report in _cached_reports(board, config)), None)

@@ -75,22 +75,23 @@ class AxiBurst(wiring.Component):
 
 
 class AxiMemory(wiring.Component):
-    """``size_bytes`` of single-port on-chip RAM at address 0, ``data_width`` bits a word.
+    """``size_bytes`` of on-chip RAM at address 0, ``data_width`` bits a word: single-port, or
+    with ``dual_port`` a read port and a write port (block RAM only).
 
     Ports: an AXI4 slave ``s_axi_*`` (the core's ``m_axi_*`` flipped, so a top connects them name
     by name) and ``host`` (``memory_host_signature()``, the UART bridge's side flipped).
 
     One burst per direction at a time, answered in order; a read beat per cycle while RREADY is
     held (3-entry output queue, so backpressure loses nothing), a write beat per cycle (WLAST is
-    not checked: AWLEN counts). Reads and writes share the port, alternating when both are
-    busy; the host owns the port in every cycle it is selected. No AXI output depends
+    not checked: AWLEN counts). Reads and writes share a single port, alternating when both
+    are busy; the host owns the ports in every cycle it is selected. No AXI output depends
     combinationally on an AXI input. FIXED and WRAP bursts answer
     SLVERR (reads zero, writes dropped); beats past the end DECERR, likewise; host accesses
     past the end read zero and write nothing; a host ``read`` together with ``write`` is a
     write. Contents start as zeros in simulation and are undefined on SPRAM.
     """
 
-    def __init__(self, data_width, size_bytes, *, kind="bram"):
+    def __init__(self, data_width, size_bytes, *, kind="bram", dual_port=False):
         if data_width not in (32, 64, 128):
             raise ValueError(f"data_width={data_width!r} is invalid: allowed 32, 64, 128")
         if kind not in RAM_STYLES:
@@ -106,7 +107,10 @@ class AxiMemory(wiring.Component):
                                  f"invalid for kind='spram': needs {blocks} SB_SPRAM256KA "
                                  f"(16K x 16), the UP5K has {SPRAM_BLOCKS} (32 or 64 bits, "
                                  f"at most 128 KiB)")
+        if dual_port and kind != "bram":
+            raise ValueError(f"dual_port=True is invalid for kind={kind!r}: only for 'bram'")
         self.data_width, self.size_bytes, self.kind = data_width, size_bytes, kind
+        self.dual_port = dual_port
         super().__init__({
             **flat_ports("s_axi", axi_read_signature(data_width).flip()),
             **flat_ports("s_axi", axi_write_signature(data_width).flip()),
@@ -139,20 +143,25 @@ class AxiMemory(wiring.Component):
         read_wants = reads.active & (r_queue.level + pending < r_queue.depth)
 
         host = self.host
-        write_turn = Signal()
-        write_slot = ~host.select & writes.active & (write_turn | ~read_wants)
-        write_beat = write_slot & axi("wvalid")
-        read_issue = ~host.select & read_wants & ~write_beat
+        if self.dual_port:
+            write_slot = ~host.select & writes.active
+            write_beat = write_slot & axi("wvalid")
+            read_issue = ~host.select & read_wants
+        else:
+            write_turn = Signal()
+            write_slot = ~host.select & writes.active & (write_turn | ~read_wants)
+            write_beat = write_slot & axi("wvalid")
+            read_issue = ~host.select & read_wants & ~write_beat
+            with m.If(read_issue):
+                m.d.sync += write_turn.eq(1)
+            with m.Elif(write_beat):
+                m.d.sync += write_turn.eq(0)
         m.d.comb += [
             axi("arready").eq(~reads.active),
             axi("wready").eq(write_slot),
             reads.advance.eq(read_issue),
             writes.advance.eq(write_beat),
         ]
-        with m.If(read_issue):
-            m.d.sync += write_turn.eq(1)
-        with m.Elif(write_beat):
-            m.d.sync += write_turn.eq(0)
 
         m.d.sync += [
             pending.eq(read_issue),
@@ -197,20 +206,26 @@ class AxiMemory(wiring.Component):
         host_write = host.write & host_in_range
         host_strobes = Cat(Mux(host_write & (lane == i), 0b1111, 0) for i in range(lanes))
 
-        word = Signal(range(storage.depth))
-        with m.If(host.select):
-            m.d.comb += word.eq(host.addr[exact_log2(lanes):])
-        with m.Elif(write_beat):
-            m.d.comb += word.eq(writes.word)
-        with m.Else():
-            m.d.comb += word.eq(reads.word)
+        host_word = host.addr[exact_log2(lanes):]
+        if self.dual_port:
+            read_word = Mux(host.select, host_word, reads.word)
+            write_word = Mux(host.select, host_word, writes.word)
+        else:
+            word = Signal(range(storage.depth))
+            with m.If(host.select):
+                m.d.comb += word.eq(host_word)
+            with m.Elif(write_beat):
+                m.d.comb += word.eq(writes.word)
+            with m.Else():
+                m.d.comb += word.eq(reads.word)
+            read_word = write_word = word
         axi_write_ok = write_beat & (writes.resp == AXI_RESP_OKAY)
         # Yosys maps to SPRAM (read output unchanged while writing) only if it can prove that
         # no cycle both reads and writes, hence the host's read yields to its write.
         m.d.comb += [
-            read_port.addr.eq(word),
+            read_port.addr.eq(read_word),
             read_port.en.eq(read_issue | (host.select & host.read & ~host.write)),
-            write_port.addr.eq(word),
+            write_port.addr.eq(write_word),
             write_port.data.eq(Mux(host.select, Cat([host.wdata] * lanes), axi("wdata"))),
             write_port.en.eq(Mux(host.select, host_strobes, Mux(axi_write_ok, axi("wstrb"), 0))),
         ]

@@ -1,5 +1,5 @@
 """Execute engine: MATMUL through the array into the accumulator, and SOFTMAX on the SFU."""
-from amaranth.hdl import Cat, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
@@ -39,23 +39,25 @@ def probability_row(config):
 class _RowFeeder(wiring.Component):
     """Reads runs of rows through synchronous read ports into a stream.
 
-    Each ``run`` (first row, count, and with two ports a source) becomes ``count`` rows on
-    ``rows``, read through ``reads.source<source>``; the run's last row carries ``last`` and each row its ``source``. A small
-    FIFO absorbs the read latency so the output can stall.
+    Each ``run`` (first row, count, and with two ports a source, with ``strided`` a
+    ``stride_log2``) becomes ``count`` rows on ``rows``, ``1 << stride_log2`` apart, read
+    through ``reads.source<source>``; the run's last row carries ``last`` and each row its
+    ``source``. One run waits behind the current one, so runs follow each other without a gap.
+    A small FIFO absorbs the read latency so the output can stall.
     """
 
-    def __init__(self, width, ports):
+    def __init__(self, width, ports, *, strided=False):
         if not 1 <= len(ports) <= 2:
             raise ValueError(f"ports has {len(ports)} entries: allowed 1 or 2")
-        self._ports = ports
+        self._ports, self._strided = ports, strided
         super().__init__({
             "run": In(stream.Signature(data.StructLayout({
-                "row": 16, "count": 16, **({"source": 1} if len(ports) > 1 else {})}))),
+                "row": 16, "count": 16, **({"source": 1} if len(ports) > 1 else {}),
+                **({"stride_log2": 4} if strided else {})}))),
             "reads": In(wiring.Signature({f"source{i}": Out(port)
                                           for i, port in enumerate(ports)})),
             "rows": Out(stream.Signature(data.StructLayout({"data": width, "last": 1,
                                                             "source": 1}))),
-            "idle": Out(1),
         })
 
     def elaborate(self, platform):
@@ -66,6 +68,9 @@ class _RowFeeder(wiring.Component):
         row = Signal(16)
         remaining = Signal(16)
         source = Signal()
+        stride_log2 = Signal(4)
+        queued = Signal.like(self.run.payload)
+        queued_valid = Signal()
         in_flight = Signal()
         in_flight_last = Signal()
         in_flight_source = Signal()
@@ -76,7 +81,7 @@ class _RowFeeder(wiring.Component):
             with m.If(in_flight_source == i):
                 m.d.comb += written.data.eq(read.data.as_value())
         m.d.comb += [
-            self.run.ready.eq(remaining == 0),
+            self.run.ready.eq(~queued_valid),
             issue.eq((remaining != 0) & (fifo.w_level + in_flight < fifo.depth)),
             fifo.w_en.eq(in_flight),
             written.last.eq(in_flight_last),
@@ -84,25 +89,30 @@ class _RowFeeder(wiring.Component):
             self.rows.payload.eq(fifo.r_data),
             self.rows.valid.eq(fifo.r_rdy),
             fifo.r_en.eq(self.rows.ready),
-            self.idle.eq((remaining == 0) & ~in_flight & ~fifo.r_rdy),
         ]
         m.d.sync += [in_flight.eq(issue), in_flight_last.eq(issue & (remaining == 1)),
                      in_flight_source.eq(source)]
         with m.If(self.run.valid & self.run.ready):
-            m.d.sync += [row.eq(self.run.payload.row), remaining.eq(self.run.payload.count)]
+            m.d.sync += [queued.eq(self.run.payload), queued_valid.eq(1)]
+        with m.If(queued_valid & ((remaining == 0) | (issue & (remaining == 1)))):
+            m.d.sync += [row.eq(queued.row), remaining.eq(queued.count), queued_valid.eq(0)]
             if len(reads) > 1:
-                m.d.sync += source.eq(self.run.payload.source)
+                m.d.sync += source.eq(queued.source)
+            if self._strided:
+                m.d.sync += stride_log2.eq(queued.stride_log2)
         with m.Elif(issue):
-            m.d.sync += [row.eq(row + 1), remaining.eq(remaining - 1)]
+            m.d.sync += [row.eq(row + (Const(1, 16) << stride_log2)), remaining.eq(remaining - 1)]
         return m
 
 
 class ExecuteEngine(wiring.Component):
-    """Runs MATMUL instructions: ``acc[acc_row + i] (+)= A[act_row + i][:rows] @ W`` for each of
-    ``count`` activation vectors, where W is the ``rows`` x ``cols`` tile at ``weight_row`` and
-    A is the scratchpad (int8) or, with ``act_probabilities``, the probability buffer (uint8).
+    """Runs MATMUL instructions: ``acc[acc_row + i] (+)= A[act_row + (i << act_stride_log2)]
+    [:rows] @ W`` for each of ``count`` activation vectors, where W is the ``rows`` x ``cols``
+    tile at ``weight_row`` and A is the scratchpad (int8) or, with ``act_probabilities``, the
+    probability buffer (uint8).
 
-    MATMULs overlap: the next weight tile loads while the current one streams, and an
+    MATMULs overlap: the next one is taken while the current one streams, so its weight tile
+    shifts into the array meanwhile and its vectors follow without a gap; an
     instruction is done (``done`` pulse, in order) when its last result is in the accumulator.
     A SOFTMAX waits for the MATMULs before it, then runs on the `SoftmaxUnit`, which owns the
     accumulator ports and the probability buffer's write port until it is done.
@@ -138,7 +148,7 @@ class ExecuteEngine(wiring.Component):
                                                     [self.weight_read.signature.flip()])
         m.submodules.acts = acts = _RowFeeder(scratchpad_row(cfg).size,
                                               [self.act_read.signature.flip(),
-                                               self.prob_read.signature.flip()])
+                                               self.prob_read.signature.flip()], strided=True)
         m.submodules.softmax = softmax = SoftmaxUnit(cfg)
         wiring.connect(m, wiring.flipped(self.weight_read), weights.reads.source0)
         wiring.connect(m, wiring.flipped(self.act_read), acts.reads.source0)
@@ -158,7 +168,7 @@ class ExecuteEngine(wiring.Component):
         with m.If(instr.count == 0):
             m.d.comb += bad.eq(ErrorCode.BAD_EXTENT)
         with m.Elif((instr.weight_row + cfg.rows > cfg.scratchpad_rows)
-                    | (instr.act_row + instr.count > act_rows)
+                    | (instr.act_row + ((instr.count - 1) << instr.act_stride_log2) >= act_rows)
                     | (instr.acc_row + instr.count > cfg.accumulator_rows)):
             m.d.comb += bad.eq(ErrorCode.SRAM_RANGE)
 
@@ -188,6 +198,7 @@ class ExecuteEngine(wiring.Component):
                 acts.run.payload.row.eq(instr.act_row),
                 acts.run.payload.count.eq(instr.count),
                 acts.run.payload.source.eq(instr.act_probabilities),
+                acts.run.payload.stride_log2.eq(instr.act_stride_log2),
                 targets.w_en.eq(1),
                 pushed.acc_row.eq(instr.acc_row),
                 pushed.count.eq(instr.count),

@@ -198,7 +198,7 @@ def _matmul(config, instr):
     if instr.count == 0:
         code = ErrorCode.BAD_EXTENT
     elif (instr.weight_row + config.rows > config.scratchpad_rows
-          or instr.act_row + instr.count > act_rows
+          or instr.act_row + ((instr.count - 1) << instr.act_stride_log2) >= act_rows
           or instr.acc_row + instr.count > config.accumulator_rows):
         code = ErrorCode.SRAM_RANGE
     else:
@@ -508,10 +508,12 @@ def _instruction(draw, config, density):
     elif kind == "matmul":
         count = draw(_rarely(st.integers(1, 16), _U16, odds["shape"]))
         probabilities = draw(_rarely(st.just(False), st.just(True), odds["element"]))
+        stride_log2 = draw(_rarely(st.integers(0, 2), st.integers(0, 15), odds["stride"]))
         act_rows = config.probability_rows if probabilities else sp_rows
-        program.matmul(rows(sp_rows, config.rows), rows(act_rows, count), rows(acc_rows, count),
+        program.matmul(rows(sp_rows, config.rows),
+                       rows(act_rows, ((count - 1) << stride_log2) + 1), rows(acc_rows, count),
                        count, accumulate=draw(st.booleans()), act_probabilities=probabilities,
-                       deps=deps)
+                       act_stride_log2=stride_log2, deps=deps)
     elif kind == "store":
         epilogue = draw(_epilogue_fields())
         elem = draw(_rarely(st.just(1 if epilogue["requant"] else 4), _ELEMENTS, odds["element"]))

@@ -2,11 +2,15 @@
 
 TPUGEN_TB carries the config, the memory options, and the host's socket address and key.
 """
+from functools import partial
+
 import cocotb
+from cocotbext.axi import AxiRam
 
 from tpugen import CoreConfig
 
 from .core_driver import CoreDriver
+from .latency_ram import LatencyAxiRam
 from .session import connect_to_host
 
 
@@ -14,8 +18,11 @@ from .session import connect_to_host
 async def serve(dut):
     params, connection = connect_to_host()
     cfg = CoreConfig.from_json(params["config"])
+    latency = params["read_latency"]
+    ram_class = partial(LatencyAxiRam, read_latency=latency) if latency else AxiRam
     core = CoreDriver(dut, cfg, memory_size=params["memory_size"],
-                      backpressure=params["backpressure"], seed=params["seed"], monitor=False)
+                      backpressure=params["backpressure"], seed=params["seed"], monitor=False,
+                      ram_class=ram_class)
     await core.reset()
 
     with connection:

@@ -234,10 +234,11 @@ def run(dut, bursts, *, seed=0, valid=0.8, ready=0.7, host=0.1, readback=True):
     return {"cycles": state["cycle"], "r": state["r"], "b": state["b"]}
 
 
-@pytest.mark.parametrize("data_width, size_bytes, kind, seed", [
-    (32, 1024, "spram", 1), (64, 2048, "bram", 2), (128, 4096, "bram", 3)])
-def test_random_bursts_and_host_against_model(data_width, size_bytes, kind, seed):
-    dut = AxiMemory(data_width, size_bytes, kind=kind)
+@pytest.mark.parametrize("data_width, size_bytes, kind, dual_port, seed", [
+    (32, 1024, "spram", False, 1), (64, 2048, "bram", False, 2), (128, 4096, "bram", False, 3),
+    (64, 2048, "bram", True, 6)])
+def test_random_bursts_and_host_against_model(data_width, size_bytes, kind, dual_port, seed):
+    dut = AxiMemory(data_width, size_bytes, kind=kind, dual_port=dual_port)
     rng = random.Random(seed)
     bursts = [random_burst(rng, dut) for _ in range(80)]
     run(dut, bursts, seed=seed)
@@ -290,6 +291,9 @@ def test_throughput_of_16_beat_bursts(data_width):
     assert writes_only["b"][-1] <= beats + 3, writes_only
     both = run(dut, bursts, valid=1, ready=1, host=0, readback=False)   # share the port
     assert both["cycles"] <= 2 * beats + 4, both
+    dual = run(AxiMemory(data_width, 1024, dual_port=True), bursts, valid=1, ready=1, host=0,
+               readback=False)
+    assert dual["cycles"] <= beats + 4, dual
 
 
 @pytest.mark.parametrize("args, kwargs, name", [
@@ -300,6 +304,7 @@ def test_throughput_of_16_beat_bursts(data_width):
     ((64, 1024), {"kind": "dram"}, "kind"),
     ((32, 256 * 1024), {"kind": "spram"}, "size_bytes"),
     ((128, 64 * 1024), {"kind": "spram"}, "data_width"),
+    ((32, 1024), {"kind": "spram", "dual_port": True}, "dual_port"),
 ])
 def test_bad_parameters(args, kwargs, name):
     with warnings.catch_warnings():

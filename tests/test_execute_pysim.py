@@ -106,12 +106,36 @@ def test_matmul_accumulates_like_numpy():
     assert np.array_equal(state["acc"][30], (matmul_int32(a2[:1], w2) + matmul_int32(a1[:1], w1))[0])
 
 
+def test_strided_activations_follow_back_to_back():
+    """act_stride_log2 reads every 2**s-th row; MATMULs of different strides follow each other."""
+    cfg = CoreConfig(rows=3, cols=2, scratchpad_kib=1, accumulator_kib=1)
+    rng = np.random.default_rng(6)
+    sp = rng.integers(-128, 128, (cfg.scratchpad_rows, cfg.lanes))
+    instructions = [
+        {"weight_row": 0, "act_row": 10, "acc_row": 0, "count": 9, "act_stride_log2": 2},
+        {"header": {"accumulate": 1}, "weight_row": 3, "act_row": 11, "acc_row": 0, "count": 9,
+         "act_stride_log2": 2},
+        {"weight_row": 6, "act_row": 50, "acc_row": 9, "count": 5, "act_stride_log2": 3},
+        {"weight_row": 0, "act_row": 90, "acc_row": 14, "count": 4},
+    ]
+    state, done = _run(cfg, sp, instructions)
+    assert state["error"] == ErrorCode.NONE and done == len(instructions)
+    w = [sp[r:r + 3, :2] for r in (0, 3, 6)]
+    assert np.array_equal(state["acc"][:9], matmul_int32(sp[10:46:4, :3], w[0])
+                          + matmul_int32(sp[11:47:4, :3], w[1]))
+    assert np.array_equal(state["acc"][9:14], matmul_int32(sp[50:90:8, :3], w[2]))
+    assert np.array_equal(state["acc"][14:18], matmul_int32(sp[90:94, :3], w[0]))
+
+
 def test_bad_matmul_sets_error_and_stops():
     cfg = CoreConfig(rows=2, cols=2, scratchpad_kib=1, accumulator_kib=1)
     sp = np.zeros((cfg.scratchpad_rows, cfg.lanes), dtype=np.int64)
     for fields, code in (({"count": 0}, ErrorCode.BAD_EXTENT),
                          ({"count": 1, "acc_row": cfg.accumulator_rows}, ErrorCode.SRAM_RANGE),
                          ({"count": 2, "act_row": cfg.scratchpad_rows - 1}, ErrorCode.SRAM_RANGE),
+                         ({"count": 3, "act_row": cfg.scratchpad_rows - 16,
+                           "act_stride_log2": 3}, ErrorCode.SRAM_RANGE),
+                         ({"count": 2, "act_stride_log2": 15}, ErrorCode.SRAM_RANGE),
                          ({"count": 1, "weight_row": cfg.scratchpad_rows - 1},
                           ErrorCode.SRAM_RANGE)):
         state, done = _run(cfg, sp, [fields], max_cycles=50)

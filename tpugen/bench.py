@@ -1,4 +1,5 @@
-"""`tpugen bench`: generator and simulator speed, and MAC utilization against the ideal."""
+"""`tpugen bench`: every target of ARCHITECTURE.md section 5 measured, beside its ideal, its
+memory roofline and what limits it; plus generator and simulator speed."""
 import math
 import os
 import tempfile
@@ -9,7 +10,9 @@ import numpy as np
 
 from .config import PRESETS, CoreConfig
 
-__all__ = ["ideal_attention_utilization", "ideal_gemm_utilization", "run_bench", "plot_bench"]
+__all__ = ["READ_LATENCY", "compulsory_bytes", "ideal_attention_utilization",
+           "ideal_gemm_utilization", "limiting_factor", "plot_bench", "roofline_utilization",
+           "run_bench", "target_rows"]
 
 MATMULS = [(64, 64, 64), (128, 128, 128), (256, 256, 256), (256, 16, 256), (16, 256, 256),
            (1024, 64, 8)]
@@ -23,6 +26,11 @@ LARGE_CONVS = [(1, 64, 56, 56, 64, 3, 3, 1, 1)]
 ATTENTIONS = [(64, 64, 32), (128, 128, 64), (256, 256, 64)]  # (L, S, d), one head
 LARGE_ATTENTIONS = [(512, 512, 64), (512, 512, 128)]
 CONFIGS = {"8x8": CoreConfig(rows=8, cols=8), "16x16": PRESETS["large"]}
+SPEED_MATMUL = (256, 256, 256)
+"""The matmul whose simulation speed (8x8 core, memory inside the model) is the speed target."""
+READ_LATENCY = 20
+"""Cycles from a read address to its data in the benchmark's memory model: the realistic
+latency of ARCHITECTURE.md section 5 (cocotbext-axi's AxiRam alone answers in about 2)."""
 
 
 def ideal_gemm_utilization(config, m, k, n):
@@ -68,9 +76,56 @@ def _speed(results):
     results["verilator_build_tpu_core_8x8_seconds"] = round(model.build_seconds, 1)
 
 
-def _workload_entry(config, label, useful_macs, ideal, stats, seconds):
-    return {
-        "config": label, "cycles": stats.cycles, "useful_macs": useful_macs,
+def compulsory_bytes(op, shape):
+    """(read, written) bytes when every operand is read once and every result written once."""
+    if op == "matmul":
+        m, k, n = shape
+        return m * k + k * n, 4 * m * n
+    if op == "conv2d":
+        from .firmware.matmul import conv2d_output_shape
+
+        nb, c, h, w, k, r, s, stride, padding = shape
+        _, _, p, q = conv2d_output_shape((nb, c, h, w), (k, c, r, s), stride, padding, 1)
+        return nb * c * h * w + k * c * r * s, 4 * nb * k * p * q
+    seq, kv, dim = shape
+    return (seq + 2 * kv) * dim, 4 * seq * dim
+
+
+def roofline_utilization(config, useful_macs, ideal, bytes_read, bytes_written):
+    """The best MAC utilization when ``bytes_read`` and ``bytes_written`` must cross the AXI bus
+    (read and write channels each move one beat a cycle) and compute runs at ``ideal``."""
+    beat = config.axi_data_width // 8
+    compute_cycles = useful_macs / (config.macs * ideal)
+    return useful_macs / (config.macs * max(compute_cycles, bytes_read / beat,
+                                            bytes_written / beat))
+
+
+def limiting_factor(config, entry):
+    """What the measured cycles beyond the useful ones went to, largest first, from the
+    hardware counters: memory bus, execute waits (loads / tokens), execute overhead (fill, drain,
+    instruction issue, softmax passes), unused lanes (partial tiles)."""
+    cycles = entry["cycles"]
+    beat = config.axi_data_width // 8
+    streaming = entry["issued_mac_utilization"] * cycles
+    overhead = entry["execute_busy_cycles"] - streaming
+    losses = {
+        "execute waits for loads or tokens": cycles - entry["execute_busy_cycles"],
+        ("softmax passes and per-MATMUL fill" if entry["op"] == "attention"
+         else "fill/drain and instruction issue"): overhead,
+        "unused array lanes (partial tiles)": streaming - entry["mac_utilization"] * cycles,
+    }
+    bus = max(entry["bytes_read"], entry["bytes_written"]) / beat / cycles
+    name, lost = max(losses.items(), key=lambda item: item[1])
+    text = f"{name}: {lost / cycles:.1%} of cycles"
+    if bus > 0.85:
+        text = f"memory bus: {bus:.0%} of cycles move a beat; then {text}"
+    return text
+
+
+def _workload_entry(config, label, op, shape, useful_macs, ideal, stats, seconds):
+    entry = {
+        "op": op, "shape": list(shape), "config": label, "read_latency": READ_LATENCY,
+        "cycles": stats.cycles, "useful_macs": useful_macs,
         "mac_utilization": round(useful_macs / (stats.cycles * config.macs), 4),
         "issued_mac_utilization": round(stats.mac_utilization, 4),
         "ideal_utilization": round(ideal, 4),
@@ -80,10 +135,18 @@ def _workload_entry(config, label, useful_macs, ideal, stats, seconds):
         "store_busy_cycles": stats.store_busy_cycles,
         "sim_cycles_per_second": round(stats.cycles / seconds),
     }
+    read, written = compulsory_bytes(op, shape)
+    entry["roofline_utilization"] = round(
+        roofline_utilization(config, useful_macs, ideal, read, written), 4)
+    entry["program_roofline_utilization"] = round(roofline_utilization(
+        config, useful_macs, ideal, stats.bytes_read, stats.bytes_written), 4)
+    entry["limit"] = limiting_factor(config, entry)
+    return entry
 
 
-def run_bench(large=False, configs=CONFIGS):
-    """Measure everything; ``large`` adds the 512-cube matmul and the full 56x56 conv layer."""
+def run_bench(quick=False, builds=False, configs=CONFIGS):
+    """Measure every workload and target (``quick``: leave out the large workloads; ``builds``:
+    run the board builds that are not cached yet)."""
     from .firmware import SimDevice
     from .firmware.matmul import conv2d_output_shape
 
@@ -91,41 +154,143 @@ def run_bench(large=False, configs=CONFIGS):
     _speed(results)
     rng = np.random.default_rng(0)
     workloads = []
+
+    def measure(config, label, op, shape, useful_macs, ideal, call):
+        start = time.perf_counter()
+        call()
+        workloads.append(_workload_entry(config, label, op, shape, useful_macs, ideal, dev.stats,
+                                         time.perf_counter() - start))
+
     for label, config in configs.items():
-        with SimDevice(config) as dev:
+        large = not quick and config == PRESETS["large"]
+        with SimDevice(config, read_latency=READ_LATENCY) as dev:
             for m, k, n in MATMULS + (LARGE_MATMULS if large else []):
                 a = rng.integers(-128, 128, (m, k), dtype=np.int8)
                 b = rng.integers(-128, 128, (k, n), dtype=np.int8)
-                start = time.perf_counter()
-                dev.matmul(a, b)
-                entry = _workload_entry(config, label, m * k * n,
-                                        ideal_gemm_utilization(config, m, k, n), dev.stats,
-                                        time.perf_counter() - start)
-                workloads.append({"op": "matmul", "shape": [m, k, n], **entry})
-            for nb, c, h, w, k, r, s, stride, padding in CONVS + (LARGE_CONVS if large else []):
+                measure(config, label, "matmul", (m, k, n), m * k * n,
+                        ideal_gemm_utilization(config, m, k, n), lambda: dev.matmul(a, b))
+            for shape in CONVS + (LARGE_CONVS if large else []):
+                nb, c, h, w, k, r, s, stride, padding = shape
                 x = rng.integers(-128, 128, (nb, c, h, w), dtype=np.int8)
                 f = rng.integers(-128, 128, (k, c, r, s), dtype=np.int8)
                 _, _, p, q = conv2d_output_shape(x.shape, f.shape, stride, padding, 1)
-                start = time.perf_counter()
-                dev.conv2d(x, f, stride=stride, padding=padding)
                 gemm = (nb * p * q, c * r * s, k)
-                entry = _workload_entry(config, label, math.prod(gemm),
-                                        ideal_gemm_utilization(config, *gemm), dev.stats,
-                                        time.perf_counter() - start)
-                workloads.append({"op": "conv2d", "shape": [nb, c, h, w, k, r, s, stride, padding],
-                                  **entry})
+                measure(config, label, "conv2d", shape, math.prod(gemm),
+                        ideal_gemm_utilization(config, *gemm),
+                        lambda: dev.conv2d(x, f, stride=stride, padding=padding))
             for seq, kv, dim in ATTENTIONS + (LARGE_ATTENTIONS if large else []):
                 q, k, v = (rng.standard_normal((n, dim)).astype(np.float32)
                            for n in (seq, kv, kv))
-                start = time.perf_counter()
-                dev.attention(q, k, v)
-                entry = _workload_entry(config, label, 2 * seq * kv * dim,
-                                        ideal_attention_utilization(config, seq, kv, dim),
-                                        dev.stats, time.perf_counter() - start)
-                workloads.append({"op": "attention", "shape": [seq, kv, dim], **entry,
-                                  "score_matrix_bytes": 4 * seq * kv})
+                measure(config, label, "attention", (seq, kv, dim), 2 * seq * kv * dim,
+                        ideal_attention_utilization(config, seq, kv, dim),
+                        lambda: dev.attention(q, k, v))
+                workloads[-1]["score_matrix_bytes"] = 4 * seq * kv
     results["workloads"] = workloads
+    from .sim.speed import measure_sim_speed
+
+    results["sim_speed"] = measure_sim_speed(CoreConfig(rows=8, cols=8), *SPEED_MATMUL,
+                                             read_latency=READ_LATENCY)
+    results["boards"] = board_results(builds)
+    results["targets"] = target_rows(results)
     return results
+
+
+BOARD_TARGETS = [("ulx3s-85f", 16, 16, 100.0), ("icebreaker", 4, 4, 25.0)]
+"""(board, rows, cols, Fmax target in MHz) of ARCHITECTURE.md section 5."""
+
+
+def board_results(run_builds=False):
+    """The build report of each board target: built now with ``run_builds`` (an hour or more in
+    the WebAssembly tools), else the cached one of an earlier `tpugen build`, else None."""
+    from .fpga.boards import board_named
+    from .fpga.build import BuildError, build, cached_report
+
+    boards = []
+    for name, rows, cols, target_mhz in BOARD_TARGETS:
+        board = board_named(name)
+        config = board.default_config(rows, cols)
+        report = cached_report(board, config)
+        if run_builds and report is None:
+            try:
+                report = build(board, config).report
+            except BuildError as error:
+                report = error.report
+        boards.append({"board": name, "rows": rows, "cols": cols, "target_mhz": target_mhz,
+                       "report": report})
+    return boards
+
+
+def _find(results, op, shape, config="16x16"):
+    return next((w for w in results["workloads"]
+                 if w["op"] == op and w["shape"] == list(shape) and w["config"] == config), None)
+
+
+def _workload_target(what, entry, target):
+    if entry is None:
+        return {"what": what, "target": f">= {target:.0%}", "measured": None, "met": None,
+                "ideal": None, "roofline": None, "limit": "not measured (tpugen bench without --quick)"}
+    return {"what": what, "target": f">= {target:.0%}",
+            "measured": f"{entry['mac_utilization']:.1%} ({entry['cycles']:,} cycles)",
+            "met": entry["mac_utilization"] >= target,
+            "ideal": f"{entry['ideal_utilization']:.1%}",
+            "roofline": (f"{entry['roofline_utilization']:.1%} (this program's bytes: "
+                         f"{entry['program_roofline_utilization']:.1%})"),
+            "limit": entry["limit"]}
+
+
+def _board_target(board):
+    what = f"{board['rows']}x{board['cols']} on {board['board']}"
+    target = f"fits, Fmax >= {board['target_mhz']:.0f} MHz"
+    report = board["report"]
+    if report is None:
+        return {"what": what, "target": target, "measured": None, "met": None, "ideal": None,
+                "roofline": None, "limit": f"not built (tpugen build --board {board['board']} "
+                                           f"--rows {board['rows']} --cols {board['cols']})"}
+    luts = report["resources"]["luts"]
+    if report["overflow"]:
+        measured = "does not fit: " + ", ".join(
+            f"{kind} {report['resources'][kind]['percent']:.0f}%" for kind in report["overflow"])
+        return {"what": what, "target": target, "measured": measured, "met": False, "ideal": None,
+                "roofline": None, "limit": "logic outside the array (see the build report)"}
+    fmax = report["fmax_mhz"]
+    return {"what": what, "target": target,
+            "measured": f"fits ({luts['percent']:.0f}% LUTs), Fmax {fmax} MHz",
+            "met": fmax is not None and fmax >= board["target_mhz"], "ideal": None,
+            "roofline": None, "limit": "critical path in nextpnr's report" if fmax else "not routed"}
+
+
+WORKLOAD_TARGETS = [  # (what, op, shape, utilization), all on the 16x16 preset
+    (f"matmul 512^3 on 16x16, read latency {READ_LATENCY}", "matmul", LARGE_MATMULS[0], 0.95),
+    ("conv2d 3x3 64->64 56x56 pad 1 on 16x16", "conv2d", LARGE_CONVS[0], 0.85),
+    ("fused attention L=S=512 d=64 on 16x16", "attention", LARGE_ATTENTIONS[0], 0.70),
+]
+"""Utilization targets of ARCHITECTURE.md section 5 (dashed lines on the plot)."""
+
+
+def target_rows(results):
+    """The rows of ARCHITECTURE.md section 5: target, measured, ideal, roofline, limit."""
+    rows = []
+    for what, op, shape, target in WORKLOAD_TARGETS:
+        entry = _find(results, op, shape)
+        row = _workload_target(what, entry, target)
+        if op == "attention" and entry is not None:
+            seq, _, dim = shape
+            traffic = entry["bytes_read"] + entry["bytes_written"]
+            row["measured"] += (f"; {traffic:,} bytes moved = {traffic / (seq * dim):.1f} L*d "
+                                f"(the scores alone would be {entry['score_matrix_bytes']:,})")
+        rows.append(row)
+    rows += [_board_target(board) for board in results.get("boards", [])]
+    speed = results.get("sim_speed")
+    rows.append({"what": "8x8 core under cocotb + Verilator", "target": ">= 50,000 cycles/s",
+                 "measured": f"{speed['cycles_per_second']:,.0f} cycles/s" if speed else None,
+                 "met": speed["cycles_per_second"] >= 50_000 if speed else None, "ideal": None,
+                 "roofline": None, "limit": speed.get("limit") if speed else "not measured"})
+    seconds = results.get("generate_tpu_core_16x16_seconds")
+    rows.append({"what": "tpugen generate 16x16", "target": "< 10 s",
+                 "measured": f"{seconds} s" if seconds is not None else None,
+                 "met": seconds < 10 if seconds is not None else None, "ideal": None,
+                 "roofline": None, "limit": "Amaranth's netlist build (Python) of the whole design"})
+    return rows
 
 
 def _label(workload):
@@ -150,8 +315,17 @@ def plot_bench(results, path):
         entries = [w for w in results["workloads"] if w["config"] == label]
         names = [_label(w) for w in entries]
         x = np.arange(len(entries))
-        axis.bar(x - 0.2, [w["ideal_utilization"] for w in entries], 0.4, label="ideal")
-        axis.bar(x + 0.2, [w["mac_utilization"] for w in entries], 0.4, label="measured")
+        axis.bar(x - 0.27, [w["ideal_utilization"] for w in entries], 0.27, label="ideal")
+        axis.bar(x, [w["roofline_utilization"] for w in entries], 0.27,
+                 label=f"memory roofline ({entries[0]['config']}, AXI)")
+        axis.bar(x + 0.27, [w["mac_utilization"] for w in entries], 0.27,
+                 label=f"measured (read latency {READ_LATENCY})")
+        for i, w in enumerate(entries):
+            target = next((t for _, op, shape, t in WORKLOAD_TARGETS
+                           if (op, list(shape), "16x16") == (w["op"], w["shape"], w["config"])),
+                          None)
+            if target:
+                axis.plot([i - 0.45, i + 0.45], [target, target], "k--", linewidth=1)
         axis.set_xticks(x, names, fontsize=7, rotation=40, ha="right")
         axis.set_ylim(0, 1)
         axis.set_ylabel("MAC utilization")

@@ -75,16 +75,24 @@ def _bench(args):
     from .bench import plot_bench, run_bench
     from .demo import format_table
 
-    results = run_bench(large=args.large)
+    results = run_bench(quick=args.quick, builds=args.builds)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     for key, value in results.items():
-        if key != "workloads":
+        if key.endswith("_seconds"):
             print(f"{key:40} {value}")
     print(format_table(
-        ("core", "op", "shape", "cycles", "MAC util", "ideal", "bytes read", "sim cycles/s"),
+        ("core", "op", "shape", "cycles", "MAC util", "ideal", "roofline", "bytes read",
+         "limit"),
         [(w["config"], w["op"], "x".join(map(str, w["shape"])), w["cycles"],
-          f"{w['mac_utilization']:.1%}", f"{w['ideal_utilization']:.1%}", w["bytes_read"],
-          w["sim_cycles_per_second"]) for w in results["workloads"]]))
+          f"{w['mac_utilization']:.1%}", f"{w['ideal_utilization']:.1%}",
+          f"{w['roofline_utilization']:.1%}", w["bytes_read"], w["limit"])
+         for w in results["workloads"]]))
+    print()
+    print(format_table(
+        ("target", "wanted", "measured", "met", "limit"),
+        [(t["what"], t["target"], t["measured"] or "-",
+          {True: "yes", False: "NO", None: "-"}[t["met"]], t["limit"])
+         for t in results["targets"]]))
     print(f"wrote {args.out}", file=sys.stderr)
     if args.plot:
         plot_bench(results, args.plot)
@@ -186,8 +194,11 @@ def main(argv=None):
     bench = commands.add_parser("bench", help="measure generate/build/simulation speed")
     bench.add_argument("--out", type=Path, default=Path("bench.json"))
     bench.add_argument("--plot", type=Path, help="PNG of utilization against the ideal")
-    bench.add_argument("--large", action="store_true",
-                       help="add the 512-cube matmul and a 56x56 conv layer (slow)")
+    bench.add_argument("--quick", action="store_true",
+                       help="leave out the large workloads of the targets (512-cube matmul, "
+                            "56x56 conv, L=512 attention on 16x16)")
+    bench.add_argument("--builds", action="store_true",
+                       help="run the board builds of the targets that are not cached (hours)")
     bench.set_defaults(run=_bench)
 
     build = commands.add_parser("build", help="bitstream and report (Fmax, resources) for a board")

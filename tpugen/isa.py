@@ -159,7 +159,9 @@ MatmulInstruction = data.StructLayout({
     "acc_row": 16,       # accumulator row of the first result vector
     "count": 16,         # activation vectors (>= 1)
     "act_probabilities": 1,  # act_row is in the probability buffer (unsigned 8-bit), not the
-})                           # scratchpad (int8)
+                             # scratchpad (int8)
+    "act_stride_log2": 4,    # activation vector i is row act_row + (i << act_stride_log2)
+})
 
 
 class SoftmaxMode(enum.Enum, shape=2):

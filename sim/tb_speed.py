@@ -1,0 +1,123 @@
+"""A timed matmul on `SimSystem`: the memory is inside the model, so Python only loads the
+operands, starts the core, sleeps until ``irq`` and reads the result back.
+
+TPUGEN_TB carries ``config``, ``m``, ``k``, ``n``, ``seed``, ``memory_bytes`` and
+``timeout_cycles``; the timings and counters go to stats.json.
+"""
+import json
+import os
+import time
+
+import cocotb
+import numpy as np
+from cocotb.clock import Clock
+from cocotb.simtime import get_sim_time
+from cocotb.triggers import ClockCycles, RisingEdge, with_timeout
+from cocotbext.axi import AxiLiteBus, AxiLiteMaster
+
+from tpugen import CoreConfig
+
+from ..firmware.matmul import compile_matmul
+from ..hdl.csr import COUNTERS, register, window_writes
+from ..isa import INSTRUCTION_BYTES
+from .golden import matmul_int32
+
+PERIOD_NS = 10
+PAGE = 4096
+
+
+class VpiMemory:
+    """`SimSystem`'s memory, a word at a time through VPI: no simulated time passes."""
+
+    def __init__(self, dut, data_width):
+        self._words = dut.memory.storage
+        self._word_bytes = data_width // 8
+
+    def write(self, address, data):
+        """``data`` at word-aligned ``address``, zero padded to whole words."""
+        size = self._word_bytes
+        data = bytes(data) + bytes(-len(data) % size)
+        first = address // size
+        for i in range(0, len(data), size):
+            self._words[first + i // size].value = int.from_bytes(data[i:i + size], "little")
+
+    def read(self, address, length):
+        """``length`` bytes from word-aligned ``address``."""
+        size = self._word_bytes
+        first = address // size
+        return b"".join(self._words[first + i].value.to_unsigned().to_bytes(size, "little")
+                        for i in range(-(-length // size)))[:length]
+
+
+def _round_up(size, unit):
+    return -(-size // unit) * unit
+
+
+@cocotb.test()
+async def matmul(dut):
+    params = json.loads(os.environ["TPUGEN_TB"])
+    cfg = CoreConfig.from_json(params["config"])
+    m, k, n = params["m"], params["k"], params["n"]
+    rng = np.random.default_rng(params["seed"])
+    a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+    b = rng.integers(-128, 128, (k, n), dtype=np.int8)
+    # The layout of `Device.matmul`: page-aligned operands, then the result, then the program.
+    a_addr, b_addr = 0, _round_up(a.nbytes, PAGE)
+    c_addr = b_addr + _round_up(b.nbytes, PAGE)
+    c_bytes = 4 * m * n
+    program_addr = c_addr + _round_up(c_bytes, PAGE)
+    code = compile_matmul(cfg, m, k, n, a_addr=a_addr, b_addr=b_addr, c_addr=c_addr).to_bytes()
+    assert program_addr + len(code) <= params["memory_bytes"], \
+        f"{m}x{k}x{n} needs {program_addr + len(code)} bytes of memory"
+
+    Clock(dut.clk, PERIOD_NS, unit="ns", impl="gpi").start()
+    dut.rst.value = 1
+    await ClockCycles(dut.clk, 4)
+    dut.rst.value = 0
+    lite = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), dut.clk, dut.rst)
+    for log in (lite.write_if.log, lite.read_if.log):
+        log.setLevel("WARNING")
+
+    async def write(name, value):
+        await lite.write_dword(register(name).offset, value)
+
+    async def read(name):
+        return await lite.read_dword(register(name).offset)
+
+    stats = {}
+    started = time.perf_counter()
+    memory = VpiMemory(dut, cfg.axi_data_width)
+    memory.write(a_addr, a.tobytes())
+    memory.write(b_addr, b.tobytes())
+    memory.write(program_addr, code)
+    stats["load_seconds"] = time.perf_counter() - started
+
+    windows = [(program_addr, len(code), True, False),
+               (0, _round_up(b_addr + b.nbytes, 64), True, False),
+               (c_addr, _round_up(c_bytes, 64), False, True)]
+    for name, value in window_writes(windows):
+        await write(name, value)
+    await write("PROGRAM_BASE", program_addr)
+    await write("PROGRAM_LENGTH", len(code) // INSTRUCTION_BYTES)
+    await write("IRQ_ENABLE", 1)
+
+    started, cpu_started, sim_started = time.perf_counter(), time.process_time(), get_sim_time("ns")
+    await write("CONTROL", register("CONTROL").layout.const({"start": 1}).as_bits())
+    await with_timeout(RisingEdge(dut.irq), params["timeout_cycles"] * PERIOD_NS, "ns")
+    stats["run_seconds"] = time.perf_counter() - started
+    stats["run_cpu_seconds"] = time.process_time() - cpu_started
+    stats["sim_cycles"] = round((get_sim_time("ns") - sim_started) / PERIOD_NS)
+
+    status = register("STATUS").layout.from_bits(await read("STATUS"))
+    assert status.done, f"the core stopped with error code {await read('ERROR_CODE')}"
+    for name in COUNTERS:
+        low = await read(f"{name.upper()}_LO")
+        stats[name] = low | await read(f"{name.upper()}_HI") << 32
+
+    started = time.perf_counter()
+    got = np.frombuffer(memory.read(c_addr, c_bytes), "<i4").reshape(m, n)
+    stats["read_seconds"] = time.perf_counter() - started
+    bad = np.argwhere(got != matmul_int32(a, b))
+    assert not len(bad), f"{len(bad)} of {m * n} results differ, the first at {bad[0].tolist()}"
+    with open("stats.json", "w") as f:
+        json.dump(stats, f)
