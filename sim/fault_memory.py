@@ -15,7 +15,7 @@ from cocotbext.axi.axi_ram import AxiRamRead, AxiRamWrite
 from cocotbext.axi.constants import AxiBurstType
 from cocotbext.axi.memory import Memory
 
-__all__ = ["Fault", "FaultyAxiRam"]
+__all__ = ["Fault", "FaultyAxiRam", "beat_word", "incr_beats", "write_beat"]
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ async def _hang():
     await Event().wait()
 
 
-def _incr_beats(transaction, prefix, byte_lanes):
+def incr_beats(transaction, prefix, byte_lanes):
     """(beats, bytes per beat, first beat-aligned address) of an INCR burst (the only kind the
     core issues)."""
     burst = AxiBurstType(int(getattr(transaction, f"{prefix}burst")))
@@ -63,6 +63,21 @@ def _incr_beats(transaction, prefix, byte_lanes):
     return int(getattr(transaction, f"{prefix}len")) + 1, size, address - address % size
 
 
+def beat_word(address, size, n, byte_lanes):
+    """The bus-word address of beat ``n`` of an INCR burst from ``address`` of ``size`` bytes a beat."""
+    return (address + n * size) // byte_lanes * byte_lanes
+
+
+def write_beat(memory, word, w, byte_lanes):
+    """Write the lanes of W beat ``w`` that its WSTRB enables into ``memory`` at ``word``."""
+    data = int(w.wdata).to_bytes(byte_lanes, "little")
+    merged = bytearray(memory.read(word, byte_lanes))
+    for lane in range(byte_lanes):
+        if int(w.wstrb) >> lane & 1:
+            merged[lane] = data[lane]
+    memory.write(word, bytes(merged))
+
+
 class _FaultyRead(AxiRamRead):
     def __init__(self, faults, *args, **kwargs):
         self.faults = faults
@@ -71,9 +86,9 @@ class _FaultyRead(AxiRamRead):
     async def _process_read(self):
         while True:
             ar = await self.ar_channel.recv()
-            beats, size, address = _incr_beats(ar, "ar", self.byte_lanes)
+            beats, size, address = incr_beats(ar, "ar", self.byte_lanes)
             for n in range(beats):
-                word = (address + n * size) // self.byte_lanes * self.byte_lanes
+                word = beat_word(address, size, n, self.byte_lanes)
                 r = self.r_channel._transaction_obj()
                 r.rid = int(ar.arid)
                 r.rlast = n == beats - 1
@@ -94,20 +109,15 @@ class _FaultyWrite(AxiRamWrite):
     async def _process_write(self):
         while True:
             aw = await self.aw_channel.recv()
-            beats, size, address = _incr_beats(aw, "aw", self.byte_lanes)
+            beats, size, address = incr_beats(aw, "aw", self.byte_lanes)
             response = _response(self.faults, "write", address, beats * size)
             for n in range(beats):
                 w = await self.w_channel.recv()
                 assert bool(int(w.wlast)) == (n == beats - 1), f"WLAST on beat {n} of {beats}"
                 if response is not AxiResp.OKAY:
                     continue
-                word = (address + n * size) // self.byte_lanes * self.byte_lanes % self.size
-                data = int(w.wdata).to_bytes(self.byte_lanes, "little")
-                merged = bytearray(self.read(word, self.byte_lanes))
-                for lane in range(self.byte_lanes):
-                    if int(w.wstrb) >> lane & 1:
-                        merged[lane] = data[lane]
-                self.write(word, bytes(merged))
+                write_beat(self, beat_word(address, size, n, self.byte_lanes) % self.size, w,
+                           self.byte_lanes)
             if response is None:
                 await _hang()
             b = self.b_channel._transaction_obj()

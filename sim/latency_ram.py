@@ -13,8 +13,9 @@ import cocotb
 from cocotb.triggers import ClockCycles, Event, RisingEdge
 from cocotbext.axi import AxiResp
 from cocotbext.axi.axi_ram import AxiRamRead, AxiRamWrite
-from cocotbext.axi.constants import AxiBurstType
 from cocotbext.axi.memory import Memory
+
+from .fault_memory import beat_word, incr_beats, write_beat
 
 __all__ = ["LatencyAxiRam"]
 
@@ -57,16 +58,6 @@ class _DelayLine:
             await self.source.send(item)
 
 
-def _incr_beats(transaction, prefix, byte_lanes):
-    """The bus-word addresses of an INCR burst's beats (the only burst kind the core issues)."""
-    burst = AxiBurstType(int(getattr(transaction, f"{prefix}burst")))
-    assert burst == AxiBurstType.INCR, f"{prefix.upper()} burst type {burst.name}"
-    size = 1 << int(getattr(transaction, f"{prefix}size"))
-    address = int(getattr(transaction, f"{prefix}addr")) // size * size
-    return [(address + n * size) // byte_lanes * byte_lanes
-            for n in range(int(getattr(transaction, f"{prefix}len")) + 1)]
-
-
 class _DelayedResponses:
     """Mixin of the read and write halves: a `_DelayLine` on ``_channel_name``, replaced at
     every reset."""
@@ -91,11 +82,12 @@ class _LatencyRead(_DelayedResponses, AxiRamRead):
     async def _process_read(self):
         while True:
             ar = await self.ar_channel.recv()
-            words = _incr_beats(ar, "ar", self.byte_lanes)
-            for n, word in enumerate(words):
+            beats, size, address = incr_beats(ar, "ar", self.byte_lanes)
+            for n in range(beats):
+                word = beat_word(address, size, n, self.byte_lanes)
                 r = self.r_channel._transaction_obj()
                 r.rid = int(ar.arid)
-                r.rlast = n == len(words) - 1
+                r.rlast = n == beats - 1
                 r.rresp = AxiResp.OKAY
                 r.rdata = int.from_bytes(await self._read(word, self.byte_lanes), "little")
                 self._line.put(r)
@@ -107,16 +99,12 @@ class _LatencyWrite(_DelayedResponses, AxiRamWrite):
     async def _process_write(self):
         while True:
             aw = await self.aw_channel.recv()
-            words = _incr_beats(aw, "aw", self.byte_lanes)
-            for n, word in enumerate(words):
+            beats, size, address = incr_beats(aw, "aw", self.byte_lanes)
+            for n in range(beats):
                 w = await self.w_channel.recv()
-                assert bool(int(w.wlast)) == (n == len(words) - 1), f"WLAST on beat {n}"
-                data = int(w.wdata).to_bytes(self.byte_lanes, "little")
-                merged = bytearray(self.read(word % self.size, self.byte_lanes))
-                for lane in range(self.byte_lanes):
-                    if int(w.wstrb) >> lane & 1:
-                        merged[lane] = data[lane]
-                self.write(word % self.size, bytes(merged))
+                assert bool(int(w.wlast)) == (n == beats - 1), f"WLAST on beat {n}"
+                write_beat(self, beat_word(address, size, n, self.byte_lanes) % self.size, w,
+                           self.byte_lanes)
             b = self.b_channel._transaction_obj()
             b.bid = int(aw.awid)
             b.bresp = AxiResp.OKAY
