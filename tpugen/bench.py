@@ -225,17 +225,22 @@ def _find(results, op, shape, config="16x16"):
                  if w["op"] == op and w["shape"] == list(shape) and w["config"] == config), None)
 
 
+def _target_row(what, target, limit, measured=None, met=None, ideal=None, roofline=None):
+    """One row of the target table; ``measured`` and ``met`` stay None when not measured."""
+    return {"what": what, "target": target, "measured": measured, "met": met, "ideal": ideal,
+            "roofline": roofline, "limit": limit}
+
+
 def _workload_target(what, entry, target):
+    wanted = f">= {target:.0%}"
     if entry is None:
-        return {"what": what, "target": f">= {target:.0%}", "measured": None, "met": None,
-                "ideal": None, "roofline": None, "limit": "not measured (tpugen bench without --quick)"}
-    return {"what": what, "target": f">= {target:.0%}",
-            "measured": f"{entry['mac_utilization']:.1%} ({entry['cycles']:,} cycles)",
-            "met": entry["mac_utilization"] >= target,
-            "ideal": f"{entry['ideal_utilization']:.1%}",
-            "roofline": (f"{entry['roofline_utilization']:.1%} (this program's bytes: "
-                         f"{entry['program_roofline_utilization']:.1%})"),
-            "limit": entry["limit"]}
+        return _target_row(what, wanted, "not measured (tpugen bench without --quick)")
+    return _target_row(
+        what, wanted, entry["limit"],
+        measured=f"{entry['mac_utilization']:.1%} ({entry['cycles']:,} cycles)",
+        met=entry["mac_utilization"] >= target, ideal=f"{entry['ideal_utilization']:.1%}",
+        roofline=(f"{entry['roofline_utilization']:.1%} (this program's bytes: "
+                  f"{entry['program_roofline_utilization']:.1%})"))
 
 
 def _board_target(board):
@@ -243,20 +248,18 @@ def _board_target(board):
     target = f"fits, Fmax >= {board['target_mhz']:.0f} MHz"
     report = board["report"]
     if report is None:
-        return {"what": what, "target": target, "measured": None, "met": None, "ideal": None,
-                "roofline": None, "limit": f"not built (tpugen build --board {board['board']} "
-                                           f"--rows {board['rows']} --cols {board['cols']})"}
-    luts = report["resources"]["luts"]
+        return _target_row(what, target, f"not built (tpugen build --board {board['board']} "
+                                         f"--rows {board['rows']} --cols {board['cols']})")
     if report["overflow"]:
         measured = "does not fit: " + ", ".join(
             f"{kind} {report['resources'][kind]['percent']:.0f}%" for kind in report["overflow"])
-        return {"what": what, "target": target, "measured": measured, "met": False, "ideal": None,
-                "roofline": None, "limit": "logic outside the array (see the build report)"}
+        return _target_row(what, target, "logic outside the array (see the build report)",
+                           measured=measured, met=False)
     fmax = report["fmax_mhz"]
-    return {"what": what, "target": target,
-            "measured": f"fits ({luts['percent']:.0f}% LUTs), Fmax {fmax} MHz",
-            "met": fmax is not None and fmax >= board["target_mhz"], "ideal": None,
-            "roofline": None, "limit": "critical path in nextpnr's report" if fmax else "not routed"}
+    return _target_row(what, target, "critical path in nextpnr's report" if fmax else "not routed",
+                       measured=f"fits ({report['resources']['luts']['percent']:.0f}% LUTs), "
+                                f"Fmax {fmax} MHz",
+                       met=fmax is not None and fmax >= board["target_mhz"])
 
 
 WORKLOAD_TARGETS = [  # (what, op, shape, utilization), all on the 16x16 preset
@@ -281,15 +284,16 @@ def target_rows(results):
         rows.append(row)
     rows += [_board_target(board) for board in results.get("boards", [])]
     speed = results.get("sim_speed")
-    rows.append({"what": "8x8 core under cocotb + Verilator", "target": ">= 50,000 cycles/s",
-                 "measured": f"{speed['cycles_per_second']:,.0f} cycles/s" if speed else None,
-                 "met": speed["cycles_per_second"] >= 50_000 if speed else None, "ideal": None,
-                 "roofline": None, "limit": speed.get("limit") if speed else "not measured"})
+    rows.append(_target_row(
+        "8x8 core under cocotb + Verilator", ">= 50,000 cycles/s",
+        speed.get("limit") if speed else "not measured",
+        measured=f"{speed['cycles_per_second']:,.0f} cycles/s" if speed else None,
+        met=speed["cycles_per_second"] >= 50_000 if speed else None))
     seconds = results.get("generate_tpu_core_16x16_seconds")
-    rows.append({"what": "tpugen generate 16x16", "target": "< 10 s",
-                 "measured": f"{seconds} s" if seconds is not None else None,
-                 "met": seconds < 10 if seconds is not None else None, "ideal": None,
-                 "roofline": None, "limit": "Amaranth's netlist build (Python) of the whole design"})
+    rows.append(_target_row(
+        "tpugen generate 16x16", "< 10 s", "Amaranth's netlist build (Python) of the whole design",
+        measured=f"{seconds} s" if seconds is not None else None,
+        met=seconds < 10 if seconds is not None else None))
     return rows
 
 
