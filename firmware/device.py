@@ -15,7 +15,8 @@ from .epilogue import Epilogue, output_dtype
 from .matmul import (compile_conv2d, compile_matmul, conv2d_lowering, conv2d_output_shape,
                      conv2d_weights)
 
-__all__ = ["Device", "DeviceError", "SimDevice", "Stats"]
+__all__ = ["Device", "DeviceError", "SimDevice", "Stats", "access_windows", "operand_layout",
+           "program_placement"]
 
 _PAGE = 4096
 
@@ -211,15 +212,9 @@ class Device:
 
     def _layout(self, input_sizes, output_sizes):
         """Page-aligned addresses from 0: inputs, then outputs (the program goes after them)."""
-        addresses, cursor = [], 0
-        for sizes in (input_sizes, output_sizes):
-            group = []
-            for size in sizes:
-                group.append(cursor)
-                cursor += _pages(size)
-            addresses.append(group)
-        if cursor > self.memory_size:
-            raise ValueError(f"the operands need {cursor} bytes of memory: more than "
+        addresses, end = operand_layout(input_sizes, output_sizes)
+        if end > self.memory_size:
+            raise ValueError(f"the operands need {end} bytes of memory: more than "
                              f"memory_size={self.memory_size}")
         return addresses
 
@@ -229,17 +224,13 @@ class Device:
         if self._transport is None:
             raise RuntimeError(f"{type(self).__name__} is not open: use it in a `with` block")
         code = program.to_bytes()
-        program_address = max(address + _pages(size) for address, size in outputs)
+        program_address = program_placement(outputs)
         if program_address + len(code) > self.memory_size:
             raise ValueError(f"the program ({len(program)} instructions) and its operands need "
                              f"{program_address + len(code)} bytes of memory: more than "
                              f"memory_size={self.memory_size}")
-        inputs_end = max(address + array.nbytes for address, array in inputs)
-        outputs_start = min(address for address, _ in outputs)
-        outputs_end = max(address + size for address, size in outputs)
-        windows = [(program_address, len(code), True, False),
-                   (0, _round_up(inputs_end, 64), True, False),
-                   (outputs_start, _round_up(outputs_end - outputs_start, 64), False, True)]
+        windows = access_windows([(address, array.nbytes) for address, array in inputs], outputs,
+                                 program_address, len(code))
         link = self._transport
         for address, array in inputs:
             link.write_memory(address, np.ascontiguousarray(array).tobytes())
@@ -281,6 +272,34 @@ def _round_up(size, unit):
 
 def _pages(size):
     return _round_up(size, _PAGE)
+
+
+def operand_layout(input_sizes, output_sizes):
+    """([input addresses], [output addresses]) page-aligned from 0, inputs first, and the end."""
+    addresses, cursor = [], 0
+    for sizes in (input_sizes, output_sizes):
+        group = []
+        for size in sizes:
+            group.append(cursor)
+            cursor += _pages(size)
+        addresses.append(group)
+    return addresses, cursor
+
+
+def program_placement(outputs):
+    """Where the program goes: the page after the outputs [(address, size)]."""
+    return max(address + _pages(size) for address, size in outputs)
+
+
+def access_windows(inputs, outputs, program_address, program_bytes):
+    """The windows of a run: the program and the inputs [(address, size)] readable, the outputs
+    writable, nothing else."""
+    inputs_end = max(address + size for address, size in inputs)
+    outputs_start = min(address for address, _ in outputs)
+    outputs_end = max(address + size for address, size in outputs)
+    return [(program_address, program_bytes, True, False),
+            (0, _round_up(inputs_end, 64), True, False),
+            (outputs_start, _round_up(outputs_end - outputs_start, 64), False, True)]
 
 
 _CONTROL = register("CONTROL").layout

@@ -17,13 +17,13 @@ from cocotbext.axi import AxiLiteBus, AxiLiteMaster
 
 from tpugen import CoreConfig
 
+from ..firmware.device import access_windows, operand_layout, program_placement
 from ..firmware.matmul import compile_matmul
 from ..hdl.csr import COUNTERS, register, window_writes
 from ..isa import INSTRUCTION_BYTES
 from .golden import matmul_int32
 
 PERIOD_NS = 10
-PAGE = 4096
 
 
 class VpiMemory:
@@ -49,10 +49,6 @@ class VpiMemory:
                         for i in range(-(-length // size)))[:length]
 
 
-def _round_up(size, unit):
-    return -(-size // unit) * unit
-
-
 @cocotb.test()
 async def matmul(dut):
     params = json.loads(os.environ["TPUGEN_TB"])
@@ -61,11 +57,9 @@ async def matmul(dut):
     rng = np.random.default_rng(params["seed"])
     a = rng.integers(-128, 128, (m, k), dtype=np.int8)
     b = rng.integers(-128, 128, (k, n), dtype=np.int8)
-    # The layout of `Device.matmul`: page-aligned operands, then the result, then the program.
-    a_addr, b_addr = 0, _round_up(a.nbytes, PAGE)
-    c_addr = b_addr + _round_up(b.nbytes, PAGE)
     c_bytes = 4 * m * n
-    program_addr = c_addr + _round_up(c_bytes, PAGE)
+    ((a_addr, b_addr), (c_addr,)), _ = operand_layout([a.nbytes, b.nbytes], [c_bytes])
+    program_addr = program_placement([(c_addr, c_bytes)])
     code = compile_matmul(cfg, m, k, n, a_addr=a_addr, b_addr=b_addr, c_addr=c_addr).to_bytes()
     assert program_addr + len(code) <= params["memory_bytes"], \
         f"{m}x{k}x{n} needs {program_addr + len(code)} bytes of memory"
@@ -92,9 +86,8 @@ async def matmul(dut):
     memory.write(program_addr, code)
     stats["load_seconds"] = time.perf_counter() - started
 
-    windows = [(program_addr, len(code), True, False),
-               (0, _round_up(b_addr + b.nbytes, 64), True, False),
-               (c_addr, _round_up(c_bytes, 64), False, True)]
+    windows = access_windows([(a_addr, a.nbytes), (b_addr, b.nbytes)], [(c_addr, c_bytes)],
+                             program_addr, len(code))
     for name, value in window_writes(windows):
         await write(name, value)
     await write("PROGRAM_BASE", program_addr)
