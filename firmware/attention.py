@@ -1,11 +1,12 @@
 """Fused (flash) attention and row softmax on the array and the softmax unit."""
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
 from ..isa import SoftmaxMode
-from .program import Deps, Dim, Program, tensor
+from .program import LEAD, Deps, Dim, Op, Program, schedule, tensor
 
 __all__ = ["AttentionPlan", "compile_attention", "compile_softmax", "log2_scale",
            "plan_attention", "quantize_attention", "quantize_int8"]
@@ -143,67 +144,78 @@ def compile_attention(config, plan, heads, *, q_addr, kt_addr, v_addr, o_addr, c
             work.append((head, q0, count, blocks))
     total_blocks = sum(len(blocks) for *_, blocks in work)
 
-    program = Program()
-    g = 0
+    # Execute instructions are numbered in order (``e``). Block g's loads go LEAD instructions
+    # into block g - 1 (whose buffers are the other half), a query tile's STOREs right after
+    # its NORMALIZE, and each waits by tokens for what it needs (`schedule`).
+    ops, e, g, block_start = [], 0, 0, 0
+
+    def execute(emit, reads=(), writes=()):
+        nonlocal e
+        ops.append(Op(1, e, emit, reads, writes))
+        e += 1
+
     for j, (head, q0, count, blocks) in enumerate(work):
         q_head, kt_head = q_addr + head * seq * d_pad, kt_addr + head * d_pad * kv_pad
         v_head, o_head = v_addr + head * kv_pad * d_pad, o_addr + 4 * head * seq * dim
+        q_buffer = ("Q", j % 2)
         for b, (k0, tiles) in enumerate(blocks):
             base = kv_base[g % 2]
             v_base = base + tiles * d_chunks * n
+            kv_buffer = ("KV", g % 2)
             loads = []
             if b == 0:  # Q chunk c at q_base + c * count
-                loads.append(tensor(q_head, 1, q_base[j % 2], [
+                loads.append(((q_buffer, j, 0, 1), tensor(q_head, 1, q_base[j % 2], [
                     Dim(extent=n, bound=n, stride=1),
                     Dim(extent=count, start=q0, bound=seq, stride=d_pad),
-                    Dim(extent=d_chunks, bound=d_chunks, stride=n)]))
+                    Dim(extent=d_chunks, bound=d_chunks, stride=n)])))
             # K^T tile (key tile t, d chunk c) at base + (c * tiles + t) * n, V tile (t, d
             # chunk u) at v_base + (u * tiles + t) * n.
-            loads.append(tensor(kt_head, 1, base, [
+            loads.append(((kv_buffer, g, 0, 1), tensor(kt_head, 1, base, [
                 Dim(extent=n, start=k0, bound=kv_pad, stride=1),
                 Dim(extent=n, bound=n, stride=kv_pad),
                 Dim(extent=tiles, bound=tiles, stride=n),
-                Dim(extent=d_chunks, bound=d_chunks, stride=n * kv_pad)]))
-            loads.append(tensor(v_head, 1, v_base, [
+                Dim(extent=d_chunks, bound=d_chunks, stride=n * kv_pad)])))
+            loads.append(((kv_buffer, g, 1, 1), tensor(v_head, 1, v_base, [
                 Dim(extent=n, bound=n, stride=1),
                 Dim(extent=n, start=k0, bound=kv_pad, stride=d_pad),
                 Dim(extent=tiles, bound=tiles, stride=n * d_pad),
-                Dim(extent=d_chunks, bound=d_chunks, stride=n)]))
-            for i, descriptor in enumerate(loads):
-                program.load(descriptor, Deps(pop_next=i == 0 and g >= 2,
-                                              push_next=i == len(loads) - 1))
+                Dim(extent=d_chunks, bound=d_chunks, stride=n)])))
+            for i, (writes, descriptor) in enumerate(loads):
+                position = min(block_start + LEAD + i, e) if g else 0
+                ops.append(Op(0, position, partial(Program.load, descriptor=descriptor),
+                              writes=(writes,)))
+            block_start = e
 
-            first_matmul = True
             for t in range(tiles):
                 for c in range(d_chunks):
-                    program.matmul(base + (c * tiles + t) * n, q_base[j % 2] + c * count,
-                                   score_row + t * count, count, accumulate=c > 0,
-                                   deps=Deps(pop_prev=first_matmul))
-                    first_matmul = False
-            program.softmax(SoftmaxMode.BLOCK, first=b == 0, count=count, tiles=tiles,
-                            o_tiles=d_chunks, keys=min(plan.block_keys, kv - k0),
+                    execute(partial(Program.matmul, weight_row=base + (c * tiles + t) * n,
+                                    act_row=q_base[j % 2] + c * count,
+                                    acc_row=score_row + t * count, count=count,
+                                    accumulate=c > 0),
+                            reads=((q_buffer, j, 0), (kv_buffer, g, 0)))
+            execute(partial(Program.softmax, mode=SoftmaxMode.BLOCK, first=b == 0, count=count,
+                            tiles=tiles, o_tiles=d_chunks, keys=min(plan.block_keys, kv - k0),
                             score_row=score_row, p_row=0, o_row=o_row, state_row=0,
                             causal=causal, causal_offset=q0 - k0 + offset,
-                            scale_multiplier=scale_multiplier, scale_shift=scale_shift)
+                            scale_multiplier=scale_multiplier, scale_shift=scale_shift))
             for u in range(d_chunks):
                 for t in range(tiles):
-                    first_pv = b == 0 and u == 0 and t == 0
-                    last_pv = u == d_chunks - 1 and t == tiles - 1
-                    program.matmul(v_base + (u * tiles + t) * n, t * count,
-                                   o_row + u * count, count, act_probabilities=True,
-                                   accumulate=not (b == 0 and t == 0),
-                                   deps=Deps(pop_next=first_pv and j > 0,
-                                             push_prev=last_pv and g + 2 < total_blocks))
+                    first = b == 0 and u == 0 and t == 0  # overwrites the last tile's O
+                    execute(partial(Program.matmul, weight_row=v_base + (u * tiles + t) * n,
+                                    act_row=t * count, acc_row=o_row + u * count, count=count,
+                                    act_probabilities=True, accumulate=not (b == 0 and t == 0)),
+                            reads=((kv_buffer, g, 1),),
+                            writes=(("O", j, 0, 2),) if first else ())
             g += 1
-        program.softmax(SoftmaxMode.NORMALIZE, count=count, o_row=o_row, o_tiles=d_chunks,
-                        state_row=0, deps=Deps(push_next=True))
+        execute(partial(Program.softmax, mode=SoftmaxMode.NORMALIZE, count=count, o_row=o_row,
+                        o_tiles=d_chunks, state_row=0), writes=(("O", j, 0, 2),))
         for u in range(d_chunks):
-            program.store(tensor(o_head, 4, o_row + u * count, [
-                Dim(extent=n, start=u * n, bound=dim, stride=4),
-                Dim(extent=count, start=q0, bound=seq, stride=4 * dim)]),
-                deps=Deps(pop_prev=u == 0, push_prev=u == d_chunks - 1 and j + 1 < len(work)))
-    program.end()
-    return program
+            ops.append(Op(2, e, partial(Program.store, descriptor=tensor(
+                o_head, 4, o_row + u * count, [
+                    Dim(extent=n, start=u * n, bound=dim, stride=4),
+                    Dim(extent=count, start=q0, bound=seq, stride=4 * dim)])),
+                reads=(("O", j, 0),)))
+    return schedule(ops)
 
 
 def compile_softmax(config, rows, width, *, x_addr, eye_addr, y_addr, scale_multiplier,

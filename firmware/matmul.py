@@ -8,7 +8,7 @@ import numpy as np
 from ..hdl.array import min_tile_length
 from ..hdl.load import MAX_OUTSTANDING, PLAN_DEPTH
 from .epilogue import output_dtype
-from .program import Deps, Dim, Program, tensor
+from .program import LEAD, Dim, Op, Program, schedule, tensor
 
 __all__ = ["GemmPlan", "compile_conv2d", "compile_matmul", "conv2d_lowering", "conv2d_output_shape",
            "conv2d_weights", "gemm_cycles", "plan_gemm"]
@@ -128,64 +128,6 @@ def plan_gemm(config, m, k, n, *, m_tile_limit=None):
                                      p.group, -p.k_chunk))
 
 
-_LEAD = 2
-"""MATMULs a load or STORE is placed after the point it waits for, so that while it waits for
-its token the controller can still fetch the MATMULs behind it."""
-
-
-@dataclass
-class _Op:
-    """A GEMM instruction before its tokens are known: ``emit(program, deps)``; what it reads,
-    as (buffer, version, part), and writes, as (buffer, version, part, writes of that part);
-    its place: before the MATMUL numbered ``position`` (a MATMUL's number is its own)."""
-    engine: int  # 0 load, 1 execute, 2 store: neighbours exchange tokens
-    position: int
-    emit: Callable
-    reads: tuple = ()
-    writes: tuple = ()
-
-
-def _tokens(ops):
-    """Deps for ``ops`` in program order. An instruction waits for a neighbouring engine's
-    instruction: the last to write the part it reads (all its writes must come before), or the
-    last to read the buffer it starts to overwrite. It pops a token when that one is newer than
-    any its predecessors on the engine waited for, and that one pushes it (each engine finishes
-    in order, so one token covers all before it)."""
-    versions, parts, last_reader = {}, {}, {}
-    waits = []
-    for i, op in enumerate(ops):
-        wait = {}
-
-        def after(j):
-            wait[ops[j].engine] = max(wait.get(ops[j].engine, -1), j)
-
-        for buffer, version, part in op.reads:
-            left, writer = parts.get((buffer, version, part), (1, None))
-            assert versions.get(buffer) == version and left == 0, \
-                f"{buffer} part {part} of version {version} is not loaded"
-            after(writer)
-            last_reader[buffer] = i
-        for buffer, version, part, writes in op.writes:
-            if versions.get(buffer) != version:
-                if buffer in last_reader:
-                    after(last_reader.pop(buffer))
-                versions[buffer] = version
-            left, _ = parts.get((buffer, version, part), (writes, None))
-            parts[buffer, version, part] = (left - 1, i)
-        waits.append(wait)
-    flags = [dict.fromkeys(("pop_prev", "pop_next", "push_prev", "push_next"), False)
-             for _ in ops]
-    newest = {}
-    for i, (op, wait) in enumerate(zip(ops, waits)):
-        for engine, producer in wait.items():
-            if producer > newest.get((op.engine, engine), -1):
-                newest[op.engine, engine] = producer
-                earlier = engine < op.engine
-                flags[i]["pop_prev" if earlier else "pop_next"] = True
-                flags[producer]["push_next" if earlier else "push_prev"] = True
-    return [Deps(**f) for f in flags]
-
-
 def _a_region_limit(plan, later):
     """Most K tiles in one region of an A buffer: the first buffer's regions are K chunks, so
     the first MATMULs wait for one chunk only; later buffers are loaded ahead of their use, in
@@ -221,7 +163,7 @@ def _compile_gemm(config, plan, m_blocks, load_a, load_b, store_c, epilogue=None
     K chunk of a row block, or all of its K when resident) is loaded in pieces spread over the
     MATMULs since the buffer was last used, each region of K tiles before its first use; a
     tile's STORE follows its last MATMUL and overlaps the next group. The tokens follow from
-    what each instruction reads and overwrites (`_tokens`). An ``epilogue`` sets its parameters
+    what each instruction reads and overwrites (`dependency_tokens`). An ``epilogue`` sets its parameters
     once (per tensor) or before each STORE (per channel, for the tile's columns).
     """
     rows, cols = config.rows, config.cols
@@ -259,7 +201,7 @@ def _compile_gemm(config, plan, m_blocks, load_a, load_b, store_c, epilogue=None
                     r, region = next((r, region) for r, region in enumerate(units[u]["regions"])
                                      if region["t0"] <= kt < region["t0"] + region["tiles"])
                     region.setdefault("first", len(ops))
-                    ops.append(_Op(1, len(ops), partial(
+                    ops.append(Op(1, len(ops), partial(
                         Program.matmul, weight_row=(p % 2) * panel_rows + (kt - t0) * rows,
                         act_row=region["row"] + kt - region["t0"], acc_row=acc_row, count=count,
                         accumulate=kt > 0, act_stride_log2=region["tiles"].bit_length() - 1),
@@ -268,19 +210,19 @@ def _compile_gemm(config, plan, m_blocks, load_a, load_b, store_c, epilogue=None
                 units[u]["last"] = outputs[t, g]["last"] = len(ops) - 1
     total = len(ops)
 
-    # Weight panel p goes _LEAD MATMULs into panel p - 1.
+    # Weight panel p goes LEAD MATMULs into panel p - 1.
     for p, panel in enumerate(panels):
         before = panels[p - 1]["first"] if p else 0
-        ops.append(_Op(0, min(before + _LEAD, panel["first"]), partial(
+        ops.append(Op(0, min(before + LEAD, panel["first"]), partial(
             load_b, first=panel["t0"], tiles=panel["tiles"], n0=panel["n0"],
             sram_row=(p % 2) * panel_rows), writes=((("B", p % 2), p, 0, 1),)))
     # A buffer u: region by region, in pieces of rows of about a MATMUL's worth of beats,
-    # spread evenly from _LEAD MATMULs after buffer u - 2's last use, each region before its
+    # spread evenly from LEAD MATMULs after buffer u - 2's last use, each region before its
     # first use.
     beat = config.axi_data_width // 8
     for u, unit in enumerate(units):
         count, regions = unit["count"], unit["regions"]
-        low = min(units[u - 2]["last"] + 1 + _LEAD, regions[0]["first"]) if u >= 2 else 0
+        low = min(units[u - 2]["last"] + 1 + LEAD, regions[0]["first"]) if u >= 2 else 0
         pieces = []
         for r, region in enumerate(regions):
             beats = count * -(-region["tiles"] * rows // beat)
@@ -290,34 +232,29 @@ def _compile_gemm(config, plan, m_blocks, load_a, load_b, store_c, epilogue=None
         for i, (r, parts, first, end) in enumerate(pieces):
             region = regions[r]
             position = min(low + i * (regions[-1]["first"] - low) // len(pieces), region["first"])
-            ops.append(_Op(0, position, partial(
+            ops.append(Op(0, position, partial(
                 load_a, m0=unit["m0"] + first, count=end - first, first=region["t0"],
                 tiles=region["tiles"], sram_row=region["row"] + region["tiles"] * first),
                 writes=((("A", u % 2), u, r, parts),)))
-    # STOREs: _LEAD MATMULs after the tile's last, a store's time apart, before the next group
+    # STOREs: LEAD MATMULs after the tile's last, a store's time apart, before the next group
     # in this accumulator half starts.
     if epilogue is not None and epilogue.per_tensor:
-        ops.append(_Op(2, 0, lambda program, deps: program.params(epilogue.entries(0, 1),
+        ops.append(Op(2, 0, lambda program, deps: program.params(epilogue.entries(0, 1),
                                                                   broadcast=True)))
     store_fields = epilogue.fields(pool_pitch) if epilogue is not None else None
     spacing = -(-cols * 4 // beat)
     position = 0
     for (t, g), o in outputs.items():
         reuse = outputs[t + 2, 0]["first"] if (t + 2, 0) in outputs else total
-        position = min(max(o["last"] + 1 + _LEAD, position + spacing), reuse)
+        position = min(max(o["last"] + 1 + LEAD, position + spacing), reuse)
         if epilogue is not None and not epilogue.per_tensor:
-            ops.append(_Op(2, position, lambda program, deps, n0=o["n0"]: program.params(
+            ops.append(Op(2, position, lambda program, deps, n0=o["n0"]: program.params(
                 epilogue.entries(n0, cols))))
-        ops.append(_Op(2, position, partial(
+        ops.append(Op(2, position, partial(
             Program.store, descriptor=store_c(o["m0"], o["count"], o["n0"], o["acc_row"]),
             epilogue=store_fields), reads=((("C", t % 2), t, g),)))
 
-    ops.sort(key=lambda op: (op.position, op.engine == 1))
-    program = Program()
-    for op, deps in zip(ops, _tokens(ops)):
-        op.emit(program, deps=deps)
-    program.end()
-    return program
+    return schedule(ops)
 
 
 def compile_matmul(config, m, k, n, *, a_addr, b_addr, c_addr, epilogue=None):
@@ -507,15 +444,19 @@ def _compile_conv2d_pixels(config, x_shape, w_shape, *, stride, padding, dilatio
 
     tiles = [(image, row, q0) for image in range(n) for row in range(p)
              for q0 in range(0, q, cols)]
-    program = Program()
+    ops = []
     if epilogue is not None:
-        program.params(epilogue.entries(0, 1), broadcast=True)
+        ops.append(Op(2, 0, lambda program, deps: program.params(epilogue.entries(0, 1),
+                                                                  broadcast=True)))
+    ops += [Op(0, 0, lambda program, deps, kc=kc: program.load(tensor(
+        w_addr, 1, w_base + kc * k_out, [
+            Dim(extent=rows, start=kc * rows, bound=taps, stride=1),
+            Dim(extent=k_out, start=0, bound=k_out, stride=taps)]), deps),
+        writes=(("W", 0, kc, 1),)) for kc in range(chunks)]
+    # Tile b's pixels load while tile b - 1 computes, spread over its first MATMULs; its
+    # output STOREs while tile b + 1 computes.
+    spacing = max(1, (chunks - LEAD) // (s + 1))
     for b, (image, row, q0) in enumerate(tiles):
-        loads = []
-        if b == 0:
-            loads += [tensor(w_addr, 1, w_base + kc * k_out, [
-                Dim(extent=rows, start=kc * rows, bound=taps, stride=1),
-                Dim(extent=k_out, start=0, bound=k_out, stride=taps)]) for kc in range(chunks)]
         r_first, r_last = _valid_range(row * stride - padding, dilation, h, r)
         for tap_s in range(s):
             q_first, q_last = _valid_range(tap_s * dilation - padding, stride, w, q)
@@ -523,25 +464,29 @@ def _compile_conv2d_pixels(config, x_shape, w_shape, *, stride, padding, dilatio
             if r_first <= r_last and q_first <= q_last:
                 base += ((row * stride + r_first * dilation - padding) * w
                          + q_first * stride + tap_s * dilation - padding)
-            loads.append(tensor(base, 1, x_base[b % 2] + tap_s * c * r, [
+            descriptor = tensor(base, 1, x_base[b % 2] + tap_s * c * r, [
                 Dim(extent=cols, start=q0 - q_first, bound=max(0, q_last - q_first + 1),
                     stride=stride),
                 Dim(extent=r, start=-r_first, bound=max(0, r_last - r_first + 1),
                     stride=dilation * w),
-                Dim(extent=c, start=0, bound=c, stride=h * w)]))
-        for i, descriptor in enumerate(loads):
-            program.load(descriptor, Deps(pop_next=i == 0 and b >= 2,
-                                          push_next=i == len(loads) - 1))
+                Dim(extent=c, start=0, bound=c, stride=h * w)])
+            position = (b - 1) * chunks + LEAD + tap_s * spacing if b else 0
+            ops.append(Op(0, min(position, b * chunks), partial(Program.load,
+                                                                 descriptor=descriptor),
+                           writes=((("X", b % 2), b, tap_s, 1),)))
         acc_row = (b % 2) * half
         for kc in range(chunks):
-            first, last = kc == 0, kc == chunks - 1
-            program.matmul(x_base[b % 2] + kc * rows, w_base + kc * k_out, acc_row, k_out,
-                           accumulate=not first,
-                           deps=Deps(pop_prev=first, pop_next=first and b >= 2,
-                                     push_prev=last and b + 2 < len(tiles), push_next=last))
-        program.store(tensor(y_addr + size * ((image * k_out * p + row) * q), size, acc_row, [
-            Dim(extent=cols, start=q0, bound=q, stride=size),
-            Dim(extent=k_out, start=0, bound=k_out, stride=size * p * q)]), store_fields,
-            Deps(pop_prev=True, push_prev=b + 2 < len(tiles)))
-    program.end()
-    return program
+            taps_read = range(kc * rows // (c * r), (min(taps, (kc + 1) * rows) - 1) // (c * r) + 1)
+            ops.append(Op(1, b * chunks + kc, partial(
+                Program.matmul, weight_row=x_base[b % 2] + kc * rows,
+                act_row=w_base + kc * k_out, acc_row=acc_row, count=k_out,
+                accumulate=kc > 0),
+                reads=(("W", 0, kc), *((("X", b % 2), b, t) for t in taps_read)),
+                writes=((("C", b % 2), b, 0, chunks),)))
+        ops.append(Op(2, min((b + 1) * chunks + LEAD, (b + 2) * chunks), partial(
+            Program.store, descriptor=tensor(
+                y_addr + size * ((image * k_out * p + row) * q), size, acc_row, [
+                    Dim(extent=cols, start=q0, bound=q, stride=size),
+                    Dim(extent=k_out, start=0, bound=k_out, stride=size * p * q)]),
+            epilogue=store_fields), reads=((("C", b % 2), b, 0),)))
+    return schedule(ops)

@@ -1,9 +1,10 @@
 """Instruction encoding for programs: thin, checked wrappers over `tpugen.isa`."""
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..isa import DIMS, INSTRUCTION_BYTES, PARAMS_PER_INSTRUCTION, Opcode, SoftmaxMode, encode
 
-__all__ = ["Deps", "Dim", "Program", "tensor"]
+__all__ = ["LEAD", "Deps", "Dim", "Op", "Program", "dependency_tokens", "schedule", "tensor"]
 
 
 @dataclass(frozen=True)
@@ -103,3 +104,72 @@ class Program:
     @property
     def size(self):
         return len(self.instructions) * INSTRUCTION_BYTES
+
+
+LEAD = 2
+"""Execute instructions a load or STORE is placed after the point it waits for, so that while it waits for
+its token the controller can still fetch the MATMULs behind it."""
+
+
+@dataclass
+class Op:
+    """An instruction before its tokens are known: ``emit(program, deps)``; what it reads, as
+    (buffer, version, part), and writes, as (buffer, version, part, writes of that part), of
+    buffers another engine also uses; its place: before the execute instruction numbered
+    ``position`` (an execute instruction's number is its own)."""
+    engine: int  # 0 load, 1 execute, 2 store: neighbours exchange tokens
+    position: int
+    emit: Callable
+    reads: tuple = ()
+    writes: tuple = ()
+
+
+def dependency_tokens(ops):
+    """Deps for ``ops`` in program order. An instruction waits for a neighbouring engine's
+    instruction: the last to write the part it reads (all its writes must come before), or the
+    last to read the buffer it starts to overwrite. It pops a token when that one is newer than
+    any its predecessors on the engine waited for, and that one pushes it (each engine finishes
+    in order, so one token covers all before it)."""
+    versions, parts, last_reader = {}, {}, {}
+    waits = []
+    for i, op in enumerate(ops):
+        wait = {}
+
+        def after(j):
+            wait[ops[j].engine] = max(wait.get(ops[j].engine, -1), j)
+
+        for buffer, version, part in op.reads:
+            left, writer = parts.get((buffer, version, part), (1, None))
+            assert versions.get(buffer) == version and left == 0, \
+                f"{buffer} part {part} of version {version} is not loaded"
+            after(writer)
+            last_reader[buffer] = i
+        for buffer, version, part, writes in op.writes:
+            if versions.get(buffer) != version:
+                if buffer in last_reader:
+                    after(last_reader.pop(buffer))
+                versions[buffer] = version
+            left, _ = parts.get((buffer, version, part), (writes, None))
+            parts[buffer, version, part] = (left - 1, i)
+        waits.append(wait)
+    flags = [dict.fromkeys(("pop_prev", "pop_next", "push_prev", "push_next"), False)
+             for _ in ops]
+    newest = {}
+    for i, (op, wait) in enumerate(zip(ops, waits)):
+        for engine, producer in wait.items():
+            if producer > newest.get((op.engine, engine), -1):
+                newest[op.engine, engine] = producer
+                earlier = engine < op.engine
+                flags[i]["pop_prev" if earlier else "pop_next"] = True
+                flags[producer]["push_next" if earlier else "push_prev"] = True
+    return [Deps(**f) for f in flags]
+
+
+def schedule(ops):
+    """The program of ``ops`` (`Op`), in order of position (at equal positions, DMA before
+    execute), with the tokens `dependency_tokens` derives."""
+    ops = sorted(ops, key=lambda op: (op.position, op.engine == 1))
+    program = Program()
+    for op, deps in zip(ops, dependency_tokens(ops)):
+        op.emit(program, deps=deps)
+    return program.end()
