@@ -448,13 +448,14 @@ def _compile_conv2d_pixels(config, x_shape, w_shape, *, stride, padding, dilatio
     if epilogue is not None:
         ops.append(Op(2, 0, lambda program, deps: program.params(epilogue.entries(0, 1),
                                                                   broadcast=True)))
-    ops += [Op(0, 0, lambda program, deps, kc=kc: program.load(tensor(
+    # The filter bank loads a chunk before the first tile's MATMUL of that chunk.
+    ops += [Op(0, kc, lambda program, deps, kc=kc: program.load(tensor(
         w_addr, 1, w_base + kc * k_out, [
             Dim(extent=rows, start=kc * rows, bound=taps, stride=1),
             Dim(extent=k_out, start=0, bound=k_out, stride=taps)]), deps),
         writes=(("W", 0, kc, 1),)) for kc in range(chunks)]
-    # Tile b's pixels load while tile b - 1 computes, spread over its first MATMULs; its
-    # output STOREs while tile b + 1 computes.
+    # Tile b's pixels load while tile b - 1 computes, spread over its MATMULs; its output
+    # STOREs while tile b + 1 computes.
     spacing = max(1, (chunks - LEAD) // (s + 1))
     for b, (image, row, q0) in enumerate(tiles):
         r_first, r_last = _valid_range(row * stride - padding, dilation, h, r)
@@ -470,7 +471,12 @@ def _compile_conv2d_pixels(config, x_shape, w_shape, *, stride, padding, dilatio
                 Dim(extent=r, start=-r_first, bound=max(0, r_last - r_first + 1),
                     stride=dilation * w),
                 Dim(extent=c, start=0, bound=c, stride=h * w)])
-            position = (b - 1) * chunks + LEAD + tap_s * spacing if b else 0
+            if b == 0:  # before the first MATMUL that reads it
+                position = tap_s * c * r // rows
+            elif b == 1:  # after the filter bank
+                position = chunks - 1
+            else:
+                position = (b - 1) * chunks + LEAD + tap_s * spacing
             ops.append(Op(0, min(position, b * chunks), partial(Program.load,
                                                                  descriptor=descriptor),
                            writes=((("X", b % 2), b, tap_s, 1),)))
