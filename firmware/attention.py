@@ -5,6 +5,7 @@ from functools import partial
 
 import numpy as np
 
+from ..hdl.array import min_tile_length
 from ..isa import SoftmaxMode
 from .program import LEAD, Deps, Dim, Op, Program, schedule, tensor
 
@@ -13,8 +14,8 @@ __all__ = ["AttentionPlan", "compile_attention", "compile_softmax", "log2_scale"
 
 _MAX_TILES = 8
 """Key tiles per block: one online-softmax step covers up to this many `cols`-wide tiles."""
-_MATMUL_OVERHEAD = 16
-"""Cycles a MATMUL costs beyond its activation vectors (issue and pipeline fill), measured."""
+_SOFTMAX_OVERHEAD = 10
+"""Cycles a SOFTMAX step costs beyond its rows (`hdl.softmax`)."""
 
 
 def log2_scale(scale):
@@ -77,6 +78,12 @@ class AttentionPlan:
         return -(-self.kv // self.block_keys) * self.block_keys
 
 
+def _query_tiles(seq, m_tile):
+    """Rows of the query tiles: as few as tiles of ``m_tile`` need, balanced."""
+    tiles = -(-seq // m_tile)
+    return [seq // tiles + (i < seq % tiles) for i in range(tiles)]
+
+
 def plan_attention(config, seq, kv, dim):
     for name, value in (("L", seq), ("S", kv), ("d", dim)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -93,20 +100,27 @@ def plan_attention(config, seq, kv, dim):
                    config.probability_rows // tiles,
                    (config.scratchpad_rows - kv_rows) // (2 * d_chunks))
 
-    def efficiency(option):
-        """MAC cycles over execute cycles of one block: two GEMMs of tiles x d_chunks MATMULs
-        (each ``_MATMUL_OVERHEAD`` cycles over its ``m`` vectors) and a softmax BLOCK step."""
+    def cycles(option):
+        """Execute cycles of the head: per query tile, per block, two GEMMs of tiles x d_chunks
+        MATMULs (back to back, each at least `min_tile_length` long) and a softmax BLOCK step;
+        then NORMALIZE (see `hdl.softmax`). Loads and stores overlap them."""
         tiles, m = option
-        macs = 2 * tiles * d_chunks * m
-        return macs / (2 * tiles * d_chunks * (m + _MATMUL_OVERHEAD) + m * (2 * tiles + d_chunks))
+        blocks = -(-kv // (tiles * n))
+        total = 0
+        for count in _query_tiles(seq, m):
+            block = (2 * tiles * d_chunks * max(count, min_tile_length(config))
+                     + count * (2 * tiles + d_chunks) + _SOFTMAX_OVERHEAD)
+            total += blocks * block + count * max(d_chunks, 10) + _SOFTMAX_OVERHEAD
+        return total
 
-    # Wider blocks amortize the rescale of O; longer query tiles amortize each MATMUL's fill
-    # and the reloads of K and V. Both share the accumulator and the probability buffer.
+    # Wider blocks amortize the rescale of O; longer query tiles amortize the reloads of K
+    # and V. Both share the accumulator and the probability buffer.
     options = [(tiles, queries(tiles)) for tiles in range(1, min(-(-kv // n), _MAX_TILES) + 1)]
     options = [option for option in options if option[1] >= 1]
     if not options:
         raise ValueError(f"head dim d={dim} does not fit this core's buffers")
-    tiles, m_tile = max(options, key=efficiency)
+    tiles, m_tile = min(options, key=cycles)
+    m_tile = max(_query_tiles(seq, m_tile))
     return AttentionPlan(seq=seq, kv=kv, dim=dim, cols=n, m_tile=m_tile, tiles=tiles)
 
 
