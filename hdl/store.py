@@ -9,7 +9,7 @@ from ..isa import (PARAMS_PER_INSTRUCTION, PARAMS_RESET, Epilogue, EpilogueParam
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_write_signature
 from .engine import dma_engine_members
 from .load import MAX_OUTSTANDING, check_config
-from .walker import BurstPlanner, TileCheck, TileWalker, move_units, step_layout
+from .walker import BurstPlanner, TileCheck, TileWalker, move_units, select_units, step_layout
 
 __all__ = ["StoreEngine", "STORE_INSTRUCTION", "W_DEPTH"]
 
@@ -140,7 +140,7 @@ class StoreEngine(wiring.Component):
             else as they are."""
             width = data.ArrayLayout(shape, 1).size
             if select:
-                lanes = (lanes >> a_step.lane * width)[:units * width]
+                lanes = select_units(lanes, a_step.lane, units, width)
             return data.View(data.ArrayLayout(shape, units), lanes)
 
         acc = by_unit(self.acc_read.data.as_value(), signed(32))

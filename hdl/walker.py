@@ -7,7 +7,7 @@ from amaranth.utils import ceil_log2
 from ..isa import DIMS, NUM_WINDOWS, ErrorCode, Im2colDescriptor, TensorDescriptor, Window
 
 __all__ = ["TileCheck", "TileWalker", "Im2colWalker", "BurstPlanner", "POOLING", "element_layout",
-           "walker_signature", "step_layout", "burst_layout", "move_units"]
+           "walker_signature", "step_layout", "burst_layout", "move_units", "select_units"]
 
 COORD = signed(18)
 """A tile coordinate: start (signed 16) + index (unsigned 16)."""
@@ -608,9 +608,18 @@ class BurstPlanner(wiring.Component):
 
 def move_units(m, source, first, at, count, units, width):
     """A ``units``-unit vector holding ``count`` ``width``-bit units of ``source``, from unit
-    ``first`` on, at unit ``at`` on (two barrel shifts, driven in ``m``), and its mask of them."""
+    ``first`` on, at unit ``at`` on (a multiplexer per unit, driven in ``m``), and its mask of
+    them. Units outside the mask are unspecified."""
     moved = Signal(units * width)
     mask = Signal(units)
-    m.d.comb += [moved.eq(((source >> first * width) << at * width)[:units * width]),
+    m.d.comb += [moved.eq(select_units(source, first - at, units, width)),
                  mask.eq(Cat((at <= k) & (k < at + count) for k in range(units)))]
     return moved, mask
+
+
+def select_units(source, first, units, width):
+    """Units ``first .. first + units - 1`` of ``source`` (``width``-bit units), a multiplexer
+    per unit: cheaper than a barrel shift of all of ``source``. Units past the end of
+    ``source`` are unspecified, and ``first`` is taken modulo a power of two."""
+    index_bits = max(1, ceil_log2(len(source) // width))
+    return Cat(source.word_select((first + k)[:index_bits], width) for k in range(units))
