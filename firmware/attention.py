@@ -195,7 +195,7 @@ def compile_attention(config, plan, heads, *, q_addr, kt_addr, v_addr, o_addr, c
                 Dim(extent=tiles, bound=tiles, stride=n * d_pad),
                 Dim(extent=d_chunks, bound=d_chunks, stride=n)])))
             for i, (writes, descriptor) in enumerate(loads):
-                position = min(block_start + LEAD + i, e) if g else 0
+                position = min(block_start + LEAD + i, e - 1) if g else 0
                 ops.append(Op(0, position, partial(Program.load, descriptor=descriptor),
                               writes=(writes,)))
             block_start = e

@@ -475,10 +475,9 @@ def _compile_conv2d_pixels(config, x_shape, w_shape, *, stride, padding, dilatio
                 position = tap_s * c * r // rows
             elif b == 1:  # after the filter bank
                 position = chunks - 1
-            else:
-                position = (b - 1) * chunks + LEAD + tap_s * spacing
-            ops.append(Op(0, min(position, b * chunks), partial(Program.load,
-                                                                 descriptor=descriptor),
+            else:  # before one MATMUL of tile b - 1 at least
+                position = min((b - 1) * chunks + LEAD + tap_s * spacing, b * chunks - 1)
+            ops.append(Op(0, position, partial(Program.load, descriptor=descriptor),
                            writes=((("X", b % 2), b, tap_s, 1),)))
         acc_row = (b % 2) * half
         for kc in range(chunks):
