@@ -307,19 +307,30 @@ _STATUS = register("STATUS").layout
 
 
 class SimDevice(Device):
-    """A `tpu_core` for ``config`` on Verilator, with ``memory_size`` bytes of AxiRam.
+    """A `tpu_core` for ``config`` on Verilator, with ``memory_size`` bytes of memory.
 
     ``with SimDevice(cfg) as dev:`` builds the model (cached) and starts one simulation that
-    serves every call until the block ends. ``backpressure`` pauses the memory's AXI channels at
-    random (fixed ``seed``). ``read_latency``: clock cycles from a read request to its data (and
-    from a write burst to its response), pipelined (`LatencyAxiRam`); 0: AxiRam. ``waves``: a
-    path; the whole session is traced there as VCD.
+    serves every call until the block ends. ``memory``: "axiram", cocotbext-axi's AxiRam beside
+    the model; or "rtl", `AxiMemory` inside it (`SimSystem`, ``memory_size`` a power of two):
+    no Python runs per clock cycle, about ten times faster. ``backpressure`` ("axiram" only)
+    pauses the memory's AXI channels at random (fixed ``seed``). ``read_latency``: clock cycles
+    from a read request to its data, pipelined; with "axiram" also from a write burst to its
+    response (`LatencyAxiRam`), with "rtl" on top of the memory's own cycle (`AxiReadDelay`).
+    ``waves``: a path; the whole session is traced there as VCD.
     """
 
-    def __init__(self, config=CoreConfig(), *, memory_size=64 << 20, backpressure=False, seed=0,
-                 read_latency=0, waves=None, start_timeout=600.0):
+    def __init__(self, config=CoreConfig(), *, memory="axiram", memory_size=64 << 20,
+                 backpressure=False, seed=0, read_latency=0, waves=None, start_timeout=600.0):
         super().__init__(config, memory_size)
         _check_option("read_latency", read_latency, 0, 10_000)
+        if memory not in ("axiram", "rtl"):
+            raise ValueError(f'memory={memory!r} is invalid: allowed "axiram" or "rtl"')
+        if memory == "rtl" and backpressure:
+            raise ValueError('backpressure needs memory="axiram"')
+        if memory == "rtl" and memory_size & (memory_size - 1):
+            raise ValueError(f'memory_size={memory_size!r} is invalid with memory="rtl": '
+                             "allowed a power of two")
+        self.memory = memory
         self.backpressure = backpressure
         self.read_latency = read_latency
         self.seed = seed
@@ -330,14 +341,20 @@ class SimDevice(Device):
         from ..sim.session import SimTransport, SimulationThread
         from ..sim.verilator import build_model
 
-        model = build_model(self.config, "tpu_core", waves=self.waves is not None)
+        waves = self.waves is not None
+        if self.memory == "rtl":
+            model = build_model(self.config, "sim_system", waves=waves,
+                                memory_kib=self.memory_size >> 10,
+                                read_latency=self.read_latency)
+        else:
+            model = build_model(self.config, "tpu_core", waves=waves)
         self._tmp = tempfile.TemporaryDirectory(prefix="tpugen-device-")
         self._simulation = SimulationThread(
             model, "tpugen.sim.tb_device", Path(self._tmp.name),
             {"config": self.config.to_json(), "memory_size": self.memory_size,
              "backpressure": self.backpressure, "seed": self.seed,
-             "read_latency": self.read_latency},
-            waves=self.waves is not None)
+             "read_latency": self.read_latency, "memory": self.memory},
+            waves=waves)
         self._transport = SimTransport(self._simulation.connect(self.start_timeout),
                                        self._simulation)
         return self

@@ -1,6 +1,7 @@
 """The simulator side of `SimDevice`: a cocotb test that serves `SimTransport` requests.
 
-TPUGEN_TB carries the config, the memory options, and the host's socket address and key.
+TPUGEN_TB carries the config, the memory options, and the host's socket address and key. With
+``memory`` "rtl" the model is a `SimSystem` (memory inside it), else a `tpu_core` on AxiRam.
 """
 from functools import partial
 
@@ -12,6 +13,7 @@ from tpugen import CoreConfig
 from .core_driver import CoreDriver
 from .latency_ram import LatencyAxiRam
 from .session import connect_to_host
+from .system_driver import SystemDriver
 
 
 @cocotb.test()
@@ -19,10 +21,13 @@ async def serve(dut):
     params, connection = connect_to_host()
     cfg = CoreConfig.from_json(params["config"])
     latency = params["read_latency"]
-    ram_class = partial(LatencyAxiRam, read_latency=latency) if latency else AxiRam
-    core = CoreDriver(dut, cfg, memory_size=params["memory_size"],
-                      backpressure=params["backpressure"], seed=params["seed"], monitor=False,
-                      ram_class=ram_class)
+    if params["memory"] == "rtl":
+        core = SystemDriver(dut, cfg)
+    else:
+        ram_class = partial(LatencyAxiRam, read_latency=latency) if latency else AxiRam
+        core = CoreDriver(dut, cfg, memory_size=params["memory_size"],
+                          backpressure=params["backpressure"], seed=params["seed"],
+                          monitor=False, ram_class=ram_class)
     await core.reset()
 
     with connection:

@@ -10,10 +10,7 @@ import time
 
 import cocotb
 import numpy as np
-from cocotb.clock import Clock
 from cocotb.simtime import get_sim_time
-from cocotb.triggers import ClockCycles, RisingEdge, with_timeout
-from cocotbext.axi import AxiLiteBus, AxiLiteMaster
 
 from tpugen import CoreConfig
 
@@ -22,31 +19,7 @@ from ..firmware.matmul import compile_matmul
 from ..hdl.csr import COUNTERS, register, window_writes
 from ..isa import INSTRUCTION_BYTES
 from .golden import matmul_int32
-
-PERIOD_NS = 10
-
-
-class VpiMemory:
-    """`SimSystem`'s memory, a word at a time through VPI: no simulated time passes."""
-
-    def __init__(self, dut, data_width):
-        self._words = dut.memory.storage
-        self._word_bytes = data_width // 8
-
-    def write(self, address, data):
-        """``data`` at word-aligned ``address``, zero padded to whole words."""
-        size = self._word_bytes
-        data = bytes(data) + bytes(-len(data) % size)
-        first = address // size
-        for i in range(0, len(data), size):
-            self._words[first + i // size].value = int.from_bytes(data[i:i + size], "little")
-
-    def read(self, address, length):
-        """``length`` bytes from word-aligned ``address``."""
-        size = self._word_bytes
-        first = address // size
-        return b"".join(self._words[first + i].value.to_unsigned().to_bytes(size, "little")
-                        for i in range(-(-length // size)))[:length]
+from .system_driver import SystemDriver
 
 
 @cocotb.test()
@@ -64,23 +37,12 @@ async def matmul(dut):
     assert program_addr + len(code) <= params["memory_bytes"], \
         f"{m}x{k}x{n} needs {program_addr + len(code)} bytes of memory"
 
-    Clock(dut.clk, PERIOD_NS, unit="ns", impl="gpi").start()
-    dut.rst.value = 1
-    await ClockCycles(dut.clk, 4)
-    dut.rst.value = 0
-    lite = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), dut.clk, dut.rst)
-    for log in (lite.write_if.log, lite.read_if.log):
-        log.setLevel("WARNING")
-
-    async def write(name, value):
-        await lite.write_dword(register(name).offset, value)
-
-    async def read(name):
-        return await lite.read_dword(register(name).offset)
+    system = SystemDriver(dut, cfg)
+    await system.reset()
+    write, read, memory = system.write, system.read, system.ram
 
     stats = {}
     started = time.perf_counter()
-    memory = VpiMemory(dut, cfg.axi_data_width)
     memory.write(a_addr, a.tobytes())
     memory.write(b_addr, b.tobytes())
     memory.write(program_addr, code)
@@ -96,10 +58,10 @@ async def matmul(dut):
 
     started, cpu_started, sim_started = time.perf_counter(), time.process_time(), get_sim_time("ns")
     await write("CONTROL", register("CONTROL").layout.const({"start": 1}).as_bits())
-    await with_timeout(RisingEdge(dut.irq), params["timeout_cycles"] * PERIOD_NS, "ns")
+    assert await system.wait_interrupt(params["timeout_cycles"]), "no interrupt"
     stats["run_seconds"] = time.perf_counter() - started
     stats["run_cpu_seconds"] = time.process_time() - cpu_started
-    stats["sim_cycles"] = round((get_sim_time("ns") - sim_started) / PERIOD_NS)
+    stats["sim_cycles"] = round((get_sim_time("ns") - sim_started) / system.period_ns)
 
     status = register("STATUS").layout.from_bits(await read("STATUS"))
     assert status.done, f"the core stopped with error code {await read('ERROR_CODE')}"

@@ -1,5 +1,6 @@
 """The fast simulation path: `SimSystem` (the memory inside the Verilator model) runs matmuls
-bit-exactly in the cycles `SimDevice` counts; its read delay line keeps every beat."""
+bit-exactly in the cycles `SimDevice` counts, and serves the whole runtime API with
+``SimDevice(memory="rtl")``; its read delay line keeps every beat."""
 import gc
 import random
 import warnings
@@ -11,6 +12,8 @@ from amaranth.sim import Simulator
 from tpugen import CoreConfig
 from tpugen.firmware import SimDevice
 from tpugen.hdl.sim_system import AxiReadDelay, SimSystem
+from tpugen.sim.attention_model import attention_int8_model
+from tpugen.sim.golden import conv2d_int32, matmul_int32
 from tpugen.sim.speed import measure_sim_speed
 
 CONFIG = CoreConfig(rows=8, cols=8)
@@ -29,6 +32,42 @@ def test_matmul_is_exact_in_the_cycles_of_sim_device():
     # AxiMemory idles 2-3 cycles between bursts, where AxiRam queues beats back to back.
     assert abs(fast["cycles"] - stats.cycles) <= 0.2 * stats.cycles, (fast["cycles"], stats.cycles)
     assert fast["cycles"] <= fast["sim_cycles"] <= fast["cycles"] + 20
+
+
+def _int8(rng, shape):
+    return rng.integers(-128, 128, shape, dtype=np.int8)
+
+
+def test_sim_device_with_the_memory_in_the_model():
+    rng = np.random.default_rng(8)
+    with SimDevice(CONFIG, memory="rtl", memory_size=1 << 20) as dev:  # the model above
+        for m, k, n in [(1, 1, 1), (67, 41, 3), (9, 130, 17)]:
+            a, b = _int8(rng, (m, k)), _int8(rng, (k, n))
+            assert np.array_equal(dev.matmul(a, b), matmul_int32(a, b)), (m, k, n)
+        for x_shape, w_shape, stride, padding in [((1, 3, 7, 6), (5, 3, 3, 3), 1, 1),
+                                                  ((2, 5, 9, 8), (3, 5, 3, 3), 2, 0)]:
+            x, w = _int8(rng, x_shape), _int8(rng, w_shape)
+            assert np.array_equal(dev.conv2d(x, w, stride=stride, padding=padding),
+                                  conv2d_int32(x, w, stride, padding, 1)), x_shape
+        q, k, v = _int8(rng, (2, 9, 12)), _int8(rng, (2, 21, 12)), _int8(rng, (2, 21, 12))
+        assert np.array_equal(dev.attention_int8(q, k, v, 40000, 22, causal=True),
+                              attention_int8_model(CONFIG, q, k, v, 40000, 22, causal=True))
+        # Byte writes inside words keep the words' other bytes.
+        dev._transport.write_memory(0x1000, bytes(range(1, 33)))
+        dev._transport.write_memory(0x1003, b"\xaa" * 13)
+        expected = bytes(range(1, 4)) + b"\xaa" * 13 + bytes(range(17, 33))
+        assert dev._transport.read_memory(0x1000, 32) == expected
+        assert dev._transport.read_memory(0x1005, 3) == b"\xaa" * 3
+
+
+@pytest.mark.parametrize("options,message", [
+    ({"memory": "dram"}, "memory='dram' is invalid"),
+    ({"memory": "rtl", "backpressure": True}, "backpressure needs"),
+    ({"memory": "rtl", "memory_size": 3 << 20}, "power of two"),
+])
+def test_sim_device_memory_options_are_checked(options, message):
+    with pytest.raises(ValueError, match=message):
+        SimDevice(CONFIG, **options)
 
 
 @pytest.mark.parametrize("latency", [1, 7])
