@@ -168,6 +168,7 @@ class Controller(wiring.Component):
             self.axi.arsize.eq(exact_log2(beat_bits // 8)),
             self.axi.arburst.eq(AXI_BURST_INCR),
         ]
+        in_window = window_ok(m, self.windows, address, INSTRUCTION_BYTES, "read")
         bus_error = Signal()
         ar_waiting = Signal()
         # A burst the watchdog gave up on: its beats are taken and dropped when they come, and
@@ -200,7 +201,7 @@ class Controller(wiring.Component):
                     m.next = "END"
                 with m.Elif(self.program_base[:exact_log2(INSTRUCTION_BYTES)] != 0):
                     m.d.comb += [raise_error.eq(ErrorCode.MISALIGNED), raise_index.eq(pc)]
-                with m.Elif(~window_ok(self.windows, address, INSTRUCTION_BYTES, "read")):
+                with m.Elif(~in_window):
                     m.d.comb += [raise_error.eq(ErrorCode.PROGRAM_WINDOW), raise_index.eq(pc)]
                 with m.Else():
                     m.d.comb += self.axi.arvalid.eq(1)

@@ -297,7 +297,8 @@ class SoftmaxUnit(wiring.Component):
             return ops[stage]
 
         # 1: row * mult (+ rounding bias).  2: shift.  3: O rows written back, saturated.
-        bias = Mux(at(1).round, (C(1, 1) << at(1).shift[:6])[1:36], 0)
+        bias = Signal(35)
+        m.d.comb += bias.eq(Mux(at(1).round, (C(1, 1) << at(1).shift[:6])[1:36], 0))
         products = [Signal(signed(50)) for _ in range(cols)]
         for j in range(cols):
             m.d.sync += products[j].eq(self.acc_read.data[j] * at(1).mult + bias)
@@ -365,7 +366,8 @@ class SoftmaxUnit(wiring.Component):
         # Exp pass: P rows, their sum, the new state.
         exps = []
         for j in range(cols):
-            gap = at(3).job.m.x - xs[j]
+            gap = Signal(signed(len(at(3).job.m.x - xs[j])), name=f"gap{j}")
+            m.d.comb += gap.eq(at(3).job.m.x - xs[j])
             exps.append(_exp2q(m, gap[:14], ~ok[j] | (gap >= 1 << 14)))
         probs = [Signal(8) for _ in range(cols)]
         for j in range(cols):

@@ -166,19 +166,22 @@ class StoreEngine(wiring.Component):
         c_valid, c_step = stage(b_valid, "c_valid"), stage(b_step, "c_step")
         c_product = stage(product, "c_product")
         c_params = stage(b_params, "c_params") if select else a_params
-        high = Mux(int8, 127, 2**31 - 1)
-        low = Mux(epilogue.relu, 0, Mux(int8, -128, -2**31))
+        high, low = Signal(signed(32)), Signal(signed(32))
+        m.d.comb += [high.eq(Mux(int8, 127, 2**31 - 1)),
+                     low.eq(Mux(epilogue.relu, 0, Mux(int8, -128, -2**31)))]
         y = Signal.like(d_y)
         for u in range(units):
             # round_half_even(p / 2**shift): v = floor(2p / 2**shift) is the quotient and the
             # half bit; the bits of 2p below the shift tell a tie from more than half.
-            shift = Mux(int8, c_params[u].shift, 0)
+            shift = Signal(6, name=f"shift{u}")
+            m.d.comb += shift.eq(Mux(int8, c_params[u].shift, 0))
             twice = Cat(Const(0, 1), c_product[u]).as_signed()
-            v = twice >> shift
+            v, rounded = Signal(signed(len(twice))), Signal(signed(len(twice)))
             quotient = v[1:].as_signed()
             sticky = (twice.as_unsigned() & Cat(shift > b for b in range(len(twice)))).any()
-            rounded = quotient + (v[0] & (sticky | quotient[0]))
-            m.d.comb += y[u].eq(Mux(rounded > high, high, Mux(rounded < low, low, rounded)))
+            m.d.comb += [v.eq(twice >> shift),
+                         rounded.eq(quotient + (v[0] & (sticky | quotient[0]))),
+                         y[u].eq(Mux(rounded > high, high, Mux(rounded < low, low, rounded)))]
         with m.If(advance):
             m.d.sync += [d_valid.eq(c_valid), d_step.eq(c_step), d_y.eq(y)]
 
@@ -190,8 +193,9 @@ class StoreEngine(wiring.Component):
                                      words, 32)
         moved8, mask8 = move_units(m, Cat(d_y[u][:8] for u in range(units)), first,
                                    d_step.offset, d_step.count, beat_bytes, 8)
-        moved = Mux(int8, moved8, moved32)
-        mask = Mux(int8, mask8, Cat(mask32[b // 4] for b in range(beat_bytes)))
+        moved, mask = Signal.like(moved8), Signal.like(mask8)
+        m.d.comb += [moved.eq(Mux(int8, moved8, moved32)),
+                     mask.eq(Mux(int8, mask8, Cat(mask32[b // 4] for b in range(beat_bytes))))]
         for b in range(beat_bytes):
             hit = d_step.in_bounds & mask[b]
             m.d.comb += [merged.data.word_select(b, 8).eq(Mux(hit, moved.word_select(b, 8),

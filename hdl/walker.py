@@ -496,9 +496,12 @@ class Im2colWalker(wiring.Component):
         return m
 
 
-def window_ok(windows, addr, size, permission):
-    """``[addr, addr + size)`` lies inside an enabled window with ``permission``."""
-    return Cat((w.size != 0) & w[permission] & (addr >= w.base) & (addr + size <= w.base + w.size)
+def window_ok(m, windows, addr, size, permission):
+    """``[addr, addr + size)`` lies inside an enabled window with ``permission`` (helper
+    signals driven in ``m``)."""
+    start, end = Signal.like(addr, name="window_start"), Signal.like(addr + size, name="window_end")
+    m.d.comb += [start.eq(addr), end.eq(addr + size)]
+    return Cat((w.size != 0) & w[permission] & (start >= w.base) & (end <= w.base + w.size)
                for w in windows).any()
 
 
@@ -552,7 +555,7 @@ class BurstPlanner(wiring.Component):
         extend = (is_open & (beat == pending_beat + 1) & (beat[:12 - shift] != 0) & room &
                   (beats < self.max_beats))
         joins = ~flush & elem.in_bounds & (share | extend)
-        window = window_ok(self.windows, Cat(Const(0, shift), beat), self.beat_bytes,
+        window = window_ok(m, self.windows, Cat(Const(0, shift), beat), self.beat_bytes,
                            self.permission)
         bad = ~flush & elem.in_bounds & (elem.overflow | ~window)
         end_of_burst = is_open & ~joins
@@ -612,7 +615,9 @@ def move_units(m, source, first, at, count, units, width):
     them. Units outside the mask are unspecified."""
     moved = Signal(units * width)
     mask = Signal(units)
-    m.d.comb += [moved.eq(select_units(source, first - at, units, width)),
+    units_in = Signal(len(source))
+    m.d.comb += [units_in.eq(source),
+                 moved.eq(select_units(units_in, first - at, units, width)),
                  mask.eq(Cat((at <= k) & (k < at + count) for k in range(units)))]
     return moved, mask
 
