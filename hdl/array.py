@@ -1,12 +1,12 @@
 """Weight-stationary systolic array with edge skew/de-skew and double-buffered weight tiles."""
-from amaranth.hdl import Module, Mux, Signal, signed
+from amaranth.hdl import ClockSignal, Instance, Module, Mux, ResetSignal, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .pe import add_pe, pe_signature
+from .pe import ProcessingElement, add_pe, pe_signature
 
 __all__ = ["SystolicArray", "act_width", "activation_layout", "array_latency",
-           "lut_multiplier_pes", "min_tile_length", "result_layout", "weight_layout"]
+           "lut_multiplier_pes", "min_tile_length", "pe_module", "pe_module_name", "result_layout", "weight_layout"]
 
 
 def weight_layout(config):
@@ -52,6 +52,26 @@ def lut_multiplier_pes(config):
     return frozenset(order[len(order) - config.lut_multipliers:])
 
 
+def pe_module_name(lut_multiplier):
+    """The Verilog module of the array's PEs of one kind, when the array instantiates its PEs
+    as modules (see `SystolicArray`)."""
+    return "tpu_pe_lut" if lut_multiplier else "tpu_pe"
+
+
+def pe_module(config, lut_multiplier):
+    """The component to emit as `pe_module_name` for ``config``."""
+    return ProcessingElement(config.data_width, config.acc_width, act_width(config),
+                             lut_multiplier=lut_multiplier)
+
+
+def _pe_instance(signature, pe, module_name):
+    """An instance of Verilog module ``module_name`` with the ports of ``signature`` (a
+    `pe_signature`), connected to ``pe`` (the array's side of them)."""
+    ports = {f"{'i' if member.flow == In else 'o'}_{name}": getattr(pe, name)
+             for name, member in signature.members.items()}
+    return Instance(module_name, i_clk=ClockSignal(), i_rst=ResetSignal(), **ports)
+
+
 def min_tile_length(config):
     """Fewest activation vectors per weight tile that keep the array busy with no bubble."""
     return config.rows + max(config.cols - 1, 1)
@@ -69,6 +89,12 @@ class SystolicArray(wiring.Component):
 
     Tiles stream back to back, one activation vector per cycle, when each tile has at least
     ``min_tile_length(config)`` vectors (the previous bank drains while the next tile shifts in).
+
+    The PEs are logic of this module, unless the platform it is elaborated for has a true
+    ``pe_modules``: then each is an instance of a Verilog module (`pe_module`), which the
+    platform's user emits once (`hdl.generate.generate_verilog`). Amaranth would emit the logic
+    of each of the rows x cols PEs again. Those PEs' registers see the sync reset but not a
+    `ResetInserter` around the array; every result they compute is flushed through them first.
     """
 
     def __init__(self, config):
@@ -92,9 +118,15 @@ class SystolicArray(wiring.Component):
         pes = [[signature.flip().create(path=(f"pe_{r}_{c}",)) for c in range(cols)]
                for r in range(rows)]
         lut_pes = lut_multiplier_pes(self.config)
+        instances = getattr(platform, "pe_modules", False)
         for r in range(rows):
             for c in range(cols):
-                add_pe(m, pes[r][c], name=f"pe_{r}_{c}", lut_multiplier=(r, c) in lut_pes)
+                lut = (r, c) in lut_pes
+                if instances:
+                    m.submodules[f"pe_{r}_{c}"] = _pe_instance(signature, pes[r][c],
+                                                               pe_module_name(lut))
+                else:
+                    add_pe(m, pes[r][c], name=f"pe_{r}_{c}", lut_multiplier=lut)
 
         # Weight loading: a shift chain from the bottom row up, then a commit to the idle bank.
         loaded = Signal(range(rows + 1))

@@ -1,7 +1,7 @@
 """Verilog for a configured design."""
 from amaranth.back import verilog
 
-from .array import SystolicArray
+from .array import SystolicArray, lut_multiplier_pes, pe_module, pe_module_name
 from .core import TpuCore
 from .sim_system import SimSystem
 
@@ -26,7 +26,21 @@ def elaborate(config, design="tpu_core", **options):
     return DESIGNS[design](config, **options)
 
 
+class _VerilogTarget:
+    """What `generate_verilog` elaborates for: the array's PEs as instances of modules emitted
+    once (`SystolicArray`), so generating a 16x16 core elaborates and converts one PE of each
+    kind instead of 256."""
+    pe_modules = True
+
+
 def generate_verilog(config, design="tpu_core", **options):
-    """Verilog text with top module ``design``, ports named after the component's signature."""
+    """Verilog text with top module ``design``, ports named after the component's signature,
+    after the modules of its PEs."""
     component = elaborate(config, design, **options)
-    return verilog.convert(component, name=design, emit_src=False)
+    lut_pes = len(lut_multiplier_pes(config))
+    kinds = [lut for lut, used in ((False, lut_pes < config.rows * config.cols),
+                                   (True, lut_pes > 0)) if used]
+    modules = [verilog.convert(pe_module(config, lut), name=pe_module_name(lut), emit_src=False)
+               for lut in kinds]
+    return "\n".join([*modules, verilog.convert(component, name=design, emit_src=False,
+                                                 platform=_VerilogTarget())])

@@ -325,7 +325,7 @@ def plot_bench(results, path):
         x = np.arange(len(entries))
         axis.bar(x - 0.27, [w["ideal_utilization"] for w in entries], 0.27, label="ideal")
         axis.bar(x, [w["roofline_utilization"] for w in entries], 0.27,
-                 label=f"memory roofline ({entries[0]['config']}, AXI)")
+                 label="memory roofline (the core's AXI width)")
         axis.bar(x + 0.27, [w["mac_utilization"] for w in entries], 0.27,
                  label=f"measured (read latency {READ_LATENCY})")
         for i, w in enumerate(entries):
@@ -333,12 +333,16 @@ def plot_bench(results, path):
                            if (op, list(shape), "16x16") == (w["op"], w["shape"], w["config"])),
                           None)
             if target:
-                axis.plot([i - 0.45, i + 0.45], [target, target], "k--", linewidth=1)
+                axis.plot([i - 0.45, i + 0.45], [target, target], "k--", linewidth=1,
+                          label="target")
         axis.set_xticks(x, names, fontsize=7, rotation=40, ha="right")
         axis.set_ylim(0, 1)
         axis.set_ylabel("MAC utilization")
         axis.set_title(f"tpu_core {label}")
-        axis.legend()
-    fig.tight_layout()
+    handles = {label: handle for axis in axes[0]
+               for handle, label in zip(*axis.get_legend_handles_labels())}
+    fig.legend(handles.values(), handles.keys(), loc="upper center", ncol=len(handles),
+               fontsize=8)
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
     fig.savefig(path, dpi=120)
     plt.close(fig)
