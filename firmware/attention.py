@@ -156,7 +156,6 @@ def compile_attention(config, plan, heads, *, q_addr, kt_addr, v_addr, o_addr, c
             blocks = [(k0, -(-min(plan.block_keys, last_key + 1 - k0) // n))
                       for k0 in range(0, last_key + 1, plan.block_keys)]
             work.append((head, q0, count, blocks))
-    total_blocks = sum(len(blocks) for *_, blocks in work)
 
     # Execute instructions are numbered in order (``e``). Block g's loads go LEAD instructions
     # into block g - 1 (whose buffers are the other half), a query tile's STOREs right after

@@ -1,5 +1,4 @@
 """Tiled GEMM programs on the core: matmul, and conv2d as implicit GEMM."""
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 
