@@ -15,7 +15,7 @@ from cocotbext.axi.axi_ram import AxiRamRead, AxiRamWrite
 from cocotbext.axi.constants import AxiBurstType
 from cocotbext.axi.memory import Memory
 
-__all__ = ["Fault", "FaultyAxiRam", "beat_word", "incr_beats", "write_beat"]
+__all__ = ["Fault", "FaultyAxiRam", "beat_word", "incr_beats", "read_beats", "write_beat"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,17 @@ def beat_word(address, size, n, byte_lanes):
     return (address + n * size) // byte_lanes * byte_lanes
 
 
+def read_beats(ram, ar):
+    """The R beats of INCR burst ``ar`` on AxiRamRead ``ram``: (word address, R transaction with
+    its ID and RLAST set; the caller sets RRESP and RDATA)."""
+    beats, size, address = incr_beats(ar, "ar", ram.byte_lanes)
+    for n in range(beats):
+        r = ram.r_channel._transaction_obj()
+        r.rid = int(ar.arid)
+        r.rlast = n == beats - 1
+        yield beat_word(address, size, n, ram.byte_lanes), r
+
+
 def write_beat(memory, word, w, byte_lanes):
     """Write the lanes of W beat ``w`` that its WSTRB enables into ``memory`` at ``word``."""
     data = int(w.wdata).to_bytes(byte_lanes, "little")
@@ -86,12 +97,7 @@ class _FaultyRead(AxiRamRead):
     async def _process_read(self):
         while True:
             ar = await self.ar_channel.recv()
-            beats, size, address = incr_beats(ar, "ar", self.byte_lanes)
-            for n in range(beats):
-                word = beat_word(address, size, n, self.byte_lanes)
-                r = self.r_channel._transaction_obj()
-                r.rid = int(ar.arid)
-                r.rlast = n == beats - 1
+            for word, r in read_beats(self, ar):
                 r.rresp = _response(self.faults, "read", word, self.byte_lanes)
                 if r.rresp is None:
                     await _hang()

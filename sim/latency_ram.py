@@ -15,7 +15,7 @@ from cocotbext.axi import AxiResp
 from cocotbext.axi.axi_ram import AxiRamRead, AxiRamWrite
 from cocotbext.axi.memory import Memory
 
-from .fault_memory import beat_word, incr_beats, write_beat
+from .fault_memory import beat_word, incr_beats, read_beats, write_beat
 
 __all__ = ["LatencyAxiRam"]
 
@@ -82,12 +82,7 @@ class _LatencyRead(_DelayedResponses, AxiRamRead):
     async def _process_read(self):
         while True:
             ar = await self.ar_channel.recv()
-            beats, size, address = incr_beats(ar, "ar", self.byte_lanes)
-            for n in range(beats):
-                word = beat_word(address, size, n, self.byte_lanes)
-                r = self.r_channel._transaction_obj()
-                r.rid = int(ar.arid)
-                r.rlast = n == beats - 1
+            for word, r in read_beats(self, ar):
                 r.rresp = AxiResp.OKAY
                 r.rdata = int.from_bytes(await self._read(word, self.byte_lanes), "little")
                 self._line.put(r)
