@@ -16,7 +16,7 @@ from tpugen import CoreConfig
 
 from ..firmware.device import access_windows, operand_layout, program_placement
 from ..firmware.matmul import compile_matmul
-from ..hdl.csr import COUNTERS, register, window_writes
+from ..hdl.csr import register
 from ..isa import INSTRUCTION_BYTES
 from .golden import matmul_int32
 from .system_driver import SystemDriver
@@ -50,8 +50,8 @@ async def matmul(dut):
 
     windows = access_windows([(a_addr, a.nbytes), (b_addr, b.nbytes)], [(c_addr, c_bytes)],
                              program_addr, len(code))
-    for name, value in window_writes(windows):
-        await write(name, value)
+    await system.set_windows(windows)
+    # The program is already in memory: not `system.start`, which would write it again, timed.
     await write("PROGRAM_BASE", program_addr)
     await write("PROGRAM_LENGTH", len(code) // INSTRUCTION_BYTES)
     await write("IRQ_ENABLE", 1)
@@ -65,9 +65,7 @@ async def matmul(dut):
 
     status = register("STATUS").layout.from_bits(await read("STATUS"))
     assert status.done, f"the core stopped with error code {await read('ERROR_CODE')}"
-    for name in COUNTERS:
-        low = await read(f"{name.upper()}_LO")
-        stats[name] = low | await read(f"{name.upper()}_HI") << 32
+    stats.update(await system.counters())
 
     started = time.perf_counter()
     got = np.frombuffer(memory.read(c_addr, c_bytes), "<i4").reshape(m, n)
