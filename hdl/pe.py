@@ -76,7 +76,8 @@ def add_pe(m, pe, name="pe", lut_multiplier=False):
 
     ``lut_multiplier``: build the multiplier from LUTs (`lut_multiply_add`) instead of ``*``, which
     yosys maps to a DSP block; both compute the same. The array builds its PEs with this directly
-    rather than as 256 submodules: one flat module generates (and simulates) faster.
+    rather than as 256 submodules (one flat module simulates faster), except in generated
+    Verilog, where each PE is an instance of one `ProcessingElement` module (`SystolicArray`).
     """
     width = len(pe.shift_in)
     banks = [Signal(signed(width), name=f"{name}_weight{b}") for b in range(2)]
