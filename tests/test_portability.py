@@ -83,9 +83,11 @@ def _test_functions(path):
 
 
 def _expects_an_exception(function):
-    return any(isinstance(node, ast.Attribute) and node.attr == "raises"
-               and isinstance(node.value, ast.Name) and node.value.id == "pytest"
-               for node in ast.walk(function))
+    """It calls ``pytest.raises`` or takes the ``refuses`` fixture (conftest.py)."""
+    return any(arg.arg == "refuses" for arg in function.args.args) or any(
+        isinstance(node, ast.Attribute) and node.attr == "raises"
+        and isinstance(node.value, ast.Name) and node.value.id == "pytest"
+        for node in ast.walk(function))
 
 
 def _tests_named_in_the_table():
