@@ -2,6 +2,7 @@
 import math
 from dataclasses import dataclass
 from functools import partial
+from itertools import accumulate
 
 import numpy as np
 
@@ -149,9 +150,9 @@ def compile_attention(config, plan, heads, *, q_addr, kt_addr, v_addr, o_addr, c
     offset = kv - seq
 
     work = []  # (head, q0, count, [(k0, tiles)])
+    counts = _query_tiles(seq, plan.m_tile)  # the split the plan's cost model counted
     for head in range(heads):
-        for q0 in range(0, seq, plan.m_tile):
-            count = min(plan.m_tile, seq - q0)
+        for q0, count in zip(accumulate(counts, initial=0), counts):
             last_key = kv - 1 if not causal else min(kv - 1, q0 + count - 1 + offset)
             blocks = [(k0, -(-min(plan.block_keys, last_key + 1 - k0) // n))
                       for k0 in range(0, last_key + 1, plan.block_keys)]
