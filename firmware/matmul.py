@@ -448,10 +448,9 @@ def _compile_conv2d_pixels(config, x_shape, w_shape, *, stride, padding, dilatio
         ops.append(Op(2, 0, lambda program, deps: program.params(epilogue.entries(0, 1),
                                                                   broadcast=True)))
     # The filter bank loads a chunk before the first tile's MATMUL of that chunk.
-    ops += [Op(0, kc, lambda program, deps, kc=kc: program.load(tensor(
-        w_addr, 1, w_base + kc * k_out, [
-            Dim(extent=rows, start=kc * rows, bound=taps, stride=1),
-            Dim(extent=k_out, start=0, bound=k_out, stride=taps)]), deps),
+    ops += [Op(0, kc, partial(Program.load, descriptor=tensor(w_addr, 1, w_base + kc * k_out, [
+        Dim(extent=rows, start=kc * rows, bound=taps, stride=1),
+        Dim(extent=k_out, start=0, bound=k_out, stride=taps)])),
         writes=(("W", 0, kc, 1),)) for kc in range(chunks)]
     # Tile b's pixels load while tile b - 1 computes, spread over its MATMULs; its output
     # STOREs while tile b + 1 computes.
