@@ -312,7 +312,7 @@ class SimDevice(Device):
     ``with SimDevice(cfg) as dev:`` builds the model (cached) and starts one simulation that
     serves every call until the block ends. ``memory``: "axiram", cocotbext-axi's AxiRam beside
     the model; or "rtl", `AxiMemory` inside it (`SimSystem`, ``memory_size`` a power of two):
-    no Python runs per clock cycle, about ten times faster. ``backpressure`` ("axiram" only)
+    no Python runs per clock cycle, 5-6 times faster. ``backpressure`` ("axiram" only)
     pauses the memory's AXI channels at random (fixed ``seed``). ``read_latency``: clock cycles
     from a read request to its data, pipelined; with "axiram" also from a write burst to its
     response (`LatencyAxiRam`), with "rtl" on top of the memory's own cycle (`AxiReadDelay`).
