@@ -79,7 +79,7 @@ class TpuCore(wiring.Component):
             controller.watchdog_limit.eq(csr.watchdog_limit),
             load.windows.eq(csr.windows),
             store.windows.eq(csr.windows),
-            csr.busy.eq(controller.busy | resetting),
+            csr.busy.eq(controller.busy | resetting | start_waiting),
             csr.done_event.eq(controller.done_event),
             csr.error_event.eq(controller.error_event),
             csr.error_code.eq(controller.error_code),
@@ -137,7 +137,8 @@ class TpuCore(wiring.Component):
         """Connect the datapath's AXI master ``bus`` to the ports. After ``soft_reset`` (which
         resets the datapath at once) and while ``resetting``, finish for it what it left on the
         bus: hold a request that was waiting, take the read beats and write responses still
-        owed, and send the W beats still owed with WSTRB 0 (they write nothing)."""
+        owed, and send the W beats still owed (of every burst whose AW was presented) with
+        WSTRB 0 (they write nothing)."""
         def port(name):
             return getattr(self, f"m_axi_{name}")
 
@@ -161,9 +162,14 @@ class TpuCore(wiring.Component):
         reads = Signal(8)   # read bursts accepted whose last beat is not yet taken
         writes = Signal(8)  # write bursts accepted whose response is not yet taken
         m.d.sync += [reads.eq(reads + ar_done - r_last), writes.eq(writes + aw_done - b_done)]
+        # W beats may go before their AW is accepted, but not before it is presented: a burst
+        # owes its W beats from the first cycle its AW is on the bus.
+        aw_waiting = Signal()
+        aw_presented = port("awvalid") & ~aw_waiting
+        m.d.sync += aw_waiting.eq(port("awvalid") & ~port("awready"))
         m.submodules.w_owed = w_owed = SyncFIFO(width=8, depth=16)  # AWLEN of bursts with W beats owed
         w_beat = Signal(8)
-        m.d.comb += [w_owed.w_en.eq(aw_done), w_owed.w_data.eq(port("awlen")),
+        m.d.comb += [w_owed.w_en.eq(aw_presented), w_owed.w_data.eq(port("awlen")),
                      w_owed.r_en.eq(w_done & port("wlast"))]
         with m.If(w_done):
             m.d.sync += w_beat.eq(Mux(port("wlast"), 0, w_beat + 1))

@@ -60,6 +60,9 @@ class Register:
     doc: str
     fields: tuple = ()
     reset: int = 0
+    locked: bool = False
+    """Part of the configuration a program runs with: while STATUS.busy, a write answers
+    SLVERR and changes nothing."""
 
     def __post_init__(self):
         if not (isinstance(self.offset, int) and 0 <= self.offset < 2 ** ADDR_WIDTH
@@ -79,6 +82,9 @@ class Register:
         if self.access != "rw" and self.reset != 0 or self.reset & ~self.mask:
             raise ValueError(f"Register {self.name}: reset={self.reset!r} is invalid: "
                              f"allowed only on rw registers, within the fields")
+        if self.locked and self.access != "rw":
+            raise ValueError(f"Register {self.name}: locked={self.locked!r} is invalid: "
+                             f"allowed only on rw registers")
 
     @property
     def mask(self):
@@ -130,19 +136,23 @@ def _registers():
             BitField("code", 0, 4, "An `ErrorCode` (0: none)."),)),
         Register("ERROR_INDEX", 0x034, "ro",
                  "Index of the faulting instruction, latched with ERROR_CODE."),
-        Register("PROGRAM_BASE", 0x040, "rw", "Byte address of the first instruction."),
-        Register("PROGRAM_LENGTH", 0x044, "rw", "Program length in instructions."),
+        Register("PROGRAM_BASE", 0x040, "rw", "Byte address of the first instruction.",
+                 locked=True),
+        Register("PROGRAM_LENGTH", 0x044, "rw", "Program length in instructions.", locked=True),
         Register("WATCHDOG", 0x048, "rw",
-                 "Cycles without progress before the core stops with WATCHDOG.", reset=65536),
+                 "Cycles without progress before the core stops with WATCHDOG.", reset=65536,
+                 locked=True),
     ]
     for i in range(NUM_WINDOWS):
         base = 0x080 + 0x10 * i
         regs += [
-            Register(f"WINDOW{i}_BASE", base, "rw", f"Access window {i}: first byte address."),
-            Register(f"WINDOW{i}_SIZE", base + 4, "rw", f"Access window {i}: bytes (0: disabled)."),
+            Register(f"WINDOW{i}_BASE", base, "rw", f"Access window {i}: first byte address.",
+                     locked=True),
+            Register(f"WINDOW{i}_SIZE", base + 4, "rw", f"Access window {i}: bytes (0: disabled).",
+                     locked=True),
             Register(f"WINDOW{i}_FLAGS", base + 8, "rw", f"Access window {i}: permissions.", (
                 BitField("read", 0, 1, "DMA and instruction fetch may read the window."),
-                BitField("write", 1, 1, "DMA may write the window."))),
+                BitField("write", 1, 1, "DMA may write the window.")), locked=True),
         ]
     for i, (name, doc) in enumerate(COUNTERS.items()):
         base = 0x100 + 8 * i
@@ -212,6 +222,11 @@ Generated from `REGISTERS` in `hdl/csr.py` by `registers_markdown()`; do not edi
 The registers sit behind an AXI4-Lite slave: 32-bit registers, 12-bit byte addresses (bits 1..0
 are ignored), WSTRB honoured. Mapped registers answer OKAY; unmapped addresses answer SLVERR and
 read as 0. Unlisted bits read as 0 and ignore writes.
+
+The configuration a program runs with (the registers marked "locked" below: program base and
+length, watchdog, windows) is frozen from the write of CONTROL.start until STATUS.busy falls: a
+write to one of them in that time answers SLVERR and changes nothing, so a running program can
+neither be moved nor given more memory than it was started with.
 64-bit counters are LO/HI pairs: read LO first, then HI returns the upper half captured by that read.
 
 Access types:
@@ -228,7 +243,8 @@ def registers_markdown():
              "|--------|------|--------|-------|-------------|"]
     for reg in REGISTERS:
         reset = f"{reg.reset:#x}" if reg.access == "rw" else ""
-        lines.append(f"| 0x{reg.offset:03X} | {reg.name} | {reg.access} | {reset} | {reg.doc} |")
+        access = f"{reg.access}, locked" if reg.locked else reg.access
+        lines.append(f"| 0x{reg.offset:03X} | {reg.name} | {access} | {reset} | {reg.doc} |")
     lines += ["", "## Fields", "",
               "| Register | Bits | Field | Description |",
               "|----------|------|-------|-------------|"]
@@ -244,7 +260,8 @@ class ControlRegisters(wiring.Component):
 
     AW and W are accepted independently (one of each buffered); the write happens once both are
     in and the previous B has been taken. One read at a time; R is registered.
-    ``start`` and ``soft_reset`` are one-cycle pulses. ``irq`` is a level:
+    ``start`` and ``soft_reset`` are one-cycle pulses. Writes to ``locked`` registers answer
+    SLVERR and change nothing from ``start`` on while ``busy``. ``irq`` is a level:
     ``irq_enable & (done or error pending in IRQ_STATUS)``. In the same cycle, an event wins
     over an acknowledge or ``start``, and ``soft_reset`` wins over an event.
     """
@@ -331,6 +348,10 @@ class ControlRegisters(wiring.Component):
         start = Signal()
         soft_reset = Signal()
         ack = Signal()
+        # The configuration is frozen from a START (the cycle after it, before the core shows
+        # busy) until the core is idle again.
+        locked = Signal()
+        m.d.comb += locked.eq(self.busy | self.start)
         with m.If(write):
             m.d.sync += [aw_full.eq(0), w_full.eq(0), bus.bvalid.eq(1), bus.bresp.eq(AXI_RESP_OKAY)]
             with m.Switch(aw_word):
@@ -338,7 +359,14 @@ class ControlRegisters(wiring.Component):
                     with m.Case(reg.offset // 4):
                         if reg.access == "rw":
                             target = store[reg.name]
-                            m.d.sync += target.eq(((target & ~w_mask) | w_bits) & reg.mask)
+                            update = target.eq(((target & ~w_mask) | w_bits) & reg.mask)
+                            if reg.locked:
+                                with m.If(locked):
+                                    m.d.sync += bus.bresp.eq(AXI_RESP_SLVERR)
+                                with m.Else():
+                                    m.d.sync += update
+                            else:
+                                m.d.sync += update
                         elif reg.name == "CONTROL":
                             control = reg.layout(w_bits)
                             m.d.comb += [start.eq(control.start),

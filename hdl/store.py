@@ -37,9 +37,10 @@ class StoreEngine(wiring.Component):
     reads per in-bounds pooled step) through the pipeline read -> pool max and bias ->
     multiply -> round and saturate -> beat builder; a step is up to a beat of elements for
     contiguous rows (dim-0 stride the element size), else one. Only the lanes of a step pass
-    the epilogue: ``min(cols, beat bytes)`` units. The W beats of a burst are sent once its AW
-    has been accepted. On an error nothing more is issued, every accepted AW gets its W beats
-    and its B response, then ``error`` is raised and held.
+    the epilogue: ``min(cols, beat bytes)`` units. The W beats of a burst go from the cycle its
+    AW is presented, whether or not AWREADY has come. On an error nothing more is issued, every
+    presented AW is held until accepted and gets its W beats and its B response, then ``error``
+    is raised and held.
     """
 
     def __init__(self, config):
@@ -207,10 +208,14 @@ class StoreEngine(wiring.Component):
         with m.If(build):
             m.d.sync += beat.eq(Mux(emit, 0, merged))
 
-        # AW while fewer than MAX_OUTSTANDING bursts wait for B; W for bursts with an accepted AW.
+        # AW while fewer than MAX_OUTSTANDING bursts wait for B. W for bursts whose AW is on the
+        # bus or was accepted: never waiting for AWREADY (AXI4 lets a slave wait for WVALID
+        # before it raises AWREADY), never ahead of the AW it belongs to.
         outstanding = Signal(range(MAX_OUTSTANDING + 1))
-        released = Signal(range(MAX_OUTSTANDING + 1))
+        released = Signal(range(MAX_OUTSTANDING + 2))
+        aw_waiting = Signal()
         aw_free = outstanding < MAX_OUTSTANDING
+        aw_presented = axi.awvalid & ~aw_waiting  # the first cycle of an AW on the bus
         head = beat_layout(beats.r_data)
         m.d.comb += [
             axi.awid.eq(0), axi.awaddr.eq(planner.bursts.payload.addr),
@@ -219,7 +224,7 @@ class StoreEngine(wiring.Component):
             axi.awvalid.eq(planner.bursts.valid & aw_free),
             planner.bursts.ready.eq(axi.awready & aw_free),
             axi.wdata.eq(head.data), axi.wstrb.eq(head.strb), axi.wlast.eq(head.last),
-            axi.wvalid.eq(beats.r_rdy & (released != 0)),
+            axi.wvalid.eq(beats.r_rdy & ((released != 0) | aw_presented)),
             beats.r_en.eq(axi.wvalid & axi.wready),
             axi.bready.eq(1),
         ]
@@ -227,7 +232,8 @@ class StoreEngine(wiring.Component):
         w_done = axi.wvalid & axi.wready
         b_done = axi.bvalid & axi.bready
         m.d.sync += [outstanding.eq(outstanding + aw_done - b_done),
-                     released.eq(released + aw_done - (w_done & axi.wlast))]
+                     aw_waiting.eq(axi.awvalid & ~axi.awready),
+                     released.eq(released + aw_presented - (w_done & axi.wlast))]
         m.d.comb += self.progress.eq(aw_done | w_done | b_done)
         bus_error = b_done & (axi.bresp != AXI_RESP_OKAY)
 

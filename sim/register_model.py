@@ -29,7 +29,8 @@ class RegisterModel:
     instruction ``error_index``) or None (it never stops).
     ``constants`` (ID, VERSION, CONFIG...) and ``counters`` (64-bit, by `COUNTERS` name; cycles
     counts busy ticks) may be changed by a test. ``log`` lists every access as
-    ``("read" | "write", offset, value)``; ``unmapped`` the offsets that hit no register.
+    ``("read" | "write", offset, value)``; ``unmapped`` the offsets that hit no register;
+    ``refused`` the locked registers written while the core was starting or busy.
     """
 
     def __init__(self, config, *, start_latency=0, run_ticks=3, outcome=ErrorCode.NONE,
@@ -49,6 +50,7 @@ class RegisterModel:
         self.captured_high = dict.fromkeys(COUNTERS, 0)
         self.log = []
         self.unmapped = []
+        self.refused = []
         self.busy = self.done = self.error = False
         self.pending = 0
         self.error_code = ErrorCode.NONE
@@ -128,6 +130,8 @@ class RegisterModel:
     def _write(self, reg, offset, value):
         if reg is None:
             self.unmapped.append(offset)
+        elif reg.locked and (self.busy or self._starting is not None):
+            self.refused.append(reg.name)
         elif reg.name in self.stored:
             self.stored[reg.name] = value & reg.mask
         elif reg.name == "IRQ_STATUS":

@@ -380,6 +380,31 @@ def test_counters_read_as_lo_hi_pairs():
     simulate(body)
 
 
+def test_configuration_is_locked_from_start_until_idle():
+    """PROGRAM_*, WATCHDOG and the windows answer SLVERR and keep their values while the core
+    is busy; other rw registers stay writable; once idle, OKAY again."""
+    locked = [reg for reg in RW if reg.locked]
+    assert {reg.name for reg in locked} == {"PROGRAM_BASE", "PROGRAM_LENGTH", "WATCHDOG"} | {
+        f"WINDOW{i}_{part}" for i in range(NUM_WINDOWS) for part in ("BASE", "SIZE", "FLAGS")}
+    start = register("CONTROL").layout.const({"start": 1}).as_value().value
+
+    async def body(ctx, dut, axi):
+        before = {reg.name: await read_ok(ctx, axi, reg.name) for reg in locked}
+        assert await axi.write(ctx, offset("CONTROL"), start) == OKAY
+        ctx.set(dut.busy, 1)
+        for i, reg in enumerate(locked):
+            assert await axi.write(ctx, reg.offset, 0xFFFF_FFF0 ^ i) == SLVERR, reg.name
+            assert await read_ok(ctx, axi, reg.name) == before[reg.name], reg.name
+        assert await axi.write(ctx, offset("IRQ_ENABLE"), 1) == OKAY
+        assert ctx.get(dut.irq_enable) == 1
+        ctx.set(dut.busy, 0)
+        for reg in locked:
+            assert await axi.write(ctx, reg.offset, 0x40) == OKAY, reg.name
+            assert await read_ok(ctx, axi, reg.name) == 0x40 & reg.mask, reg.name
+
+    simulate(body)
+
+
 def test_random_traffic_against_model():
     rng = random.Random(7)
     model = {reg.name: reg.reset for reg in RW}
