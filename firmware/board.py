@@ -26,7 +26,9 @@ def config_from_registers(read_register):
     return CoreConfig(
         rows=geometry.rows, cols=geometry.cols, axi_data_width=memory.axi_data_width,
         scratchpad_kib=kib(read_register("SCRATCHPAD_ROWS"), lanes),
-        accumulator_kib=kib(read_register("ACCUMULATOR_ROWS"), 4 * geometry.cols))
+        accumulator_kib=kib(read_register("ACCUMULATOR_ROWS"), 4 * geometry.cols),
+        softmax=bool(memory.softmax), im2col=bool(memory.im2col),
+        counter_width=64 if memory.wide_counters else 32)
 
 
 class BoardDevice(Device):

@@ -338,6 +338,10 @@ def compile_conv2d(config, x_shape, w_shape, *, stride=1, padding=0, dilation=1,
         raise ValueError(f'lowering={lowering!r} is invalid: allowed "pixels" or "im2col"')
     if lowering == "pixels" and chosen != "pixels":
         raise ValueError("this convolution does not fit the pixels lowering")
+    if (lowering or chosen) == "im2col" and not config.im2col:
+        raise ValueError("this convolution needs the im2col walker, and the core was generated "
+                         "without it (CoreConfig.im2col=False): only a per-tensor epilogue "
+                         "without pooling and a filter bank that fits the scratchpad run on it")
     if (lowering or chosen) == "pixels":
         return _compile_conv2d_pixels(config, x_shape, w_shape, stride=stride, padding=padding,
                                       dilation=dilation, x_addr=x_addr, w_addr=w_addr,

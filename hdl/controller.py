@@ -13,7 +13,7 @@ from .load import LOAD_INSTRUCTION
 from .store import STORE_INSTRUCTION
 from .walker import window_ok
 
-__all__ = ["Controller", "ENGINES", "FETCH_ID"]
+__all__ = ["Controller", "ENGINES", "FETCH_ID", "supported_opcodes"]
 
 FETCH_ID = 1
 """ARID of instruction fetches (the load engine reads with ARID 0)."""
@@ -23,6 +23,12 @@ ENGINES = {"load": ((Opcode.LOAD,), LOAD_INSTRUCTION),
            "store": ((Opcode.STORE, Opcode.PARAMS), STORE_INSTRUCTION)}
 """Engines in chain order (each one's "prev" and "next" are its neighbours here), with the
 opcodes each one runs."""
+
+def supported_opcodes(config):
+    """The opcodes a core of ``config`` runs; any other stops it with UNKNOWN_OPCODE."""
+    return {op for opcodes, _ in ENGINES.values() for op in opcodes
+            if op != Opcode.SOFTMAX or config.softmax}
+
 
 _QUEUE_DEPTH = 2
 _PENDING_DEPTH = 8
@@ -71,6 +77,7 @@ class Controller(wiring.Component):
         beat_bits = self.config.axi_data_width
         beats = INSTRUCTION_BITS // beat_bits
         engines = [getattr(self, name) for name in ENGINES]
+        supported = supported_opcodes(self.config)
 
         running = Signal()
         stopping = Signal()  # an error is latched; waiting for the engines to go idle
@@ -233,6 +240,7 @@ class Controller(wiring.Component):
                 with m.Else():
                     known = Signal()
                     for queue, (opcodes, _) in zip(queues, ENGINES.values()):
+                        opcodes = [op for op in opcodes if op in supported]
                         with m.If(Cat(header.opcode == opcode for opcode in opcodes).any()):
                             m.d.comb += [known.eq(1), queue.w_en.eq(1)]
                             with m.If(queue.w_rdy):

@@ -66,10 +66,11 @@ class TpuCore(wiring.Component):
         wiring.connect(datapath, execute.acc_write, acc_write)
         wiring.connect(datapath, execute.acc_read, accumulator.read_port(transparent_for=(acc_write,)))
         wiring.connect(datapath, store.acc_read, accumulator.read_port())
-        datapath.submodules.probabilities = probabilities = memory.Memory(
-            shape=probability_row(cfg), depth=cfg.probability_rows, init=[])
-        wiring.connect(datapath, execute.prob_write, probabilities.write_port())
-        wiring.connect(datapath, execute.prob_read, probabilities.read_port())
+        if cfg.softmax:
+            datapath.submodules.probabilities = probabilities = memory.Memory(
+                shape=probability_row(cfg), depth=cfg.probability_rows, init=[])
+            wiring.connect(datapath, execute.prob_write, probabilities.write_port())
+            wiring.connect(datapath, execute.prob_read, probabilities.read_port())
 
         m.d.comb += [
             controller.start.eq(start),
@@ -211,7 +212,7 @@ class TpuCore(wiring.Component):
             events[f"{name}_busy_cycles"] = (engine.busy, 1)
             events[f"{name}_stall_cycles"] = (getattr(controller, name).stall, 1)
         for name, (event, amount) in events.items():
-            counter = Signal(64, name=f"counter_{name}")
+            counter = Signal(cfg.counter_width, name=f"counter_{name}")
             with m.If(controller.start):
                 m.d.sync += counter.eq(0)
             with m.Elif(event):

@@ -39,7 +39,8 @@ COUNTERS = {
        for engine in ENGINES
        for kind, what in (("busy", "busy"), ("stall", "stalled (busy but not progressing)"))},
 }
-"""64-bit performance counters: ``ControlRegisters`` input members and ``<NAME>_LO/_HI`` pairs."""
+"""Performance counters (``CoreConfig.counter_width`` bits): ``ControlRegisters`` input members
+and ``<NAME>_LO/_HI`` pairs."""
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,10 @@ def _registers():
         Register("CONFIG1", 0x00C, "ro", "Memory interface of this core.", (
             BitField("axi_data_width", 0, 8, "AXI4 memory master data width in bits."),
             BitField("lanes", 8, 8, "int8 lanes in one scratchpad row."),
-            BitField("windows", 16, 8, "Number of access windows."))),
+            BitField("windows", 16, 8, "Number of access windows."),
+            BitField("softmax", 24, 1, "The softmax unit is present (SOFTMAX, fused attention)."),
+            BitField("im2col", 25, 1, "The load engine's im2col walker is present."),
+            BitField("wide_counters", 26, 1, "Counters are 64 bits (else 32: _HI reads 0)."))),
         Register("SCRATCHPAD_ROWS", 0x010, "ro", "Scratchpad rows (of `lanes` bytes)."),
         Register("ACCUMULATOR_ROWS", 0x014, "ro", "Accumulator rows (of `cols` int32)."),
         Register("CONTROL", 0x020, "w1s", "Commands.", (
@@ -203,7 +207,8 @@ def constant_registers(config):
         "CONFIG0": {"rows": config.rows, "cols": config.cols, "data_width": config.data_width,
                     "acc_width": config.acc_width},
         "CONFIG1": {"axi_data_width": config.axi_data_width, "lanes": config.lanes,
-                    "windows": NUM_WINDOWS},
+                    "windows": NUM_WINDOWS, "softmax": config.softmax, "im2col": config.im2col,
+                    "wide_counters": config.counter_width == 64},
     }
     return {
         "ID": ID_MAGIC,
@@ -227,7 +232,8 @@ The configuration a program runs with (the registers marked "locked" below: prog
 length, watchdog, windows) is frozen from the write of CONTROL.start until STATUS.busy falls: a
 write to one of them in that time answers SLVERR and changes nothing, so a running program can
 neither be moved nor given more memory than it was started with.
-64-bit counters are LO/HI pairs: read LO first, then HI returns the upper half captured by that read.
+Counters are LO/HI pairs: read LO first, then HI returns the upper half captured by that read
+(with 32-bit counters, `CONFIG1.wide_counters` 0, HI reads 0).
 
 Access types:
 
@@ -286,7 +292,7 @@ class ControlRegisters(wiring.Component):
             "error_event": In(1),
             "error_code": In(ErrorCode),
             "error_index": In(32),
-            **{name: In(64) for name in COUNTERS},
+            **{name: In(config.counter_width) for name in COUNTERS},
         })
 
     def elaborate(self, platform):
@@ -403,10 +409,13 @@ class ControlRegisters(wiring.Component):
         }
         captures = {}
         for name in COUNTERS:
-            high = Signal(32, name=f"{name}_hi")
-            captures[f"{name.upper()}_LO"] = (high, getattr(self, name)[32:])
             values[f"{name.upper()}_LO"] = getattr(self, name)[:32]
-            values[f"{name.upper()}_HI"] = high
+            if self.config.counter_width == 64:
+                high = Signal(32, name=f"{name}_hi")
+                captures[f"{name.upper()}_LO"] = (high, getattr(self, name)[32:])
+                values[f"{name.upper()}_HI"] = high
+            else:
+                values[f"{name.upper()}_HI"] = Const(0, 32)
         assert values.keys() == _BY_NAME.keys()
 
         m.d.comb += bus.arready.eq(~bus.rvalid)

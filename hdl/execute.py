@@ -123,6 +123,12 @@ class ExecuteEngine(wiring.Component):
         sp_addr = ceil_log2(config.scratchpad_rows)
         acc_addr = ceil_log2(config.accumulator_rows)
         prob_addr = ceil_log2(config.probability_rows)
+        probabilities = {
+            "prob_read": In(memory.ReadPort.Signature(addr_width=prob_addr,
+                                                       shape=probability_row(config))),
+            "prob_write": In(memory.WritePort.Signature(addr_width=prob_addr,
+                                                         shape=probability_row(config))),
+        } if config.softmax else {}
         super().__init__({
             **engine_members(EXECUTE_INSTRUCTION),
             "vector": Out(1),  # an activation vector entered the array (rows * cols MACs)
@@ -130,10 +136,7 @@ class ExecuteEngine(wiring.Component):
                                                          shape=scratchpad_row(config))),
             "act_read": In(memory.ReadPort.Signature(addr_width=sp_addr,
                                                       shape=scratchpad_row(config))),
-            "prob_read": In(memory.ReadPort.Signature(addr_width=prob_addr,
-                                                       shape=probability_row(config))),
-            "prob_write": In(memory.WritePort.Signature(addr_width=prob_addr,
-                                                         shape=probability_row(config))),
+            **probabilities,
             "acc_read": In(memory.ReadPort.Signature(addr_width=acc_addr,
                                                       shape=accumulator_row(config))),
             "acc_write": In(memory.WritePort.Signature(addr_width=acc_addr,
@@ -146,14 +149,18 @@ class ExecuteEngine(wiring.Component):
         m.submodules.array = array = SystolicArray(cfg)
         m.submodules.weights = weights = _RowFeeder(scratchpad_row(cfg).size,
                                                     [self.weight_read.signature.flip()])
+        act_sources = [self.act_read] + ([self.prob_read] if cfg.softmax else [])
         m.submodules.acts = acts = _RowFeeder(scratchpad_row(cfg).size,
-                                              [self.act_read.signature.flip(),
-                                               self.prob_read.signature.flip()], strided=True)
-        m.submodules.softmax = softmax = SoftmaxUnit(cfg)
+                                              [port.signature.flip() for port in act_sources],
+                                              strided=True)
         wiring.connect(m, wiring.flipped(self.weight_read), weights.reads.source0)
-        wiring.connect(m, wiring.flipped(self.act_read), acts.reads.source0)
-        wiring.connect(m, wiring.flipped(self.prob_read), acts.reads.source1)
-        wiring.connect(m, wiring.flipped(self.prob_write), softmax.p_write)
+        for i, port in enumerate(act_sources):
+            wiring.connect(m, wiring.flipped(port), getattr(acts.reads, f"source{i}"))
+        if cfg.softmax:
+            m.submodules.softmax = softmax = SoftmaxUnit(cfg)
+            wiring.connect(m, wiring.flipped(self.prob_write), softmax.p_write)
+        else:  # a unit that is never started: its outputs stay at their reset values
+            softmax = SoftmaxUnit.signature_of(cfg).create()
 
         # Result bookkeeping: one entry per accepted MATMUL, consumed as results arrive.
         target = data.StructLayout({"acc_row": 16, "count": 16, "accumulate": 1})
@@ -165,7 +172,10 @@ class ExecuteEngine(wiring.Component):
         is_softmax = self.instr.payload.header.opcode == Opcode.SOFTMAX
         act_rows = Mux(instr.act_probabilities, cfg.probability_rows, cfg.scratchpad_rows)
         bad = Signal(ErrorCode)
-        with m.If(instr.count == 0):
+        no_buffer = instr.act_probabilities if not cfg.softmax else 0  # no probability buffer
+        with m.If(no_buffer):
+            m.d.comb += bad.eq(ErrorCode.UNKNOWN_OPCODE)
+        with m.Elif(instr.count == 0):
             m.d.comb += bad.eq(ErrorCode.BAD_EXTENT)
         with m.Elif((instr.weight_row + cfg.rows > cfg.scratchpad_rows)
                     | (instr.act_row + ((instr.count - 1) << instr.act_stride_log2) >= act_rows)
@@ -190,6 +200,8 @@ class ExecuteEngine(wiring.Component):
         with m.Elif(accept & (bad != ErrorCode.NONE)):
             m.d.sync += self.error.eq(bad)
         with m.Elif(accept):
+            if cfg.softmax:
+                m.d.comb += acts.run.payload.source.eq(instr.act_probabilities)
             m.d.comb += [
                 weights.run.valid.eq(1),
                 weights.run.payload.row.eq(instr.weight_row),
@@ -197,7 +209,6 @@ class ExecuteEngine(wiring.Component):
                 acts.run.valid.eq(1),
                 acts.run.payload.row.eq(instr.act_row),
                 acts.run.payload.count.eq(instr.count),
-                acts.run.payload.source.eq(instr.act_probabilities),
                 acts.run.payload.stride_log2.eq(instr.act_stride_log2),
                 targets.w_en.eq(1),
                 pushed.acc_row.eq(instr.acc_row),

@@ -5,11 +5,12 @@ from amaranth.lib.wiring import In
 from amaranth.utils import ceil_log2
 
 from ..config import CoreConfig
-from ..isa import (ErrorCode, Header, LoadIm2colInstruction, LoadInstruction,
+from ..isa import (ErrorCode, Header, Im2colDescriptor, LoadIm2colInstruction, LoadInstruction,
                    TensorDescriptor)
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_read_signature
 from .engine import dma_engine_members
-from .walker import BurstPlanner, Im2colWalker, TileCheck, TileWalker, move_units, step_layout
+from .walker import (BurstPlanner, Im2colWalker, TileCheck, TileWalker, move_units, step_layout,
+                     walker_signature)
 
 __all__ = ["LoadEngine", "LOAD_INSTRUCTION", "MAX_OUTSTANDING", "PLAN_DEPTH"]
 
@@ -72,7 +73,10 @@ class LoadEngine(wiring.Component):
         m.submodules.check = check = TileCheck(lanes, rows, elem_log2=0)
         m.submodules.walker = walker = TileWalker(lanes, rows, elem_log2=0,
                                                   beat_bytes=beat_bytes)
-        m.submodules.im2col_walker = im2col_walker = Im2colWalker(lanes, rows)
+        if config.im2col:
+            m.submodules.im2col_walker = im2col_walker = Im2colWalker(lanes, rows)
+        else:  # a walker that never starts: an im2col LOAD stops with UNKNOWN_OPCODE
+            im2col_walker = walker_signature(Im2colDescriptor, lanes, rows).create()
         m.submodules.planner = planner = BurstPlanner(
             lanes, rows, beat_bytes, max_steps=PLAN_DEPTH // 4, max_beats=256,
             permission="read")
@@ -93,7 +97,8 @@ class LoadEngine(wiring.Component):
             check.descriptor.payload.eq(instr.tensor),
             walker.descriptor.payload.eq(instr.tensor),
             im2col_walker.descriptor.payload.eq(im2col_desc),
-            im2col_code.eq(_im2col_check(im2col_desc, lanes, rows)),
+            im2col_code.eq(_im2col_check(im2col_desc, lanes, rows) if config.im2col
+                           else ErrorCode.UNKNOWN_OPCODE),
             planner.windows.eq(self.windows),
             planner.elements.payload.eq(source),
             planner.elements.valid.eq(source_valid & running),

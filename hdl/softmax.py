@@ -146,12 +146,17 @@ class SoftmaxUnit(wiring.Component):
         if not isinstance(config, CoreConfig):
             raise ValueError(f"config must be a CoreConfig, not {config!r}")
         self.config = config
-        acc_addr = ceil_log2(config.accumulator_rows)
-        acc_row = data.ArrayLayout(signed(32), config.cols)
         self.state = memory.Memory(shape=STATE, depth=config.probability_rows, init=[])
         self._state_read = self.state.read_port()
         self._state_write = self.state.write_port()
-        super().__init__({
+        super().__init__(self.signature_of(config))
+
+    @staticmethod
+    def signature_of(config):
+        """The unit's signature for ``config``."""
+        acc_addr = ceil_log2(config.accumulator_rows)
+        acc_row = data.ArrayLayout(signed(32), config.cols)
+        return wiring.Signature({
             **engine_members(SoftmaxInstruction),
             "acc_read": In(memory.ReadPort.Signature(addr_width=acc_addr, shape=acc_row)),
             "acc_write": In(memory.WritePort.Signature(addr_width=acc_addr, shape=acc_row)),

@@ -28,7 +28,8 @@ pytestmark = pytest.mark.skipif(GCC is None,
 
 DRIVER = Path(__file__).parent.parent / "firmware" / "c"
 CFLAGS = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic"]
-CONFIG = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1, axi_data_width=64)
+CONFIG = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1, axi_data_width=64,
+                    counter_width=64)  # 64-bit counters: the driver reads LO/HI pairs
 MISMATCHED = {
     "geometry": dataclasses.replace(CONFIG, cols=8),
     "scratchpad": dataclasses.replace(CONFIG, scratchpad_kib=2),

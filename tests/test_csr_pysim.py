@@ -101,11 +101,13 @@ def test_parameters_and_directions():
     assert dut.signature.members["cycles"].flow == wiring.In
 
 
-@pytest.mark.parametrize("preset", ["tiny", "default", "large"])
-def test_reset_values_and_access(preset):
-    config = CoreConfig.preset(preset)
+@pytest.mark.parametrize("preset, counter_width", [("tiny", 32), ("default", 32),
+                                                    ("large", 64), ("micro", 32)])
+def test_reset_values_and_access(preset, counter_width):
+    config = CoreConfig(**{**vars(CoreConfig.preset(preset)), "counter_width": counter_width})
     constants = constant_registers(config)
-    counter_values = {name: (i + 1) * 0x0101_0101_0101 for i, name in enumerate(COUNTERS)}
+    counter_values = {name: (i + 1) * 0x0101_0101_0101 % (1 << counter_width)
+                      for i, name in enumerate(COUNTERS)}
 
     async def body(ctx, dut, axi):
         for name, value in counter_values.items():
@@ -377,7 +379,7 @@ def test_counters_read_as_lo_hi_pairs():
         assert await read_ok(ctx, axi, "CYCLES_HI") == 1
         assert await read_ok(ctx, axi, "MACS_HI") == values["macs"] >> 32
 
-    simulate(body)
+    simulate(body, CoreConfig(counter_width=64))
 
 
 def test_configuration_is_locked_from_start_until_idle():

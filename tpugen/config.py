@@ -32,6 +32,15 @@ class CoreConfig:
     lut_multipliers: int = 0
     """PEs whose multiplier is built from LUTs; the rest use `*`, which yosys maps to DSP
     blocks (an FPGA with fewer DSPs than PEs needs the difference here), 0..rows*cols."""
+    softmax: bool = True
+    """The softmax unit (online softmax, fused attention) and its probability buffer. Without
+    it a SOFTMAX instruction stops the core with UNKNOWN_OPCODE and the runtime refuses
+    ``softmax`` / ``attention``."""
+    im2col: bool = True
+    """The load engine's im2col walker (implicit-GEMM convolution of any shape). Without it an
+    im2col LOAD stops the core with UNKNOWN_OPCODE; conv2d then needs the pixels lowering."""
+    counter_width: int = 32
+    """Width of the performance counters, 32 or 64 bits (the ``_HI`` registers read 0 at 32)."""
 
     def __post_init__(self):
         def check(name, ok, allowed):
@@ -52,6 +61,11 @@ class CoreConfig:
                   "a power of two in 1..1024")
         check("axi_data_width", lambda v: v in (32, 64, 128), "32, 64 or 128")
         check("lut_multipliers", integer_in(0, self.macs), f"an integer in 0..{self.macs} (rows*cols)")
+        for name in ("softmax", "im2col"):
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise ValueError(f"CoreConfig.{name}={value!r} is invalid: allowed True or False")
+        check("counter_width", lambda v: v in (32, 64), "32 or 64")
         if self.scratchpad_rows > 65536:
             raise ValueError(f"CoreConfig.scratchpad_kib={self.scratchpad_kib!r} is invalid: "
                              f"at most 65536 rows of {self.lanes} bytes")
@@ -112,4 +126,6 @@ PRESETS = {
     "tiny": CoreConfig(rows=2, cols=2, scratchpad_kib=4, accumulator_kib=4, axi_data_width=32),
     "default": CoreConfig(),
     "large": CoreConfig(rows=16, cols=16, scratchpad_kib=256, accumulator_kib=64, axi_data_width=128),
+    "micro": CoreConfig(rows=4, cols=4, scratchpad_kib=4, accumulator_kib=4, axi_data_width=32,
+                        softmax=False, im2col=False),
 }
