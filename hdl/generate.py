@@ -26,6 +26,10 @@ def elaborate(config, design="tpu_core", **options):
     return DESIGNS[design](config, **options)
 
 
+_TOP_ATTRIBUTE = "(* top =  1  *)\n"
+"""How Amaranth's Verilog marks the top module."""
+
+
 class _VerilogTarget:
     """What `generate_verilog` elaborates for: the array's PEs as instances of modules emitted
     once (`SystolicArray`), so generating a 16x16 core elaborates and converts one PE of each
@@ -40,7 +44,9 @@ def generate_verilog(config, design="tpu_core", **options):
     lut_pes = len(lut_multiplier_pes(config))
     kinds = [lut for lut, used in ((False, lut_pes < config.rows * config.cols),
                                    (True, lut_pes > 0)) if used]
+    # Amaranth marks every converted module as a top; only ``design`` may stay one, or yosys
+    # without -top picks a PE and deletes the core.
     modules = [verilog.convert(pe_module(config, lut), name=pe_module_name(lut), emit_src=False)
-               for lut in kinds]
+               .replace(_TOP_ATTRIBUTE, "", 1) for lut in kinds]
     return "\n".join([*modules, verilog.convert(component, name=design, emit_src=False,
                                                  platform=_VerilogTarget())])

@@ -1,5 +1,6 @@
 """CoreConfig validation, JSON round trip, presets, and the generate command."""
 import json
+import re
 
 import pytest
 
@@ -69,6 +70,9 @@ def test_generate_tpu_core_ports_bind_by_prefix(tmp_path):
                  "output [3:0] m_axi_wstrb;", "input [31:0] m_axi_rdata;", "output m_axi_bready;",
                  "input [11:0] s_axil_awaddr;", "output [31:0] s_axil_rdata;"):
         assert port in text, port
+    tops = re.findall(r"\(\* top = +1 +\*\)\n(?:\(\*[^\n]*\*\)\n)*module (\w+)\(", text)
+    assert tops == ["tpu_core"], f"modules marked top: {tops} (yosys picks the first)"
+    assert text.count("(* top") == 1
 
 
 def test_c_header_compiles_and_matches_the_config(tmp_path):
