@@ -172,15 +172,15 @@ class ExecuteEngine(wiring.Component):
         is_softmax = self.instr.payload.header.opcode == Opcode.SOFTMAX
         act_rows = Mux(instr.act_probabilities, cfg.probability_rows, cfg.scratchpad_rows)
         bad = Signal(ErrorCode)
-        no_buffer = instr.act_probabilities if not cfg.softmax else 0  # no probability buffer
-        with m.If(no_buffer):
-            m.d.comb += bad.eq(ErrorCode.UNKNOWN_OPCODE)
-        with m.Elif(instr.count == 0):
+        with m.If(instr.count == 0):
             m.d.comb += bad.eq(ErrorCode.BAD_EXTENT)
         with m.Elif((instr.weight_row + cfg.rows > cfg.scratchpad_rows)
                     | (instr.act_row + ((instr.count - 1) << instr.act_stride_log2) >= act_rows)
                     | (instr.acc_row + instr.count > cfg.accumulator_rows)):
             m.d.comb += bad.eq(ErrorCode.SRAM_RANGE)
+        if not cfg.softmax:
+            with m.Elif(instr.act_probabilities):  # no probability buffer
+                m.d.comb += bad.eq(ErrorCode.UNKNOWN_OPCODE)
 
         # The array and the softmax unit take turns on the accumulator.
         result_valid = Signal()

@@ -36,8 +36,9 @@ class StoreEngine(wiring.Component):
     are skipped (their bytes are not strobed). Walked steps flow one per cycle (four accumulator
     reads per in-bounds pooled step) through the pipeline read -> pool max and bias ->
     multiply -> round and saturate -> beat builder; a step is up to a beat of elements for
-    contiguous rows (dim-0 stride the element size), else one. Only the lanes of a step pass
-    the epilogue: ``min(cols, beat bytes)`` units. The W beats of a burst go from the cycle its
+    contiguous rows (dim-0 stride the element size), else one. The epilogue is
+    ``min(cols, beat bytes / 4)`` lanes wide (a beat of int32 elements a cycle): an int8 step
+    wider than that passes in parts. The W beats of a burst go from the cycle its
     AW is presented, whether or not AWREADY has come. On an error nothing more is issued, every
     presented AW is held until accepted and gets its W beats and its B response, then ``error``
     is raised and held.
@@ -59,7 +60,9 @@ class StoreEngine(wiring.Component):
         beat_bytes = config.axi_data_width // 8
         words = beat_bytes // 4
         cols, rows = config.cols, config.accumulator_rows
-        units = min(cols, beat_bytes)  # lanes of a step, at most
+        # The epilogue is `units` lanes wide: a bus beat of int32 elements a cycle. A step of
+        # int8 elements wider than that (up to a beat) passes in parts of `units` lanes.
+        units = min(cols, max(1, words))
         select = cols > units          # steps' lanes are moved to units 0.. (else unit = lane)
 
         m.submodules.check = check = TileCheck(cols, rows, elem_log2=(0, 2), pool=True)
@@ -108,9 +111,25 @@ class StoreEngine(wiring.Component):
 
         # Planned steps -> accumulator read -> A: pool max, bias -> B: multiply -> C: round,
         # saturate -> D: beat builder -> W FIFO; the stages move together.
-        step = planner.steps.payload
+        planned = planner.steps.payload
         read = Signal(2)  # which of the four rows of a pooled step
-        last_read = ~(epilogue.pool & step.in_bounds) | (read == 3)
+        last_read = ~(epilogue.pool & planned.in_bounds) | (read == 3)
+        done_lanes = Signal(range(cols + 1))  # lanes of the step in earlier parts
+        left = Signal(range(cols + 1))
+        last_part = Signal()
+        step = Signal.like(planned)  # the part of the planned step going through now
+        m.d.comb += [
+            left.eq(planned.count - done_lanes),
+            last_part.eq(~planned.in_bounds | (left <= units)),
+            step.eq(planned),
+            step.lane.eq(planned.lane + done_lanes),
+            step.count.eq(Mux(last_part, left, units)),
+            step.offset.eq(planned.offset + done_lanes),  # only int8 steps come in parts
+            step.end_of_beat.eq(planned.end_of_beat & last_part),
+            step.end_of_burst.eq(planned.end_of_burst & last_part),
+            step.last_in_row.eq(planned.last_in_row & last_part),
+            step.last.eq(planned.last & last_part),
+        ]
         d_valid = Signal()
         d_step = Signal(step_layout(cols, rows, beat_bytes))
         d_y = Signal(data.ArrayLayout(signed(32), units))
@@ -119,12 +138,14 @@ class StoreEngine(wiring.Component):
         advance = ~d_valid | build
         fetch = advance & planner.steps.valid
         m.d.comb += [
-            planner.steps.ready.eq(fetch & last_read),
+            planner.steps.ready.eq(fetch & last_read & last_part),
             self.acc_read.en.eq(fetch),
             self.acc_read.addr.eq(step.row + Mux(read[1], epilogue.pool_pitch, 0) + read[0]),
         ]
         with m.If(fetch):
             m.d.sync += read.eq(Mux(last_read, 0, read + 1))
+            with m.If(last_read):
+                m.d.sync += done_lanes.eq(Mux(last_part, 0, done_lanes + units))
 
         def stage(value, name):
             """``value`` one stage later."""

@@ -284,8 +284,9 @@ def test_pool(width):
     np.testing.assert_array_equal(
         tiles[0][0], maxpool2x2(epilogue(image, b, mult, shift, requant=True)))
     np.testing.assert_array_equal(tiles[1][0], maxpool2x2(epilogue(image, b, relu=True)))
-    # Four reads a step, a step per beat of each output pixel's 16 channels.
-    assert outcomes[2][1] < 4 * 9 * 16 / min(16, width // 8) + 60
+    # Four reads per part of a step: the epilogue takes a beat of int32 (width / 32 lanes) at
+    # a time, so each output pixel's 16 int8 channels pass in 16 / (width / 32) parts.
+    assert outcomes[2][1] < 4 * 9 * 16 / min(16, width // 32) + 60
 
 
 def test_pool_last_rows():
@@ -338,7 +339,8 @@ def test_errors(case):
 
 def test_throughput(capsys):
     """Elements per cycle with an always-ready, zero-latency memory (reported, and bounded):
-    contiguous int8 rows move up to a beat of lanes per step, pooled ones four cycles a step."""
+    the epilogue is a beat of int32 wide (2 lanes on a 64-bit bus), so int32 rows move a beat
+    a cycle, int8 rows 2 lanes a cycle, pooled ones 2 lanes per four cycles."""
     fast = {"ready": 1.0, "valid": 1.0, "latency": 0}
     config = CoreConfig(rows=16, cols=16, scratchpad_kib=1, accumulator_kib=4,
                         axi_data_width=64)
@@ -356,5 +358,5 @@ def test_throughput(capsys):
         report[name] = elements / outcomes[0][1]
     with capsys.disabled():
         print("\nstore elements/cycle:", {k: round(v, 2) for k, v in report.items()})
-    assert report["int8 contiguous"] > 5 and report["int32 contiguous"] > 1.6
-    assert report["int8 pooled"] > 1.6
+    assert report["int8 contiguous"] > 1.6 and report["int32 contiguous"] > 1.6
+    assert report["int8 pooled"] > 0.4

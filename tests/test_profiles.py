@@ -1,0 +1,58 @@
+"""Feature profiles: a core generated without the softmax unit or the im2col walker computes
+what it has bit-exactly, and the runtime and the hardware refuse what it lacks."""
+import dataclasses
+
+import numpy as np
+import pytest
+
+from tpugen import PRESETS, CoreConfig
+from tpugen.firmware import SimDevice
+from tpugen.firmware.attention import compile_softmax
+from tpugen.firmware.device import DeviceError
+from tpugen.firmware.matmul import compile_conv2d
+from tpugen.sim.golden import conv2d_int32, matmul_int32
+
+MICRO = PRESETS["micro"]
+FULL = dataclasses.replace(MICRO, softmax=True, im2col=True)
+"""The same geometry with every feature: compiles the programs the micro core must refuse."""
+
+
+@pytest.mark.parametrize("field, value", [("softmax", 1), ("im2col", "yes"),
+                                          ("counter_width", 48), ("counter_width", True)])
+def test_bad_profile_fields_name_the_field(field, value):
+    with pytest.raises(ValueError, match=f"CoreConfig.{field}="):
+        CoreConfig(**{field: value})
+
+
+def test_micro_core_computes_what_it_has_and_refuses_the_rest():
+    rng = np.random.default_rng(4)
+    with SimDevice(MICRO) as dev:
+        for m, k, n in [(1, 1, 1), (13, 9, 6), (33, 4, 17)]:
+            a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+            b = rng.integers(-128, 128, (k, n), dtype=np.int8)
+            np.testing.assert_array_equal(dev.matmul(a, b), matmul_int32(a, b))
+        assert dev.stats.macs == 33 * 5 * MICRO.macs  # 33 vectors through 1 x 5 weight tiles
+        x = rng.integers(-128, 128, (1, 3, 7, 6), dtype=np.int8)
+        w = rng.integers(-128, 128, (5, 3, 3, 3), dtype=np.int8)
+        np.testing.assert_array_equal(dev.conv2d(x, w, padding=1),
+                                      conv2d_int32(x, w, stride=1, padding=1, dilation=1))
+
+        q = rng.standard_normal((4, 8)).astype(np.float32)
+        with pytest.raises(ValueError, match=r"softmax unit.*CoreConfig.softmax=False"):
+            dev.attention(q, q, q)
+        with pytest.raises(ValueError, match=r"softmax unit"):
+            dev.softmax(q)
+        with pytest.raises(ValueError, match=r"im2col walker.*CoreConfig.im2col=False"):
+            dev.conv2d(x, w, padding=1, bias=np.zeros(5, np.int32), requant=(1, 0), pool=True)
+
+        # Programs for the full twin: the hardware stops them with UNKNOWN_OPCODE.
+        softmax = compile_softmax(FULL, 4, 4, x_addr=0, eye_addr=0x1000, y_addr=0x2000,
+                                  scale_multiplier=1 << 15, scale_shift=15)
+        with pytest.raises(DeviceError, match="UNKNOWN_OPCODE"):
+            dev._run(softmax, [(0, np.zeros(16, np.int8)), (0x1000, np.eye(4, dtype=np.int8))],
+                     [(0x2000, 64)])
+        im2col = compile_conv2d(FULL, x.shape, w.shape, padding=1, x_addr=0, w_addr=0x1000,
+                                y_addr=0x2000, lowering="im2col")
+        with pytest.raises(DeviceError, match="UNKNOWN_OPCODE"):
+            dev._run(im2col, [(0, x), (0x1000, w)], [(0x2000, 4 * 5 * 7 * 6)])
+        np.testing.assert_array_equal(dev.matmul(a, b), matmul_int32(a, b))  # still usable
