@@ -10,8 +10,8 @@ from ..hdl.array import min_tile_length
 from ..isa import SoftmaxMode
 from .program import LEAD, Deps, Dim, Op, Program, schedule, tensor
 
-__all__ = ["AttentionPlan", "compile_attention", "compile_softmax", "log2_scale",
-           "plan_attention", "quantize_attention", "quantize_int8"]
+__all__ = ["AttentionPlan", "attention_operands", "compile_attention", "compile_softmax",
+           "log2_scale", "plan_attention", "quantize_attention", "quantize_int8"]
 
 _MAX_TILES = 8
 """Key tiles per block: one online-softmax step covers up to this many `cols`-wide tiles."""
@@ -123,6 +123,21 @@ def plan_attention(config, seq, kv, dim):
     tiles, m_tile = min(options, key=cycles)
     m_tile = max(_query_tiles(seq, m_tile))
     return AttentionPlan(seq=seq, kv=kv, dim=dim, cols=n, m_tile=m_tile, tiles=tiles)
+
+
+def attention_operands(plan, q, k, v):
+    """int8 q (heads, L, d), k and v (heads, S, d) as `compile_attention` reads them: Q, K^T
+    and V zero-padded to ``plan.dim_padded`` and ``plan.kv_padded``."""
+    heads, seq, dim = q.shape
+    kv = k.shape[1]
+    d_pad, kv_pad = plan.dim_padded, plan.kv_padded
+    q_mem = np.zeros((heads, seq, d_pad), np.int8)
+    kt_mem = np.zeros((heads, d_pad, kv_pad), np.int8)
+    v_mem = np.zeros((heads, kv_pad, d_pad), np.int8)
+    q_mem[:, :, :dim] = q
+    kt_mem[:, :dim, :kv] = k.transpose(0, 2, 1)
+    v_mem[:, :kv, :dim] = v
+    return q_mem, kt_mem, v_mem
 
 
 def compile_attention(config, plan, heads, *, q_addr, kt_addr, v_addr, o_addr, causal,

@@ -9,8 +9,8 @@ import numpy as np
 from ..config import CoreConfig
 from ..hdl.csr import COUNTERS, register, window_writes
 from ..isa import ErrorCode
-from .attention import (compile_attention, compile_softmax, log2_scale, plan_attention,
-                        quantize_attention, quantize_int8)
+from .attention import (attention_operands, compile_attention, compile_softmax, log2_scale,
+                        plan_attention, quantize_attention, quantize_int8)
 from .epilogue import Epilogue, output_dtype
 from .matmul import (compile_conv2d, compile_matmul, conv2d_lowering, conv2d_output_shape,
                      conv2d_weights)
@@ -73,6 +73,12 @@ def _array(raw, dtype, shape):
     """Little-endian bytes read back from the core as a ``dtype`` array of ``shape``."""
     dtype = np.dtype(dtype)
     return np.frombuffer(raw, dtype=dtype.newbyteorder("<")).reshape(shape).astype(dtype)
+
+
+def _check_softmax_unit(config, operation):
+    if not config.softmax:
+        raise ValueError(f"{operation} needs the softmax unit, and the core was generated "
+                         "without it (CoreConfig.softmax=False)")
 
 
 def _check_option(name, value, low, high):
@@ -148,6 +154,7 @@ class Device:
         float32 (L, d), or with a leading heads dimension on all four. q, k and v are
         quantized to int8 with one scale each; ``causal`` masks key j of query i when
         ``j > i + S - L`` (needs L <= S)."""
+        _check_softmax_unit(self.config, "attention")
         q, k, v = (_check_float(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
         if not (q.ndim == k.ndim == v.ndim) or q.ndim not in (2, 3):
             raise ValueError(f"q, k, v must all be (L, d) or (heads, L, d): shapes {q.shape}, "
@@ -166,6 +173,7 @@ class Device:
     def attention_int8(self, q, k, v, scale_multiplier, scale_shift, causal=False):
         """The core's part of `attention`: int8 (heads, L, d), (heads, S, d), (heads, S, d) ->
         int32 (heads, L, d), the output in units of v / 256 (see ``hdl/softmax.py``)."""
+        _check_softmax_unit(self.config, "attention")
         for name, x in (("q", q), ("k", k), ("v", v)):
             _check_int8(name, x, 3)
         heads, seq, dim = q.shape
@@ -176,13 +184,7 @@ class Device:
         _check_option("scale_shift", scale_shift, 0, 63)
         _check_causal(causal, seq, kv)
         plan = plan_attention(self.config, seq, kv, dim)
-        d_pad, kv_pad = plan.dim_padded, plan.kv_padded
-        q_mem = np.zeros((heads, seq, d_pad), np.int8)
-        kt_mem = np.zeros((heads, d_pad, kv_pad), np.int8)
-        v_mem = np.zeros((heads, kv_pad, d_pad), np.int8)
-        q_mem[:, :, :dim] = q
-        kt_mem[:, :dim, :kv] = k.transpose(0, 2, 1)
-        v_mem[:, :kv, :dim] = v
+        q_mem, kt_mem, v_mem = attention_operands(plan, q, k, v)
         out_bytes = 4 * heads * seq * dim
         (q_addr, kt_addr, v_addr), (o_addr,) = self._layout(
             [q_mem.nbytes, kt_mem.nbytes, v_mem.nbytes], [out_bytes])
@@ -196,6 +198,7 @@ class Device:
     def softmax(self, x):
         """Softmax over the last axis of a float32 (rows, n) array on the softmax unit (x is
         quantized to int8 with one scale)."""
+        _check_softmax_unit(self.config, "softmax")
         x = _check_float("x", x)
         if x.ndim != 2:
             raise ValueError(f"x must have 2 dimensions (rows, n), not {x.ndim}")

@@ -1,5 +1,5 @@
 """Drives a `tpu_core` under cocotb: AxiRam memory, AXI4-Lite register access, programs."""
-import itertools
+import json
 import random
 
 import cocotb
@@ -9,7 +9,8 @@ from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam
 
 from ..hdl.csr import COUNTERS, register, window_writes
 from ..isa import INSTRUCTION_BYTES, ErrorCode
-from .axi_monitor import AxiMonitor
+from .axi_checker import AxiChecker
+from .hostile_ram import random_pauses
 
 __all__ = ["CoreDriver", "RunResult"]
 
@@ -28,22 +29,22 @@ class RunResult:
 class CoreDriver:
     """The host's view of one core: memory, registers, and running programs.
 
-    ``backpressure`` pauses every AXI channel of the memory at random (fixed seed); ``monitor``
-    checks every AXI burst (see AxiMonitor) at some cost in simulation speed; ``ram_class``:
-    the memory model (AxiRam's constructor).
+    ``backpressure`` pauses every AXI channel of the memory at random (fixed seed); ``checker``
+    checks the AXI4 master on every cycle (`AxiChecker`) at some cost in simulation speed;
+    ``ram_class``: the memory model (AxiRam's constructor; `HostileAxiRam` has its own pauses).
     """
 
     period_ns = 10
     """Clock period."""
 
     def __init__(self, dut, config, *, memory_size=1 << 20, backpressure=False, seed=0,
-                 monitor=True, ram_class=AxiRam):
+                 checker=True, ram_class=AxiRam):
         self.dut = dut
         self.config = config
         self.ram = ram_class(AxiBus.from_prefix(dut, "m_axi"), dut.clk, dut.rst, size=memory_size)
         self.lite = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), dut.clk, dut.rst)
         self.windows = []
-        self.monitor = AxiMonitor(dut, self.windows) if monitor else None
+        self.checker = AxiChecker(dut) if checker else None
         for log in (self.ram.write_if.log, self.ram.read_if.log, self.lite.write_if.log,
                     self.lite.read_if.log):
             log.setLevel("WARNING")
@@ -52,8 +53,7 @@ class CoreDriver:
             for channel in (self.ram.write_if.aw_channel, self.ram.write_if.w_channel,
                             self.ram.write_if.b_channel, self.ram.read_if.ar_channel,
                             self.ram.read_if.r_channel):
-                channel.set_pause_generator(
-                    itertools.cycle([rng.random() < 0.3 for _ in range(997)]))
+                channel.set_pause_generator(random_pauses(rng, 0.3))
 
     async def reset(self):
         cocotb.start_soon(Clock(self.dut.clk, self.period_ns, unit="ns").start())
@@ -63,13 +63,16 @@ class CoreDriver:
         await ClockCycles(self.dut.clk, 2)
 
     async def write(self, name, value):
-        await self.lite.write_dword(register(name).offset, value)
+        """Write register ``name``; returns the response (an AxiResp: OKAY, or SLVERR for a
+        refused write)."""
+        return (await self.lite.write(register(name).offset, value.to_bytes(4, "little"))).resp
 
     async def read(self, name):
         return await self.lite.read_dword(register(name).offset)
 
     async def set_windows(self, windows):
-        """``windows``: up to NUM_WINDOWS (base, size, readable, writable); the rest disabled."""
+        """``windows``: up to NUM_WINDOWS (base, size, readable, writable); the rest disabled.
+        The checker takes them as the program's at the next `launch`."""
         writes = window_writes(windows)
         self.windows[:] = windows
         for name, value in writes:
@@ -87,7 +90,21 @@ class CoreDriver:
         self.ram.write(base, program)
         await self.write("PROGRAM_BASE", base)
         await self.write("PROGRAM_LENGTH", len(program) // INSTRUCTION_BYTES)
+        await self.launch()
+
+    async def launch(self):
+        """Start the program the registers describe; the checker latches the windows set by
+        `set_windows`, as the core does."""
+        if self.checker is not None:
+            self.checker.latch(self.windows)
         await self.write("CONTROL", register("CONTROL").layout.const({"start": 1}).as_bits())
+
+    def write_stats(self, stats):
+        """Write ``stats`` to stats.json for the test, with the checker's (``axi``)."""
+        if self.checker is not None:
+            stats = {**stats, "axi": self.checker.stats()}
+        with open("stats.json", "w") as f:
+            json.dump(stats, f)
 
     async def wait_interrupt(self, timeout_cycles):
         """True once ``irq`` is high; False if it stays low for ``timeout_cycles``."""
@@ -103,6 +120,11 @@ class CoreDriver:
         the interrupt, return the outcome."""
         await self.write("IRQ_ENABLE", 1)
         await self.start(program, base)
+        return await self.outcome(timeout_cycles)
+
+    async def outcome(self, timeout_cycles):
+        """Wait for the interrupt of the program started (IRQ_ENABLE set), acknowledge it and
+        return the outcome."""
         if not await self.wait_interrupt(timeout_cycles):
             raise AssertionError(f"no interrupt within {timeout_cycles} cycles")
         status = await self.read("STATUS")

@@ -53,7 +53,7 @@ class SystemDriver(CoreDriver):
         self.ram = VpiMemory(dut, config.axi_data_width)
         self.lite = None
         self.windows = []
-        self.monitor = None
+        self.checker = None
 
     async def reset(self):
         Clock(self.dut.clk, self.period_ns, unit="ns", impl="gpi").start()

@@ -1,12 +1,15 @@
 """cocotb tests of the whole `tpu_core` with cocotbext-axi memory and control bus.
 
-TPUGEN_TB (JSON) carries ``config`` and the case parameters; results go to stats.json.
+TPUGEN_TB (JSON) carries ``config``, ``seed``, the memory (``hostile``: `HostileAxiRam`, else
+AxiRam, with ``backpressure`` if set) and the case parameters; results go to stats.json.
 """
 import json
 import os
+from functools import partial
 
 import cocotb
 import numpy as np
+from cocotbext.axi import AxiRam
 
 from tpugen import CoreConfig
 
@@ -16,6 +19,7 @@ from ..firmware.program import tensor as tensor_fields
 from ..isa import ErrorCode, SoftmaxMode
 from .core_driver import CoreDriver
 from .golden import conv2d_int32, matmul_int32
+from .hostile_ram import HostileAxiRam
 
 PROGRAM, A, B, C = 0x0000, 0x10000, 0x30000, 0x50000
 
@@ -24,15 +28,12 @@ async def _start(dut):
     """Config, parameters, a reset core (memory options from the parameters) and a seeded rng."""
     params = json.loads(os.environ["TPUGEN_TB"])
     cfg = CoreConfig.from_json(params["config"])
-    core = CoreDriver(dut, cfg, backpressure=params.get("backpressure", False),
-                      seed=params["seed"], monitor=params.get("monitor", True))
+    seed = params["seed"]
+    ram_class = partial(HostileAxiRam, seed=seed) if params.get("hostile") else AxiRam
+    core = CoreDriver(dut, cfg, backpressure=params.get("backpressure", False), seed=seed,
+                      ram_class=ram_class)
     await core.reset()
-    return cfg, params, core, np.random.default_rng(params["seed"])
-
-
-def _write_stats(stats):
-    with open("stats.json", "w") as f:
-        json.dump(stats, f)
+    return cfg, params, core, np.random.default_rng(seed)
 
 
 @cocotb.test()
@@ -59,9 +60,9 @@ async def matmul(dut):
                               f"got {got[tuple(bad[0])]}, expected {expected[tuple(bad[0])]}; "
                               f"{result.counters}")
         assert core.ram.read(C + 4 * m * n, 64) == bytes(64), "wrote past C"
-        assert core.monitor is None or not core.monitor.errors, core.monitor.errors[:5]
+        assert not core.checker.errors, core.checker.errors[:5]
         stats.append({"shape": [m, k, n], "instructions": len(program), **result.counters})
-    _write_stats({"runs": stats})
+    core.write_stats({"runs": stats})
 
 
 def _identity_weights(cfg):
@@ -106,8 +107,8 @@ async def tiles(dut):
         got = np.frombuffer(core.ram.read(C, 4 * rows * cfg.cols), dtype="<i4").reshape(rows, -1)
         assert np.array_equal(got[:, :lanes], expected[:, :lanes]), (
             f"case {case}: tensor {shape}, starts {starts}, extents {extents}\n{got}\n{expected}")
-        assert not core.monitor.errors, core.monitor.errors[:5]
-    _write_stats({"cases": params["cases"]})
+        assert not core.checker.errors, core.checker.errors[:5]
+    core.write_stats({"cases": params["cases"]})
 
 
 def _error_programs(cfg):
@@ -197,8 +198,8 @@ async def errors(dut):
     assert result.done and result.error == ErrorCode.NONE, result
     got = np.frombuffer(core.ram.read(C, 4 * m * n), dtype="<i4").reshape(m, n)
     assert np.array_equal(got, matmul_int32(a, b))
-    assert not core.monitor.errors, core.monitor.errors[:5]
-    _write_stats({"errors": [c.name for c in seen] + ["PROGRAM_WINDOW"]})
+    assert not core.checker.errors, core.checker.errors[:5]
+    core.write_stats({"errors": [c.name for c in seen] + ["PROGRAM_WINDOW"]})
 
 
 @cocotb.test()
@@ -223,6 +224,6 @@ async def conv2d(dut):
         got = np.frombuffer(core.ram.read(C, 4 * expected.size), dtype="<i4").reshape(expected.shape)
         bad = np.argwhere(got != expected)
         assert not len(bad), f"{case}: {len(bad)} mismatches of {expected.size}, first at {bad[0]}"
-        assert not core.monitor.errors, core.monitor.errors[:5]
+        assert not core.checker.errors, core.checker.errors[:5]
         stats.append({"case": case, **result.counters})
-    _write_stats({"runs": stats})
+    core.write_stats({"runs": stats})

@@ -86,12 +86,7 @@ async def _good_program(core, rng, label):
     result = await core.run(job.program.to_bytes(), PROGRAM, timeout_cycles=12_000)
     assert result.done and result.error == ErrorCode.NONE, f"{label}: {job.name}: {result}"
     job.check(core)
-    assert not core.monitor.errors, f"{label}: {core.monitor.errors[:5]}"
-
-
-def _write_stats(stats):
-    with open("stats.json", "w") as f:
-        json.dump(stats, f)
+    assert not core.checker.errors, f"{label}: {core.checker.errors[:5]}"
 
 
 async def _status(core):
@@ -133,7 +128,7 @@ async def _reset_mid_program(core, rng, delays, reset):
             await _good_program(core, rng, "good program")
         except AssertionError as failure:
             failures.append(f"reset {delay} cycles after the start: {failure}")
-            core.monitor.errors.clear()
+            core.checker.errors.clear()
             await _hard_reset(core)
     return failures
 
@@ -146,7 +141,7 @@ async def soft_reset_mid_program(dut):
     params, core, rng = await _start(dut)
     await core.write("IRQ_ENABLE", 1)
     failures = await _reset_mid_program(core, rng, params["delays"], CoreDriver.soft_reset)
-    _write_stats({"resets": len(params["delays"]), "failures": failures})
+    core.write_stats({"resets": len(params["delays"]), "failures": failures})
     assert not failures, "\n".join(failures)
 
 
@@ -158,7 +153,7 @@ async def hard_reset_mid_program(dut):
     params, core, rng = await _start(dut)
     await core.write("IRQ_ENABLE", 1)
     failures = await _reset_mid_program(core, rng, params["delays"], _hard_reset)
-    _write_stats({"resets": len(params["delays"]), "failures": failures})
+    core.write_stats({"resets": len(params["delays"]), "failures": failures})
     assert not failures, "\n".join(failures)
 
 
@@ -176,8 +171,8 @@ async def back_to_back(dut):
         job.check(core)
         assert result.counters["bytes_written"] == job.nbytes, (job.name, result.counters)
         assert result.counters["macs"] > 0 and result.counters["cycles"] > 0
-    assert not core.monitor.errors, core.monitor.errors[:5]
-    _write_stats({"programs": len(params["jobs"])})
+    assert not core.checker.errors, core.checker.errors[:5]
+    core.write_stats({"programs": len(params["jobs"])})
 
 
 async def _count_rises(signal, counter):
@@ -234,7 +229,7 @@ async def interrupt(dut):
         await core.write("IRQ_ENABLE", 1)
         await ClockCycles(dut.clk, 20)
         assert int(dut.irq.value) == 0, "irq after acknowledged programs"
-    _write_stats({"runs": stats})
+    core.write_stats({"runs": stats})
 
 
 def _fault(kind, job, response):
@@ -267,7 +262,7 @@ async def bus_errors(dut):
         await core.soft_reset()
         await _good_program(core, rng, f"{kind} {response}")
         seen.append([kind, response, index])
-    _write_stats({"faults": seen})
+    core.write_stats({"faults": seen})
 
 
 def _errors_after_end(cfg):
@@ -305,7 +300,7 @@ async def errors_after_end(dut):
             failures.append(f"{name}: {result}, expected {code.name} at {index}")
         await core.soft_reset()
         await _good_program(core, rng, name)
-    _write_stats({"failures": failures})
+    core.write_stats({"failures": failures})
     assert not failures, "\n".join(failures)
 
 
@@ -328,5 +323,5 @@ async def silent_memory(dut):
         core.ram.faults.clear()
         await _hard_reset(core)
         await _good_program(core, rng, f"silent {kind}")
-    _write_stats({"failures": failures})
+    core.write_stats({"failures": failures})
     assert not failures, "\n".join(failures)

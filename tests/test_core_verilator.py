@@ -1,32 +1,35 @@
-"""The whole tpu_core on Verilator: programs from the firmware, cocotbext-axi memory."""
+"""The whole tpu_core on Verilator: programs from the firmware, on cocotbext-axi's AxiRam and
+on `HostileAxiRam` (every freedom an AXI4 slave has: AWREADY after WVALID, random stalls, long
+latencies, responses reordered between IDs)."""
 import pytest
 
 from tpugen import CoreConfig
 
 SMALL = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1, axi_data_width=64)
+MEMORIES = pytest.mark.parametrize("hostile", [False, True], ids=["fast-memory", "hostile"])
 
 
-@pytest.mark.parametrize("backpressure", [False, True], ids=["fast-memory", "backpressure"])
-def test_tiled_matmul_is_exact(run_tb, backpressure):
+@MEMORIES
+def test_tiled_matmul_is_exact(run_tb, hostile):
     shapes = [[1, 1, 1], [5, 9, 7], [37, 13, 6], [4, 4, 4]]
     stats = run_tb(SMALL, "tpugen.sim.tb_core",
-                   {"seed": 3, "shapes": shapes, "backpressure": backpressure},
+                   {"seed": 3, "shapes": shapes, "hostile": hostile},
                    design="tpu_core", testcase="matmul")
     for entry, (m, k, n) in zip(stats["runs"], shapes):
         assert entry["macs"] > 0 and entry["cycles"] > 0
         assert entry["bytes_written"] == 4 * m * n
 
 
-@pytest.mark.parametrize("backpressure", [False, True], ids=["fast-memory", "backpressure"])
-def test_padded_tiles_load_like_numpy(run_tb, backpressure):
-    run_tb(SMALL, "tpugen.sim.tb_core", {"seed": 11, "cases": 12, "backpressure": backpressure},
+@MEMORIES
+def test_padded_tiles_load_like_numpy(run_tb, hostile):
+    run_tb(SMALL, "tpugen.sim.tb_core", {"seed": 11, "cases": 12, "hostile": hostile},
            design="tpu_core", testcase="tiles")
 
 
 def test_every_error_stops_cleanly_and_soft_reset_recovers(run_tb):
     from tpugen.isa import ErrorCode
 
-    stats = run_tb(SMALL, "tpugen.sim.tb_core", {"seed": 5, "backpressure": True},
+    stats = run_tb(SMALL, "tpugen.sim.tb_core", {"seed": 5, "hostile": True},
                    design="tpu_core", testcase="errors")
     provoked = set(stats["errors"])
     untested = {code.name for code in ErrorCode} - provoked - {"NONE", "BUS_ERROR"}
@@ -46,11 +49,11 @@ CONV_CASES = [
 
 
 @pytest.mark.parametrize("lowering", ["pixels", "im2col"])
-@pytest.mark.parametrize("backpressure", [False, True], ids=["fast-memory", "backpressure"])
-def test_conv2d_lowerings_are_exact(run_tb, backpressure, lowering):
+@MEMORIES
+def test_conv2d_lowerings_are_exact(run_tb, hostile, lowering):
     run_tb(SMALL, "tpugen.sim.tb_core",
            {"seed": 9, "cases": [{**case, "lowering": lowering} for case in CONV_CASES],
-            "backpressure": backpressure},
+            "hostile": hostile},
            design="tpu_core", testcase="conv2d")
 
 
@@ -58,5 +61,5 @@ def test_conv2d_lowerings_are_exact(run_tb, backpressure, lowering):
 def test_other_bus_widths(run_tb, width):
     config = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1, axi_data_width=width)
     run_tb(config, "tpugen.sim.tb_core", {"seed": width, "shapes": [[9, 7, 5], [33, 12, 10]],
-                                           "backpressure": True},
+                                           "hostile": True},
            design="tpu_core", testcase="matmul")
