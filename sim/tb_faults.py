@@ -232,26 +232,33 @@ async def interrupt(dut):
     core.write_stats({"runs": stats})
 
 
-def _fault(kind, job, response):
-    """A ``kind`` ("read", "fetch" or "write") of fault with ``response`` for ``job``, and the
-    index of the instruction it must be blamed on."""
+def _fault(kind, job, response, beat_bytes):
+    """A ``kind`` ("read", "fetch", "fetch-middle", "fetch-last" or "write") of fault with
+    ``response`` for ``job``, and the index of the instruction it must be blamed on. A fetch
+    fault hits every beat of instruction 2, or only a middle beat or its last beat."""
+    fetched = PROGRAM + 2 * INSTRUCTION_BYTES
+    beats = INSTRUCTION_BYTES // beat_bytes
     if kind == "read":
         return Fault(A, 0x1000, "read", response), job.index_of(Opcode.LOAD, base=A)
     if kind == "fetch":
-        return Fault(PROGRAM + 2 * INSTRUCTION_BYTES, INSTRUCTION_BYTES, "read", response), 2
+        return Fault(fetched, INSTRUCTION_BYTES, "read", response), 2
+    if kind in ("fetch-middle", "fetch-last"):
+        beat = beats // 2 if kind == "fetch-middle" else beats - 1
+        return Fault(fetched + beat * beat_bytes, beat_bytes, "read", response), 2
     return Fault(C, 0x1000, "write", response), job.index_of(Opcode.STORE)
 
 
 @cocotb.test()
 async def bus_errors(dut):
-    """SLVERR and DECERR on a data read, an instruction fetch and a write response: BUS_ERROR
+    """SLVERR and DECERR on a data read, an instruction fetch (every beat, a middle beat, the
+    last beat) and a write response: BUS_ERROR
     at the instruction concerned, the core idle after the interrupt; after a soft reset a good
     program gives numpy's result."""
     params, core, rng = await _start(dut)
     seen = []
     for kind, response in params["faults"]:
         job = _Job(core, rng, 9, 7, 5)
-        fault, index = _fault(kind, job, AxiResp[response])
+        fault, index = _fault(kind, job, AxiResp[response], core.config.axi_data_width // 8)
         core.ram.faults[:] = [fault]
         result = await core.run(job.program.to_bytes(), PROGRAM, timeout_cycles=50_000)
         ended = (result.done, result.error, result.error_index)

@@ -37,7 +37,7 @@ def test_interrupt_once_per_program_and_cleared_by_the_acknowledge(run_tb):
 
 
 def test_bus_errors_stop_the_core_and_soft_reset_recovers(run_tb):
-    faults = [[kind, response] for kind in ("read", "fetch", "write")
+    faults = [[kind, response] for kind in ("read", "fetch", "fetch-middle", "fetch-last", "write")
               for response in ("SLVERR", "DECERR")]
     assert [f[:2] for f in _run(run_tb, "bus_errors", faults=faults)["faults"]] == faults
 
