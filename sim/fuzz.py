@@ -1,11 +1,13 @@
 """Program fuzzing of the whole core: hypothesis strategies for cases, and a model of the outcome.
 
 A *case* is plain data (JSON): memory contents, access windows, PROGRAM_BASE, PROGRAM_LENGTH
-and WATCHDOG, the outcomes the core may end with, a bound on its cycles and, for valid
-programs, the expected bytes of the output window. `cases` draws them: tiled matmuls and
-conv2d (padding, strides, epilogues) from the firmware, those programs mutated (tokens flipped,
-instructions dropped, duplicated, swapped, corrupted, truncated), random instructions from the
-encoder with mostly sensible and sometimes broken fields, and raw random bytes.
+and WATCHDOG, the outcomes the core may end with, a bound on its cycles (and the instructions
+fetched) and, for valid programs, the expected bytes of the output window. `cases` draws them:
+tiled matmuls and conv2d (padding, strides, epilogues) from the firmware, those programs
+mutated (tokens flipped, instructions dropped, duplicated, swapped, corrupted, truncated),
+random instructions from the encoder with mostly sensible and sometimes broken fields, single
+LOADs and STOREs made to reach the errors that random programs rarely reach first, and raw
+random bytes.
 
 `predict` is the model of the outcome. Each instruction's own result is exact: the descriptor
 checks in the hardware's order (``TileCheck``, the MATMUL and SOFTMAX checks, the im2col
@@ -32,12 +34,13 @@ from ..firmware.epilogue import Epilogue
 from ..firmware.matmul import (compile_conv2d, compile_matmul, conv2d_lowering,
                                conv2d_output_shape, conv2d_weights)
 from ..firmware.program import Deps, Dim, Program, tensor
+from ..hdl.controller import _TOKEN_LIMIT
 from ..isa import (DIMS, INSTRUCTION_BYTES, ErrorCode, Header, LoadIm2colInstruction,
                    LoadInstruction, MatmulInstruction, Opcode, ParamsInstruction,
                    SoftmaxInstruction, SoftmaxMode, StoreInstruction)
 from .golden import apply_epilogue, conv2d_int32, matmul_int32
 
-__all__ = ["DONE", "MEMORY_SIZE", "Prediction", "cases", "predict"]
+__all__ = ["DONE", "KINDS", "MEMORY_SIZE", "Prediction", "cases", "defect_cases", "predict"]
 
 MEMORY_SIZE = 1 << 20
 """Bytes of the testbench's memory; addresses wrap around it."""
@@ -52,8 +55,10 @@ MAX_CYCLES = 60_000
 
 QUEUE_DEPTH = 2
 """Instructions each engine's queue in the controller holds (``hdl/controller.py``)."""
-TOKEN_LIMIT = 255
-"""Token counters are 8 bits wide; a case that could exceed them is not drawn."""
+TOKEN_LIMIT = _TOKEN_LIMIT
+"""Unconsumed pushes per token counter that always complete (``hdl/controller.py``: a push waits
+while its counter is at the limit, and how many dispatched pushes land past it depends on
+timing); a case that could need more is not drawn."""
 ENGINES = {Opcode.LOAD: 0, Opcode.MATMUL: 1, Opcode.SOFTMAX: 1, Opcode.STORE: 2,
            Opcode.PARAMS: 2}
 """Engine of each opcode, in chain order (load -> execute -> store)."""
@@ -614,6 +619,7 @@ def _case(config, name, *, program, windows, base, length, watchdog, memory=(), 
             "windows": [list(w) for w in windows], "program_base": base, "program_length": length,
             "watchdog": watchdog, "expect": sorted(map(list, prediction.outcomes)),
             "reaches_end": prediction.reaches_end, "cycles": prediction.cycles,
+            "fetched": prediction.fetched,
             "check": [[address, content.hex()] for address, content in check],
             "soft_reset": soft_reset}
 
@@ -776,6 +782,42 @@ def random_cases(draw, config):
 
 
 @st.composite
+def defect_cases(draw, config):
+    """One LOAD or STORE made to stop the core with an error that random programs rarely reach
+    first (each is checked before most others, or needs a tile placed just so): BAD_ELEMENT, an
+    element size the engine does not move; ADDRESS_OVERFLOW, a tile that runs past 4 GiB inside
+    a window at the top of the address space; STORE_WINDOW, a STORE into a read-only window.
+    Sizes, places and the rest of the program are random."""
+    target = draw(st.sampled_from(["element", "overflow", "store window"]))
+    store = target == "store window" or draw(st.booleans())
+    elem = 4 if store else 1
+    if target == "element":
+        elem = draw(st.sampled_from([1, 2, 8] if store else [2, 4, 8]))
+    lanes = config.cols if store else config.lanes
+    extent, rows = draw(st.integers(1, lanes)), draw(st.integers(2, 3))
+    dims = [Dim(extent=extent, bound=extent, stride=elem),
+            Dim(extent=rows, bound=rows, stride=extent * elem)]
+    if target == "overflow":  # some of the tile's elements lie past 2**32
+        base = (1 << 32) - elem * draw(st.integers(1, extent * rows - 1))
+    else:  # a store into DATA is outside every writable window
+        area = OUTPUT if store and target == "element" else DATA
+        base = area + elem * draw(st.integers(0, 256))
+    descriptor = tensor(base, elem, draw(st.integers(0, 8)), dims)
+    program = Program()
+    if store:
+        program.store(descriptor)
+    else:
+        program.load(descriptor)
+    program.end()
+    return _case(config, f"defects {target} ({'STORE' if store else 'LOAD'} of {elem}-byte "
+                 f"elements at {base:#x})", program=program.to_bytes(),
+                 windows=_STANDARD_WINDOWS + [(TOP, TOP_SPACE, True, True)], base=PROGRAM,
+                 length=len(program), watchdog=draw(st.sampled_from(WATCHDOGS)),
+                 memory=[(DATA, draw(st.binary(min_size=64, max_size=256)))],
+                 soft_reset=draw(st.booleans()))
+
+
+@st.composite
 def raw_cases(draw, config):
     """Raw random bytes as a program."""
     count = draw(st.integers(1, 8))
@@ -787,9 +829,15 @@ def raw_cases(draw, config):
                  watchdog=draw(st.sampled_from(WATCHDOGS)), soft_reset=draw(st.booleans()))
 
 
+KINDS = {"matmul": (matmul_cases, 1), "conv2d": (conv2d_cases, 1), "raw": (raw_cases, 1),
+         "mutated": (mutated_cases, 2), "random": (random_cases, 3), "defects": (defect_cases, 1)}
+"""Kinds of case (see the module docstring): the strategy of each, and its share of `cases`."""
+
+
 def cases(config):
-    """Cases of every kind (see the module docstring): an eighth each valid matmuls, valid
-    conv2d and raw bytes, a quarter mutated firmware programs, three eighths random ones."""
-    kinds = [matmul_cases, conv2d_cases, raw_cases] + [mutated_cases] * 2 + [random_cases] * 3
+    """Cases of every kind in their shares of `KINDS`: a ninth each valid matmuls, valid
+    conv2d, raw bytes and `defect_cases`, two ninths mutated firmware programs, a third random
+    ones."""
+    kinds = [kind for kind, share in KINDS.values() for _ in range(share)]
     return (st.sampled_from([kind(config) for kind in kinds]).flatmap(lambda kind: kind)
             .filter(lambda case: case is not None))

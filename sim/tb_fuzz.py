@@ -2,13 +2,20 @@
 
 TPUGEN_TB (JSON) carries ``config``, ``cases`` (the path of a JSON list of cases), ``seed``,
 ``backpressure`` and ``slack`` (the cycle bound of a case is ``slack`` times its model's
-bound). What the core did with each case goes to stats.json; tests/test_fuzz_verilator.py
-compares it with the case. The core is soft reset after an error, after an outcome the case
-does not allow (so the next case starts clean), and when the case asks for it; a case that does
-not end within its bound stops the session.
+bound, unless the case gives its own ``bound``). The memory is a `LatencyAxiRam`; a case may
+set its own ``timing``: ``stall``, the probability that each AXI channel of the memory pauses
+in a cycle (instead of ``backpressure``'s 0.3 for every case), and ``latency``, the (least,
+most) cycles from a burst to its data or response, drawn per burst. What the core did with
+each case goes to stats.json; tests/test_fuzz_verilator.py compares it with the case. The core
+is soft reset after an error, after an outcome the case does not allow (so the next case starts
+clean), and when the case asks for it; a case that does not end within its bound stops the
+session.
 """
+import itertools
 import json
 import os
+import random
+from functools import partial
 from pathlib import Path
 
 import cocotb
@@ -21,14 +28,27 @@ from ..hdl.csr import register
 from ..isa import ErrorCode
 from .core_driver import CoreDriver
 from .fuzz import MEMORY_SIZE
+from .latency_ram import LatencyAxiRam
 
 CLOCK_NS = 10
-START = register("CONTROL").layout.const({"start": 1}).as_bits()
 
 
-async def _run(core, case, slack):
+def _set_timing(core, timing, rng):
+    """Pause every AXI channel of the memory with probability ``timing["stall"]`` a cycle and
+    answer each burst ``timing["latency"]`` (least, most) cycles late."""
+    ram = core.ram
+    for channel in (ram.write_if.aw_channel, ram.write_if.w_channel, ram.write_if.b_channel,
+                    ram.read_if.ar_channel, ram.read_if.r_channel):
+        channel.set_pause_generator(itertools.cycle(
+            [rng.random() < timing["stall"] for _ in range(997)]))
+    ram.read_if.latency = ram.write_if.latency = tuple(timing["latency"])
+
+
+async def _run(core, case, slack, rng):
     """Run one case; its outcome as plain data."""
     dut = core.dut
+    if "timing" in case:
+        _set_timing(core, case["timing"], rng)
     core.ram.mem.clear()
     for offset, data in case["memory"]:
         core.ram.write(offset, bytes.fromhex(data))
@@ -39,14 +59,15 @@ async def _run(core, case, slack):
                       ("WATCHDOG", "watchdog")):
         await core.write(name, case[key])
     outcome = {"irq_before": int(dut.irq.value)}
-    seen = len(core.monitor.errors)
+    seen = len(core.checker.errors)
     started = get_sim_time("ns")
-    await core.write("CONTROL", START)
+    await core.launch()
     try:
-        await with_timeout(RisingEdge(dut.irq), slack * case["cycles"] * CLOCK_NS, "ns")
+        bound = case.get("bound", slack * case["cycles"])
+        await with_timeout(RisingEdge(dut.irq), bound * CLOCK_NS, "ns")
     except SimTimeoutError:
         return {**outcome, "hang": True, "status": await core.read("STATUS"),
-                "monitor": core.monitor.errors[seen:]}
+                "checker": core.checker.errors[seen:]}
     outcome["latency"] = int((get_sim_time("ns") - started) // CLOCK_NS)
     status = register("STATUS").layout.from_bits(await core.read("STATUS"))
     outcome.update({
@@ -65,7 +86,7 @@ async def _run(core, case, slack):
     if outcome["error"] != "NONE" or case["soft_reset"] or ended not in case["expect"]:
         await core.soft_reset()
         outcome["status_after_reset"] = await core.read("STATUS")
-    outcome["monitor"] = core.monitor.errors[seen:]
+    outcome["checker"] = core.checker.errors[seen:]
     return outcome
 
 
@@ -76,15 +97,14 @@ async def fuzz(dut):
     config = CoreConfig.from_json(params["config"])
     cases = json.loads(Path(params["cases"]).read_text())
     core = CoreDriver(dut, config, memory_size=MEMORY_SIZE, backpressure=params["backpressure"],
-                      seed=params["seed"])
+                      seed=params["seed"], ram_class=partial(LatencyAxiRam, read_latency=0))
+    rng = random.Random(params["seed"])
     await core.reset()
     await core.write("IRQ_ENABLE", 1)
     outcomes = []
     for case in cases:
-        outcomes.append(await _run(core, case, params["slack"]))
+        outcomes.append(await _run(core, case, params["slack"], rng))
         if outcomes[-1]["hang"]:
             break
-    with open("stats.json", "w") as f:
-        json.dump({"programs": len(outcomes), "outcomes": outcomes,
-                   "reads": core.monitor.reads, "writes": core.monitor.writes}, f)
+    core.write_stats({"programs": len(outcomes), "outcomes": outcomes})
 

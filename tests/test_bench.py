@@ -1,12 +1,20 @@
 """The bench's analysis: compulsory bytes, the memory roofline, the limit named from the counters,
-and the target table built from measured results (no simulation here: synthetic counters)."""
+the target table built from measured results, and every workload's output checked against the
+golden model (no simulation here: synthetic counters, a device answering from the models)."""
 import json
+import re
 
+import numpy as np
 import pytest
 
-from tpugen.bench import (LARGE_ATTENTIONS, LARGE_CONVS, READ_LATENCY, compulsory_bytes,
-                          limiting_factor, plot_bench, roofline_utilization, target_rows)
+from tpugen.bench import (LARGE_ATTENTIONS, LARGE_CONVS, READ_LATENCY, BenchCheckError,
+                          compulsory_bytes, limiting_factor, measure_workloads, plot_bench,
+                          roofline_utilization, run_bench, target_rows)
+from tpugen.cli import main
 from tpugen.config import PRESETS, CoreConfig
+from tpugen.firmware.device import Device, Stats
+from tpugen.sim.attention_model import attention_int8_model
+from tpugen.sim.golden import conv2d_int32, matmul_int32
 
 LARGE = PRESETS["large"]
 
@@ -93,3 +101,94 @@ def test_target_rows_from_results(tmp_path):
     plot = tmp_path / "bench.png"
     plot_bench(results, plot)
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+SMALL = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1, axi_data_width=64)
+TINY_WORKLOADS = [("matmul", (5, 7, 3)), ("conv2d", (1, 2, 5, 5, 3, 3, 3, 1, 1)),
+                  ("attention", (5, 7, 4))]
+
+
+class _GoldenDevice(Device):
+    """A device that answers from the golden models instead of a simulation (made-up counters);
+    ``wrong`` names the op whose answer is off by one in one element."""
+
+    def __init__(self, config, wrong=None, **options):
+        super().__init__(config, 1 << 20)
+        self.wrong = wrong
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        return False
+
+    def _answer(self, op, result):
+        self.stats = Stats(cycles=1000, macs=500, mac_utilization=0.5, bytes_read=100,
+                           bytes_written=100, load_busy_cycles=300, execute_busy_cycles=600,
+                           store_busy_cycles=100)
+        result = np.array(result)
+        if op == self.wrong:
+            result.flat[result.size // 2] += 1
+        return result
+
+    def matmul(self, a, b):
+        return self._answer("matmul", matmul_int32(a, b).astype(np.int32))
+
+    def conv2d(self, x, w, stride=1, padding=0):
+        return self._answer("conv2d", conv2d_int32(x, w, stride, padding).astype(np.int32))
+
+    def attention_int8(self, q, k, v, scale_multiplier, scale_shift, causal=False):
+        # `Device.attention` quantizes, calls this and dequantizes: the runtime's own float path.
+        return self._answer("attention", attention_int8_model(self.config, q, k, v,
+                                                              scale_multiplier, scale_shift,
+                                                              causal=causal))
+
+
+def test_every_bench_workload_is_checked_against_the_golden_model():
+    entries = measure_workloads(_GoldenDevice(SMALL), "4x4", TINY_WORKLOADS,
+                                np.random.default_rng(0))
+    assert [(e["op"], e["check_passed"]) for e in entries] == [
+        ("matmul", True), ("conv2d", True), ("attention", True)]
+    assert [e["check"] for e in entries[:2]] == ["exact", "exact"]
+    assert re.fullmatch(r"exact, float err \d\.\d\d%", entries[2]["check"]), entries[2]["check"]
+
+
+@pytest.mark.parametrize("wrong", ["matmul", "conv2d", "attention"])
+def test_bench_fails_on_a_wrong_answer(monkeypatch, wrong):
+    """One element off by one (for attention: by one unit of the int8 output, far inside the
+    float tolerance) fails that workload's check and the whole bench."""
+    import tpugen.bench
+    import tpugen.firmware
+    import tpugen.sim.speed
+
+    def went_on(*args, **options):
+        raise AssertionError("the bench went on after a wrong answer")
+
+    monkeypatch.setattr(tpugen.firmware, "SimDevice",
+                        lambda config, **options: _GoldenDevice(config, wrong))
+    monkeypatch.setattr(tpugen.bench, "_speed", lambda results: None)
+    monkeypatch.setattr(tpugen.sim.speed, "measure_sim_speed", went_on)
+    monkeypatch.setattr(tpugen.bench, "_workloads", lambda large: TINY_WORKLOADS)
+    with pytest.raises(BenchCheckError, match=f"{wrong} .*MISMATCH: 1 of") as info:
+        run_bench(configs={"4x4": SMALL})
+    checks = {e["op"]: e["check_passed"] for e in info.value.results["workloads"]}
+    assert checks == {op: op != wrong for op, _ in TINY_WORKLOADS}
+    assert [e["op"] for e in info.value.failures] == [wrong]
+
+
+def test_bench_command_fails_and_keeps_the_results_on_a_wrong_answer(monkeypatch, tmp_path,
+                                                                     capsys):
+    import tpugen.bench
+
+    entry = {**_workload("matmul", (5, 7, 3), 0.5), "check": "MISMATCH: 1 of 15 elements differ",
+             "check_passed": False}
+
+    def wrong_bench(**options):
+        raise BenchCheckError([entry], {"workloads": [entry]})
+
+    monkeypatch.setattr(tpugen.bench, "run_bench", wrong_bench)
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--out", str(out)]) == 1
+    assert json.loads(out.read_text())["workloads"][0]["check_passed"] is False
+    err = capsys.readouterr().err
+    assert "FAILED: 1 workload(s) gave a wrong answer: 16x16 matmul 5x7x3" in err

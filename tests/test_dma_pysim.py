@@ -361,7 +361,7 @@ def test_errors(kind, case):
         assert all(0x10 <= a < 0x20 or 0x400 <= a < 0x1000 for a in changed), changed
     if code in (ErrorCode.BAD_EXTENT, ErrorCode.SRAM_RANGE, ErrorCode.MISALIGNED,
                 ErrorCode.BAD_ELEMENT):  # checked before touching memory
-        assert (axi_mem.ar, axi_mem.aw) == (1, 0) if kind == "load" else (0, 1)
+        assert (axi_mem.ar, axi_mem.aw) == ((1, 0) if kind == "load" else (0, 1))
 
 
 WALKS = {

@@ -10,9 +10,9 @@ import numpy as np
 
 from .config import PRESETS, CoreConfig
 
-__all__ = ["READ_LATENCY", "compulsory_bytes", "ideal_attention_utilization",
-           "ideal_gemm_utilization", "limiting_factor", "plot_bench", "roofline_utilization",
-           "run_bench", "target_rows"]
+__all__ = ["READ_LATENCY", "BenchCheckError", "check_workload", "compulsory_bytes",
+           "ideal_attention_utilization", "ideal_gemm_utilization", "limiting_factor",
+           "measure_workloads", "plot_bench", "roofline_utilization", "run_bench", "target_rows"]
 
 MATMULS = [(64, 64, 64), (128, 128, 128), (256, 256, 256), (256, 16, 256), (16, 256, 256),
            (1024, 64, 8)]
@@ -147,49 +147,133 @@ def _workload_entry(config, label, op, shape, useful_macs, ideal, stats, seconds
     return entry
 
 
+class BenchCheckError(AssertionError):
+    """Some workload's output differs from the golden model: a bench number for a wrong answer
+    is worthless. ``failures``: the entries that failed; ``results``: what was measured."""
+
+    def __init__(self, failures, results):
+        self.failures, self.results = failures, results
+        super().__init__(f"{len(failures)} workload(s) gave a wrong answer: " + "; ".join(
+            f"{w['config']} {w['op']} {'x'.join(map(str, w['shape']))}: {w['check']}"
+            for w in failures))
+
+
+def _mismatch(got, expected):
+    """'' when ``got`` equals ``expected`` (dtype, shape, values), else what differs."""
+    got, expected = np.asarray(got), np.asarray(expected)
+    if got.shape != expected.shape or got.dtype != expected.dtype:
+        return f"MISMATCH: got {got.dtype} {got.shape}, expected {expected.dtype} {expected.shape}"
+    bad = np.argwhere(got != expected)
+    if not len(bad):
+        return ""
+    first = tuple(int(i) for i in bad[0])
+    return (f"MISMATCH: {len(bad)} of {expected.size} elements differ, the first at {first}: "
+            f"got {got[first]}, expected {expected[first]}")
+
+
+def check_workload(config, op, inputs, got):
+    """(passed, text): ``got``, the core's output of ``op`` on ``inputs``, against the numpy
+    golden model. matmul (a, b) and conv2d (x, w, stride, padding) must be bit-exact (int32
+    wrap-around); attention (q, k, v), float (L, d), must equal the bit-exact model of the
+    core's int8 attention, dequantized as `Device.attention` does, and be within
+    ``ATTENTION_TOLERANCE`` (relative Frobenius error) of float attention."""
+    from .demo import ATTENTION_TOLERANCE
+    from .sim.golden import conv2d_int32, matmul_int32
+
+    if op == "matmul":
+        problem = _mismatch(got, matmul_int32(*inputs).astype(np.int32))
+        return not problem, problem or "exact"
+    if op == "conv2d":
+        x, w, stride, padding = inputs
+        problem = _mismatch(got, conv2d_int32(x, w, stride, padding).astype(np.int32))
+        return not problem, problem or "exact"
+    from .firmware.attention import quantize_attention
+    from .sim.attention_model import attention_float, attention_int8_model
+
+    q, k, v = (x[None] for x in inputs)
+    (qi, ki, vi), (sq, sk, sv), (multiplier, shift) = quantize_attention(q, k, v)
+    model = attention_int8_model(config, qi, ki, vi, multiplier, shift)
+    expected = (model.astype(np.float64) * (sv / 256)).astype(np.float32)[0]
+    reference = attention_float(qi * sq, ki * sk, vi * sv)[0]
+    error = float(np.linalg.norm(np.asarray(got, np.float64) - reference)
+                  / np.linalg.norm(reference))
+    problem = _mismatch(got, expected)
+    if error > ATTENTION_TOLERANCE:
+        problem = (f"{problem + '; ' if problem else ''}float err {error:.2%} over the "
+                   f"{ATTENTION_TOLERANCE:.0%} budget")
+    return not problem, problem or f"exact, float err {error:.2%}"
+
+
+def _workloads(large):
+    """(op, shape) of every workload, the large ones with ``large``."""
+    return ([("matmul", shape) for shape in MATMULS + (LARGE_MATMULS if large else [])]
+            + [("conv2d", shape) for shape in CONVS + (LARGE_CONVS if large else [])]
+            + [("attention", shape) for shape in ATTENTIONS + (LARGE_ATTENTIONS if large else [])])
+
+
+def measure_workloads(dev, label, workloads, rng):
+    """Run ``workloads`` [(op, shape)] on device ``dev`` (core ``label``) with inputs from
+    ``rng``: one entry each, with its ``check`` against the golden model (`check_workload`)
+    and ``check_passed``."""
+    from .firmware.matmul import conv2d_output_shape
+
+    config = dev.config
+    entries = []
+    for op, shape in workloads:
+        if op == "matmul":
+            m, k, n = shape
+            inputs = (rng.integers(-128, 128, (m, k), dtype=np.int8),
+                      rng.integers(-128, 128, (k, n), dtype=np.int8))
+            useful, ideal = m * k * n, ideal_gemm_utilization(config, m, k, n)
+        elif op == "conv2d":
+            nb, c, h, w, k, r, s, stride, padding = shape
+            x = rng.integers(-128, 128, (nb, c, h, w), dtype=np.int8)
+            f = rng.integers(-128, 128, (k, c, r, s), dtype=np.int8)
+            _, _, p, q = conv2d_output_shape(x.shape, f.shape, stride, padding, 1)
+            gemm = (nb * p * q, c * r * s, k)
+            inputs = (x, f, stride, padding)
+            useful, ideal = math.prod(gemm), ideal_gemm_utilization(config, *gemm)
+        else:
+            seq, kv, dim = shape
+            inputs = tuple(rng.standard_normal((n, dim)).astype(np.float32)
+                           for n in (seq, kv, kv))
+            useful, ideal = 2 * seq * kv * dim, ideal_attention_utilization(config, seq, kv, dim)
+        start = time.perf_counter()
+        if op == "matmul":
+            got = dev.matmul(*inputs)
+        elif op == "conv2d":
+            got = dev.conv2d(inputs[0], inputs[1], stride=inputs[2], padding=inputs[3])
+        else:
+            got = dev.attention(*inputs)
+        entry = _workload_entry(config, label, op, shape, useful, ideal, dev.stats,
+                                time.perf_counter() - start)
+        if op == "attention":
+            entry["score_matrix_bytes"] = 4 * shape[0] * shape[1]
+        entry["check_passed"], entry["check"] = check_workload(config, op, inputs, got)
+        entries.append(entry)
+    return entries
+
+
 def run_bench(quick=False, builds=False, configs=CONFIGS):
     """Measure every workload and target (``quick``: leave out the large workloads; ``builds``:
-    run the board builds that are not cached yet)."""
+    run the board builds that are not cached yet). Every workload's output is checked against
+    the golden model; if any is wrong, `BenchCheckError` (with the results so far) once all
+    workloads have run."""
     from .firmware import SimDevice
-    from .firmware.matmul import conv2d_output_shape
 
     results = {}
     _speed(results)
     rng = np.random.default_rng(0)
     workloads = []
-
-    def measure(config, label, op, shape, useful_macs, ideal, call):
-        start = time.perf_counter()
-        call()
-        workloads.append(_workload_entry(config, label, op, shape, useful_macs, ideal, dev.stats,
-                                         time.perf_counter() - start))
-
     for label, config in configs.items():
         large = not quick and config == PRESETS["large"]
         with SimDevice(config, memory="rtl", memory_size=MEMORY_SIZE,
                        read_latency=READ_LATENCY) as dev:
-            for m, k, n in MATMULS + (LARGE_MATMULS if large else []):
-                a = rng.integers(-128, 128, (m, k), dtype=np.int8)
-                b = rng.integers(-128, 128, (k, n), dtype=np.int8)
-                measure(config, label, "matmul", (m, k, n), m * k * n,
-                        ideal_gemm_utilization(config, m, k, n), lambda: dev.matmul(a, b))
-            for shape in CONVS + (LARGE_CONVS if large else []):
-                nb, c, h, w, k, r, s, stride, padding = shape
-                x = rng.integers(-128, 128, (nb, c, h, w), dtype=np.int8)
-                f = rng.integers(-128, 128, (k, c, r, s), dtype=np.int8)
-                _, _, p, q = conv2d_output_shape(x.shape, f.shape, stride, padding, 1)
-                gemm = (nb * p * q, c * r * s, k)
-                measure(config, label, "conv2d", shape, math.prod(gemm),
-                        ideal_gemm_utilization(config, *gemm),
-                        lambda: dev.conv2d(x, f, stride=stride, padding=padding))
-            for seq, kv, dim in ATTENTIONS + (LARGE_ATTENTIONS if large else []):
-                q, k, v = (rng.standard_normal((n, dim)).astype(np.float32)
-                           for n in (seq, kv, kv))
-                measure(config, label, "attention", (seq, kv, dim), 2 * seq * kv * dim,
-                        ideal_attention_utilization(config, seq, kv, dim),
-                        lambda: dev.attention(q, k, v))
-                workloads[-1]["score_matrix_bytes"] = 4 * seq * kv
+            workloads += measure_workloads(dev, label, _workloads(large), rng)
     results["workloads"] = workloads
+    failures = [w for w in workloads if not w["check_passed"]]
+    if failures:
+        raise BenchCheckError(failures, results)
     from .sim.speed import measure_sim_speed
 
     results["sim_speed"] = measure_sim_speed(CoreConfig(rows=8, cols=8), *SPEED_MATMUL,
@@ -242,7 +326,8 @@ def _workload_target(what, entry, target):
     return _target_row(
         what, wanted, entry["limit"],
         measured=f"{entry['mac_utilization']:.1%} ({entry['cycles']:,} cycles)",
-        met=entry["mac_utilization"] >= target, ideal=f"{entry['ideal_utilization']:.1%}",
+        met=entry["mac_utilization"] >= target and entry.get("check_passed", True),
+        ideal=f"{entry['ideal_utilization']:.1%}",
         roofline=(f"{entry['roofline_utilization']:.1%} (this program's bytes: "
                   f"{entry['program_roofline_utilization']:.1%})"))
 

@@ -72,18 +72,25 @@ def _run(args):
 
 
 def _bench(args):
-    from .bench import plot_bench, run_bench
+    from .bench import BenchCheckError, plot_bench, run_bench
     from .demo import format_table
 
-    results = run_bench(quick=args.quick, builds=args.builds)
+    try:
+        results = run_bench(quick=args.quick, builds=args.builds)
+    except BenchCheckError as error:
+        # A number for a wrong answer is worthless: say so, keep what was measured, fail.
+        args.out.write_text(json.dumps(error.results, indent=2) + "\n")
+        print(f"tpugen bench: FAILED: {error}\nwrote {args.out} (the workloads so far)",
+              file=sys.stderr)
+        return 1
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     for key, value in results.items():
         if key.endswith("_seconds"):
             print(f"{key:40} {value}")
     print(format_table(
-        ("core", "op", "shape", "cycles", "MAC util", "ideal", "roofline", "bytes read",
+        ("core", "op", "shape", "check", "cycles", "MAC util", "ideal", "roofline", "bytes read",
          "limit"),
-        [(w["config"], w["op"], "x".join(map(str, w["shape"])), w["cycles"],
+        [(w["config"], w["op"], "x".join(map(str, w["shape"])), w["check"], w["cycles"],
           f"{w['mac_utilization']:.1%}", f"{w['ideal_utilization']:.1%}",
           f"{w['roofline_utilization']:.1%}", w["bytes_read"], w["limit"])
          for w in results["workloads"]]))
@@ -106,12 +113,41 @@ def _board_config(args, board):
     return board.default_config(args.rows, args.cols)
 
 
+def _synthesize(args, board, config):
+    """`build --synth-only`: the core's cells from yosys alone, per block with --per-block."""
+    from .fpga.synth import format_synth_report, synth_report
+
+    kept = "hierarchy kept" if args.per_block else "flat"
+    print(f"synthesizing a {config.rows}x{config.cols} core for {board.family} ({board.name}) "
+          f"with yosys, {kept}, no place and route (minutes)", file=sys.stderr)
+    try:
+        report = synth_report(config, board.family, per_block=args.per_block)
+    except RuntimeError as error:  # yosys missing or failing
+        print(f"tpugen: error: {error}", file=sys.stderr)
+        return 1
+    print(f"synthesized in {report['seconds']:.0f} s", file=sys.stderr)
+    fields = json.loads(config.to_json())
+    print(f"{board.name} ({board.device}), `{report['command']}` in {report['seconds']:.0f} s; "
+          "config " + ", ".join(f"{name}={value}" for name, value in fields.items()) + "\n")
+    print(format_synth_report(report))
+    if args.json:
+        report = {"board": board.name, "device": board.device, "config": fields, **report}
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"wrote {args.json}", file=sys.stderr)
+
+
 def _build(args):
     from .fpga.boards import board_named
     from .fpga.build import BuildError, build, format_report
 
     board = board_named(args.board)
     config = _board_config(args, board)
+    if args.synth_only and (args.freq is not None or args.out_dir):
+        raise ValueError("--freq and --out-dir are for place and route: leave out --synth-only")
+    if not args.synth_only and (args.per_block or args.json):
+        raise ValueError("--per-block and --json need --synth-only")
+    if args.synth_only:
+        return _synthesize(args, board, config)
     out_dir = args.out_dir or Path("build") / board.name
     print(f"building a {config.rows}x{config.cols} core for the {board.name} with yosys and "
           "nextpnr (minutes unless cached)", file=sys.stderr)
@@ -209,6 +245,14 @@ def main(argv=None):
                        help="core clock target (default: the board's)")
     build.add_argument("-o", "--out-dir", type=Path,
                        help="where to copy the bitstream and report (default: build/BOARD)")
+    build.add_argument("--synth-only", action="store_true",
+                       help="only synthesize the core (yosys, no place and route) and print "
+                            "its cells")
+    build.add_argument("--per-block", action="store_true",
+                       help="with --synth-only: cells per block of the core (array, softmax, "
+                            "DMAs, ...)")
+    build.add_argument("--json", type=Path, metavar="FILE.json",
+                       help="with --synth-only: also write the report as JSON")
     build.set_defaults(run=_build)
 
     flash = commands.add_parser("flash", help="program a board with openFPGALoader")

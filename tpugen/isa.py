@@ -4,6 +4,30 @@ Every instruction is ``INSTRUCTION_BITS`` wide (64 bytes, little endian in memor
 says which engine runs it and which dependency tokens it waits on and signals, as in VTA: each
 engine pops a token from its neighbour's queue before it starts and pushes one when it is done.
 The engines form a chain load -> execute -> store, so "prev" and "next" are the neighbours.
+
+Policies of every core (pinned by tests/test_limits_verilator.py):
+
+* Token counters saturate, they never wrap. Each of the four counters (one per neighbour and
+  direction) counts pushes completed and not yet popped. An instruction that pushes is
+  dispatched only while its counter is below ``hdl.controller._TOKEN_LIMIT`` (247: the 8-bit
+  counter's 255 less the 8 pushes that may still be in flight), so 247 unconsumed pushes always
+  complete, a few more already dispatched may land on top (at most 254 in all), and a program
+  that needs more waits until the watchdog stops it with WATCHDOG, blaming the waiting push.
+* Bits an opcode does not define are ignored: the fields named ``reserved``, the bits past the
+  opcode's layout up to ``INSTRUCTION_BITS``, and the header flags that do not apply to it:
+  ``pop_prev`` / ``push_prev`` of a LOAD (no engine before the load engine), ``pop_next`` /
+  ``push_next`` of a STORE or PARAMS (none after the store engine), ``accumulate`` of all but
+  MATMUL, ``im2col`` of all but LOAD, and every flag of END. The core neither checks them nor
+  acts on them. `encode` writes them as zero and programs must keep them zero, so that a later
+  version can give them a meaning. (A value that a defined field does not allow is an error
+  instead: an opcode outside `Opcode` or a mode outside `SoftmaxMode` is UNKNOWN_OPCODE, and so
+  on, see `ErrorCode`.)
+* Instruction ``pc`` is fetched from ``(PROGRAM_BASE + INSTRUCTION_BYTES * pc) mod 2**32``: a
+  program that runs past the top of the address space continues at address 0. Every fetch is
+  checked against the access windows at that wrapped address, and a window does not wrap (it
+  covers ``[base, min(base + size, 2**32))``), so the fetch reads address 0 only if a readable
+  window covers it there, else the core stops with PROGRAM_WINDOW at that ``pc``. DMA element
+  addresses do not wrap: an element past 2**32 is ADDRESS_OVERFLOW.
 """
 from amaranth.hdl import signed
 from amaranth.lib import data, enum

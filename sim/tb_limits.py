@@ -1,0 +1,169 @@
+"""cocotb tests of the core's limits and fetch policy on `tpu_core` with AxiRam: dependency-token
+counters at their limit, instruction fetches that run past the top of the 32-bit address
+space, and the W bursts a soft reset finishes.
+
+TPUGEN_TB (JSON) carries ``config``, ``seed``, the memory's ``latency`` (optional) and the case
+parameters. Each test records what the core did in stats.json (tests/test_limits_verilator.py
+asserts); ``tokens`` and ``fetch_wrap`` then run one good matmul, so every AXI channel is used
+and the core is shown to work afterwards.
+"""
+import json
+import os
+from functools import partial
+
+import cocotb
+import numpy as np
+from cocotb.triggers import ClockCycles, RisingEdge
+from cocotbext.axi import AxiRam
+
+from tpugen import CoreConfig
+
+from ..firmware.matmul import compile_matmul
+from ..firmware.program import Deps, Dim, Program, tensor
+from ..isa import INSTRUCTION_BYTES, PARAMS_RESET, Opcode, encode
+from .core_driver import CoreDriver
+from .golden import matmul_int32
+from .latency_ram import LatencyAxiRam
+
+PROGRAM, A, B, C = 0x0000, 0x10000, 0x30000, 0x50000
+MEMORY_SIZE = 1 << 20
+"""AxiRam's size: addresses wrap around it, so 0xFFFFFF00 is byte 0xFFF00 of the memory."""
+WINDOWS = [(PROGRAM, A - PROGRAM, True, False), (A, C - A, True, False), (C, 0x1000, False, True)]
+
+
+async def _start(dut):
+    """Config, parameters, a reset core and a seeded rng. The memory is AxiRam, or with
+    ``latency`` (least, most) a `LatencyAxiRam` answering each burst that many cycles late."""
+    params = json.loads(os.environ["TPUGEN_TB"])
+    cfg = CoreConfig.from_json(params["config"])
+    ram_class = AxiRam
+    if "latency" in params:
+        ram_class = partial(LatencyAxiRam, read_latency=0)
+    core = CoreDriver(dut, cfg, memory_size=MEMORY_SIZE, seed=params["seed"], ram_class=ram_class)
+    if "latency" in params:
+        core.ram.read_if.latency = core.ram.write_if.latency = tuple(params["latency"])
+    await core.reset()
+    await core.write("IRQ_ENABLE", 1)
+    return cfg, params, core, np.random.default_rng(params["seed"])
+
+
+def _outcome(result):
+    return {"done": result.done, "error": result.error.name, "index": result.error_index}
+
+
+async def _good_matmul(cfg, core, rng):
+    """A matmul that must be exact (and reads and writes memory) after whatever ran before."""
+    await core.set_windows(WINDOWS)
+    m, k, n = 6, 5, 3
+    a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+    b = rng.integers(-128, 128, (k, n), dtype=np.int8)
+    core.ram.write(A, a.tobytes())
+    core.ram.write(B, b.tobytes())
+    result = await core.run(compile_matmul(cfg, m, k, n, a_addr=A, b_addr=B, c_addr=C).to_bytes(),
+                            PROGRAM, timeout_cycles=100_000)
+    got = np.frombuffer(core.ram.read(C, 4 * m * n), dtype="<i4").reshape(m, n)
+    return result.done and np.array_equal(got, matmul_int32(a, b))
+
+
+PUSHES = {
+    # direction (counter): an instruction of the pushing engine that pushes there and is cheap.
+    "load->execute": lambda cfg: Program().load(
+        tensor(A, 1, 0, [Dim(extent=1, bound=1, stride=1)]), Deps(push_next=True)),
+    "execute->store": lambda cfg: Program().matmul(0, 0, 0, 1, deps=Deps(push_next=True)),
+    "execute->load": lambda cfg: Program().matmul(0, 0, 0, 1, deps=Deps(push_prev=True)),
+    "store->execute": lambda cfg: _params_pushing_prev(),
+}
+"""One instruction per token counter that pushes a token on it; nothing ever pops them."""
+
+
+def _params_pushing_prev():
+    program = Program()
+    program.instructions.append(encode(Opcode.PARAMS, header={"push_prev": 1}, broadcast=1,
+                                       entries=[PARAMS_RESET]))
+    return program
+
+
+@cocotb.test()
+async def tokens(dut):
+    """``cases``: [direction, pushes]: a program of ``pushes`` instructions that each push a
+    token on the counter of ``direction`` and that nobody pops, then END."""
+    cfg, params, core, rng = await _start(dut)
+    await core.write("WATCHDOG", params["watchdog"])
+    runs = []
+    for direction, pushes in params["cases"]:
+        await core.set_windows(WINDOWS)
+        push = PUSHES[direction](cfg).to_bytes()
+        program = push * pushes + Program().end().to_bytes()
+        result = await core.run(program, PROGRAM, timeout_cycles=200 * pushes + 100_000)
+        runs.append({"direction": direction, "pushes": pushes, **_outcome(result)})
+        if not result.done:
+            await core.soft_reset()
+    core.write_stats({"runs": runs, "good_after": await _good_matmul(cfg, core, rng)})
+
+
+@cocotb.test()
+async def fetch_wrap(dut):
+    """A matmul program placed so that its instruction ``before`` (the first ``before`` ones
+    sit in the last bytes of the 4 GiB address space) wraps to address 0, run under each of
+    ``cases``: {name: [windows of the program as (base, size)]} (data windows as usual)."""
+    cfg, params, core, rng = await _start(dut)
+    m, k, n = 5, 6, 3
+    a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+    b = rng.integers(-128, 128, (k, n), dtype=np.int8)
+    core.ram.write(A, a.tobytes())
+    core.ram.write(B, b.tobytes())
+    code = compile_matmul(cfg, m, k, n, a_addr=A, b_addr=B, c_addr=C).to_bytes()
+    base = (1 << 32) - params["before"] * INSTRUCTION_BYTES
+    runs = {"instructions": len(code) // INSTRUCTION_BYTES, "base": base}
+    for name, program_windows in params["cases"].items():
+        core.ram.write(C, bytes(4 * m * n))
+        # The bytes at and past `base` are the end of the memory, then its start (it wraps).
+        at = base % MEMORY_SIZE
+        core.ram.write(at, code[:MEMORY_SIZE - at])
+        core.ram.write(0, code[MEMORY_SIZE - at:])
+        await core.set_windows([(b, s, True, False) for b, s in program_windows] + WINDOWS[1:])
+        await core.write("PROGRAM_BASE", base)
+        await core.write("PROGRAM_LENGTH", len(code) // INSTRUCTION_BYTES)
+        await core.launch()
+        result = await core.outcome(100_000)
+        got = np.frombuffer(core.ram.read(C, 4 * m * n), dtype="<i4").reshape(m, n)
+        runs[name] = {**_outcome(result), "exact": bool(np.array_equal(got, matmul_int32(a, b)))}
+        if not result.done:
+            await core.soft_reset()
+        core.ram.write(0, bytes(len(code)))
+    core.write_stats({"runs": runs, "good_after": await _good_matmul(cfg, core, rng)})
+
+
+@cocotb.test()
+async def soft_reset_after_stores(dut):
+    """``shape`` (m, k, n) matmuls whose results go out in one-beat bursts, each followed by a
+    soft reset, on a memory that is always ready; counts the AW and W bursts on the bus, and
+    checks every result (a W burst without its AW shifts the data of the bursts after it)."""
+    cfg, params, core, rng = await _start(dut)
+    bursts = {"AW": 0, "W": 0}
+
+    async def count():
+        while True:
+            await RisingEdge(dut.clk)
+            if dut.m_axi_awvalid.value and dut.m_axi_awready.value:
+                bursts["AW"] += 1
+            if dut.m_axi_wvalid.value and dut.m_axi_wready.value and dut.m_axi_wlast.value:
+                bursts["W"] += 1
+
+    cocotb.start_soon(count())
+    await core.set_windows(WINDOWS)
+    m, k, n = params["shape"]
+    exact = []
+    for _ in range(params["runs"]):
+        a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+        b = rng.integers(-128, 128, (k, n), dtype=np.int8)
+        core.ram.write(A, a.tobytes())
+        core.ram.write(B, b.tobytes())
+        core.ram.write(C, bytes(4 * m * n))
+        program = compile_matmul(cfg, m, k, n, a_addr=A, b_addr=B, c_addr=C)
+        result = await core.run(program.to_bytes(), PROGRAM, timeout_cycles=100_000)
+        got = np.frombuffer(core.ram.read(C, 4 * m * n), dtype="<i4").reshape(m, n)
+        exact.append(bool(result.done and np.array_equal(got, matmul_int32(a, b))))
+        await core.soft_reset()
+        await ClockCycles(dut.clk, 50)
+    core.write_stats({"bursts": bursts, "exact": exact})
