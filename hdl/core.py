@@ -170,7 +170,11 @@ class TpuCore(wiring.Component):
         m.d.sync += aw_waiting.eq(port("awvalid") & ~port("awready"))
         m.submodules.w_owed = w_owed = SyncFIFO(width=8, depth=16)  # AWLEN of bursts with W beats owed
         w_beat = Signal(8)
-        m.d.comb += [w_owed.w_en.eq(aw_presented), w_owed.w_data.eq(port("awlen")),
+        # A one-beat burst whose W beat goes in the cycle its AW appears owes nothing: with no
+        # older burst queued, that beat is its own (a FIFO would ignore the pop when empty).
+        finished_at_once = w_done & port("wlast") & ~w_owed.r_rdy
+        m.d.comb += [w_owed.w_en.eq(aw_presented & ~finished_at_once),
+                     w_owed.w_data.eq(port("awlen")),
                      w_owed.r_en.eq(w_done & port("wlast"))]
         with m.If(w_done):
             m.d.sync += w_beat.eq(Mux(port("wlast"), 0, w_beat + 1))

@@ -92,9 +92,21 @@ class AxiRules:
         self.windows = list(windows)
 
     def stats(self):
-        """Handshakes seen and errors found (the first 20), as plain data."""
-        return {"handshakes": dict(self.handshakes), "errors": self.errors[:20],
-                "error_count": len(self.errors)}
+        """Handshakes seen and errors found (the first 20), as plain data; taken at the end of
+        a test, when the bus must be quiet, so a W burst still without its AW (or the reverse)
+        is an error too."""
+        errors = self.errors + self._unfinished()
+        return {"handshakes": dict(self.handshakes), "errors": errors[:20],
+                "error_count": len(errors)}
+
+    def _unfinished(self):
+        """Errors for the write bursts left half done: W without AW, AW without all its W."""
+        errors = [f"a W burst of {len(strobes)} beats without its AW" for strobes in self._early]
+        if self._strobes and not self._aws:
+            errors.append(f"{len(self._strobes)} W beats without their AW")
+        errors += [f"AW {address:#x} of {beats} beats without all its W beats"
+                   for address, _, beats in self._aws]
+        return errors
 
     def clear(self):
         """Forget the bursts in flight (a hard reset drops them on both sides)."""

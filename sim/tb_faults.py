@@ -320,7 +320,7 @@ async def silent_memory(dut):
     failures = []
     for kind in params["kinds"]:
         job = _Job(core, rng, 9, 7, 5)
-        core.ram.faults[:] = [_fault(kind, job, None)[0]]
+        core.ram.faults[:] = [_fault(kind, job, None, core.config.axi_data_width // 8)[0]]
         try:
             result = await core.run(job.program.to_bytes(), PROGRAM, timeout_cycles=3 * WATCHDOG)
             if result.error != ErrorCode.WATCHDOG:

@@ -128,3 +128,20 @@ def test_outstanding_bursts_are_bounded():
     assert [e.split(": ", 1)[1] for e in bus.errors] == [
         f"{MAX_OUTSTANDING + 2} read bursts in flight, at most {MAX_OUTSTANDING + 1}",
         f"{MAX_OUTSTANDING + 1} write bursts in flight, at most {MAX_OUTSTANDING}"]
+
+
+def test_a_write_burst_left_half_done_is_an_error_at_the_end():
+    """At the end of a test (a quiet bus) a W burst without its AW, W beats without their AW and
+    an AW without all its W beats are errors; matched bursts are not."""
+    bus = _Bus()
+    bus.address(0x4000, 1)
+    bus.beats([0xFF], last_at=0)
+    assert bus.rules.stats()["errors"] == []
+    bus.beats([0xFF], last_at=0)       # a whole W burst, and no AW comes
+    bus.beats([0xFF], last_at=-1)      # a beat of the next one
+    assert bus.rules.stats()["errors"] == ["a W burst of 1 beats without its AW",
+                                           "1 W beats without their AW"]
+    other = _Bus()
+    other.address(0x4000, 2)
+    other.beats([0xFF], last_at=-1)
+    assert other.rules.stats()["errors"] == ["AW 0x4000 of 2 beats without all its W beats"]
