@@ -3,16 +3,19 @@ import json
 import random
 
 import cocotb
+import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge, SimTimeoutError, with_timeout
 from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam
 
+from ..firmware.matmul import compile_matmul
 from ..hdl.csr import COUNTERS, register, window_writes
 from ..isa import INSTRUCTION_BYTES, ErrorCode
 from .axi_checker import AxiChecker
+from .golden import matmul_int32
 from .hostile_ram import random_pauses
 
-__all__ = ["CoreDriver", "RunResult"]
+__all__ = ["CoreDriver", "RunResult", "exact_matmul"]
 
 
 class RunResult:
@@ -135,3 +138,18 @@ class CoreDriver:
 
     async def soft_reset(self):
         await self.write("CONTROL", register("CONTROL").layout.const({"soft_reset": 1}).as_bits())
+
+
+async def exact_matmul(core, rng, windows, *, program, a_addr, b_addr, c_addr):
+    """(outcome, exact): a random 6x5x3 matmul run by ``core`` in ``windows``, as a check that
+    the core works (reads and writes memory) after whatever ran before."""
+    await core.set_windows(windows)
+    m, k, n = 6, 5, 3
+    a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+    b = rng.integers(-128, 128, (k, n), dtype=np.int8)
+    core.ram.write(a_addr, a.tobytes())
+    core.ram.write(b_addr, b.tobytes())
+    code = compile_matmul(core.config, m, k, n, a_addr=a_addr, b_addr=b_addr, c_addr=c_addr)
+    result = await core.run(code.to_bytes(), program, timeout_cycles=100_000)
+    got = np.frombuffer(core.ram.read(c_addr, 4 * m * n), dtype="<i4").reshape(m, n)
+    return result, np.array_equal(got, matmul_int32(a, b))

@@ -17,7 +17,7 @@ from ..firmware.matmul import compile_conv2d, compile_matmul, conv2d_weights
 from ..firmware.program import Deps, Dim, Program
 from ..firmware.program import tensor as tensor_fields
 from ..isa import ErrorCode, SoftmaxMode
-from .core_driver import CoreDriver
+from .core_driver import CoreDriver, exact_matmul
 from .golden import conv2d_int32, matmul_int32
 from .hostile_ram import HostileAxiRam
 
@@ -187,17 +187,9 @@ async def errors(dut):
     assert result.error == ErrorCode.WATCHDOG and result.error_index == 0, result
     await core.soft_reset()
     # And a good program runs after all that.
-    await core.set_windows(windows)
-    m, k, n = 6, 5, 3
-    a = rng.integers(-128, 128, (m, k), dtype=np.int8)
-    b = rng.integers(-128, 128, (k, n), dtype=np.int8)
-    core.ram.write(A, a.tobytes())
-    core.ram.write(B, b.tobytes())
-    result = await core.run(compile_matmul(cfg, m, k, n, a_addr=A, b_addr=B, c_addr=C).to_bytes(),
-                            PROGRAM)
-    assert result.done and result.error == ErrorCode.NONE, result
-    got = np.frombuffer(core.ram.read(C, 4 * m * n), dtype="<i4").reshape(m, n)
-    assert np.array_equal(got, matmul_int32(a, b))
+    result, exact = await exact_matmul(core, rng, windows, program=PROGRAM, a_addr=A, b_addr=B,
+                                       c_addr=C)
+    assert result.done and result.error == ErrorCode.NONE and exact, result
     assert not core.checker.errors, core.checker.errors[:5]
     core.write_stats({"errors": [c.name for c in seen] + ["PROGRAM_WINDOW"]})
 

@@ -21,7 +21,7 @@ from tpugen import CoreConfig
 from ..firmware.matmul import compile_matmul
 from ..firmware.program import Deps, Dim, Program, tensor
 from ..isa import INSTRUCTION_BYTES, PARAMS_RESET, Opcode, encode
-from .core_driver import CoreDriver
+from .core_driver import CoreDriver, exact_matmul
 from .golden import matmul_int32
 from .latency_ram import LatencyAxiRam
 
@@ -47,22 +47,15 @@ async def _start(dut):
     return cfg, params, core, np.random.default_rng(params["seed"])
 
 
+async def _good_after(core, rng):
+    """A matmul that must be exact (and reads and writes memory) after whatever ran before."""
+    result, exact = await exact_matmul(core, rng, WINDOWS, program=PROGRAM, a_addr=A, b_addr=B,
+                                       c_addr=C)
+    return bool(result.done and exact)
+
+
 def _outcome(result):
     return {"done": result.done, "error": result.error.name, "index": result.error_index}
-
-
-async def _good_matmul(cfg, core, rng):
-    """A matmul that must be exact (and reads and writes memory) after whatever ran before."""
-    await core.set_windows(WINDOWS)
-    m, k, n = 6, 5, 3
-    a = rng.integers(-128, 128, (m, k), dtype=np.int8)
-    b = rng.integers(-128, 128, (k, n), dtype=np.int8)
-    core.ram.write(A, a.tobytes())
-    core.ram.write(B, b.tobytes())
-    result = await core.run(compile_matmul(cfg, m, k, n, a_addr=A, b_addr=B, c_addr=C).to_bytes(),
-                            PROGRAM, timeout_cycles=100_000)
-    got = np.frombuffer(core.ram.read(C, 4 * m * n), dtype="<i4").reshape(m, n)
-    return result.done and np.array_equal(got, matmul_int32(a, b))
 
 
 PUSHES = {
@@ -98,7 +91,7 @@ async def tokens(dut):
         runs.append({"direction": direction, "pushes": pushes, **_outcome(result)})
         if not result.done:
             await core.soft_reset()
-    core.write_stats({"runs": runs, "good_after": await _good_matmul(cfg, core, rng)})
+    core.write_stats({"runs": runs, "good_after": await _good_after(core, rng)})
 
 
 @cocotb.test()
@@ -131,7 +124,7 @@ async def fetch_wrap(dut):
         if not result.done:
             await core.soft_reset()
         core.ram.write(0, bytes(len(code)))
-    core.write_stats({"runs": runs, "good_after": await _good_matmul(cfg, core, rng)})
+    core.write_stats({"runs": runs, "good_after": await _good_after(core, rng)})
 
 
 @cocotb.test()
