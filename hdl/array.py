@@ -52,10 +52,10 @@ def lut_multiplier_pes(config):
     return frozenset(order[len(order) - config.lut_multipliers:])
 
 
-def pe_module_name(lut_multiplier):
+def pe_module_name(lut_multiplier, prefix="tpu"):
     """The Verilog module of the array's PEs of one kind, when the array instantiates its PEs
-    as modules (see `SystolicArray`)."""
-    return "tpu_pe_lut" if lut_multiplier else "tpu_pe"
+    as modules (see `SystolicArray`); ``prefix`` starts every module name of a design."""
+    return f"{prefix}_pe_lut" if lut_multiplier else f"{prefix}_pe"
 
 
 def pe_module(config, lut_multiplier):
@@ -119,12 +119,13 @@ class SystolicArray(wiring.Component):
                for r in range(rows)]
         lut_pes = lut_multiplier_pes(self.config)
         instances = getattr(platform, "pe_modules", False)
+        prefix = getattr(platform, "module_prefix", "tpu")
         for r in range(rows):
             for c in range(cols):
                 lut = (r, c) in lut_pes
                 if instances:
                     m.submodules[f"pe_{r}_{c}"] = _pe_instance(signature, pes[r][c],
-                                                               pe_module_name(lut))
+                                                               pe_module_name(lut, prefix))
                 else:
                     add_pe(m, pes[r][c], name=f"pe_{r}_{c}", lut_multiplier=lut)
 

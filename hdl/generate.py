@@ -1,4 +1,6 @@
 """Verilog for a configured design."""
+import re
+
 from amaranth.back import verilog
 
 from .array import SystolicArray, lut_multiplier_pes, pe_module, pe_module_name
@@ -26,6 +28,8 @@ def elaborate(config, design="tpu_core", **options):
     return DESIGNS[design](config, **options)
 
 
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
 _TOP_ATTRIBUTE = "(* top =  1  *)\n"
 """How Amaranth's Verilog marks the top module."""
 
@@ -33,20 +37,30 @@ _TOP_ATTRIBUTE = "(* top =  1  *)\n"
 class _VerilogTarget:
     """What `generate_verilog` elaborates for: the array's PEs as instances of modules emitted
     once (`SystolicArray`), so generating a 16x16 core elaborates and converts one PE of each
-    kind instead of 256."""
+    kind instead of 256; every module name starts with ``module_prefix``."""
     pe_modules = True
 
+    def __init__(self, module_prefix):
+        self.module_prefix = module_prefix
 
-def generate_verilog(config, design="tpu_core", **options):
-    """Verilog text with top module ``design``, ports named after the component's signature,
-    after the modules of its PEs."""
+
+def generate_verilog(config, design="tpu_core", name=None, **options):
+    """Verilog text with top module ``name`` (default: ``design``), ports named after the
+    component's signature, after the modules of its PEs. Every other module's name starts with
+    ``name`` too (submodules ``name.block``, PEs ``name_pe``), so cores generated under different
+    names can share one design; the default keeps ``tpu_pe``."""
+    if name is not None and (not isinstance(name, str) or not _IDENTIFIER.fullmatch(name)):
+        raise ValueError(f"name={name!r} is invalid: allowed a Verilog identifier "
+                         "([A-Za-z_][A-Za-z0-9_]*)")
     component = elaborate(config, design, **options)
+    target = _VerilogTarget("tpu" if name is None else name)
     lut_pes = len(lut_multiplier_pes(config))
     kinds = [lut for lut, used in ((False, lut_pes < config.rows * config.cols),
                                    (True, lut_pes > 0)) if used]
     # Amaranth marks every converted module as a top; only ``design`` may stay one, or yosys
     # without -top picks a PE and deletes the core.
-    modules = [verilog.convert(pe_module(config, lut), name=pe_module_name(lut), emit_src=False)
+    modules = [verilog.convert(pe_module(config, lut), emit_src=False,
+                               name=pe_module_name(lut, target.module_prefix))
                .replace(_TOP_ATTRIBUTE, "", 1) for lut in kinds]
-    return "\n".join([*modules, verilog.convert(component, name=design, emit_src=False,
-                                                 platform=_VerilogTarget())])
+    return "\n".join([*modules, verilog.convert(component, name=name or design, emit_src=False,
+                                                 platform=target)])

@@ -188,7 +188,7 @@ def test_bench_command_fails_and_keeps_the_results_on_a_wrong_answer(monkeypatch
 
     monkeypatch.setattr(tpugen.bench, "run_bench", wrong_bench)
     out = tmp_path / "bench.json"
-    assert main(["bench", "--out", str(out)]) == 1
+    assert main(["bench", "-o", str(out)]) == 1
     assert json.loads(out.read_text())["workloads"][0]["check_passed"] is False
     err = capsys.readouterr().err
     assert "FAILED: 1 workload(s) gave a wrong answer: 16x16 matmul 5x7x3" in err

@@ -1,37 +1,154 @@
-"""The `tpugen` command line."""
+"""tpugen: generate, verify, run and build TPU-like int8 systolic-array accelerator cores."""
 import argparse
+import ast
+import inspect
 import json
+import os
 import sys
 import time
+from dataclasses import asdict, fields
 from pathlib import Path
 
+from . import __version__
 from .config import PRESETS, CoreConfig
 
+EXIT_CODES = {
+    0: "success",
+    1: "the work ran and failed: a result differs from numpy, a build does not fit or route, "
+       "a bench check failed",
+    2: "bad usage or input: an argument, a --config file, an output path",
+    3: "a tool or device failed: yosys or openFPGALoader missing or failing, a board link error",
+}
+"""Exit status of every command (docs/bad-inputs.md lists the errors behind each)."""
 
-def _add_config_options(parser):
-    group = parser.add_argument_group("core configuration (preset, then file, then overrides)")
-    group.add_argument("--preset", choices=sorted(PRESETS), default="default")
-    group.add_argument("--config", type=Path, metavar="FILE.json", help="CoreConfig as JSON")
-    group.add_argument("--rows", type=int, help="array rows (1..64)")
-    group.add_argument("--cols", type=int, help="array columns (1..64)")
+EXAMPLES = """\
+examples:
+  tpugen generate --rows 16 --cols 16 -o tpu.v   Verilog of a 16x16 core
+  tpugen generate --name my_tpu -o my_tpu.v       every module's name starts with my_tpu
+  tpugen demo                                     verify the default core against numpy
+  tpugen run matmul --m 100 --k 70 --n 33         one workload, checked, with its counters
+  tpugen run conv2d --preset micro --json         the same on the UP5K core, as JSON
+  tpugen build --board ulx3s-85f                  bitstream and report (Fmax, LUTs, DSPs)
+  tpugen build --board icebreaker --preset micro --synth-only --per-block
+  tpugen bench -o bench.json --plot bench.png     utilization against the ideal
+
+exit status:
+""" + "\n".join(f"  {code}  {meaning}" for code, meaning in EXIT_CODES.items())
 
 
-def _config(args):
-    config = CoreConfig.from_json(args.config.read_text()) if args.config else PRESETS[args.preset]
-    overrides = {name: getattr(args, name) for name in ("rows", "cols")
-                 if getattr(args, name) is not None}
-    return CoreConfig(**{**json.loads(config.to_json()), **overrides})
+class CommandError(Exception):
+    """A failure to report in one line with exit status ``code`` (see `EXIT_CODES`)."""
+
+    def __init__(self, message, code):
+        super().__init__(message)
+        self.code = code
+
+
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Defaults shown in the help, examples kept as written."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """A usage error is one line on stderr and exit status 2."""
+
+    def error(self, message):
+        self.exit(2, f"tpugen: error: {message}\n")
+
+
+def _field_docs():
+    """First sentence of each `CoreConfig` field's docstring, by field name."""
+    docs = {}
+    body = ast.parse(inspect.getsource(CoreConfig)).body[0].body
+    for node, following in zip(body, body[1:]):
+        if (isinstance(node, ast.AnnAssign) and isinstance(following, ast.Expr)
+                and isinstance(following.value, ast.Constant)):
+            text = " ".join(following.value.value.split())
+            docs[node.target.id] = text.split(". ")[0].rstrip(".")
+    return docs
+
+
+def _add_config_options(parser, preset_default="default"):
+    group = parser.add_argument_group(
+        "core configuration", "a preset, then the fields of a --config file, then these flags")
+    group.add_argument("--preset", choices=sorted(PRESETS), default=preset_default,
+                       help="named configuration" + ("" if preset_default else
+                                                     " (default: the board's own)"))
+    group.add_argument("--config", type=Path, metavar="FILE.json",
+                       help="CoreConfig fields as a JSON object")
+    docs = _field_docs()
+    for field in fields(CoreConfig):
+        flag = "--" + field.name.replace("_", "-")
+        if field.type is bool:
+            group.add_argument(flag, action=argparse.BooleanOptionalAction,
+                               help=docs.get(field.name))
+        else:
+            group.add_argument(flag, type=field.type, metavar=field.name.upper(),
+                               help=docs.get(field.name))
+
+
+def _read_config_file(path):
+    """The fields of ``--config`` as a dict, or CommandError naming the file."""
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise CommandError(f"cannot read --config {path}: {error.strerror or error}", 2) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise CommandError(f"--config {path} is not valid JSON: {error}", 2) from None
+    if not isinstance(data, dict):
+        raise CommandError(f"--config {path} must hold a JSON object of CoreConfig fields", 2)
+    known = {field.name for field in fields(CoreConfig)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise CommandError(f"--config {path}: unknown CoreConfig field(s): {', '.join(unknown)}", 2)
+    return data
+
+
+def _flag_overrides(args):
+    return {field.name: getattr(args, field.name) for field in fields(CoreConfig)
+            if getattr(args, field.name) is not None}
+
+
+def _config(args, base=None):
+    """CoreConfig from ``base`` (default: the --preset), then --config, then the field flags."""
+    base = PRESETS[args.preset] if base is None else base
+    from_file = _read_config_file(args.config) if args.config else {}
+    return CoreConfig(**{**asdict(base), **from_file, **_flag_overrides(args)})
+
+
+def _board_config(args, board):
+    """As `_config`, starting from the board's default for --rows/--cols unless --preset names one."""
+    if args.preset:
+        return _config(args)
+    return _config(args, base=board.default_config(args.rows, args.cols))
+
+
+def _check_writable(path, option="-o/--output", directory=False):
+    """CommandError before any work if ``path`` cannot be written."""
+    target = path if directory and path.exists() else path.parent
+    if directory and path.exists() and not path.is_dir():
+        raise CommandError(f"{option} {path} is not a directory", 2)
+    if not directory and path.is_dir():
+        raise CommandError(f"{option} {path} is a directory", 2)
+    while not target.exists():
+        target = target.parent
+    if not target.is_dir() or not os.access(target, os.W_OK):
+        raise CommandError(f"{option} {path} cannot be written ({target} is not writable)", 2)
 
 
 def _generate(args):
     from .hdl.generate import generate_verilog
 
+    _check_writable(args.output)
+    if args.header:
+        _check_writable(args.header, "--header")
     config = _config(args)
     start = time.perf_counter()
-    text = generate_verilog(config, args.design)
+    text = generate_verilog(config, args.design, name=args.name)
     args.output.write_text(text)
-    print(f"wrote {args.output} ({args.design}, {config.rows}x{config.cols}) "
-          f"in {time.perf_counter() - start:.2f} s", file=sys.stderr)
+    print(f"wrote {args.output} ({args.design} as {args.name or args.design}, "
+          f"{config.rows}x{config.cols}) in {time.perf_counter() - start:.2f} s", file=sys.stderr)
     if args.header:
         from .firmware.c_header import c_header
 
@@ -39,51 +156,80 @@ def _generate(args):
         print(f"wrote {args.header}", file=sys.stderr)
 
 
+def _simulation_options(args):
+    if args.waves:
+        _check_writable(args.waves, "--waves")
+    return {"waves": args.waves, "memory": args.memory, "as_json": args.json}
+
+
 def _demo(args):
     from .demo import run_demo
 
-    return run_demo(_config(args))
+    return run_demo(_config(args), **_simulation_options(args))
+
+
+SHAPE_OPTIONS = {
+    "matmul": {"m": 64, "k": 64, "n": 64, "bias": False, "requant": False, "relu": False},
+    "conv2d": {"batch": 1, "channels": 8, "height": 16, "width": 16, "filters": 8, "kernel": 3,
+               "stride": 1, "padding": 1, "dilation": 1, "bias": False, "requant": False,
+               "relu": False, "pool": False},
+    "attention": {"heads": 1, "seq": 64, "kv": 64, "dim": 64, "causal": False},
+}
+"""The shape and epilogue flags of each `run` operation, with their defaults."""
+
+
+def _workload(args):
+    """(op, shape) from the flags; CommandError for a flag of another operation or a bad size."""
+    options = SHAPE_OPTIONS[args.op]
+    for name in sorted(set().union(*SHAPE_OPTIONS.values()) - set(options)):
+        if getattr(args, name) not in (None, False):
+            raise CommandError(f"--{name} does not apply to {args.op}", 2)
+    values = {name: default if getattr(args, name) is None else getattr(args, name)
+              for name, default in options.items()}
+    for name, value in values.items():
+        if not isinstance(value, bool) and value < (0 if name == "padding" else 1):
+            raise CommandError(f"--{name}={value} is invalid: allowed an integer >= "
+                               f"{0 if name == 'padding' else 1}", 2)
+    if args.op == "conv2d":
+        shape = {"n": values["batch"], "c": values["channels"], "h": values["height"],
+                 "w": values["width"], "k": values["filters"], "r": values["kernel"],
+                 "s": values["kernel"], **{name: values[name] for name in (
+                     "stride", "padding", "dilation", "bias", "requant", "relu", "pool")}}
+        out_h = (shape["h"] + 2 * shape["padding"] - shape["dilation"] * (shape["r"] - 1) - 1)
+        if out_h < 0 or (shape["w"] + 2 * shape["padding"]
+                         - shape["dilation"] * (shape["s"] - 1) - 1) < 0:
+            raise CommandError("--kernel with --dilation is larger than the padded input", 2)
+        return args.op, shape
+    return args.op, values
 
 
 def _run(args):
     from .demo import run_workloads
 
-    if args.op == "matmul":
-        shape = {"m": args.m, "k": args.k, "n": args.n}
-    elif args.op == "conv2d":
-        shape = {"n": args.batch, "c": args.channels, "h": args.height, "w": args.width,
-                 "k": args.filters, "r": args.kernel, "s": args.kernel, "stride": args.stride,
-                 "padding": args.padding, "dilation": args.dilation}
-    else:
-        shape = {"heads": args.heads, "seq": args.seq, "kv": args.kv, "dim": args.dim}
-    for name, value in shape.items():
-        if value < (0 if name == "padding" else 1):
-            raise ValueError(f"{name}={value} is invalid: must be >= {0 if name == 'padding' else 1}")
-    if args.op == "attention":
-        shape["causal"] = args.causal
-    else:
-        shape.update({name: getattr(args, name) for name in ("bias", "requant", "relu")})
-        if args.op == "conv2d":
-            shape["pool"] = args.pool
-    status = run_workloads(_config(args), [(args.op, shape)], seed=args.seed, waves=args.waves)
-    if args.waves:
-        print(f"wrote {args.waves} (VCD: open with GTKWave or Surfer)", file=sys.stderr)
-    return status
+    workload = _workload(args)
+    config = _config(args)
+    if args.op == "attention" and not config.softmax:
+        raise CommandError("attention needs the softmax unit: this core has --no-softmax", 2)
+    if args.op == "attention" and config.rows != config.cols:
+        raise CommandError(f"attention needs a square array, not {config.rows}x{config.cols}", 2)
+    return run_workloads(config, [workload], seed=args.seed, **_simulation_options(args))
 
 
 def _bench(args):
     from .bench import BenchCheckError, plot_bench, run_bench
     from .demo import format_table
 
+    _check_writable(args.output)
+    if args.plot:
+        _check_writable(args.plot, "--plot")
     try:
         results = run_bench(quick=args.quick, builds=args.builds)
     except BenchCheckError as error:
         # A number for a wrong answer is worthless: say so, keep what was measured, fail.
-        args.out.write_text(json.dumps(error.results, indent=2) + "\n")
-        print(f"tpugen bench: FAILED: {error}\nwrote {args.out} (the workloads so far)",
-              file=sys.stderr)
-        return 1
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
+        args.output.write_text(json.dumps(error.results, indent=2) + "\n")
+        raise CommandError(f"bench FAILED: {error} (wrote {args.output}: the workloads so far)",
+                           1) from None
+    args.output.write_text(json.dumps(results, indent=2) + "\n")
     for key, value in results.items():
         if key.endswith("_seconds"):
             print(f"{key:40} {value}")
@@ -100,17 +246,10 @@ def _bench(args):
         [(t["what"], t["target"], t["measured"] or "-",
           {True: "yes", False: "NO", None: "-"}[t["met"]], t["limit"])
          for t in results["targets"]]))
-    print(f"wrote {args.out}", file=sys.stderr)
+    print(f"wrote {args.output}", file=sys.stderr)
     if args.plot:
         plot_bench(results, args.plot)
         print(f"wrote {args.plot}", file=sys.stderr)
-
-
-def _board_config(args, board):
-    """The config named by --config or --preset, else the board's default for --rows/--cols."""
-    if args.config or args.preset:
-        return _config(args)
-    return board.default_config(args.rows, args.cols)
 
 
 def _synthesize(args, board, config):
@@ -123,15 +262,14 @@ def _synthesize(args, board, config):
     try:
         report = synth_report(config, board.family, per_block=args.per_block)
     except RuntimeError as error:  # yosys missing or failing
-        print(f"tpugen: error: {error}", file=sys.stderr)
-        return 1
+        raise CommandError(str(error), 3) from None
     print(f"synthesized in {report['seconds']:.0f} s", file=sys.stderr)
-    fields = json.loads(config.to_json())
+    values = asdict(config)
     print(f"{board.name} ({board.device}), `{report['command']}` in {report['seconds']:.0f} s; "
-          "config " + ", ".join(f"{name}={value}" for name, value in fields.items()) + "\n")
+          "config " + ", ".join(f"{name}={value}" for name, value in values.items()) + "\n")
     print(format_synth_report(report))
     if args.json:
-        report = {"board": board.name, "device": board.device, "config": fields, **report}
+        report = {"board": board.name, "device": board.device, "config": values, **report}
         args.json.write_text(json.dumps(report, indent=2) + "\n")
         print(f"wrote {args.json}", file=sys.stderr)
 
@@ -141,14 +279,18 @@ def _build(args):
     from .fpga.build import BuildError, build, format_report
 
     board = board_named(args.board)
-    config = _board_config(args, board)
-    if args.synth_only and (args.freq is not None or args.out_dir):
-        raise ValueError("--freq and --out-dir are for place and route: leave out --synth-only")
+    if args.synth_only and (args.freq is not None or args.output):
+        raise CommandError("--freq and -o/--output are for place and route: leave out "
+                           "--synth-only", 2)
     if not args.synth_only and (args.per_block or args.json):
-        raise ValueError("--per-block and --json need --synth-only")
+        raise CommandError("--per-block and --json need --synth-only", 2)
+    if args.json:
+        _check_writable(args.json, "--json")
+    config = _board_config(args, board)
     if args.synth_only:
         return _synthesize(args, board, config)
-    out_dir = args.out_dir or Path("build") / board.name
+    out_dir = args.output or Path("build") / board.name
+    _check_writable(out_dir, directory=True)
     print(f"building a {config.rows}x{config.cols} core for the {board.name} with yosys and "
           "nextpnr (minutes unless cached)", file=sys.stderr)
     try:
@@ -156,8 +298,7 @@ def _build(args):
     except BuildError as error:
         if error.report:
             print(format_report(error.report))
-        print(f"tpugen: error: {error}", file=sys.stderr)
-        return 1
+        raise CommandError(str(error), 1) from None
     print(format_report(result.report))
     print(f"wrote {out_dir / result.bitstream.name}, {out_dir / 'report.json'}, "
           f"{out_dir / 'report.txt'}" + (" (cached build)" if result.cached else ""),
@@ -169,81 +310,106 @@ def _flash(args):
     from .fpga.flash import FlashError, flash
 
     board = board_named(args.board)
-    chosen = args.config or args.preset or args.rows or args.cols
+    if args.bitstream is not None and not args.bitstream.is_file():
+        raise CommandError(f"bitstream {args.bitstream} does not exist", 2)
+    chosen = args.preset or args.config or _flag_overrides(args)
     try:
         flash(board, args.bitstream, config=_board_config(args, board) if chosen else None,
               dry_run=args.dry_run)
     except FlashError as error:
-        print(f"tpugen: error: {error}", file=sys.stderr)
-        return 1
+        raise CommandError(str(error), 3) from None
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="tpugen", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
+def _add_simulation_options(parser):
+    group = parser.add_argument_group("simulation")
+    group.add_argument("--memory", choices=["rtl", "axiram"], default="rtl",
+                       help="the core's memory: inside the Verilator model (fast) or "
+                            "cocotbext-axi's AxiRam (bus-level, about 6x slower)")
+    group.add_argument("--waves", type=Path, metavar="FILE.vcd",
+                       help="trace the whole session to a VCD file (GTKWave, Surfer)")
+    group.add_argument("--json", action="store_true", help="print the results as JSON")
 
-    generate = commands.add_parser("generate", help="write Verilog for a configured core")
+
+def _add_run_options(run):
+    run.add_argument("op", choices=sorted(SHAPE_OPTIONS))
+    run.add_argument("--seed", type=int, default=0, help="random operands")
+    groups = {
+        "matmul": run.add_argument_group("matmul shape (int8 A: M x K, B: K x N)"),
+        "conv2d": run.add_argument_group("conv2d shape (NCHW int8 x, KCRS int8 w)"),
+        "attention": run.add_argument_group("attention shape (float32 q: L x d, k, v: S x d)"),
+        "epilogue": run.add_argument_group("fused epilogue (random per-channel parameters)"),
+    }
+    meaning = {"m": "M", "k": "K", "n": "N", "seq": "L, queries", "kv": "S, keys and values",
+               "dim": "d, head dimension", "bias": "add a bias", "requant": "requantize to int8",
+               "relu": "ReLU", "pool": "2x2 max pooling (conv2d)", "causal": "causal mask",
+               "kernel": "R = S"}
+    added = set()
+    for op, options in SHAPE_OPTIONS.items():
+        for name, default in options.items():
+            if name in added:
+                continue
+            added.add(name)
+            group = groups["epilogue" if name in ("bias", "requant", "relu", "pool") else op]
+            help_text = meaning.get(name, name)
+            if isinstance(default, bool):
+                group.add_argument(f"--{name}", action="store_true", default=None, help=help_text)
+            else:
+                group.add_argument(f"--{name}", type=int, default=None,
+                                   help=f"{help_text} (default: {default})")
+
+
+def parser():
+    """The argument parser of `tpugen`."""
+    top = _Parser(prog="tpugen", description=__doc__, epilog=EXAMPLES,
+                                  formatter_class=_Formatter)
+    top.add_argument("--version", action="version", version=f"tpugen {__version__}")
+    commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name, help_text, run):
+        sub = commands.add_parser(name, help=help_text, description=help_text,
+                                  formatter_class=_Formatter)
+        sub.set_defaults(run=run)
+        return sub
+
+    generate = command("generate", "write Verilog for a configured core", _generate)
     _add_config_options(generate)
-    generate.add_argument("-o", "--output", type=Path, default=Path("tpu.v"))
+    generate.add_argument("-o", "--output", type=Path, default=Path("tpu.v"), help="Verilog file")
+    generate.add_argument("--name", metavar="PREFIX",
+                          help="name of the top module and prefix of every other module "
+                               "(default: the design's), so two cores can share one design")
     generate.add_argument("--header", type=Path, metavar="FILE.h",
                           help="also write a C header: register map, config, ISA codes")
     generate.add_argument("--design", default="tpu_core", choices=["tpu_core", "systolic_array"],
-                          help="top module: the whole core (default) or the bare array")
-    generate.set_defaults(run=_generate)
+                          help="top module: the whole core or the bare array")
 
-    demo = commands.add_parser("demo", help="verify a core on Verilator against numpy")
+    demo = command("demo", "verify a core on Verilator against numpy", _demo)
     _add_config_options(demo)
-    demo.set_defaults(run=_demo)
+    _add_simulation_options(demo)
 
-    run = commands.add_parser("run", help="run one workload on the simulated core, checked")
-    run.add_argument("op", choices=["matmul", "conv2d", "attention"])
+    run = command("run", "run one workload on the simulated core, checked against numpy", _run)
+    _add_run_options(run)
     _add_config_options(run)
-    run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--waves", type=Path, metavar="FILE.vcd", help="trace the run to a VCD file")
-    shapes = run.add_argument_group("matmul shape (int8 A: M x K, B: K x N)")
-    shapes.add_argument("--m", type=int, default=64)
-    shapes.add_argument("--k", type=int, default=64)
-    shapes.add_argument("--n", type=int, default=64)
-    conv = run.add_argument_group("conv2d shape (NCHW int8 x, KCRS int8 w)")
-    conv.add_argument("--batch", type=int, default=1)
-    conv.add_argument("--channels", type=int, default=8)
-    conv.add_argument("--height", type=int, default=16)
-    conv.add_argument("--width", type=int, default=16)
-    conv.add_argument("--filters", type=int, default=8)
-    conv.add_argument("--kernel", type=int, default=3)
-    conv.add_argument("--stride", type=int, default=1)
-    conv.add_argument("--padding", type=int, default=1)
-    conv.add_argument("--dilation", type=int, default=1)
-    fused = run.add_argument_group("fused epilogue (random per-channel parameters)")
-    fused.add_argument("--bias", action="store_true", help="add a bias")
-    fused.add_argument("--requant", action="store_true", help="requantize to int8")
-    fused.add_argument("--relu", action="store_true")
-    fused.add_argument("--pool", action="store_true", help="2x2 max pooling (conv2d)")
-    attention = run.add_argument_group("attention shape (float32 q: L x d, k, v: S x d)")
-    attention.add_argument("--seq", type=int, default=64, help="L, queries")
-    attention.add_argument("--kv", type=int, default=64, help="S, keys and values")
-    attention.add_argument("--dim", type=int, default=64, help="d, head dimension")
-    attention.add_argument("--heads", type=int, default=1)
-    attention.add_argument("--causal", action="store_true")
-    run.set_defaults(run=_run)
+    _add_simulation_options(run)
 
-    bench = commands.add_parser("bench", help="measure generate/build/simulation speed")
-    bench.add_argument("--out", type=Path, default=Path("bench.json"))
-    bench.add_argument("--plot", type=Path, help="PNG of utilization against the ideal")
+    bench = command("bench", "measure utilization, simulation speed and generate time", _bench)
+    bench.add_argument("-o", "--output", type=Path, default=Path("bench.json"),
+                       help="results as JSON")
+    bench.add_argument("--plot", type=Path, metavar="FILE.png",
+                       help="utilization against the ideal")
     bench.add_argument("--quick", action="store_true",
                        help="leave out the large workloads of the targets (512-cube matmul, "
                             "56x56 conv, L=512 attention on 16x16)")
     bench.add_argument("--builds", action="store_true",
                        help="run the board builds of the targets that are not cached (hours)")
-    bench.set_defaults(run=_bench)
 
-    build = commands.add_parser("build", help="bitstream and report (Fmax, resources) for a board")
-    build.add_argument("--board", required=True, help="ulx3s-85f, icebreaker, ...")
-    _add_config_options(build)
-    build.set_defaults(preset=None)
+    from .fpga.boards import BOARDS  # board data only: no HDL
+
+    build = command("build", "bitstream and report (Fmax, resources) for a board", _build)
+    build.add_argument("--board", required=True, choices=sorted(BOARDS))
+    _add_config_options(build, preset_default=None)
     build.add_argument("--freq", type=float, metavar="MHZ",
                        help="core clock target (default: the board's)")
-    build.add_argument("-o", "--out-dir", type=Path,
+    build.add_argument("-o", "--output", type=Path, metavar="DIR",
                        help="where to copy the bitstream and report (default: build/BOARD)")
     build.add_argument("--synth-only", action="store_true",
                        help="only synthesize the core (yosys, no place and route) and print "
@@ -253,22 +419,29 @@ def main(argv=None):
                             "DMAs, ...)")
     build.add_argument("--json", type=Path, metavar="FILE.json",
                        help="with --synth-only: also write the report as JSON")
-    build.set_defaults(run=_build)
 
-    flash = commands.add_parser("flash", help="program a board with openFPGALoader")
-    flash.add_argument("--board", required=True, help="ulx3s-85f, icebreaker, ...")
+    flash = command("flash", "program a board with openFPGALoader", _flash)
+    flash.add_argument("--board", required=True, choices=sorted(BOARDS))
     flash.add_argument("bitstream", nargs="?", type=Path,
                        help="default: the last cached build for the board (and config, if given)")
-    _add_config_options(flash)
-    flash.set_defaults(preset=None)
+    _add_config_options(flash, preset_default=None)
     flash.add_argument("--dry-run", action="store_true", help="only print the command")
-    flash.set_defaults(run=_flash)
+    return top
 
-    args = parser.parse_args(argv)
+
+def main(argv=None):
+    try:
+        args = parser().parse_args(argv)
+    except SystemExit as done:  # --help, --version, or a usage error already printed
+        return done.code
     try:
         return args.run(args) or 0
+    except CommandError as error:
+        message, code = str(error), error.code
     except ValueError as error:
-        parser.exit(2, f"tpugen: error: {error}\n")
+        message, code = str(error), 2
+    print(f"tpugen: error: {message}", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

@@ -1,4 +1,8 @@
 """`tpugen demo` and `tpugen run`: workloads on the simulated core, checked against numpy."""
+import json
+import sys
+from dataclasses import asdict
+
 import numpy as np
 
 __all__ = ["ATTENTION_TOLERANCE", "DEMO_WORKLOADS", "format_table", "run_demo", "run_workloads"]
@@ -104,26 +108,40 @@ def _run_attention(dev, rng, shape):
     return label, ok, f"{'exact' if exact else 'MISMATCH'}, float err {error:.2%}"
 
 
-def run_workloads(config, workloads, seed=0, waves=None):
-    """Run (op, shape) workloads on one SimDevice; print the table; 0 if all pass."""
+def run_workloads(config, workloads, seed=0, waves=None, memory="rtl", as_json=False):
+    """Run (op, shape) workloads on one SimDevice with ``memory`` ("rtl" or "axiram"); print
+    a table (or JSON with ``as_json``); 0 if all pass, else 1."""
     from .firmware import SimDevice
 
     rng = np.random.default_rng(seed)
-    rows, failed = [], 0
-    with SimDevice(config, waves=waves) as dev:
+    results = []
+    with SimDevice(config, memory=memory, waves=waves) as dev:
         for op, shape in workloads:
             label, ok, check = _run_one(dev, rng, op, shape)
-            failed += not ok
             stats = dev.stats
-            rows.append((op, label, check, stats.cycles, f"{stats.mac_utilization:.1%}",
-                         stats.bytes_read, stats.bytes_written))
-    print(f"tpu_core {config.rows}x{config.cols} int8, {config.scratchpad_kib} KiB scratchpad, "
-          f"{config.accumulator_kib} KiB accumulator, AXI {config.axi_data_width}-bit, "
-          "on Verilator + cocotbext-axi")
-    print(format_table(("op", "shape", "check", "cycles", "MAC util", "bytes read",
-                        "bytes written"), rows))
+            results.append({"op": op, "shape": label, "ok": ok, "check": check,
+                            "cycles": stats.cycles, "mac_utilization": stats.mac_utilization,
+                            "bytes_read": stats.bytes_read,
+                            "bytes_written": stats.bytes_written})
+    failed = sum(not result["ok"] for result in results)
+    if as_json:
+        print(json.dumps({"config": asdict(config), "memory": memory, "workloads": results},
+                         indent=2))
+    else:
+        memory_name = {"rtl": "memory in the model", "axiram": "cocotbext-axi AxiRam"}[memory]
+        print(f"tpu_core {config.rows}x{config.cols} int8, {config.scratchpad_kib} KiB "
+              f"scratchpad, {config.accumulator_kib} KiB accumulator, AXI "
+              f"{config.axi_data_width}-bit, on Verilator ({memory_name})")
+        print(format_table(("op", "shape", "check", "cycles", "MAC util", "bytes read",
+                            "bytes written"),
+                           [(r["op"], r["shape"], r["check"], r["cycles"],
+                             f"{r['mac_utilization']:.1%}", r["bytes_read"], r["bytes_written"])
+                            for r in results]))
+    if waves:
+        print(f"wrote {waves} (VCD: open with GTKWave or Surfer)", file=sys.stderr)
     return 1 if failed else 0
 
 
-def run_demo(config):
-    return run_workloads(config, DEMO_WORKLOADS)
+def run_demo(config, **options):
+    """The demo workloads on ``config``; ``options``: those of `run_workloads`."""
+    return run_workloads(config, DEMO_WORKLOADS, **options)

