@@ -20,7 +20,7 @@ test: install
 	$(VENV)/bin/python -m pytest -n $(JOBS)
 
 bench: install
-	$(VENV)/bin/tpugen bench --out bench.json --plot bench.png
+	$(VENV)/bin/tpugen bench -o bench.json --plot bench.png
 
 # docs/area.md and docs/area/*.json: cells per block of the reference cores, from yosys alone
 # (one synthesis after another, each 5 to 15 minutes on 2 cores).
