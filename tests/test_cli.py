@@ -145,3 +145,10 @@ def test_two_prefixed_cores_share_one_design(tmp_path):
 def test_bad_name_is_refused(capsys, tmp_path):
     assert main(["generate", "--name", "9lives", "-o", str(tmp_path / "x.v")]) == 2
     assert "name='9lives' is invalid: allowed a Verilog identifier" in _error(capsys)
+
+
+def test_version_is_written_once():
+    from importlib.metadata import version
+
+    assert version("tpugen") == __version__
+    assert "version =" not in (Path(__file__).parent.parent / "pyproject.toml").read_text().split("[tool.setuptools.dynamic]")[0]
