@@ -351,6 +351,7 @@ class SimDevice(Device):
                                 read_latency=self.read_latency)
         else:
             model = build_model(self.config, "tpu_core", waves=waves)
+        self.build_seconds = model.build_seconds
         self._tmp = tempfile.TemporaryDirectory(prefix="tpugen-device-")
         self._simulation = SimulationThread(
             model, "tpugen.sim.tb_device", Path(self._tmp.name),

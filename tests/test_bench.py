@@ -154,7 +154,7 @@ def test_every_bench_workload_is_checked_against_the_golden_model():
 
 
 @pytest.mark.parametrize("wrong", ["matmul", "conv2d", "attention"])
-def test_bench_fails_on_a_wrong_answer(monkeypatch, wrong):
+def test_bench_fails_on_a_wrong_answer(monkeypatch, capsys, wrong):
     """One element off by one (for attention: by one unit of the int8 output, far inside the
     float tolerance) fails that workload's check and the whole bench."""
     import tpugen.bench
@@ -174,6 +174,9 @@ def test_bench_fails_on_a_wrong_answer(monkeypatch, wrong):
     checks = {e["op"]: e["check_passed"] for e in info.value.results["workloads"]}
     assert checks == {op: op != wrong for op, _ in TINY_WORKLOADS}
     assert [e["op"] for e in info.value.failures] == [wrong]
+    progress = capsys.readouterr().err.splitlines()
+    assert len(progress) == len(TINY_WORKLOADS)
+    assert progress[0].startswith("[1/3] 4x4 matmul ") and progress[-1].endswith("about 0 s left)")
 
 
 def test_bench_command_fails_and_keeps_the_results_on_a_wrong_answer(monkeypatch, tmp_path,

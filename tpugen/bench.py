@@ -2,6 +2,7 @@
 memory roofline and what limits it; plus generator and simulator speed."""
 import math
 import os
+import sys
 import tempfile
 import time
 from contextlib import contextmanager
@@ -211,10 +212,10 @@ def _workloads(large):
             + [("attention", shape) for shape in ATTENTIONS + (LARGE_ATTENTIONS if large else [])])
 
 
-def measure_workloads(dev, label, workloads, rng):
+def measure_workloads(dev, label, workloads, rng, progress=None):
     """Run ``workloads`` [(op, shape)] on device ``dev`` (core ``label``) with inputs from
     ``rng``: one entry each, with its ``check`` against the golden model (`check_workload`)
-    and ``check_passed``."""
+    and ``check_passed``. ``progress(entry)`` is called as each one finishes."""
     from .firmware.matmul import conv2d_output_shape
 
     config = dev.config
@@ -224,20 +225,19 @@ def measure_workloads(dev, label, workloads, rng):
             m, k, n = shape
             inputs = (rng.integers(-128, 128, (m, k), dtype=np.int8),
                       rng.integers(-128, 128, (k, n), dtype=np.int8))
-            useful, ideal = m * k * n, ideal_gemm_utilization(config, m, k, n)
+            ideal = ideal_gemm_utilization(config, m, k, n)
         elif op == "conv2d":
             nb, c, h, w, k, r, s, stride, padding = shape
             x = rng.integers(-128, 128, (nb, c, h, w), dtype=np.int8)
             f = rng.integers(-128, 128, (k, c, r, s), dtype=np.int8)
             _, _, p, q = conv2d_output_shape(x.shape, f.shape, stride, padding, 1)
-            gemm = (nb * p * q, c * r * s, k)
             inputs = (x, f, stride, padding)
-            useful, ideal = math.prod(gemm), ideal_gemm_utilization(config, *gemm)
+            ideal = ideal_gemm_utilization(config, nb * p * q, c * r * s, k)
         else:
             seq, kv, dim = shape
             inputs = tuple(rng.standard_normal((n, dim)).astype(np.float32)
                            for n in (seq, kv, kv))
-            useful, ideal = 2 * seq * kv * dim, ideal_attention_utilization(config, seq, kv, dim)
+            ideal = ideal_attention_utilization(config, seq, kv, dim)
         start = time.perf_counter()
         if op == "matmul":
             got = dev.matmul(*inputs)
@@ -245,13 +245,51 @@ def measure_workloads(dev, label, workloads, rng):
             got = dev.conv2d(inputs[0], inputs[1], stride=inputs[2], padding=inputs[3])
         else:
             got = dev.attention(*inputs)
-        entry = _workload_entry(config, label, op, shape, useful, ideal, dev.stats,
+        entry = _workload_entry(config, label, op, shape, _useful_macs(op, shape), ideal, dev.stats,
                                 time.perf_counter() - start)
         if op == "attention":
             entry["score_matrix_bytes"] = 4 * shape[0] * shape[1]
         entry["check_passed"], entry["check"] = check_workload(config, op, inputs, got)
         entries.append(entry)
+        if progress:
+            progress(entry)
     return entries
+
+
+class _Progress:
+    """One line on stderr per finished workload, with an estimate of the time left (the time
+    per useful MAC so far, times the MACs left)."""
+
+    def __init__(self, planned_macs):
+        self.total = len(planned_macs)
+        self.left = sum(planned_macs)
+        self.finished = self.done_macs = 0
+        self.start = time.perf_counter()
+
+    def __call__(self, entry):
+        self.finished += 1
+        self.done_macs += entry["useful_macs"]
+        self.left -= entry["useful_macs"]
+        elapsed = time.perf_counter() - self.start
+        estimate = elapsed / self.done_macs * self.left
+        print(f"[{self.finished}/{self.total}] {entry['config']} {entry['op']} "
+              f"{'x'.join(map(str, entry['shape']))}: {entry['cycles']:,} cycles, "
+              f"{entry['mac_utilization']:.1%}, {entry['check']} ({elapsed:.0f} s, "
+              f"about {estimate:.0f} s left)", file=sys.stderr, flush=True)
+
+
+def _useful_macs(op, shape):
+    """The operation's own multiply-accumulates (a partial tile counts what it computes)."""
+    if op == "matmul":
+        return math.prod(shape)
+    if op == "conv2d":
+        from .firmware.matmul import conv2d_output_shape
+
+        nb, c, h, w, k, r, s, stride, padding = shape
+        _, _, p, q = conv2d_output_shape((nb, c, h, w), (k, c, r, s), stride, padding, 1)
+        return nb * p * q * c * r * s * k
+    seq, kv, dim = shape
+    return 2 * seq * kv * dim
 
 
 def run_bench(quick=False, builds=False, configs=CONFIGS):
@@ -264,12 +302,15 @@ def run_bench(quick=False, builds=False, configs=CONFIGS):
     results = {}
     _speed(results)
     rng = np.random.default_rng(0)
+    planned = {label: _workloads(not quick and config == PRESETS["large"])
+               for label, config in configs.items()}
+    progress = _Progress([_useful_macs(op, shape) for work in planned.values()
+                          for op, shape in work])
     workloads = []
     for label, config in configs.items():
-        large = not quick and config == PRESETS["large"]
         with SimDevice(config, memory="rtl", memory_size=MEMORY_SIZE,
                        read_latency=READ_LATENCY) as dev:
-            workloads += measure_workloads(dev, label, _workloads(large), rng)
+            workloads += measure_workloads(dev, label, planned[label], rng, progress)
     results["workloads"] = workloads
     failures = [w for w in workloads if not w["check_passed"]]
     if failures:

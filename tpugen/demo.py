@@ -115,7 +115,12 @@ def run_workloads(config, workloads, seed=0, waves=None, memory="rtl", as_json=F
 
     rng = np.random.default_rng(seed)
     results = []
+    print(f"starting a simulated {config.rows}x{config.cols} core (a new configuration is built "
+          "with Verilator first: about a minute)", file=sys.stderr)
     with SimDevice(config, memory=memory, waves=waves) as dev:
+        if dev.build_seconds:
+            print(f"built the Verilator model in {dev.build_seconds:.0f} s (cached for the next "
+                  "run)", file=sys.stderr)
         for op, shape in workloads:
             label, ok, check = _run_one(dev, rng, op, shape)
             stats = dev.stats
