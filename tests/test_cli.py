@@ -109,7 +109,7 @@ def test_output_that_is_a_directory_is_refused(tmp_path, capsys):
     (["run", "matmul", "--rows", "0"], "CoreConfig.rows=0 is invalid"),
     (["run", "softmax"], "argument op: invalid choice: 'softmax'"),
     (["build", "--board", "icebreaker", "--synth-only", "-o", "x"],
-     "--freq and -o/--output are for place and route"),
+     "--freq, --seed, --timeout and -o/--output are for place and route"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
 ])
 def test_workload_and_usage_errors_before_any_simulation(capsys, argv, message):

@@ -365,3 +365,22 @@ def test_2x2_core_fits_and_meets_timing(board):
     except BuildError as error:
         pytest.fail(f"{error}\n{format_report(error.report) if error.report else ''}")
     assert result.report["timing_met"], format_report(result.report)
+
+
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+def test_build_reports_its_stages_and_honours_seed_and_timeout(tmp_path, monkeypatch):
+    """`tpugen build` shows where a build is: each stage begins once, in order; --seed reaches
+    nextpnr; --timeout stops the tools and says in which stage."""
+    monkeypatch.setenv("TPUGEN_CACHE", str(tmp_path / "cache"))
+    events = []
+    result = build_system(ICEBREAKER, StandIn(), pll_settings(ICEBREAKER, 24), seed=7,
+                          progress=events.append)
+    assert [e.stage for e in events if e.started] == ["synthesis", "placement", "routing",
+                                                      "packing"]
+    seconds = [e.seconds for e in events]
+    assert seconds == sorted(seconds) and result.bitstream.exists()
+    assert "--seed 7" in (result.build_dir / "build_top.sh").read_text()
+    with pytest.raises(BuildError, match=r"build stopped after 0.5 s \(--timeout\) in synthesis"):
+        build_system(ICEBREAKER, StandIn(), pll_settings(ICEBREAKER, 24), seed=8, timeout=0.5)
+    with pytest.raises(ValueError, match="seed=-1 is invalid"):
+        build_system(ICEBREAKER, StandIn(), pll_settings(ICEBREAKER, 24), seed=-1)

@@ -73,7 +73,7 @@ def test_cli_prints_the_table_and_writes_json(small_report, monkeypatch, tmp_pat
     (["--board", "arty", "--synth-only"], "invalid choice: 'arty' (choose from 'icebreaker', 'ulx3s-85f')"),
     (["--board", "icebreaker", "--per-block"], "--per-block and --json need --synth-only"),
     (["--board", "icebreaker", "--synth-only", "--freq", "30"],
-     "--freq and -o/--output are for place and route: leave out --synth-only"),
+     "--freq, --seed, --timeout and -o/--output are for place and route: leave out --synth-only"),
     (["--board", "icebreaker", "--synth-only", "--per-block", "--rows", "0"],
      "CoreConfig.rows=0 is invalid"),
 ])

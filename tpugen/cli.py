@@ -279,9 +279,10 @@ def _build(args):
     from .fpga.build import BuildError, build, format_report
 
     board = board_named(args.board)
-    if args.synth_only and (args.freq is not None or args.output):
-        raise CommandError("--freq and -o/--output are for place and route: leave out "
-                           "--synth-only", 2)
+    if args.synth_only and (args.freq is not None or args.output or args.seed is not None
+                            or args.timeout is not None):
+        raise CommandError("--freq, --seed, --timeout and -o/--output are for place and route: "
+                           "leave out --synth-only", 2)
     if not args.synth_only and (args.per_block or args.json):
         raise CommandError("--per-block and --json need --synth-only", 2)
     if args.json:
@@ -294,7 +295,8 @@ def _build(args):
     print(f"building a {config.rows}x{config.cols} core for the {board.name} with yosys and "
           "nextpnr (minutes unless cached)", file=sys.stderr)
     try:
-        result = build(board, config, freq_mhz=args.freq, out_dir=out_dir)
+        result = build(board, config, freq_mhz=args.freq, out_dir=out_dir, seed=args.seed,
+                       timeout=args.timeout, progress=_BuildProgress(args.verbose))
     except BuildError as error:
         if error.report:
             print(format_report(error.report))
@@ -303,6 +305,30 @@ def _build(args):
     print(f"wrote {out_dir / result.bitstream.name}, {out_dir / 'report.json'}, "
           f"{out_dir / 'report.txt'}" + (" (cached build)" if result.cached else ""),
           file=sys.stderr)
+
+
+class _BuildProgress:
+    """Prints each stage of a board build as it begins, and every ``every`` seconds the tool's
+    latest line (all of them with ``verbose``)."""
+
+    TOOLS = {"synthesis": "yosys", "placement": "nextpnr", "routing": "nextpnr",
+             "packing": "ecppack / icepack"}
+
+    def __init__(self, verbose, every=20.0):
+        self.verbose = verbose
+        self.every = every
+        self.shown = 0.0
+
+    def __call__(self, event):
+        if self.verbose and event.line:
+            print(event.line, file=sys.stderr)
+        elif event.started:
+            print(f"[{event.seconds:6.0f} s] {event.stage} ({self.TOOLS[event.stage]})",
+                  file=sys.stderr)
+            self.shown = event.seconds
+        elif event.seconds - self.shown >= self.every and event.line.strip():
+            print(f"[{event.seconds:6.0f} s]   {event.line.strip()[:100]}", file=sys.stderr)
+            self.shown = event.seconds
 
 
 def _flash(args):
@@ -411,6 +437,10 @@ def parser():
                        help="core clock target (default: the board's)")
     build.add_argument("-o", "--output", type=Path, metavar="DIR",
                        help="where to copy the bitstream and report (default: build/BOARD)")
+    build.add_argument("--seed", type=int, help="nextpnr's placement seed (default: its own)")
+    build.add_argument("--timeout", type=float, metavar="SECONDS",
+                       help="stop the tools after this long (exit status 1)")
+    build.add_argument("--verbose", action="store_true", help="stream the tools' output")
     build.add_argument("--synth-only", action="store_true",
                        help="only synthesize the core (yosys, no place and route) and print "
                             "its cells")
