@@ -11,7 +11,7 @@ from tpugen.sim.attention_model import attention_float, attention_int8_model, so
 SQUARE = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1, axi_data_width=64)
 """Tiny buffers: query tiles of a few rows, so even short sequences take many blocks."""
 TOLERANCE = 2e-2
-"""Relative Frobenius error against float attention (ARCHITECTURE.md section 2)."""
+"""Relative Frobenius error against float attention (docs/DESIGN.md, Targets)."""
 
 
 def _check_attention(dev, rng, heads, seq, kv, dim, causal):

@@ -118,3 +118,18 @@ def test_every_test_expecting_an_exception_is_in_the_bad_inputs_table():
     assert len(expecting) > 30
     assert set(NOT_BAD_INPUTS) <= expecting, "an exemption names a test that expects no exception"
     assert sorted(f"{file}::{test}" for file, test in expecting - named - set(NOT_BAD_INPUTS)) == []
+
+
+GENERATED_FILES = {"tpu_params.h"}
+"""Files the documents name that the tools write (not kept in the repository)."""
+
+
+def test_documents_cite_only_files_in_the_repository():
+    cited = re.compile(r"`([\w./-]+\.(?:py|md|h|c|json|png|v|gtkw|toml|txt|svg))`")
+    missing = []
+    for document in [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for name in cited.findall(document.read_text()):
+            places = (ROOT / name, document.parent / name, ROOT / "tpugen" / name)
+            if name not in GENERATED_FILES and not any(place.exists() for place in places):
+                missing.append(f"{document.relative_to(ROOT)}: {name}")
+    assert not missing, missing

@@ -1,4 +1,4 @@
-"""`tpugen bench`: every target of ARCHITECTURE.md section 5 measured, beside its ideal, its
+"""`tpugen bench`: every target of docs/DESIGN.md (Targets) measured, beside its ideal, its
 memory roofline and what limits it; plus generator and simulator speed."""
 import math
 import os
@@ -32,7 +32,7 @@ SPEED_MATMUL = (256, 256, 256)
 READ_LATENCY = 20
 """Cycles a read takes beyond the memory's own in the benchmark (`SimDevice` with the memory in
 the model, ``memory="rtl"``, its R channel through a 20-stage delay line): the realistic
-latency of ARCHITECTURE.md section 5 (block RAM alone answers in 1-2)."""
+latency of docs/DESIGN.md (Targets) (block RAM alone answers in 1-2)."""
 MEMORY_SIZE = 16 << 20
 """Bytes of memory in the benchmark's model: the largest workload needs about 2 MB."""
 
@@ -325,7 +325,7 @@ def run_bench(quick=False, builds=False, configs=CONFIGS):
 
 
 BOARD_TARGETS = [("ulx3s-85f", 16, 16, 100.0), ("icebreaker", 4, 4, 25.0)]
-"""(board, rows, cols, Fmax target in MHz) of ARCHITECTURE.md section 5."""
+"""(board, rows, cols, Fmax target in MHz) of docs/DESIGN.md (Targets)."""
 
 
 def board_results(run_builds=False):
@@ -397,11 +397,11 @@ WORKLOAD_TARGETS = [  # (what, op, shape, utilization), all on the 16x16 preset
     ("conv2d 3x3 64->64 56x56 pad 1 on 16x16", "conv2d", LARGE_CONVS[0], 0.85),
     ("fused attention L=S=512 d=64 on 16x16", "attention", LARGE_ATTENTIONS[0], 0.70),
 ]
-"""Utilization targets of ARCHITECTURE.md section 5 (dashed lines on the plot)."""
+"""Utilization targets of docs/DESIGN.md (Targets) (dashed lines on the plot)."""
 
 
 def target_rows(results):
-    """The rows of ARCHITECTURE.md section 5: target, measured, ideal, roofline, limit."""
+    """The rows of docs/DESIGN.md (Targets): target, measured, ideal, roofline, limit."""
     rows = []
     for what, op, shape, target in WORKLOAD_TARGETS:
         entry = _find(results, op, shape)

@@ -8,7 +8,7 @@ import numpy as np
 __all__ = ["ATTENTION_TOLERANCE", "DEMO_WORKLOADS", "format_table", "run_demo", "run_workloads"]
 
 ATTENTION_TOLERANCE = 2e-2
-"""Relative Frobenius error allowed against the float reference (ARCHITECTURE.md section 2)."""
+"""Relative Frobenius error allowed against the float reference (docs/DESIGN.md, Targets)."""
 
 _FUSED = {"bias": True, "requant": True, "relu": True}
 
