@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from cocotb_tools.config import libs_dir as cocotb_libs_dir
 from cocotb_tools.runner import Verilator, get_results
 
 from .. import __version__
@@ -90,12 +91,13 @@ def build_model(config, design="systolic_array", *, waves=False, **options):
     design's other constructor arguments.
 
     Builds are keyed by a hash of the config, the generated Verilog, the lint waivers, this
-    build recipe and the tpugen version, and serialized with a file lock, so parallel pytest
+    build recipe, the tpugen version and where cocotb's libraries are (the model links to them
+    by path, so another virtualenv needs its own build), and serialized with a file lock, so parallel pytest
     workers share one build.
     """
     verilog = _verilog(config, design, tuple(sorted(options.items())))
     key_parts = (config.to_json(), design, verilog, " ".join(VERILATOR_WAIVERS), __version__,
-                 str(waves), Path(__file__).read_text())
+                 str(waves), Path(__file__).read_text(), str(cocotb_libs_dir))
     with cached_build("verilator", design, key_parts) as (build_dir, cached):
         source = build_dir / f"{design}.v"
         if cached:

@@ -152,3 +152,38 @@ def test_version_is_written_once():
 
     assert version("tpugen") == __version__
     assert "version =" not in (Path(__file__).parent.parent / "pyproject.toml").read_text().split("[tool.setuptools.dynamic]")[0]
+
+
+USER_TB = '''
+import json, os
+import cocotb
+from cocotb.clock import Clock
+from cocotb.triggers import ClockCycles
+
+
+@cocotb.test()
+async def idle_after_reset(dut):
+    config = json.loads(os.environ["TPUGEN_CONFIG"])
+    cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
+    dut.rst.value = 1
+    await ClockCycles(dut.clk, 3)
+    dut.rst.value = 0
+    await ClockCycles(dut.clk, 3)
+    assert dut.irq.value == {expected_irq} and config["rows"] == 4
+'''
+
+
+def test_sim_runs_a_users_cocotb_module(tmp_path, capsys):
+    """`tpugen sim` passes the user's test (exit 0) and fails on its failing assertion (exit 1)."""
+    for name, expected_irq, status in (("good_tb", 0, 0), ("bad_tb", 1, 1)):
+        (tmp_path / f"{name}.py").write_text(USER_TB.format(expected_irq=expected_irq))
+        assert main(["sim", "--preset", "micro", "--test-module", str(tmp_path / f"{name}.py"),
+                     "--test-dir", str(tmp_path / name)]) == status
+        err = capsys.readouterr().err
+        assert (f"{name}: passed" in err) if status == 0 else ("failed" in _error_line(err))
+
+
+def _error_line(err):
+    lines = [line for line in err.splitlines() if line.startswith("tpugen: error: ")]
+    assert len(lines) == 1, err
+    return lines[0]

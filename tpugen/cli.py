@@ -28,6 +28,7 @@ examples:
   tpugen demo                                     verify the default core against numpy
   tpugen run matmul --m 100 --k 70 --n 33         one workload, checked, with its counters
   tpugen run conv2d --preset micro --json         the same on the UP5K core, as JSON
+  tpugen sim --test-module my_tb.py --waves       your own cocotb testbench on the core
   tpugen build --board ulx3s-85f                  bitstream and report (Fmax, LUTs, DSPs)
   tpugen build --board icebreaker --preset micro --synth-only --per-block
   tpugen bench -o bench.json --plot bench.png     utilization against the ideal
@@ -213,6 +214,32 @@ def _run(args):
     if args.op == "attention" and config.rows != config.cols:
         raise CommandError(f"attention needs a square array, not {config.rows}x{config.cols}", 2)
     return run_workloads(config, [workload], seed=args.seed, **_simulation_options(args))
+
+
+def _sim(args):
+    """Build the generated core with Verilator (cached) and run the user's cocotb module."""
+    import importlib.util
+
+    from .sim.verilator import build_model
+
+    path = Path(args.test_module)
+    folder, module = (path.parent, path.stem) if path.suffix == ".py" else (Path.cwd(), str(path))
+    sys.path.insert(0, str(folder.resolve()))
+    if importlib.util.find_spec(module) is None:
+        raise CommandError(f"cannot find the cocotb test module {args.test_module!r} "
+                           f"(looked in {folder.resolve()} and on the Python path)", 2)
+    config = _config(args)
+    print(f"building the {config.rows}x{config.cols} {args.design} with Verilator (cached after "
+          "the first build)", file=sys.stderr)
+    model = build_model(config, args.design, waves=args.waves)
+    try:
+        model.run(module, args.test_dir, waves=args.waves, testcase=args.testcase,
+                  env={"TPUGEN_CONFIG": config.to_json()})
+    except AssertionError as error:
+        raise CommandError(str(error).splitlines()[0], 1) from None
+    print(f"{module}: passed (log: {args.test_dir / 'sim.log'}"
+          + (f", waves: {args.test_dir / 'dump.vcd'}" if args.waves else "") + ")",
+          file=sys.stderr)
 
 
 def _bench(args):
@@ -416,6 +443,19 @@ def parser():
     _add_run_options(run)
     _add_config_options(run)
     _add_simulation_options(run)
+
+    sim = command("sim", "run your own cocotb test module against the generated core "
+                         "(Verilator, with the project's waivers and fixes)", _sim)
+    sim.add_argument("--test-module", required=True, metavar="MODULE",
+                     help="a cocotb module: a name importable from here, or a .py file; it "
+                          "reads the core's CoreConfig as JSON from $TPUGEN_CONFIG")
+    sim.add_argument("--testcase", help="run only this cocotb test of the module")
+    sim.add_argument("--design", default="tpu_core", choices=["tpu_core", "systolic_array"],
+                     help="top module")
+    sim.add_argument("--test-dir", type=Path, default=Path("sim_build"),
+                     help="where the log (sim.log), results and waves (dump.vcd) go")
+    sim.add_argument("--waves", action="store_true", help="trace to test-dir/dump.vcd")
+    _add_config_options(sim)
 
     bench = command("bench", "measure utilization, simulation speed and generate time", _bench)
     bench.add_argument("-o", "--output", type=Path, default=Path("bench.json"),
