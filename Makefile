@@ -8,9 +8,11 @@ JOBS ?= auto
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+# Everything, at the versions of constraints.txt (a user who wants only Verilog and simulation
+# can `pip install tpugen` without the fpga, plot, test and examples extras).
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/python -m pip install -e '.[test,examples]'
+	$(VENV)/bin/python -m pip install -c constraints.txt -e '.[fpga,plot,test,examples]'
 	touch $(STAMP)
 
 demo: install

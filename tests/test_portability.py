@@ -133,3 +133,21 @@ def test_documents_cite_only_files_in_the_repository():
             if name not in GENERATED_FILES and not any(place.exists() for place in places):
                 missing.append(f"{document.relative_to(ROOT)}: {name}")
     assert not missing, missing
+
+
+def test_every_dependency_is_pinned_once_with_a_reason():
+    """pyproject.toml declares ranges; constraints.txt pins each one exactly, under a comment."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = [*project["dependencies"],
+                *(d for extra in project["optional-dependencies"].values() for d in extra)]
+    names = {re.match(r"[A-Za-z0-9_.-]+", d)[0].lower() for d in declared}
+    lines = (ROOT / "constraints.txt").read_text().splitlines()
+    pins = {}
+    for index, line in enumerate(lines):
+        if line and not line.startswith("#"):
+            name, version = line.split("==")
+            assert lines[index - 1].startswith("#") or "==" in lines[index - 1], line
+            pins[name.lower()] = version
+    assert names <= set(pins), names - set(pins)
