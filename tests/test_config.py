@@ -90,3 +90,13 @@ def test_c_header_compiles_and_matches_the_config(tmp_path):
         "int main(void) { return 0; }\n")
     subprocess.run(["cc", "-std=c11", "-Wall", "-Werror", "-I", str(tmp_path), "-o",
                     str(tmp_path / "check"), str(program)], check=True)
+
+
+def test_isa_markdown_is_current():
+    from pathlib import Path
+
+    from tpugen.isa_doc import isa_markdown
+
+    doc = Path(__file__).parent.parent / "docs" / "isa.md"
+    assert doc.read_text() == isa_markdown(), "run: python -m tpugen.isa_doc > docs/isa.md"
+    assert "| `tensor.dims[i].stride` | 175:144 + 80i | 32 | unsigned |" in doc.read_text()
