@@ -1,6 +1,7 @@
 """Cached Verilator builds of generated designs, run under cocotb 2.x."""
 import functools
 import json
+import os
 import re
 import time
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ from cocotb_tools.runner import Verilator, get_results
 
 from .. import __version__
 from ..hdl.generate import generate_verilog
+from .gtkw import write_gtkw
 from ..toolchain import VERILATOR_WAIVERS, cached_build, use_verilator
 
 __all__ = ["Model", "PUBLIC_VARIABLES", "build_model", "run_cocotb", "run_testbench"]
@@ -135,15 +137,21 @@ def _verilog(config, design, options):
 
 
 def run_testbench(config, module, params, test_dir, *, design="systolic_array", testcase=None,
-                  waves=False):
+                  waves=None):
     """Run cocotb testbench ``module`` with ``params`` (plus the config) as TPUGEN_TB.
 
-    Returns the stats.json the testbench wrote, with the simulator's wall time added.
+    ``waves`` (default: the environment's ``WAVES=1``): trace to ``test_dir/dump.vcd``, with a
+    GTKWave save file ``dump.gtkw`` for the whole core. Returns the stats.json the testbench
+    wrote, with the simulator's wall time added.
     """
+    if waves is None:
+        waves = os.environ.get("WAVES") == "1"
     model = build_model(config, design, waves=waves)
     test_dir = Path(test_dir)
     results = model.run(module, test_dir, waves=waves, testcase=testcase,
                         env={"TPUGEN_TB": json.dumps({"config": config.to_json(), **params})})
+    if waves and design == "tpu_core":
+        write_gtkw(test_dir / "dump.vcd", test_dir / "dump.gtkw")
     stats = json.loads((test_dir / "stats.json").read_text())
     stats["sim_seconds"] = _sim_seconds(results)
     stats["build_seconds"] = model.build_seconds

@@ -237,9 +237,13 @@ def _sim(args):
                   env={"TPUGEN_CONFIG": config.to_json()})
     except AssertionError as error:
         raise CommandError(str(error).splitlines()[0], 1) from None
-    print(f"{module}: passed (log: {args.test_dir / 'sim.log'}"
-          + (f", waves: {args.test_dir / 'dump.vcd'}" if args.waves else "") + ")",
-          file=sys.stderr)
+    waves = ""
+    if args.waves and args.design == "tpu_core":
+        from .sim.gtkw import write_gtkw
+
+        write_gtkw(args.test_dir / "dump.vcd", args.test_dir / "dump.gtkw")
+        waves = f", waves: {args.test_dir / 'dump.vcd'} (gtkwave {args.test_dir / 'dump.gtkw'})"
+    print(f"{module}: passed (log: {args.test_dir / 'sim.log'}{waves})", file=sys.stderr)
 
 
 def _bench(args):

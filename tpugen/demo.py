@@ -2,6 +2,7 @@
 import json
 import sys
 from dataclasses import asdict
+from pathlib import Path
 
 import numpy as np
 
@@ -143,7 +144,12 @@ def run_workloads(config, workloads, seed=0, waves=None, memory="rtl", as_json=F
                              f"{r['mac_utilization']:.1%}", r["bytes_read"], r["bytes_written"])
                             for r in results]))
     if waves:
-        print(f"wrote {waves} (VCD: open with GTKWave or Surfer)", file=sys.stderr)
+        from .sim.gtkw import write_gtkw
+
+        layout = Path(waves).with_suffix(".gtkw")
+        write_gtkw(waves, layout)
+        print(f"wrote {waves} and {layout} (gtkwave {layout}: registers, the AXI channels, "
+              "engine states and queues in groups)", file=sys.stderr)
     return 1 if failed else 0
 
 
