@@ -1,5 +1,6 @@
 import gc
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -34,3 +35,41 @@ def refuses():
             del info
             gc.collect()
     return check
+
+
+TIERS = {
+    "unit": "pure Python: models, compilers, the CLI, Verilog generation (seconds)",
+    "pysim": "amaranth.sim simulations of single blocks",
+    "verilator": "cocotb on Verilator: the whole core, SimDevice, boards over UART",
+    "formal": "SymbiYosys proofs",
+    "fpga": "yosys synthesis and nextpnr builds",
+}
+"""Test tiers, one pytest marker each: ``pytest -m unit`` is a loop of seconds."""
+
+FILE_TIERS = {
+    "pysim": {"test_array_pysim", "test_axi_memory_pysim", "test_c_driver", "test_csr_pysim",
+              "test_dma_pysim", "test_epilogue_pysim", "test_execute_pysim",
+              "test_im2col_pysim", "test_pe_multipliers", "test_softmax_pysim",
+              "test_uart_bridge_pysim"},
+    "verilator": {"test_array_verilator", "test_attention", "test_axi_compliance",
+                  "test_board_sim", "test_configs_verilator", "test_core_verilator",
+                  "test_device", "test_digits", "test_faults_verilator", "test_fuzz_verilator",
+                  "test_latency_ram", "test_limits_verilator", "test_portability",
+                  "test_profiles", "test_sim_speed", "test_matmul_tb"},
+    "formal": {"test_formal"},
+    "fpga": {"test_fpga_build", "test_synthesis"},
+}
+"""The tier of each test file that is not ``unit``; a test may name its own tier instead."""
+
+
+def pytest_configure(config):
+    for name, text in TIERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if not any(item.get_closest_marker(name) for name in TIERS):
+            module = Path(str(item.fspath)).stem
+            tier = next((t for t, files in FILE_TIERS.items() if module in files), "unit")
+            item.add_marker(getattr(pytest.mark, tier))

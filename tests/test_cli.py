@@ -123,6 +123,7 @@ def test_shape_flags_of_each_op_have_defaults():
         assert all(getattr(args, name) is None for name in options)
 
 
+@pytest.mark.fpga
 def test_two_prefixed_cores_share_one_design(tmp_path):
     """Exactly one top per generated file, and prefixed cores synthesize side by side."""
     for name in ("tpu_a", "tpu_b"):
@@ -173,6 +174,7 @@ async def idle_after_reset(dut):
 '''
 
 
+@pytest.mark.verilator
 def test_sim_runs_a_users_cocotb_module(tmp_path, capsys):
     """`tpugen sim` passes the user's test (exit 0) and fails on its failing assertion (exit 1)."""
     for name, expected_irq, status in (("good_tb", 0, 0), ("bad_tb", 1, 1)):
