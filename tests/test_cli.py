@@ -189,3 +189,13 @@ def _error_line(err):
     lines = [line for line in err.splitlines() if line.startswith("tpugen: error: ")]
     assert len(lines) == 1, err
     return lines[0]
+
+
+def test_demo_counts_the_operations_own_macs():
+    from tpugen.demo import DEMO_WORKLOADS, useful_macs
+
+    shapes = {op + str(i): shape for i, (op, shape) in enumerate(DEMO_WORKLOADS)}
+    assert useful_macs("matmul", shapes["matmul0"]) == 37 * 13 * 6
+    # 2 x 8 x 9 x 9, 3x3 stride 2 no padding -> 4 x 4 pixels, 16 filters
+    assert useful_macs("conv2d", shapes["conv2d4"]) == 2 * 4 * 4 * 8 * 3 * 3 * 16
+    assert useful_macs("attention", shapes["attention7"]) == 2 * 2 * 64 * 64 * 32
