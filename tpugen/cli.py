@@ -45,8 +45,16 @@ class CommandError(Exception):
         self.code = code
 
 
-class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Defaults shown in the help, examples kept as written."""
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Each option's default in its help (unless it has none), examples kept as written."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if (action.option_strings and "default" not in text
+                and not any(action.default is nothing for nothing in (None, False))
+                and action.default != argparse.SUPPRESS):
+            text += " (default: %(default)s)"
+        return text
 
 
 class _Parser(argparse.ArgumentParser):
@@ -70,7 +78,8 @@ def _field_docs():
 
 def _add_config_options(parser, preset_default="default"):
     group = parser.add_argument_group(
-        "core configuration", "a preset, then the fields of a --config file, then these flags")
+        "core configuration", "a preset, then the fields of a --config file, then these flags "
+        "(each defaults to the preset's value)")
     group.add_argument("--preset", choices=sorted(PRESETS), default=preset_default,
                        help="named configuration" + ("" if preset_default else
                                                      " (default: the board's own)"))
