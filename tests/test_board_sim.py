@@ -1,5 +1,7 @@
 """The whole board end to end without a board: `BoardSystem` (UART bridge, core, on-chip memory)
 on Verilator, driven by `BoardDevice` through the link protocol over a simulated UART."""
+import os
+
 import numpy as np
 import pytest
 
@@ -24,6 +26,34 @@ def test_board_runs_matmul_and_conv2d_bit_exact_over_uart():
         assert dev.config == BOARD_CORE
         np.testing.assert_array_equal(dev.matmul(a, b), matmul_int32(a, b))
         assert dev.stats.macs > 0 and dev.stats.bytes_written == 4 * 9 * 6
+        np.testing.assert_array_equal(dev.conv2d(x, w, padding=1), conv2d_int32(x, w, 1, 1, 1))
+
+
+def _board_defaults():
+    """The configurations `tpugen build` makes for each board, as the board builds use them."""
+    from tpugen.fpga.boards import BOARDS
+
+    slow = pytest.mark.skipif(os.environ.get("TPUGEN_BOARD_SIMS") != "1",
+                              reason="an 8x8 or 16x16 board system: set TPUGEN_BOARD_SIMS=1 "
+                                     "(minutes each)")
+    ulx3s, icebreaker = BOARDS["ulx3s-85f"], BOARDS["icebreaker"]
+    return [pytest.param(PRESETS["micro"], id="icebreaker-micro"),
+            pytest.param(ulx3s.default_config(8, 8), id="ulx3s-85f-8x8", marks=slow),
+            pytest.param(ulx3s.default_config(16, 16), id="ulx3s-85f-16x16", marks=slow)]
+
+
+@pytest.mark.parametrize("config", _board_defaults())
+def test_each_board_build_runs_matmul_and_conv2d_bit_exact(config):
+    """The board builds' own configurations (the micro core of the UP5K, the ULX3S cores with
+    their LUT multipliers), end to end over the simulated UART."""
+    rng = np.random.default_rng(config.rows)
+    a = rng.integers(-128, 128, (2 * config.rows + 3, config.rows + 1), dtype=np.int8)
+    b = rng.integers(-128, 128, (config.rows + 1, config.cols + 2), dtype=np.int8)
+    x = rng.integers(-128, 128, (1, 2, 6, 5), dtype=np.int8)
+    w = rng.integers(-128, 128, (3, 2, 3, 3), dtype=np.int8)
+    with simulated_board(config) as dev:
+        assert dev.config == config
+        np.testing.assert_array_equal(dev.matmul(a, b), matmul_int32(a, b))
         np.testing.assert_array_equal(dev.conv2d(x, w, padding=1), conv2d_int32(x, w, 1, 1, 1))
 
 
