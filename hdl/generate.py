@@ -33,13 +33,18 @@ _TOP_ATTRIBUTE = "(* top =  1  *)\n"
 class _VerilogTarget:
     """What `generate_verilog` elaborates for: the array's PEs as instances of modules emitted
     once (`SystolicArray`), so generating a 16x16 core elaborates and converts one PE of each
-    kind instead of 256."""
+    kind instead of 256; ``dsp_family``: the FPGA family whose DSP blocks the array instantiates
+    (`hdl.array.dsp_family`), None for generic Verilog."""
     pe_modules = True
 
+    def __init__(self, dsp_family=None):
+        self.dsp_family = dsp_family
 
-def generate_verilog(config, design="tpu_core", **options):
+
+def generate_verilog(config, design="tpu_core", *, family=None, **options):
     """Verilog text with top module ``design``, ports named after the component's signature,
-    after the modules of its PEs."""
+    after the modules of its PEs. ``family``: "ice40" puts the array's DSP PEs on SB_MAC16
+    instances, as a board build does (for yosys, not for the simulators); else generic."""
     component = elaborate(config, design, **options)
     lut_pes = len(lut_multiplier_pes(config))
     kinds = [lut for lut, used in ((False, lut_pes < config.rows * config.cols),
@@ -49,4 +54,4 @@ def generate_verilog(config, design="tpu_core", **options):
     modules = [verilog.convert(pe_module(config, lut), name=pe_module_name(lut), emit_src=False)
                .replace(_TOP_ATTRIBUTE, "", 1) for lut in kinds]
     return "\n".join([*modules, verilog.convert(component, name=design, emit_src=False,
-                                                 platform=_VerilogTarget())])
+                                                 platform=_VerilogTarget(family))])
