@@ -3,6 +3,7 @@ from amaranth.hdl import ClockSignal, Instance, Module, Mux, ResetSignal, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..arch import min_tile_length
 from .pe import ProcessingElement, add_pe, pe_signature
 
 __all__ = ["SystolicArray", "act_width", "activation_layout", "array_latency",
@@ -70,11 +71,6 @@ def _pe_instance(signature, pe, module_name):
     ports = {f"{'i' if member.flow == In else 'o'}_{name}": getattr(pe, name)
              for name, member in signature.members.items()}
     return Instance(module_name, i_clk=ClockSignal(), i_rst=ResetSignal(), **ports)
-
-
-def min_tile_length(config):
-    """Fewest activation vectors per weight tile that keep the array busy with no bubble."""
-    return config.rows + max(config.cols - 1, 1)
 
 
 class SystolicArray(wiring.Component):

@@ -34,10 +34,10 @@ from ..firmware.epilogue import Epilogue
 from ..firmware.matmul import (compile_conv2d, compile_matmul, conv2d_lowering,
                                conv2d_output_shape, conv2d_weights)
 from ..firmware.program import Deps, Dim, Program, tensor
-from ..hdl.controller import _TOKEN_LIMIT
-from ..isa import (DIMS, INSTRUCTION_BYTES, ErrorCode, Header, LoadIm2colInstruction,
-                   LoadInstruction, MatmulInstruction, Opcode, ParamsInstruction,
-                   SoftmaxInstruction, SoftmaxMode, StoreInstruction)
+from ..arch import (OPCODE_ENGINE, QUEUE_DEPTH, TOKEN_FLAGS, TOKEN_LIMIT, Engine, opcode_of,
+                    token_flag_bit)
+from ..isa import (DIMS, INSTRUCTION_BYTES, ErrorCode, Header, Opcode, SoftmaxInstruction,
+                   SoftmaxMode, instruction_layout)
 from .golden import apply_epilogue, conv2d_int32, matmul_int32
 
 __all__ = ["DONE", "KINDS", "MEMORY_SIZE", "Prediction", "cases", "defect_cases", "predict"]
@@ -53,15 +53,6 @@ WATCHDOGS = (256, 1024)
 MAX_CYCLES = 60_000
 """Cases whose bound is larger are not drawn (they would slow the run down)."""
 
-QUEUE_DEPTH = 2
-"""Instructions each engine's queue in the controller holds (``hdl/controller.py``)."""
-TOKEN_LIMIT = _TOKEN_LIMIT
-"""Unconsumed pushes per token counter that always complete (``hdl/controller.py``: a push waits
-while its counter is at the limit, and how many dispatched pushes land past it depends on
-timing); a case that could need more is not drawn."""
-ENGINES = {Opcode.LOAD: 0, Opcode.MATMUL: 1, Opcode.SOFTMAX: 1, Opcode.STORE: 2,
-           Opcode.PARAMS: 2}
-"""Engine of each opcode, in chain order (load -> execute -> store)."""
 FETCH_CYCLES = 40
 """Upper bound of one instruction fetch and dispatch, in cycles."""
 DONE = ("NONE", None)
@@ -73,7 +64,7 @@ DONE = ("NONE", None)
 @dataclass(frozen=True)
 class _Step:
     """One instruction as the controller sees it."""
-    engine: int
+    engine: Engine
     pop_prev: bool
     pop_next: bool
     push_prev: bool
@@ -230,12 +221,6 @@ def _softmax(config, instr):
     return code, 60 + 2 * instr.count * per_query
 
 
-def _opcode(raw):
-    """The opcode of instruction bytes ``raw``: an `Opcode`, or None when it is not one."""
-    value = raw[0] & ((1 << Opcode.as_shape().width) - 1)
-    return Opcode(value) if value in {op.value for op in Opcode} else None
-
-
 @functools.cache
 def _unpacker(layout):
     """A function from bits to the fields of ``layout`` as plain integers (namespaces and lists
@@ -254,18 +239,12 @@ def _unpacker(layout):
     return lambda bits: bits & mask
 
 
-_LAYOUTS = {Opcode.LOAD: LoadInstruction, Opcode.MATMUL: MatmulInstruction,
-            Opcode.STORE: StoreInstruction, Opcode.PARAMS: ParamsInstruction,
-            Opcode.SOFTMAX: SoftmaxInstruction}
-
-
 def _instruction_step(config, raw, windows):
     """The `_Step` of instruction bytes ``raw`` (an opcode of an engine)."""
-    opcode = _opcode(raw)
+    opcode = opcode_of(raw)
     bits = int.from_bytes(raw, "little")
     header = _unpacker(Header)(bits)
-    layout = LoadIm2colInstruction if opcode == Opcode.LOAD and header.im2col else _LAYOUTS[opcode]
-    instr = _unpacker(layout)(bits)
+    instr = _unpacker(instruction_layout(opcode, header.im2col))(bits)
     written = ()
     if opcode == Opcode.LOAD:
         code, cycles = _load(config, instr, windows)
@@ -277,20 +256,20 @@ def _instruction_step(config, raw, windows):
         code, cycles = _softmax(config, instr)
     else:
         code, cycles = ErrorCode.NONE, 10
-    engine = ENGINES[opcode]
+    engine = OPCODE_ENGINE[opcode]
     return _Step(engine=engine, error=code, cycles=cycles, written=written,
-                 pop_prev=engine > 0 and bool(header.pop_prev),
-                 pop_next=engine < 2 and bool(header.pop_next),
-                 push_prev=engine > 0 and bool(header.push_prev),
-                 push_next=engine < 2 and bool(header.push_next))
+                 pop_prev=engine != Engine.LOAD and bool(header.pop_prev),
+                 pop_next=engine != Engine.STORE and bool(header.pop_next),
+                 push_prev=engine != Engine.LOAD and bool(header.push_prev),
+                 push_next=engine != Engine.STORE and bool(header.push_next))
 
 
 def predict(config, image, windows, program_base, program_length, watchdog):
     """What the core must do with the memory ``image`` (MEMORY_SIZE bytes), ``windows`` (base,
     size, readable, writable) and the program registers: a `Prediction`."""
-    queues = [deque() for _ in range(3)]
-    forward = [0, 0]   # forward[i]: tokens from engine i to i + 1
-    backward = [0, 0]  # backward[i]: tokens from engine i + 1 to i
+    queues = [deque() for _ in Engine]
+    forward = [0] * (len(Engine) - 1)   # forward[i]: tokens from engine i to i + 1
+    backward = [0] * (len(Engine) - 1)  # backward[i]: tokens from engine i + 1 to i
     errors = set()
     written = []
     pc, fetching, ended = 0, True, False
@@ -335,7 +314,7 @@ def predict(config, image, windows, program_base, program_length, watchdog):
         else:
             offset = address % MEMORY_SIZE
             raw = bytes(image[offset:offset + INSTRUCTION_BYTES])
-            opcode = _opcode(raw)
+            opcode = opcode_of(raw)
             if opcode == Opcode.END:
                 fetching, ended = False, True
             elif opcode is None:
@@ -611,7 +590,7 @@ def _case(config, name, *, program, windows, base, length, watchdog, memory=(), 
     for at, content in writes:
         image[at:at + len(content)] = content
     prediction = predict(config, image, windows, base, length, watchdog)
-    fetched = (base, base + (prediction.fetched + 3 * QUEUE_DEPTH + 1) * INSTRUCTION_BYTES)
+    fetched = (base, base + (prediction.fetched + len(Engine) * QUEUE_DEPTH + 1) * INSTRUCTION_BYTES)
     overwrites = any(_aliases(fetched, written) for written in prediction.written)
     if prediction.cycles > MAX_CYCLES or prediction.tokens > TOKEN_LIMIT or overwrites:
         return None
@@ -739,7 +718,7 @@ def mutated_cases(draw, config):
         kind = draw(st.sampled_from(["flip", "flip", "drop", "duplicate", "swap", "byte", "cut"]))
         i = draw(st.integers(0, len(instructions) - 1))
         if kind == "flip":
-            bit = draw(st.integers(4, 7))  # pop_prev, pop_next, push_prev, push_next
+            bit = token_flag_bit(draw(st.sampled_from(TOKEN_FLAGS)))
             instructions[i] = _with_bits(instructions[i], bit, 1, instructions[i][0] >> bit ^ 1)
         elif kind == "drop" and len(instructions) > 1:
             del instructions[i]
