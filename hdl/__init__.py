@@ -4,14 +4,14 @@ from amaranth.back import rtlil
 from .array import SystolicArray
 from .controller import Controller
 from .core import TpuCore
-from .csr import REGISTERS, ControlRegisters
+from .csr import ControlRegisters
 from .execute import ExecuteEngine
 from .load import LoadEngine
 from .pe import ProcessingElement
 from .store import StoreEngine
 
 __all__ = ["ControlRegisters", "Controller", "ExecuteEngine", "LoadEngine", "ProcessingElement",
-           "REGISTERS", "StoreEngine", "SystolicArray", "TpuCore"]
+           "StoreEngine", "SystolicArray", "TpuCore"]
 
 _emit_memory = rtlil.ModuleEmitter.emit_memory
 

@@ -4,10 +4,11 @@ from amaranth.lib import memory, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import Out
 
+from ..registers import ADDR_WIDTH
 from .axi import (axi_lite_signature, axi_read_signature, axi_write_signature, connect_by_name,
                   flat_ports)
 from .controller import ENGINES, FETCH_ID, Controller
-from .csr import ADDR_WIDTH, ControlRegisters
+from .csr import ControlRegisters
 from .execute import ExecuteEngine, accumulator_row, probability_row, scratchpad_row
 from .load import LoadEngine
 from .store import StoreEngine

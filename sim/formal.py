@@ -32,11 +32,12 @@ from ..hdl.axi import (AXI_BURST_INCR, AXI_RESP_SLVERR, axi_lite_signature, axi_
                        axi_write_signature, flat_ports)
 from ..hdl.controller import ENGINES, FETCH_ID, Controller, engine_signature
 from ..hdl.core import TpuCore
-from ..hdl.csr import ADDR_WIDTH as CSR_ADDR_WIDTH
-from ..hdl.csr import REGISTERS, ControlRegisters
+from ..hdl.csr import ControlRegisters
 from ..hdl.load import MAX_OUTSTANDING, LoadEngine
 from ..hdl.store import StoreEngine
 from ..isa import NUM_WINDOWS, ErrorCode, Opcode, Window
+from ..registers import ADDR_WIDTH as CSR_ADDR_WIDTH
+from ..registers import REGISTERS
 
 __all__ = ["AxiLiteSlaveRules", "AxiReadRules", "AxiWriteRules", "BurstPlannerHarness",
            "CORE_RESET_STATES", "ConfigFreezeHarness", "ControlRegistersHarness",
