@@ -16,6 +16,7 @@ from amaranth.lib.cdc import FFSynchronizer
 from amaranth.lib.wiring import In, Out
 
 from .. import __version__
+from ..hdl.emitter import memories_start_at_zero
 from ..toolchain import ToolchainError, cache_dir, cached_build, find_tool
 from .boards import board_named
 from .synth import RESOURCE_CELLS
@@ -308,9 +309,11 @@ def build_system(board, system, pll, *, config=None, out_dir=None):
     With ``out_dir``, the bitstream, report.json and report.txt are also copied there.
     """
     platform = board.make_platform()
-    plan = platform.prepare(
-        BoardTop(board, system, pll), "top", script_after_synth="tee -q -o stat.json stat -json",
-        nextpnr_opts=["--report", "nextpnr.json", "--timing-allow-fail"])
+    with memories_start_at_zero():
+        plan = platform.prepare(
+            BoardTop(board, system, pll), "top",
+            script_after_synth="tee -q -o stat.json stat -json",
+            nextpnr_opts=["--report", "nextpnr.json", "--timing-allow-fail"])
     key_parts = (plan.digest(), board.name, config.to_json() if config else "", __version__,
                  Path(__file__).read_text())
     with cached_build(_BUILDS, board.name, key_parts) as (build_dir, cached):

@@ -32,6 +32,7 @@ from ..hdl.axi import (AXI_BURST_INCR, AXI_RESP_SLVERR, axi_lite_signature, axi_
 from ..hdl.controller import ENGINES, FETCH_ID, Controller, engine_signature
 from ..hdl.core import TpuCore
 from ..hdl.csr import ControlRegisters
+from ..hdl.emitter import memories_start_at_zero
 from ..hdl.load import MAX_OUTSTANDING, LoadEngine
 from ..hdl.store import StoreEngine
 from ..isa import NUM_WINDOWS, ErrorCode, Opcode, Window
@@ -462,7 +463,8 @@ class Harness(Elaboratable, abc.ABC):
         return ports
 
     def rtlil(self):
-        return rtlil.convert(self, name="top", ports=self.ports())
+        with memories_start_at_zero():
+            return rtlil.convert(self, name="top", ports=self.ports())
 
     def elaborate(self, platform):
         m = Module()
