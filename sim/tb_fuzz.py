@@ -27,7 +27,7 @@ from tpugen import CoreConfig
 from ..registers import register
 from ..isa import ErrorCode
 from .core_driver import CoreDriver
-from .fuzz import MEMORY_SIZE
+from .fuzz_model import MEMORY_SIZE
 from .latency_ram import LatencyAxiRam
 
 CLOCK_NS = 10

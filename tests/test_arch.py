@@ -35,8 +35,9 @@ def test_the_controller_is_built_from_the_contract():
 
 
 def test_the_fuzz_model_uses_the_hardware_limits():
-    from tpugen.sim import fuzz
-    assert (fuzz.QUEUE_DEPTH, fuzz.TOKEN_LIMIT) == (QUEUE_DEPTH, TOKEN_LIMIT) == (2, 247)
+    from tpugen.sim import fuzz, fuzz_model
+    assert fuzz_model.QUEUE_DEPTH == fuzz.QUEUE_DEPTH == QUEUE_DEPTH == 2
+    assert fuzz.TOKEN_LIMIT == TOKEN_LIMIT == 247
 
 
 def test_header_fields_come_from_the_layout():
@@ -83,10 +84,19 @@ def test_no_copy_of_the_contract():
     assert not found, "\n".join(found)
 
 
+def _loaded_after(modules, watched):
+    """The modules of ``watched`` (dotted prefixes) that importing ``modules`` loads, in a
+    fresh interpreter."""
+    code = (f"import sys, {', '.join(modules)}; "
+            f"print(sorted(m for m in sys.modules if m.startswith({tuple(watched)!r})))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return run.stdout.strip()
+
+
 def test_the_runtime_loads_neither_the_hdl_nor_hypothesis():
-    code = ("import sys, tpugen.firmware, tpugen.firmware.link, tpugen.firmware.c_header; "
-            "print(sorted(m for m in sys.modules if m.split('.')[:2] in "
-            "(['tpugen', 'hdl'], ['tpugen', 'sim'], ['hypothesis'])))")
-    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            check=True).stdout
-    assert loaded.strip() == "[]", loaded
+    runtime = ["tpugen.firmware", "tpugen.firmware.link", "tpugen.firmware.c_header"]
+    assert _loaded_after(runtime, ["tpugen.hdl", "tpugen.sim", "hypothesis"]) == "[]"
+
+
+def test_the_fuzz_model_needs_no_hypothesis():
+    assert _loaded_after(["tpugen.sim.fuzz_model"], ["hypothesis"]) == "[]"
