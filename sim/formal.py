@@ -30,7 +30,7 @@ from ..config import CoreConfig
 from ..hdl.axi import (AXI_BURST_INCR, AXI_RESP_SLVERR, axi_lite_signature, axi_read_signature,
                        axi_write_signature, flat_ports)
 from ..hdl.controller import ENGINES, FETCH_ID, Controller, engine_signature
-from ..hdl.core import TpuCore
+from ..hdl.core import TpuCore, run_wiring
 from ..hdl.csr import ControlRegisters
 from ..hdl.emitter import memories_start_at_zero
 from ..hdl.load import MAX_OUTSTANDING, LoadEngine
@@ -481,6 +481,23 @@ class Harness(Elaboratable, abc.ABC):
         """Add the rules and assumptions around the dut to ``m``."""
 
 
+class _InternalsHarness(Harness):
+    """A harness whose rules also read the dut's internal signals (`_internals`): `constrain`
+    gets the dut's elaborated fragment as well."""
+
+    def elaborate(self, platform):
+        m = Module()
+        m.domains.sync = ClockDomain(reset_less=True)
+        fragment = Fragment.get(self.dut, platform)
+        m.submodules.dut = fragment
+        self.constrain(m, fragment)
+        return m
+
+    @abc.abstractmethod
+    def constrain(self, m, fragment):
+        """Add the rules and assumptions around the dut (elaborated: ``fragment``) to ``m``."""
+
+
 def _check_config(config):
     if not isinstance(config, CoreConfig):
         raise ValueError(f"config={config!r} is invalid: allowed a CoreConfig")
@@ -558,7 +575,7 @@ def _internals(fragment, *names):
     return [found[name] for name in names]
 
 
-class BurstPlannerHarness(Harness):
+class BurstPlannerHarness(_InternalsHarness):
     """The burst planner alone (`hdl/walker.py`): a free element stream in (any address,
     overflow flag, bounds and handshake timing, no stability required), free steps and bursts
     handshakes, free windows held constant of which all four may grant ``permission``.
@@ -581,14 +598,6 @@ class BurstPlannerHarness(Harness):
         self.planner = BurstPlanner(lanes, rows, beat_bytes, max_steps, max_beats, permission)
         self.beat = Signal(32 - exact_log2(beat_bytes))
         super().__init__(self.planner, {"beat": self.beat})
-
-    def elaborate(self, platform):
-        m = Module()
-        m.domains.sync = ClockDomain(reset_less=True)
-        fragment = Fragment.get(self.planner, platform)
-        m.submodules.dut = fragment
-        self.constrain(m, fragment)
-        return m
 
     def constrain(self, m, fragment):
         dut, beat = self.planner, self.beat
@@ -784,7 +793,7 @@ CORE_RESET_STATES = ("a fetch AR waiting", "a fetch burst owed")
 bursts come later: `QuiescerHarness` covers every state)."""
 
 
-class CoreHarness(Harness):
+class CoreHarness(_InternalsHarness):
     """The whole core (`TpuCore`): a free host that keeps AXI4-Lite (`AxiLiteSlaveRules`: the
     host's rules assumed, the registers' asserted) and a free memory that keeps AXI4
     (`AxiReadRules` and `AxiWriteRules` at the ports in the master role, any IDs, windows not
@@ -807,14 +816,6 @@ class CoreHarness(Harness):
         self.order = WAfterAwPresented()
         self.lite = AxiLiteSlaveRules(CSR_ADDR_WIDTH)
         super().__init__(TpuCore(config))
-
-    def elaborate(self, platform):
-        m = Module()
-        m.domains.sync = ClockDomain(reset_less=True)
-        fragment = Fragment.get(self.dut, platform)
-        m.submodules.dut = fragment
-        self.constrain(m, fragment)
-        return m
 
     def constrain(self, m, fragment):
         dut = self.dut
@@ -908,18 +909,7 @@ class _ConfiguredController(wiring.Component):
         wiring.connect(m, wiring.flipped(self.axi), controller.axi)
         for name in ENGINES:
             wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(controller, name))
-        m.d.comb += [
-            controller.start.eq(csr.start),
-            controller.program_base.eq(csr.program_base),
-            controller.program_length.eq(csr.program_length),
-            controller.windows.eq(csr.windows),
-            controller.watchdog_limit.eq(csr.watchdog_limit),
-            csr.busy.eq(controller.busy),
-            csr.done_event.eq(controller.done_event),
-            csr.error_event.eq(controller.error_event),
-            csr.error_code.eq(controller.error_code),
-            csr.error_index.eq(controller.error_index),
-        ]
+        m.d.comb += run_wiring(csr, controller, start=csr.start, busy=controller.busy)
         return m
 
 
