@@ -6,7 +6,7 @@ from itertools import accumulate
 
 import numpy as np
 
-from ..hdl.array import min_tile_length
+from ..arch import Engine, min_tile_length
 from ..isa import SoftmaxMode
 from .program import LEAD, Deps, Dim, Op, Program, schedule, tensor
 
@@ -180,7 +180,7 @@ def compile_attention(config, plan, heads, *, q_addr, kt_addr, v_addr, o_addr, c
 
     def execute(emit, reads=(), writes=()):
         nonlocal e
-        ops.append(Op(1, e, emit, reads, writes))
+        ops.append(Op(Engine.EXECUTE, e, emit, reads, writes))
         e += 1
 
     for j, (head, q0, count, blocks) in enumerate(work):
@@ -211,7 +211,7 @@ def compile_attention(config, plan, heads, *, q_addr, kt_addr, v_addr, o_addr, c
                 Dim(extent=d_chunks, bound=d_chunks, stride=n)])))
             for i, (writes, descriptor) in enumerate(loads):
                 position = min(block_start + LEAD + i, e - 1) if g else 0
-                ops.append(Op(0, position, partial(Program.load, descriptor=descriptor),
+                ops.append(Op(Engine.LOAD, position, partial(Program.load, descriptor=descriptor),
                               writes=(writes,)))
             block_start = e
 
@@ -239,7 +239,7 @@ def compile_attention(config, plan, heads, *, q_addr, kt_addr, v_addr, o_addr, c
         execute(partial(Program.softmax, mode=SoftmaxMode.NORMALIZE, count=count, o_row=o_row,
                         o_tiles=d_chunks, state_row=0), writes=(("O", j, 0, 2),))
         for u in range(d_chunks):
-            ops.append(Op(2, e, partial(Program.store, descriptor=tensor(
+            ops.append(Op(Engine.STORE, e, partial(Program.store, descriptor=tensor(
                 o_head, 4, o_row + u * count, [
                     Dim(extent=n, start=u * n, bound=dim, stride=4),
                     Dim(extent=count, start=q0, bound=seq, stride=4 * dim)])),

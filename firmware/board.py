@@ -1,6 +1,6 @@
 """`BoardDevice`: the runtime on a `tpugen build` bitstream, over the board's USB serial port."""
 from ..config import CoreConfig
-from ..hdl.csr import CSR_VERSION, ID_MAGIC, register
+from ..registers import CSR_VERSION, ID_MAGIC, register
 from .device import Device, DeviceError
 
 __all__ = ["BoardDevice", "config_from_registers"]
@@ -12,12 +12,12 @@ def config_from_registers(read_register):
     ident = read_register("ID")
     if ident != ID_MAGIC:
         raise DeviceError(f"no tpugen core answers: ID reads {ident:#010x}, not {ID_MAGIC:#010x}")
-    version = register("VERSION").layout.from_bits(read_register("VERSION"))
+    version = register("VERSION").fields_of(read_register("VERSION"))
     if version.major != CSR_VERSION[0]:
         raise DeviceError(f"the core's register map is version {version.major}.{version.minor}; "
                           f"this runtime speaks {CSR_VERSION[0]}.x")
-    geometry = register("CONFIG0").layout.from_bits(read_register("CONFIG0"))
-    memory = register("CONFIG1").layout.from_bits(read_register("CONFIG1"))
+    geometry = register("CONFIG0").fields_of(read_register("CONFIG0"))
+    memory = register("CONFIG1").fields_of(read_register("CONFIG1"))
     lanes = max(geometry.rows, geometry.cols)
 
     def kib(rows, row_bytes):  # rows = kib * 1024 // row_bytes, so this rounds back up

@@ -1,9 +1,9 @@
 """The C header for bare-metal hosts: register map, this core's configuration, ISA constants.
 
-Generated from the same definitions as the HDL (`hdl.csr.REGISTERS`, `isa`, `CoreConfig`).
+Generated from the same definitions as the HDL (`registers.REGISTERS`, `isa`, `CoreConfig`).
 """
-from ..hdl.csr import COUNTERS, REGISTERS, constant_registers, register
 from ..isa import INSTRUCTION_BYTES, NUM_WINDOWS, ErrorCode, Opcode
+from ..registers import COUNTERS, REGISTERS, constant_registers, register
 
 __all__ = ["c_header"]
 

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import numpy as np
 
+from ..arch import SOFTMAX_OUT_FRAC, Engine
 from ..config import CoreConfig
-from ..hdl.csr import COUNTERS, register, window_writes
 from ..isa import ErrorCode
+from ..registers import COUNTERS, register, register_span, window_writes
 from .attention import (attention_operands, compile_attention, compile_softmax, log2_scale,
                         plan_attention, quantize_attention, quantize_int8)
 from .epilogue import Epilogue, output_dtype
@@ -167,12 +168,13 @@ class Device:
         _check_causal(causal, q.shape[1], k.shape[1])
         (qi, ki, vi), (_, _, sv), (multiplier, shift) = quantize_attention(q, k, v)
         o = self.attention_int8(qi, ki, vi, multiplier, shift, causal=causal)
-        out = (o.astype(np.float64) * (sv / 256)).astype(np.float32)
+        out = (o.astype(np.float64) * (sv / 2 ** SOFTMAX_OUT_FRAC)).astype(np.float32)
         return out[0] if single else out
 
     def attention_int8(self, q, k, v, scale_multiplier, scale_shift, causal=False):
         """The core's part of `attention`: int8 (heads, L, d), (heads, S, d), (heads, S, d) ->
-        int32 (heads, L, d), the output in units of v / 256 (see ``hdl/softmax.py``)."""
+        int32 (heads, L, d), the output in units of v / 2**SOFTMAX_OUT_FRAC (see
+        ``hdl/softmax.py``)."""
         _check_softmax_unit(self.config, "attention")
         for name, x in (("q", q), ("k", k), ("v", v)):
             _check_int8(name, x, 3)
@@ -211,7 +213,7 @@ class Device:
         program = compile_softmax(self.config, rows, width, x_addr=x_addr, eye_addr=eye_addr,
                                   y_addr=y_addr, scale_multiplier=multiplier, scale_shift=shift)
         (y,) = self._run(program, [(x_addr, xi), (eye_addr, eye)], [(y_addr, 4 * xi.size)])
-        return (_array(y, np.int32, (rows, width)) / 256).astype(np.float32)
+        return (_array(y, np.int32, (rows, width)) / 2 ** SOFTMAX_OUT_FRAC).astype(np.float32)
 
     def _layout(self, input_sizes, output_sizes):
         """Page-aligned addresses from 0: inputs, then outputs (the program goes after them)."""
@@ -242,31 +244,38 @@ class Device:
             link.write_register(register(name).offset, value)
         link.write_register(register("PROGRAM_BASE").offset, program_address)
         link.write_register(register("PROGRAM_LENGTH").offset, len(program))
-        link.write_register(register("IRQ_ENABLE").offset, 1)
-        link.write_register(register("CONTROL").offset, _CONTROL.const({"start": 1}).as_value().value)
+        link.write_register(register("IRQ_ENABLE").offset, register("IRQ_ENABLE").value(enable=1))
+        link.write_register(register("CONTROL").offset, register("CONTROL").value(start=1))
         finished = link.wait_interrupt(timeout_cycles)
-        status, _, _, code_, index = link.read_registers(register("STATUS").offset, 5)
-        values = link.read_registers(register("CYCLES_LO").offset, 2 * len(COUNTERS))
-        counters = {name: values[2 * i] | values[2 * i + 1] << 32
-                    for i, name in enumerate(COUNTERS)}
-        link.write_register(register("IRQ_STATUS").offset, 0b11)
+        run = _read_span(link, "STATUS", "ERROR_INDEX")
+        halves = _read_span(link, _COUNTER_REGISTERS[0], _COUNTER_REGISTERS[-1])
+        counters = {name: halves[f"{name.upper()}_LO"] | halves[f"{name.upper()}_HI"] << 32
+                    for name in COUNTERS}
+        irq_status = register("IRQ_STATUS")
+        link.write_register(irq_status.offset, irq_status.mask)
         self.stats = Stats(
             cycles=counters["cycles"], macs=counters["macs"],
             mac_utilization=counters["macs"] / max(1, counters["cycles"] * self.config.macs),
             bytes_read=counters["bytes_read"], bytes_written=counters["bytes_written"],
-            **{f"{e}_busy_cycles": counters[f"{e}_busy_cycles"] for e in ("load", "execute", "store")})
-        done = _STATUS.from_bits(status).done
-        if not done:
+            **{f"{e}_busy_cycles": counters[f"{e}_busy_cycles"]
+               for e in (engine.name.lower() for engine in Engine)})
+        if not register("STATUS").fields_of(run["STATUS"]).done:
             self._soft_reset()
             if not finished:
                 raise DeviceError(f"the core did not finish within {timeout_cycles} cycles")
-            raise DeviceError(f"the core stopped with {ErrorCode(code_).name} at instruction "
-                              f"{index}")
+            raise DeviceError(f"the core stopped with {ErrorCode(run['ERROR_CODE']).name} at "
+                              f"instruction {run['ERROR_INDEX']}")
         return [link.read_memory(address, size) for address, size in outputs]
 
     def _soft_reset(self):
         self._transport.write_register(register("CONTROL").offset,
-                                       _CONTROL.const({"soft_reset": 1}).as_value().value)
+                                       register("CONTROL").value(soft_reset=1))
+
+
+def _read_span(link, first, last):
+    """{name: value} of the registers ``first`` to ``last`` (`register_span`), read at once."""
+    span = register_span(first, last)
+    return dict(zip((reg.name for reg in span), link.read_registers(span[0].offset, len(span))))
 
 
 def _round_up(size, unit):
@@ -305,8 +314,7 @@ def access_windows(inputs, outputs, program_address, program_bytes):
             (outputs_start, _round_up(outputs_end - outputs_start, 64), False, True)]
 
 
-_CONTROL = register("CONTROL").layout
-_STATUS = register("STATUS").layout
+_COUNTER_REGISTERS = [f"{name.upper()}_{half}" for name in COUNTERS for half in ("LO", "HI")]
 
 
 class SimDevice(Device):

@@ -2,9 +2,9 @@
 `SerialLink`, a `Transport` over a pyserial-like object."""
 import time
 
-from ..hdl.csr import register
-from ..hdl.uart_bridge import (CRC_POLYNOMIAL, FRAME_TIMEOUT_BITS, MAX_WORDS, REGISTER_SPACE,
-                               REPLY_SYNC, REQUEST_SYNC, Op, Status)
+from ..registers import register
+from ..wire import (CRC, FRAME_TIMEOUT_BITS, MAX_WORDS, REGISTER_SPACE, REPLY_SYNC, REQUEST_SYNC,
+                    Op, Status)
 from .transport import Transport, TransportError
 
 __all__ = ["BridgeStatusError", "LinkCrcError", "LinkError", "LinkTimeoutError", "SerialLink",
@@ -15,23 +15,9 @@ BITS_PER_BYTE = 10
 """8N1: start bit, 8 data bits, stop bit."""
 
 
-def _crc8_table():
-    table = []
-    for value in range(256):
-        for _ in range(8):
-            value = (value << 1 & 0xFF) ^ (CRC_POLYNOMIAL if value & 0x80 else 0)
-        table.append(value)
-    return tuple(table)
-
-
-_CRC8_TABLE = _crc8_table()
-
-
-def crc8(data, crc=0):
-    """CRC-8 (polynomial 0x07, initial 0, not reflected) of ``data``, continuing from ``crc``."""
-    for byte in data:
-        crc = _CRC8_TABLE[crc ^ byte]
-    return crc
+def crc8(data):
+    """The wire format's CRC-8 (`wire.CRC`, CRC-8/SMBUS) of ``data``."""
+    return CRC.compute(data)
 
 
 def encode_request(op, address, count, data=None):
@@ -53,7 +39,7 @@ def decode_reply(frame):
     if len(frame) < 3 or frame[0] != REPLY_SYNC:
         raise LinkCrcError(f"reply {bytes(frame[:8]).hex()} does not start with "
                            f"{REPLY_SYNC:#04x}, status, ...")
-    if crc8(frame[1:]) != 0:
+    if crc8(frame[1:]) != CRC.residue():
         raise LinkCrcError(f"reply of {len(frame)} bytes fails its CRC")
     try:
         status = Status(frame[1])
@@ -156,7 +142,7 @@ class SerialLink(Transport):
         status = register("STATUS")
         while True:
             value, = self.read_registers(status.offset, 1)
-            if not status.layout.from_bits(value).busy:
+            if not status.fields_of(value).busy:
                 return True
             if time.monotonic() >= deadline:
                 return False

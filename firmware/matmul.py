@@ -4,8 +4,8 @@ from functools import partial
 
 import numpy as np
 
-from ..hdl.array import min_tile_length
-from ..hdl.load import MAX_OUTSTANDING, PLAN_DEPTH
+from ..arch import MAX_OUTSTANDING, PLAN_DEPTH, Engine, min_tile_length
+from ..isa import INSTRUCTION_BYTES
 from .epilogue import output_dtype
 from .program import LEAD, Dim, Op, Program, schedule, tensor
 
@@ -94,7 +94,7 @@ def gemm_cycles(config, plan):
     load = a_buffers * buffer + panels * panel
     store = dma + count * -(-cols * 4 // beat)
     instructions = matmuls + panels + a_buffers * buffer_loads + outputs
-    fetch = instructions * (MEMORY_LATENCY + 64 // beat + 4)
+    fetch = instructions * (MEMORY_LATENCY + INSTRUCTION_BYTES // beat + 4)
     compute = matmuls * max(count, min_tile_length(config))
     group = min(plan.group, n_tiles)
     fill = max((c + 1) * first_chunk + (c * group + 1) * panel - c * group * plan.k_chunk * count
@@ -200,7 +200,7 @@ def _compile_gemm(config, plan, m_blocks, load_a, load_b, store_c, epilogue=None
                     r, region = next((r, region) for r, region in enumerate(units[u]["regions"])
                                      if region["t0"] <= kt < region["t0"] + region["tiles"])
                     region.setdefault("first", len(ops))
-                    ops.append(Op(1, len(ops), partial(
+                    ops.append(Op(Engine.EXECUTE, len(ops), partial(
                         Program.matmul, weight_row=(p % 2) * panel_rows + (kt - t0) * rows,
                         act_row=region["row"] + kt - region["t0"], acc_row=acc_row, count=count,
                         accumulate=kt > 0, act_stride_log2=region["tiles"].bit_length() - 1),
@@ -212,7 +212,7 @@ def _compile_gemm(config, plan, m_blocks, load_a, load_b, store_c, epilogue=None
     # Weight panel p goes LEAD MATMULs into panel p - 1.
     for p, panel in enumerate(panels):
         before = panels[p - 1]["first"] if p else 0
-        ops.append(Op(0, min(before + LEAD, panel["first"]), partial(
+        ops.append(Op(Engine.LOAD, min(before + LEAD, panel["first"]), partial(
             load_b, first=panel["t0"], tiles=panel["tiles"], n0=panel["n0"],
             sram_row=(p % 2) * panel_rows), writes=((("B", p % 2), p, 0, 1),)))
     # A buffer u: region by region, in pieces of rows of about a MATMUL's worth of beats,
@@ -231,14 +231,14 @@ def _compile_gemm(config, plan, m_blocks, load_a, load_b, store_c, epilogue=None
         for i, (r, parts, first, end) in enumerate(pieces):
             region = regions[r]
             position = min(low + i * (regions[-1]["first"] - low) // len(pieces), region["first"])
-            ops.append(Op(0, position, partial(
+            ops.append(Op(Engine.LOAD, position, partial(
                 load_a, m0=unit["m0"] + first, count=end - first, first=region["t0"],
                 tiles=region["tiles"], sram_row=region["row"] + region["tiles"] * first),
                 writes=((("A", u % 2), u, r, parts),)))
     # STOREs: LEAD MATMULs after the tile's last, a store's time apart, before the next group
     # in this accumulator half starts.
     if epilogue is not None and epilogue.per_tensor:
-        ops.append(Op(2, 0, lambda program, deps: program.params(epilogue.entries(0, 1),
+        ops.append(Op(Engine.STORE, 0, lambda program, deps: program.params(epilogue.entries(0, 1),
                                                                   broadcast=True)))
     store_fields = epilogue.fields(pool_pitch) if epilogue is not None else None
     spacing = -(-cols * 4 // beat)
@@ -247,9 +247,9 @@ def _compile_gemm(config, plan, m_blocks, load_a, load_b, store_c, epilogue=None
         reuse = outputs[t + 2, 0]["first"] if (t + 2, 0) in outputs else total
         position = min(max(o["last"] + 1 + LEAD, position + spacing), reuse)
         if epilogue is not None and not epilogue.per_tensor:
-            ops.append(Op(2, position, lambda program, deps, n0=o["n0"]: program.params(
+            ops.append(Op(Engine.STORE, position, lambda program, deps, n0=o["n0"]: program.params(
                 epilogue.entries(n0, cols))))
-        ops.append(Op(2, position, partial(
+        ops.append(Op(Engine.STORE, position, partial(
             Program.store, descriptor=store_c(o["m0"], o["count"], o["n0"], o["acc_row"]),
             epilogue=store_fields), reads=((("C", t % 2), t, g),)))
 
@@ -449,10 +449,10 @@ def _compile_conv2d_pixels(config, x_shape, w_shape, *, stride, padding, dilatio
              for q0 in range(0, q, cols)]
     ops = []
     if epilogue is not None:
-        ops.append(Op(2, 0, lambda program, deps: program.params(epilogue.entries(0, 1),
+        ops.append(Op(Engine.STORE, 0, lambda program, deps: program.params(epilogue.entries(0, 1),
                                                                   broadcast=True)))
     # The filter bank loads a chunk before the first tile's MATMUL of that chunk.
-    ops += [Op(0, kc, partial(Program.load, descriptor=tensor(w_addr, 1, w_base + kc * k_out, [
+    ops += [Op(Engine.LOAD, kc, partial(Program.load, descriptor=tensor(w_addr, 1, w_base + kc * k_out, [
         Dim(extent=rows, start=kc * rows, bound=taps, stride=1),
         Dim(extent=k_out, start=0, bound=k_out, stride=taps)])),
         writes=(("W", 0, kc, 1),)) for kc in range(chunks)]
@@ -479,18 +479,18 @@ def _compile_conv2d_pixels(config, x_shape, w_shape, *, stride, padding, dilatio
                 position = chunks - 1
             else:  # before one MATMUL of tile b - 1 at least
                 position = min((b - 1) * chunks + LEAD + tap_s * spacing, b * chunks - 1)
-            ops.append(Op(0, position, partial(Program.load, descriptor=descriptor),
+            ops.append(Op(Engine.LOAD, position, partial(Program.load, descriptor=descriptor),
                            writes=((("X", b % 2), b, tap_s, 1),)))
         acc_row = (b % 2) * half
         for kc in range(chunks):
             taps_read = range(kc * rows // (c * r), (min(taps, (kc + 1) * rows) - 1) // (c * r) + 1)
-            ops.append(Op(1, b * chunks + kc, partial(
+            ops.append(Op(Engine.EXECUTE, b * chunks + kc, partial(
                 Program.matmul, weight_row=x_base[b % 2] + kc * rows,
                 act_row=w_base + kc * k_out, acc_row=acc_row, count=k_out,
                 accumulate=kc > 0),
                 reads=(("W", 0, kc), *((("X", b % 2), b, t) for t in taps_read)),
                 writes=((("C", b % 2), b, 0, chunks),)))
-        ops.append(Op(2, min((b + 1) * chunks + LEAD, (b + 2) * chunks), partial(
+        ops.append(Op(Engine.STORE, min((b + 1) * chunks + LEAD, (b + 2) * chunks), partial(
             Program.store, descriptor=tensor(
                 y_addr + size * ((image * k_out * p + row) * q), size, acc_row, [
                     Dim(extent=cols, start=q0, bound=q, stride=size),

@@ -2,6 +2,7 @@
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..arch import Engine
 from ..isa import DIMS, INSTRUCTION_BYTES, PARAMS_PER_INSTRUCTION, Opcode, SoftmaxMode, encode
 
 __all__ = ["LEAD", "Deps", "Dim", "Op", "Program", "dependency_tokens", "schedule", "tensor"]
@@ -117,7 +118,7 @@ class Op:
     (buffer, version, part), and writes, as (buffer, version, part, writes of that part), of
     buffers another engine also uses; its place: before the execute instruction numbered
     ``position`` (an execute instruction's number is its own)."""
-    engine: int  # 0 load, 1 execute, 2 store: neighbours exchange tokens
+    engine: Engine  # neighbours exchange tokens
     position: int
     emit: Callable
     reads: tuple = ()
@@ -168,7 +169,7 @@ def dependency_tokens(ops):
 def schedule(ops):
     """The program of ``ops`` (`Op`), in order of position (at equal positions, DMA before
     execute), with the tokens `dependency_tokens` derives."""
-    ops = sorted(ops, key=lambda op: (op.position, op.engine == 1))
+    ops = sorted(ops, key=lambda op: (op.position, op.engine == Engine.EXECUTE))
     program = Program()
     for op, deps in zip(ops, dependency_tokens(ops)):
         op.emit(program, deps=deps)

@@ -17,6 +17,7 @@ from amaranth.lib.cdc import FFSynchronizer
 from amaranth.lib.wiring import In, Out
 
 from .. import __version__
+from ..hdl.emitter import memories_start_at_zero
 from ..toolchain import ToolchainError, cache_dir, cached_build, find_tool
 from .boards import board_named
 from .synth import RESOURCE_CELLS
@@ -317,10 +318,12 @@ def build_system(board, system, pll, *, config=None, out_dir=None, seed=None, ti
     if timeout is not None and not timeout > 0:
         raise ValueError(f"timeout={timeout!r} is invalid: allowed a number of seconds > 0")
     platform = board.make_platform()
-    plan = platform.prepare(
-        BoardTop(board, system, pll), "top", script_after_synth="tee -q -o stat.json stat -json",
-        nextpnr_opts=["--report", "nextpnr.json", "--timing-allow-fail"]
-        + ([] if seed is None else ["--seed", str(seed)]))
+    with memories_start_at_zero():
+        plan = platform.prepare(
+            BoardTop(board, system, pll), "top",
+            script_after_synth="tee -q -o stat.json stat -json",
+            nextpnr_opts=["--report", "nextpnr.json", "--timing-allow-fail"]
+            + ([] if seed is None else ["--seed", str(seed)]))
     key_parts = (plan.digest(), board.name, config.to_json() if config else "", __version__,
                  Path(__file__).read_text())
     with cached_build(_BUILDS, board.name, key_parts) as (build_dir, cached):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from amaranth.back import verilog
 
+from ..hdl.emitter import memories_start_at_zero
 from ..hdl.generate import generate_verilog
 from ..toolchain import find_tool
 
@@ -83,10 +84,11 @@ def synth_cells(config, family="ecp5", design="tpu_core"):
 
 def synth_component_cells(component, family="ecp5", *, name="top", options=()):
     """{cell type: count} of an Amaranth component (memories without initial contents skip
-    their all-zero init, see hdl/__init__.py). ``options``: extra flags of the synth command,
+    their all-zero init, see hdl/emitter.py). ``options``: extra flags of the synth command,
     e.g. ``("-spram",)`` to map iCE40 memories to SB_SPRAM256KA."""
-    return synth_verilog_cells(verilog.convert(component, name=name, emit_src=False), name,
-                               family, options=options)
+    with memories_start_at_zero():
+        text = verilog.convert(component, name=name, emit_src=False)
+    return synth_verilog_cells(text, name, family, options=options)
 
 
 def synth_verilog_cells(verilog_text, top, family="ecp5", *, options=()):

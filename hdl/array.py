@@ -4,6 +4,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
+from ..arch import min_tile_length
 from .pe import (ICE40_MAC_WIDTHS, ProcessingElement, add_pe, ice40_mac_operands, ice40_mac_pair,
                  pe_outputs, pe_signature, pe_weight)
 
@@ -104,11 +105,6 @@ def _pe_instance(signature, pe, module_name):
     ports = {f"{'i' if member.flow == In else 'o'}_{name}": getattr(pe, name)
              for name, member in signature.members.items()}
     return Instance(module_name, i_clk=ClockSignal(), i_rst=ResetSignal(), **ports)
-
-
-def min_tile_length(config):
-    """Fewest activation vectors per weight tile that keep the array busy with no bubble."""
-    return config.rows + max(config.cols - 1, 1)
 
 
 class SystolicArray(wiring.Component):

@@ -5,6 +5,7 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
+from ..arch import ENGINE_OPCODES, PENDING_DEPTH, QUEUE_DEPTH, TOKEN_BITS, TOKEN_LIMIT, Engine
 from ..isa import INSTRUCTION_BITS, INSTRUCTION_BYTES, NUM_WINDOWS, ErrorCode, Header, Opcode, Window
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_read_signature
 from .engine import engine_members
@@ -18,22 +19,17 @@ __all__ = ["Controller", "ENGINES", "FETCH_ID", "supported_opcodes"]
 FETCH_ID = 1
 """ARID of instruction fetches (the load engine reads with ARID 0)."""
 
-ENGINES = {"load": ((Opcode.LOAD,), LOAD_INSTRUCTION),
-           "execute": ((Opcode.MATMUL, Opcode.SOFTMAX), EXECUTE_INSTRUCTION),
-           "store": ((Opcode.STORE, Opcode.PARAMS), STORE_INSTRUCTION)}
-"""Engines in chain order (each one's "prev" and "next" are its neighbours here), with the
-opcodes each one runs."""
+_ENGINE_LAYOUTS = {Engine.LOAD: LOAD_INSTRUCTION, Engine.EXECUTE: EXECUTE_INSTRUCTION,
+                  Engine.STORE: STORE_INSTRUCTION}
+ENGINES = {engine.name.lower(): (ENGINE_OPCODES[engine], _ENGINE_LAYOUTS[engine]) for engine in Engine}
+"""Engine ports by name, in chain order (`arch.Engine`), with the opcodes each one runs and the
+instruction layout it takes."""
+
 
 def supported_opcodes(config):
     """The opcodes a core of ``config`` runs; any other stops it with UNKNOWN_OPCODE."""
     return {op for opcodes, _ in ENGINES.values() for op in opcodes
             if op != Opcode.SOFTMAX or config.softmax}
-
-
-_QUEUE_DEPTH = 2
-_PENDING_DEPTH = 8
-_TOKEN_BITS = 8
-_TOKEN_LIMIT = 2 ** _TOKEN_BITS - 1 - _PENDING_DEPTH
 
 
 def engine_signature(layout):
@@ -92,8 +88,8 @@ class Controller(wiring.Component):
 
         # Dependency tokens between neighbours: tokens[i] goes forward (engine i -> i+1),
         # back_tokens[i] goes backward (engine i+1 -> i).
-        tokens = [Signal(_TOKEN_BITS, name=f"tokens_{i}_{i + 1}") for i in range(len(engines) - 1)]
-        back_tokens = [Signal(_TOKEN_BITS, name=f"tokens_{i + 1}_{i}")
+        tokens = [Signal(TOKEN_BITS, name=f"tokens_{i}_{i + 1}") for i in range(len(engines) - 1)]
+        back_tokens = [Signal(TOKEN_BITS, name=f"tokens_{i + 1}_{i}")
                        for i in range(len(engines) - 1)]
         token_changes = {id(s): ([], []) for s in tokens + back_tokens}
 
@@ -102,8 +98,8 @@ class Controller(wiring.Component):
         blocked, blocked_index = Const(0), Const(0, 32)
         for i, (name, (_, layout)) in enumerate(ENGINES.items()):
             port = engines[i]
-            queue = SyncFIFO(width=layout.size + 32, depth=_QUEUE_DEPTH)
-            pending = SyncFIFO(width=2, depth=_PENDING_DEPTH)  # push_prev, push_next
+            queue = SyncFIFO(width=layout.size + 32, depth=QUEUE_DEPTH)
+            pending = SyncFIFO(width=2, depth=PENDING_DEPTH)  # push_prev, push_next
             m.submodules[f"{name}_queue"] = queue
             m.submodules[f"{name}_pending"] = pending
             queues.append(queue)
@@ -122,9 +118,9 @@ class Controller(wiring.Component):
             # A push waits while its counter could overflow with the pushes still pending: the
             # watchdog then reports the program instead of the count wrapping to zero.
             if i > 0:
-                checks.append(~head.header.push_prev | (back_tokens[i - 1] < _TOKEN_LIMIT))
+                checks.append(~head.header.push_prev | (back_tokens[i - 1] < TOKEN_LIMIT))
             if i < len(engines) - 1:
-                checks.append(~head.header.push_next | (tokens[i] < _TOKEN_LIMIT))
+                checks.append(~head.header.push_next | (tokens[i] < TOKEN_LIMIT))
             m.d.comb += ready.eq(Cat(*checks).all())
 
             dispatch = Signal(name=f"{name}_dispatch")

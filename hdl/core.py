@@ -4,15 +4,33 @@ from amaranth.lib import memory, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import Out
 
+from ..registers import ADDR_WIDTH
 from .axi import (axi_lite_signature, axi_read_signature, axi_write_signature, connect_by_name,
                   flat_ports)
 from .controller import ENGINES, FETCH_ID, Controller
-from .csr import ADDR_WIDTH, ControlRegisters
+from .csr import ControlRegisters
 from .execute import ExecuteEngine, accumulator_row, probability_row, scratchpad_row
 from .load import LoadEngine
 from .store import StoreEngine
 
-__all__ = ["TpuCore"]
+__all__ = ["TpuCore", "run_wiring"]
+
+
+def run_wiring(csr, controller, *, start, busy):
+    """The statements from the control registers to the controller (``start`` and the program's
+    configuration) and back (``busy`` as STATUS.busy, the done and error events)."""
+    return [
+        controller.start.eq(start),
+        controller.program_base.eq(csr.program_base),
+        controller.program_length.eq(csr.program_length),
+        controller.windows.eq(csr.windows),
+        controller.watchdog_limit.eq(csr.watchdog_limit),
+        csr.busy.eq(busy),
+        csr.done_event.eq(controller.done_event),
+        csr.error_event.eq(controller.error_event),
+        csr.error_code.eq(controller.error_code),
+        csr.error_index.eq(controller.error_index),
+    ]
 
 
 class TpuCore(wiring.Component):
@@ -73,18 +91,10 @@ class TpuCore(wiring.Component):
             wiring.connect(datapath, execute.prob_read, probabilities.read_port())
 
         m.d.comb += [
-            controller.start.eq(start),
-            controller.program_base.eq(csr.program_base),
-            controller.program_length.eq(csr.program_length),
-            controller.windows.eq(csr.windows),
-            controller.watchdog_limit.eq(csr.watchdog_limit),
+            *run_wiring(csr, controller, start=start,
+                        busy=controller.busy | resetting | start_waiting),
             load.windows.eq(csr.windows),
             store.windows.eq(csr.windows),
-            csr.busy.eq(controller.busy | resetting | start_waiting),
-            csr.done_event.eq(controller.done_event),
-            csr.error_event.eq(controller.error_event),
-            csr.error_code.eq(controller.error_code),
-            csr.error_index.eq(controller.error_index),
         ]
         for name, engine in engines.items():
             port = getattr(controller, name)

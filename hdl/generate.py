@@ -5,6 +5,7 @@ from amaranth.back import verilog
 
 from .array import SystolicArray, lut_multiplier_pes, pe_module, pe_module_name
 from .core import TpuCore
+from .emitter import memories_start_at_zero
 from .sim_system import SimSystem
 
 __all__ = ["DESIGNS", "elaborate", "generate_verilog"]
@@ -62,10 +63,11 @@ def generate_verilog(config, design="tpu_core", name=None, *, family=None, **opt
     lut_pes = len(lut_multiplier_pes(config))
     kinds = [lut for lut, used in ((False, lut_pes < config.rows * config.cols),
                                    (True, lut_pes > 0)) if used]
-    # Amaranth marks every converted module as a top; only ``design`` may stay one, or yosys
-    # without -top picks a PE and deletes the core.
-    modules = [verilog.convert(pe_module(config, lut), emit_src=False,
-                               name=pe_module_name(lut, target.module_prefix))
-               .replace(_TOP_ATTRIBUTE, "", 1) for lut in kinds]
-    return "\n".join([*modules, verilog.convert(component, name=name or design, emit_src=False,
-                                                 platform=target)])
+    with memories_start_at_zero():
+        # Amaranth marks every converted module as a top; only ``design`` may stay one, or yosys
+        # without -top picks a PE and deletes the core.
+        modules = [verilog.convert(pe_module(config, lut), emit_src=False,
+                                   name=pe_module_name(lut, target.module_prefix))
+                   .replace(_TOP_ATTRIBUTE, "", 1) for lut in kinds]
+        top = verilog.convert(component, name=name or design, emit_src=False, platform=target)
+    return "\n".join([*modules, top])

@@ -4,6 +4,7 @@ from amaranth.lib import data, fifo, memory, wiring
 from amaranth.lib.wiring import In
 from amaranth.utils import ceil_log2
 
+from ..arch import MAX_OUTSTANDING, PLAN_DEPTH
 from ..config import CoreConfig
 from ..isa import (ErrorCode, Header, Im2colDescriptor, LoadIm2colInstruction, LoadInstruction,
                    TensorDescriptor)
@@ -22,11 +23,6 @@ LOAD_INSTRUCTION = data.StructLayout({
 """The bits of a LOAD the engine takes: ``LoadInstruction``, extended to cover
 ``LoadIm2colInstruction`` (which it is read as when ``header.im2col`` is set)."""
 
-PLAN_DEPTH = 64
-"""Planned steps buffered between the burst planner and the R channel. A burst carries at most
-a quarter of them: its AR goes out early, and the rest of the buffer hides the read latency."""
-MAX_OUTSTANDING = 8
-"""Read bursts in flight."""
 
 
 def _im2col_check(desc, lanes, rows):

@@ -3,11 +3,11 @@ from amaranth.hdl import ClockDomain, ClockSignal, Module, ResetSignal, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..registers import ADDR_WIDTH
 from .axi import (axi_lite_signature, axi_read_signature, axi_write_signature, connect_by_name,
                   flat_ports)
 from .axi_memory import AxiMemory
 from .core import TpuCore
-from .csr import ADDR_WIDTH
 
 __all__ = ["AxiReadDelay", "SimSystem"]
 

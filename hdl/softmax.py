@@ -42,6 +42,7 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In
 from amaranth.utils import ceil_log2
 
+from ..arch import SOFTMAX_OUT_FRAC as OUT_FRAC
 from ..config import CoreConfig
 from ..isa import ErrorCode, SoftmaxInstruction, SoftmaxMode
 from .engine import engine_members
@@ -51,7 +52,6 @@ __all__ = ["SoftmaxUnit", "FRAC", "ONE", "LF", "OUT_FRAC", "EXP_TABLE", "L_MAX",
 FRAC = 10
 ONE = 1 << 15
 LF = 20
-OUT_FRAC = 8
 EXP_TABLE = tuple(round(ONE * 2 ** (-k / 16)) for k in range(17))
 L_MAX = (1 << 48) - 1
 

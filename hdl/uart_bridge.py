@@ -1,52 +1,17 @@
 """The host link of a board: an 8N1 UART and a bridge from framed requests to the board's memory
-and the core's registers. The protocol is described in ``docs/uart-protocol.md``."""
+and the core's registers. The protocol is described in ``docs/uart-protocol.md``; its constants
+and layouts are `tpugen.wire`."""
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
-from amaranth.lib import data, enum, memory, stream, wiring
+from amaranth.lib import memory, stream, wiring
 from amaranth.lib.cdc import FFSynchronizer
 from amaranth.lib.wiring import In, Out
 
+from ..registers import ADDR_WIDTH as CSR_ADDR_WIDTH
+from ..wire import (BUS_TIMEOUT_CYCLES, CRC, FRAME_TIMEOUT_BITS, MAX_WORDS, REGISTER_SPACE,
+                    REPLY_SYNC, REQUEST_SYNC, Header, Op, Status)
 from .axi import AXI_RESP_OKAY, axi_lite_signature, memory_host_signature
-from .csr import ADDR_WIDTH as CSR_ADDR_WIDTH
 
-__all__ = ["BUS_TIMEOUT_CYCLES", "CRC_POLYNOMIAL", "FRAME_TIMEOUT_BITS", "MAX_WORDS",
-           "REGISTER_SPACE", "REPLY_SYNC", "REQUEST_SYNC", "Header", "Op", "Status",
-           "UartBridge", "UartRx", "UartTx", "bit_cycles"]
-
-REQUEST_SYNC = 0x5A
-REPLY_SYNC = 0xA5
-CRC_POLYNOMIAL = 0x07
-"""CRC-8 x^8 + x^2 + x + 1, initial value 0, not reflected, no final XOR."""
-MAX_WORDS = 128
-"""Largest COUNT: a frame's data fits the bridge's 512-byte buffer (one iCE40 block RAM)."""
-FRAME_TIMEOUT_BITS = 1000
-"""Bit times of silence that end a stalled frame, or the quiet period after an error."""
-BUS_TIMEOUT_CYCLES = 256
-"""Clock cycles an AXI4-Lite access may take before it fails with BUS_ERROR."""
-REGISTER_SPACE = 1 << CSR_ADDR_WIDTH
-"""Bytes of register offsets: 0..0xFFF."""
-
-
-class Op(enum.IntEnum, shape=8):
-    """Request operation."""
-    MEM_WRITE = 0x10
-    MEM_READ = 0x11
-    REG_WRITE = 0x12
-    REG_READ = 0x13
-
-
-class Status(enum.IntEnum, shape=8):
-    """Reply status."""
-    OK = 0
-    BAD_CRC = 1
-    BAD_OP = 2
-    BAD_ADDRESS = 3
-    BAD_LENGTH = 4
-    BUS_ERROR = 5
-    FRAME = 6
-
-
-Header = data.StructLayout({"op": Op, "address": 32, "count": 16, "crc": 8})
-"""The request bytes after SYNC, in wire order (little-endian fields)."""
+__all__ = ["UartBridge", "UartRx", "UartTx", "bit_cycles"]
 
 
 def bit_cycles(clk_freq, baud):
@@ -63,20 +28,6 @@ def bit_cycles(clk_freq, baud):
         raise ValueError(f"baud={baud!r} is invalid: clk_freq / {cycles} = "
                          f"{clk_freq / cycles:g} is more than 2% off")
     return cycles
-
-
-def _crc8_shift(value):
-    """The CRC-8 register ``value`` after shifting in eight zero bits."""
-    for _ in range(8):
-        value = (value << 1 & 0xFF) ^ (CRC_POLYNOMIAL if value & 0x80 else 0)
-    return value
-
-
-def _crc8_step(crc, byte):
-    """The CRC-8 register after shifting in ``byte``: an XOR of input bits per output bit."""
-    value = crc ^ byte
-    return Cat(Cat(value[j] for j in range(8) if _crc8_shift(1 << j) >> i & 1).xor()
-               for i in range(8))
 
 
 class UartRx(wiring.Component):
@@ -212,7 +163,7 @@ class UartBridge(wiring.Component):
         m.d.sync += pointer.eq(pointer_next)
 
         header = Signal(Header)
-        crc = Signal(8)
+        m.submodules.crc = crc = CRC.create()
         status = Signal(Status)
         word = Signal(32)
         data_end = Cat(Const(0, 2), header.count)
@@ -259,22 +210,22 @@ class UartBridge(wiring.Component):
         with m.FSM() as fsm:
             with m.State("HUNT"):
                 with m.If(got & (byte == REQUEST_SYNC) & ~draining):
-                    m.d.sync += crc.eq(0)
+                    m.d.comb += crc.start.eq(1)
                     m.d.comb += pointer_next.eq(0)
                     m.next = "HEADER"
             with m.State("HEADER"):
                 with m.If(receiver.frame_error):
                     answer(Status.FRAME)
                 with m.Elif(got):
-                    m.d.sync += [header.eq(Cat(header.as_value()[8:], byte)),
-                                 crc.eq(_crc8_step(crc, byte))]
+                    m.d.sync += header.eq(Cat(header.as_value()[8:], byte))
+                    m.d.comb += [crc.data.eq(byte), crc.valid.eq(1)]
                     m.d.comb += pointer_next.eq(pointer + 1)
                     with m.If(pointer == Header.size // 8 - 1):
                         m.next = "CHECK_HEADER"
                 with m.Elif(quiet):
                     m.next = "HUNT"
             with m.State("CHECK_HEADER"):
-                with m.If(crc != 0):
+                with m.If(~crc.match_detected):
                     answer(Status.BAD_CRC)
                 with m.Elif(~known_op):
                     answer(Status.BAD_OP)
@@ -291,7 +242,7 @@ class UartBridge(wiring.Component):
                 with m.If(receiver.frame_error):
                     answer(Status.FRAME)
                 with m.Elif(got):
-                    m.d.sync += crc.eq(_crc8_step(crc, byte))
+                    m.d.comb += [crc.data.eq(byte), crc.valid.eq(1)]
                     with m.If(pointer == data_end):
                         m.next = "CHECK_DATA"
                     with m.Else():
@@ -300,7 +251,7 @@ class UartBridge(wiring.Component):
                 with m.Elif(quiet):
                     m.next = "HUNT"
             with m.State("CHECK_DATA"):
-                with m.If(crc != 0):
+                with m.If(~crc.match_detected):
                     answer(Status.BAD_CRC)
                 with m.Else():
                     m.d.comb += pointer_next.eq(0)
@@ -364,24 +315,24 @@ class UartBridge(wiring.Component):
             with m.State("REPLY_SYNC"):
                 m.d.comb += [reply.payload.eq(REPLY_SYNC), reply.valid.eq(1)]
                 with m.If(reply.ready):
-                    m.d.sync += crc.eq(0)
+                    m.d.comb += crc.start.eq(1)
                     m.next = "REPLY_STATUS"
             with m.State("REPLY_STATUS"):
                 m.d.comb += [reply.payload.eq(status), reply.valid.eq(1)]
                 with m.If(reply.ready):
-                    m.d.sync += crc.eq(_crc8_step(crc, reply.payload))
+                    m.d.comb += [crc.data.eq(reply.payload), crc.valid.eq(1)]
                     m.next = "REPLY_CRC"
                     with m.If((status == Status.OK) & is_read):
                         m.next = "REPLY_DATA"
             with m.State("REPLY_DATA"):
                 m.d.comb += [reply.payload.eq(buffer_read.data), reply.valid.eq(1)]
                 with m.If(reply.ready):
-                    m.d.sync += crc.eq(_crc8_step(crc, reply.payload))
+                    m.d.comb += [crc.data.eq(reply.payload), crc.valid.eq(1)]
                     m.d.comb += pointer_next.eq(pointer + 1)
                     with m.If(pointer + 1 == data_end):
                         m.next = "REPLY_CRC"
             with m.State("REPLY_CRC"):
-                m.d.comb += [reply.payload.eq(crc), reply.valid.eq(1)]
+                m.d.comb += [reply.payload.eq(crc.crc), reply.valid.eq(1)]
                 with m.If(reply.ready):
                     m.next = "HUNT"
 

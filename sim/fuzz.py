@@ -1,4 +1,4 @@
-"""Program fuzzing of the whole core: hypothesis strategies for cases, and a model of the outcome.
+"""Program fuzzing of the whole core: hypothesis strategies for cases.
 
 A *case* is plain data (JSON): memory contents, access windows, PROGRAM_BASE, PROGRAM_LENGTH
 and WATCHDOG, the outcomes the core may end with, a bound on its cycles (and the instructions
@@ -9,41 +9,24 @@ random instructions from the encoder with mostly sensible and sometimes broken f
 LOADs and STOREs made to reach the errors that random programs rarely reach first, and raw
 random bytes.
 
-`predict` is the model of the outcome. Each instruction's own result is exact: the descriptor
-checks in the hardware's order (``TileCheck``, the MATMUL and SOFTMAX checks, the im2col
-check), then a walk of every element, in order, against the windows and the 32-bit address
-space. The controller is modelled as in-order queues of two instructions per engine fed by an
-in-order fetcher, and VTA-style tokens between neighbouring engines. With one consumer per
-token counter the model's final state does not depend on timing, so a program that errs
-nowhere must end done, or with WATCHDOG blaming the oldest instruction waiting for a token.
-When some reachable instruction errs, the core must stop with one of those errors (which one
-comes first depends on timing), at that instruction's index.
+The outcome model, `predict`, is `sim/fuzz_model.py`.
 """
 import functools
-import itertools
-from collections import deque
-from dataclasses import dataclass
-from types import SimpleNamespace
 
 import numpy as np
-from amaranth.hdl import Shape
-from amaranth.lib import data
 from hypothesis import strategies as st
 
+from ..arch import QUEUE_DEPTH, TOKEN_FLAGS, TOKEN_LIMIT, Engine, token_flag_bit
 from ..firmware.epilogue import Epilogue
 from ..firmware.matmul import (compile_conv2d, compile_matmul, conv2d_lowering,
                                conv2d_output_shape, conv2d_weights)
 from ..firmware.program import Deps, Dim, Program, tensor
-from ..hdl.controller import _TOKEN_LIMIT
-from ..isa import (DIMS, INSTRUCTION_BYTES, ErrorCode, Header, LoadIm2colInstruction,
-                   LoadInstruction, MatmulInstruction, Opcode, ParamsInstruction,
-                   SoftmaxInstruction, SoftmaxMode, StoreInstruction)
+from ..isa import INSTRUCTION_BYTES, Opcode, SoftmaxInstruction, SoftmaxMode
+from .fuzz_model import DONE, MEMORY_SIZE, predict
 from .golden import apply_epilogue, conv2d_int32, matmul_int32
 
-__all__ = ["DONE", "KINDS", "MEMORY_SIZE", "Prediction", "cases", "defect_cases", "predict"]
+__all__ = ["KINDS", "cases", "defect_cases"]
 
-MEMORY_SIZE = 1 << 20
-"""Bytes of the testbench's memory; addresses wrap around it."""
 PROGRAM, PROGRAM_SPACE = 0x00000, 0x2000
 DATA, DATA_SPACE = 0x10000, 0x8000
 OUTPUT, OUTPUT_SPACE = 0x20000, 0x8000
@@ -52,316 +35,6 @@ TOP, TOP_SPACE = (1 << 32) - 0x10000, 0x10000
 WATCHDOGS = (256, 1024)
 MAX_CYCLES = 60_000
 """Cases whose bound is larger are not drawn (they would slow the run down)."""
-
-QUEUE_DEPTH = 2
-"""Instructions each engine's queue in the controller holds (``hdl/controller.py``)."""
-TOKEN_LIMIT = _TOKEN_LIMIT
-"""Unconsumed pushes per token counter that always complete (``hdl/controller.py``: a push waits
-while its counter is at the limit, and how many dispatched pushes land past it depends on
-timing); a case that could need more is not drawn."""
-ENGINES = {Opcode.LOAD: 0, Opcode.MATMUL: 1, Opcode.SOFTMAX: 1, Opcode.STORE: 2,
-           Opcode.PARAMS: 2}
-"""Engine of each opcode, in chain order (load -> execute -> store)."""
-FETCH_CYCLES = 40
-"""Upper bound of one instruction fetch and dispatch, in cycles."""
-DONE = ("NONE", None)
-"""The outcome of a program that reaches END."""
-
-
-# --- The model -----------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class _Step:
-    """One instruction as the controller sees it."""
-    engine: int
-    pop_prev: bool
-    pop_next: bool
-    push_prev: bool
-    push_next: bool
-    error: ErrorCode
-    cycles: int
-    written: tuple = ()  # (first, last) byte addresses a STORE writes before any error
-
-
-@dataclass(frozen=True)
-class Prediction:
-    outcomes: frozenset
-    """(ErrorCode name, error index) pairs the core may end with; ``DONE`` for done."""
-    cycles: int
-    """Upper bound of the cycles to the interrupt without memory stalls."""
-    fetched: int
-    """Instructions the fetcher may queue."""
-    written: tuple
-    """(first, last) byte addresses that STOREs may write."""
-    tokens: int
-    """The largest token count reached."""
-    reaches_end: bool
-    """The fetcher reaches END (or PROGRAM_LENGTH) unless an engine error stops it first."""
-
-
-def _window_ok(windows, address, size, permission):
-    """``hdl/walker.py`` window_ok: [address, address + size) inside an enabled window."""
-    flag = 2 if permission == "read" else 3
-    return any(w[1] != 0 and w[flag] and w[0] <= address and address + size <= w[0] + w[1]
-               for w in windows)
-
-
-def _walk(addresses, windows, beat_bytes, permission):
-    """The first error of a DMA walk over in-bounds element ``addresses`` (in order), and the
-    addresses that pass before it."""
-    passed = []
-    for address in addresses:
-        if address >= 1 << 32:
-            return ErrorCode.ADDRESS_OVERFLOW, passed
-        if not _window_ok(windows, address - address % beat_bytes, beat_bytes, permission):
-            code = ErrorCode.LOAD_WINDOW if permission == "read" else ErrorCode.STORE_WINDOW
-            return code, passed
-        passed.append(address)
-    return ErrorCode.NONE, passed
-
-
-def _extents(desc):
-    return [desc.dims[d].extent for d in range(DIMS)]
-
-
-def _tensor_addresses(desc):
-    """Addresses of the in-bounds elements of a tensor descriptor, dim 0 fastest."""
-    dims = [desc.dims[d] for d in range(DIMS)]
-    for index in itertools.product(*(range(d.extent) for d in reversed(dims))):
-        coords = [d.start + i for d, i in zip(dims, reversed(index))]
-        if all(0 <= c < d.bound for c, d in zip(coords, dims)):
-            yield desc.base + sum(c * d.stride for c, d in zip(coords, dims))
-
-
-def _tile_check(desc, max_extent0, rows, elem_log2s, pool=False, pitch=0):
-    """``hdl/walker.py`` TileCheck: the descriptor's error before any access."""
-    e = _extents(desc)
-    if desc.elem_log2 not in elem_log2s:
-        return ErrorCode.BAD_ELEMENT
-    if 0 in e or e[0] > max_extent0 or pool and (e[3] != 1 or pitch == 0):
-        return ErrorCode.BAD_EXTENT
-    used = pitch * (2 * e[2] - 1) * e[3] + 2 * e[1] if pool else e[1] * e[2] * e[3]
-    if desc.sram_row + used > rows:
-        return ErrorCode.SRAM_RANGE
-    mask = (1 << desc.elem_log2) - 1
-    if any(v & mask for v in [desc.base] + [desc.dims[d].stride for d in range(DIMS)]):
-        return ErrorCode.MISALIGNED
-    return ErrorCode.NONE
-
-
-def _im2col_addresses(d):
-    """Addresses of the in-bounds elements of an im2col tile, in walk order (``Im2colWalker``)."""
-    n, p, q = d.n0, d.p0, d.q0
-    for _ in range(d.rows):
-        c, r, s = d.c0, d.r0, d.s0
-        for _ in range(d.lanes):
-            h = p * d.conv_stride - d.padding + r * d.dilation
-            w = q * d.conv_stride - d.padding + s * d.dilation
-            if n < d.batch and c < d.channels and 0 <= h < d.height and 0 <= w < d.width:
-                yield d.base + n * d.stride_n + c * d.stride_c + h * d.stride_h + w * d.stride_w
-            s, r, c = ((s + 1, r, c) if s + 1 < d.kernel_w else
-                       (0, r + 1, c) if r + 1 < d.kernel_h else (0, 0, c + 1))
-        q, p, n = ((q + 1, p, n) if q + 1 < d.out_width else
-                   (0, p + 1, n) if p + 1 < d.out_height else (0, 0, n + 1))
-
-
-def _load(config, instr, windows):
-    beat = config.axi_data_width // 8
-    if instr.header.im2col:
-        d = instr.im2col
-        if (0 in (d.rows, d.lanes, d.kernel_h, d.kernel_w, d.conv_stride)
-                or d.lanes > config.lanes):
-            return ErrorCode.BAD_EXTENT, 40
-        if d.sram_row + d.rows > config.scratchpad_rows:
-            return ErrorCode.SRAM_RANGE, 40
-        return _walk(_im2col_addresses(d), windows, beat, "read")[0], 80 + 3 * d.rows * d.lanes
-    desc = instr.tensor
-    code = _tile_check(desc, config.lanes, config.scratchpad_rows, (0,))
-    if code != ErrorCode.NONE:
-        return code, 60
-    e = _extents(desc)
-    cycles = 60 + 3 * e[0] * e[1] * e[2] * e[3]
-    return _walk(_tensor_addresses(desc), windows, beat, "read")[0], cycles
-
-
-def _store(config, instr, windows):
-    desc, epilogue = instr.tensor, instr.epilogue
-    if desc.elem_log2 != (0 if epilogue.requant else 2):
-        return ErrorCode.BAD_ELEMENT, 10, ()
-    code = _tile_check(desc, config.cols, config.accumulator_rows, (0, 2), bool(epilogue.pool),
-                       epilogue.pool_pitch)
-    if code != ErrorCode.NONE:
-        return code, 60, ()
-    code, passed = _walk(_tensor_addresses(desc), windows, config.axi_data_width // 8, "write")
-    written = (min(passed), max(passed) + (1 << desc.elem_log2) - 1) if passed else ()
-    e = _extents(desc)
-    return code, 60 + 6 * e[0] * e[1] * e[2] * e[3], written
-
-
-def _matmul(config, instr):
-    act_rows = config.probability_rows if instr.act_probabilities else config.scratchpad_rows
-    if instr.count == 0:
-        code = ErrorCode.BAD_EXTENT
-    elif (instr.weight_row + config.rows > config.scratchpad_rows
-          or instr.act_row + ((instr.count - 1) << instr.act_stride_log2) >= act_rows
-          or instr.acc_row + instr.count > config.accumulator_rows):
-        code = ErrorCode.SRAM_RANGE
-    else:
-        code = ErrorCode.NONE
-    return code, 40 + 2 * (instr.count + config.rows + config.cols)
-
-
-def _softmax(config, instr):
-    mode = instr.mode
-    block = mode == SoftmaxMode.BLOCK.value
-    acc_rows, prob_rows = config.accumulator_rows, config.probability_rows
-    if mode not in (SoftmaxMode.BLOCK.value, SoftmaxMode.NORMALIZE.value):
-        code = ErrorCode.UNKNOWN_OPCODE
-    elif instr.count == 0 or instr.o_tiles == 0 or block and instr.tiles == 0:
-        code = ErrorCode.BAD_EXTENT
-    elif (instr.o_row + instr.o_tiles * instr.count > acc_rows
-          or instr.state_row + instr.count > prob_rows
-          or block and (instr.score_row + instr.tiles * instr.count > acc_rows
-                        or instr.p_row + instr.tiles * instr.count > prob_rows)):
-        code = ErrorCode.SRAM_RANGE
-    else:
-        code = ErrorCode.NONE
-    per_query = 2 * instr.tiles + instr.o_tiles if block else max(instr.o_tiles, 10)
-    return code, 60 + 2 * instr.count * per_query
-
-
-def _opcode(raw):
-    """The opcode of instruction bytes ``raw``: an `Opcode`, or None when it is not one."""
-    value = raw[0] & ((1 << Opcode.as_shape().width) - 1)
-    return Opcode(value) if value in {op.value for op in Opcode} else None
-
-
-@functools.cache
-def _unpacker(layout):
-    """A function from bits to the fields of ``layout`` as plain integers (namespaces and lists
-    for structs and arrays): `isa.decode`'s views are too slow for fuzzing."""
-    if isinstance(layout, data.StructLayout):
-        fields = [(name, field.offset, _unpacker(field.shape)) for name, field in layout]
-        return lambda bits: SimpleNamespace(**{name: unpack(bits >> offset)
-                                               for name, offset, unpack in fields})
-    if isinstance(layout, data.ArrayLayout):
-        unpack, size = _unpacker(layout.elem_shape), Shape.cast(layout.elem_shape).width
-        return lambda bits: [unpack(bits >> (i * size)) for i in range(layout.length)]
-    shape = Shape.cast(layout)
-    mask, sign = (1 << shape.width) - 1, 1 << (shape.width - 1)
-    if shape.signed:
-        return lambda bits: ((bits & mask) ^ sign) - sign
-    return lambda bits: bits & mask
-
-
-_LAYOUTS = {Opcode.LOAD: LoadInstruction, Opcode.MATMUL: MatmulInstruction,
-            Opcode.STORE: StoreInstruction, Opcode.PARAMS: ParamsInstruction,
-            Opcode.SOFTMAX: SoftmaxInstruction}
-
-
-def _instruction_step(config, raw, windows):
-    """The `_Step` of instruction bytes ``raw`` (an opcode of an engine)."""
-    opcode = _opcode(raw)
-    bits = int.from_bytes(raw, "little")
-    header = _unpacker(Header)(bits)
-    layout = LoadIm2colInstruction if opcode == Opcode.LOAD and header.im2col else _LAYOUTS[opcode]
-    instr = _unpacker(layout)(bits)
-    written = ()
-    if opcode == Opcode.LOAD:
-        code, cycles = _load(config, instr, windows)
-    elif opcode == Opcode.STORE:
-        code, cycles, written = _store(config, instr, windows)
-    elif opcode == Opcode.MATMUL:
-        code, cycles = _matmul(config, instr)
-    elif opcode == Opcode.SOFTMAX:
-        code, cycles = _softmax(config, instr)
-    else:
-        code, cycles = ErrorCode.NONE, 10
-    engine = ENGINES[opcode]
-    return _Step(engine=engine, error=code, cycles=cycles, written=written,
-                 pop_prev=engine > 0 and bool(header.pop_prev),
-                 pop_next=engine < 2 and bool(header.pop_next),
-                 push_prev=engine > 0 and bool(header.push_prev),
-                 push_next=engine < 2 and bool(header.push_next))
-
-
-def predict(config, image, windows, program_base, program_length, watchdog):
-    """What the core must do with the memory ``image`` (MEMORY_SIZE bytes), ``windows`` (base,
-    size, readable, writable) and the program registers: a `Prediction`."""
-    queues = [deque() for _ in range(3)]
-    forward = [0, 0]   # forward[i]: tokens from engine i to i + 1
-    backward = [0, 0]  # backward[i]: tokens from engine i + 1 to i
-    errors = set()
-    written = []
-    pc, fetching, ended = 0, True, False
-    cycles = most_tokens = 0
-    moved = True
-    while moved:
-        moved = False
-        for engine, queue in enumerate(queues):
-            while queue:
-                index, step = queue[0]
-                if (step.pop_prev and forward[engine - 1] == 0
-                        or step.pop_next and backward[engine] == 0):
-                    break
-                queue.popleft()
-                moved = True
-                if step.pop_prev:
-                    forward[engine - 1] -= 1
-                if step.pop_next:
-                    backward[engine] -= 1
-                # An instruction that errs also "completes" here: the model then reaches every
-                # instruction the core could reach before its first error.
-                if step.push_prev:
-                    backward[engine - 1] += 1
-                if step.push_next:
-                    forward[engine] += 1
-                most_tokens = max(most_tokens, *forward, *backward)
-                cycles += step.cycles
-                if step.error != ErrorCode.NONE:
-                    errors.add((step.error.name, index))
-                if step.written:
-                    written.append(step.written)
-        if not fetching:
-            continue
-        address = (program_base + pc * INSTRUCTION_BYTES) % (1 << 32)
-        fault = None
-        if pc == program_length:
-            fetching, ended = False, True
-        elif program_base % INSTRUCTION_BYTES:
-            fault = ErrorCode.MISALIGNED
-        elif not _window_ok(windows, address, INSTRUCTION_BYTES, "read"):
-            fault = ErrorCode.PROGRAM_WINDOW
-        else:
-            offset = address % MEMORY_SIZE
-            raw = bytes(image[offset:offset + INSTRUCTION_BYTES])
-            opcode = _opcode(raw)
-            if opcode == Opcode.END:
-                fetching, ended = False, True
-            elif opcode is None:
-                fault = ErrorCode.UNKNOWN_OPCODE
-            else:
-                step = _instruction_step(config, raw, windows)
-                if len(queues[step.engine]) < QUEUE_DEPTH:  # else the fetcher waits
-                    queues[step.engine].append((pc, step))
-                    pc += 1
-                    cycles += FETCH_CYCLES
-                    moved = True
-        if fault is not None:
-            errors.add((fault.name, pc))
-            fetching = False
-        if not fetching:
-            moved = True  # one more pass for the engines, without the fetcher
-    cycles += FETCH_CYCLES + 500
-    if errors:
-        outcomes = errors
-    elif ended and not any(queues):
-        outcomes = {DONE}
-    else:
-        outcomes = {(ErrorCode.WATCHDOG.name, min(q[0][0] for q in queues if q))}
-        cycles += watchdog
-    return Prediction(outcomes=frozenset(outcomes), cycles=cycles, fetched=pc,
-                      written=tuple(written), tokens=most_tokens, reaches_end=ended)
 
 
 # --- Strategies ----------------------------------------------------------------------------
@@ -611,7 +284,7 @@ def _case(config, name, *, program, windows, base, length, watchdog, memory=(), 
     for at, content in writes:
         image[at:at + len(content)] = content
     prediction = predict(config, image, windows, base, length, watchdog)
-    fetched = (base, base + (prediction.fetched + 3 * QUEUE_DEPTH + 1) * INSTRUCTION_BYTES)
+    fetched = (base, base + (prediction.fetched + len(Engine) * QUEUE_DEPTH + 1) * INSTRUCTION_BYTES)
     overwrites = any(_aliases(fetched, written) for written in prediction.written)
     if prediction.cycles > MAX_CYCLES or prediction.tokens > TOKEN_LIMIT or overwrites:
         return None
@@ -739,7 +412,7 @@ def mutated_cases(draw, config):
         kind = draw(st.sampled_from(["flip", "flip", "drop", "duplicate", "swap", "byte", "cut"]))
         i = draw(st.integers(0, len(instructions) - 1))
         if kind == "flip":
-            bit = draw(st.integers(4, 7))  # pop_prev, pop_next, push_prev, push_next
+            bit = token_flag_bit(draw(st.sampled_from(TOKEN_FLAGS)))
             instructions[i] = _with_bits(instructions[i], bit, 1, instructions[i][0] >> bit ^ 1)
         elif kind == "drop" and len(instructions) > 1:
             del instructions[i]

@@ -1,22 +1,12 @@
 """`RegisterModel`: the control registers of a `tpu_core` as a Python object, for driver tests."""
-from ..hdl.csr import COUNTERS, REGISTERS, constant_registers, register
 from ..isa import ErrorCode
+from ..registers import COUNTERS, REGISTERS, constant_registers, register
 
 __all__ = ["RegisterModel"]
 
 _BY_OFFSET = {reg.offset: reg for reg in REGISTERS}
 _COUNTER_HALVES = {f"{name.upper()}_{half}": (name, half)
                    for name in COUNTERS for half in ("LO", "HI")}
-
-
-def _pack(name, **values):
-    fields = {field.name: field for field in register(name).fields}
-    return sum(int(value) << fields[field].lsb for field, value in values.items())
-
-
-def _unpack(name, word):
-    return {field.name: word >> field.lsb & ((1 << field.width) - 1)
-            for field in register(name).fields}
 
 
 class RegisterModel:
@@ -61,7 +51,8 @@ class RegisterModel:
     @property
     def irq(self):
         """The core's interrupt line."""
-        return bool(self.stored["IRQ_ENABLE"] & 1 and self.pending)
+        enabled = register("IRQ_ENABLE").fields_of(self.stored["IRQ_ENABLE"]).enable
+        return bool(enabled and self.pending)
 
     def advance(self, ticks):
         """Let ``ticks`` ticks pass without an access."""
@@ -99,10 +90,10 @@ class RegisterModel:
         self.busy = False
         if self.outcome == ErrorCode.NONE:
             self.done = True
-            self.pending |= _pack("IRQ_STATUS", done=1)
+            self.pending |= register("IRQ_STATUS").value(done=1)
         else:
             self.error = True
-            self.pending |= _pack("IRQ_STATUS", error=1)
+            self.pending |= register("IRQ_STATUS").value(error=1)
             self.error_code, self.latched_index = self.outcome, self.error_index
 
     def _read(self, reg, offset):
@@ -121,9 +112,9 @@ class RegisterModel:
             return self.counters[name] & 0xFFFF_FFFF
         return {
             "CONTROL": 0,
-            "STATUS": _pack("STATUS", busy=self.busy, done=self.done, error=self.error),
+            "STATUS": register("STATUS").value(busy=self.busy, done=self.done, error=self.error),
             "IRQ_STATUS": self.pending,
-            "ERROR_CODE": _pack("ERROR_CODE", code=self.error_code.value),
+            "ERROR_CODE": register("ERROR_CODE").value(code=self.error_code.value),
             "ERROR_INDEX": self.latched_index,
         }[reg.name]
 
@@ -137,10 +128,10 @@ class RegisterModel:
         elif reg.name == "IRQ_STATUS":
             self.pending &= ~value
         elif reg.name == "CONTROL":
-            control = _unpack("CONTROL", value)
-            if control["soft_reset"]:
+            control = register("CONTROL").fields_of(value)
+            if control.soft_reset:
                 self._soft_reset()
-            elif control["start"]:
+            elif control.start:
                 self._start()
 
     def _start(self):

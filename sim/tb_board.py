@@ -7,7 +7,7 @@ import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, Event, FallingEdge, First, Timer
 
-from ..hdl.uart_bridge import FRAME_TIMEOUT_BITS
+from ..wire import FRAME_TIMEOUT_BITS
 from .session import connect_to_host
 
 PERIOD_NS = 10

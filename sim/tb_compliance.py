@@ -18,7 +18,7 @@ from ..firmware.attention import (attention_operands, compile_attention, plan_at
 from ..firmware.device import access_windows, operand_layout, program_placement
 from ..firmware.matmul import compile_conv2d, compile_matmul, conv2d_lowering, conv2d_weights
 from ..firmware.program import Program
-from ..hdl.csr import register, window_writes
+from ..registers import register, window_writes
 from ..isa import NUM_WINDOWS, ErrorCode
 from .attention_model import attention_int8_model
 from .core_driver import CoreDriver
@@ -149,7 +149,7 @@ async def locked_registers(dut):
     before = {name: await core.read(name) for name in moves}
     answers = {name: await core.write(name, value) for name, value in moves.items()}
     during = {name: await core.read(name) for name in moves}
-    busy = register("STATUS").layout.from_bits(await core.read("STATUS")).busy
+    busy = register("STATUS").fields_of(await core.read("STATUS")).busy
     accepted = {name: answer.name for name, answer in answers.items() if answer != AxiResp.SLVERR}
     assert not accepted, f"written while STATUS.busy, answered: {accepted}"
     assert during == before, f"changed while busy: {before} -> {during}"

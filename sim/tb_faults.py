@@ -15,11 +15,12 @@ from cocotbext.axi import AxiResp
 
 from tpugen import CoreConfig
 
+from ..arch import opcode_of
 from ..firmware.epilogue import Epilogue
 from ..firmware.matmul import compile_matmul
 from ..firmware.program import Deps, Dim, Program, tensor
-from ..hdl.csr import register
 from ..isa import INSTRUCTION_BYTES, ErrorCode, Opcode, decode
+from ..registers import register
 from .core_driver import CoreDriver
 from .fault_memory import Fault, FaultyAxiRam
 from .golden import apply_epilogue, matmul_int32
@@ -65,7 +66,7 @@ class _Job:
     def index_of(self, opcode, base=None):
         """Index of the first instruction with ``opcode`` (and tensor ``base``)."""
         return next(i for i, raw in enumerate(self.program.instructions)
-                    if raw[0] & 0xF == opcode.value
+                    if opcode_of(raw) == opcode
                     and (base is None or decode(raw).tensor.base == base))
 
 
@@ -90,7 +91,7 @@ async def _good_program(core, rng, label):
 
 
 async def _status(core):
-    return register("STATUS").layout.from_bits(await core.read("STATUS"))
+    return register("STATUS").fields_of(await core.read("STATUS"))
 
 
 async def _hard_reset(core):
@@ -219,7 +220,7 @@ async def interrupt(dut):
                 await core.write("IRQ_ENABLE", 1)
                 assert int(dut.irq.value) == 1, "enabling the interrupt with a cause pending"
                 await core.write("IRQ_ENABLE", 0)
-            await core.write("IRQ_STATUS", 0b11)
+            await core.write("IRQ_STATUS", register("IRQ_STATUS").mask)
             await ClockCycles(dut.clk, 20)
             assert int(dut.irq.value) == 0 and await core.read("IRQ_STATUS") == 0
             if job:

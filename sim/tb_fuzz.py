@@ -24,10 +24,10 @@ from cocotb.triggers import RisingEdge, SimTimeoutError, with_timeout
 
 from tpugen import CoreConfig
 
-from ..hdl.csr import register
+from ..registers import register
 from ..isa import ErrorCode
 from .core_driver import CoreDriver
-from .fuzz import MEMORY_SIZE
+from .fuzz_model import MEMORY_SIZE
 from .latency_ram import LatencyAxiRam
 
 CLOCK_NS = 10
@@ -69,7 +69,7 @@ async def _run(core, case, slack, rng):
         return {**outcome, "hang": True, "status": await core.read("STATUS"),
                 "checker": core.checker.errors[seen:]}
     outcome["latency"] = int((get_sim_time("ns") - started) // CLOCK_NS)
-    status = register("STATUS").layout.from_bits(await core.read("STATUS"))
+    status = register("STATUS").fields_of(await core.read("STATUS"))
     outcome.update({
         "hang": False, "busy": int(status.busy), "done": int(status.done),
         "error_bit": int(status.error),
@@ -78,7 +78,7 @@ async def _run(core, case, slack, rng):
         "cycles": await core.read("CYCLES_LO"),
         "irq_status": await core.read("IRQ_STATUS"),
     })
-    await core.write("IRQ_STATUS", 0b11)
+    await core.write("IRQ_STATUS", register("IRQ_STATUS").mask)
     outcome["irq_after_ack"] = int(dut.irq.value)
     outcome["check"] = [core.ram.read(address, len(content) // 2).hex()
                         for address, content in case["check"]]

@@ -16,7 +16,7 @@ from tpugen import CoreConfig
 
 from ..firmware.device import access_windows, operand_layout, program_placement
 from ..firmware.matmul import compile_matmul
-from ..hdl.csr import register
+from ..registers import register
 from ..isa import INSTRUCTION_BYTES
 from .golden import matmul_int32
 from .system_driver import SystemDriver
@@ -57,13 +57,13 @@ async def matmul(dut):
     await write("IRQ_ENABLE", 1)
 
     started, cpu_started, sim_started = time.perf_counter(), time.process_time(), get_sim_time("ns")
-    await write("CONTROL", register("CONTROL").layout.const({"start": 1}).as_bits())
+    await write("CONTROL", register("CONTROL").value(start=1))
     assert await system.wait_interrupt(params["timeout_cycles"]), "no interrupt"
     stats["run_seconds"] = time.perf_counter() - started
     stats["run_cpu_seconds"] = time.process_time() - cpu_started
     stats["sim_cycles"] = round((get_sim_time("ns") - sim_started) / system.period_ns)
 
-    status = register("STATUS").layout.from_bits(await read("STATUS"))
+    status = register("STATUS").fields_of(await read("STATUS"))
     assert status.done, f"the core stopped with error code {await read('ERROR_CODE')}"
     stats.update(await system.counters())
 

@@ -10,7 +10,7 @@ from tpugen.config import PRESETS
 from tpugen.firmware.board import BoardDevice, config_from_registers
 from tpugen.firmware.device import DeviceError
 from tpugen.sim.board_sim import simulated_board
-from tpugen.hdl.csr import CSR_VERSION, constant_registers
+from tpugen.registers import CSR_VERSION, constant_registers
 from tpugen.sim.golden import conv2d_int32, matmul_int32
 
 BOARD_CORE = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1, axi_data_width=32)

@@ -17,8 +17,9 @@ from amaranth.sim import Simulator
 from tpugen import CoreConfig
 from tpugen.firmware.c_header import c_header
 from tpugen.hdl.axi import AXI_RESP_OKAY
-from tpugen.hdl.csr import COUNTERS, REGISTERS, ControlRegisters, constant_registers, register
+from tpugen.hdl.csr import ControlRegisters
 from tpugen.isa import NUM_WINDOWS, ErrorCode
+from tpugen.registers import COUNTERS, REGISTERS, constant_registers, register
 from tpugen.sim.pysim_axil import AxiLiteMaster
 from tpugen.sim.register_model import RegisterModel
 

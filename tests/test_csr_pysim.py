@@ -9,9 +9,10 @@ from amaranth.sim import Simulator
 
 from tpugen import CoreConfig
 from tpugen.hdl.axi import AXI_RESP_OKAY, AXI_RESP_SLVERR
-from tpugen.hdl.csr import (COUNTERS, ID_MAGIC, REGISTERS, ControlRegisters, Register, constant_registers, register,
-                            registers_markdown)
+from tpugen.hdl.csr import ControlRegisters
 from tpugen.isa import NUM_WINDOWS, ErrorCode
+from tpugen.registers import (COUNTERS, ID_MAGIC, REGISTERS, Register, constant_registers, register,
+                              registers_markdown)
 from tpugen.sim.pysim_axil import WRITE_ORDERS, AxiLiteMaster
 
 OKAY, SLVERR = AXI_RESP_OKAY, AXI_RESP_SLVERR
@@ -83,7 +84,7 @@ def test_register_map():
 
 def test_registers_markdown_is_current():
     doc = Path(__file__).parent.parent / "docs" / "registers.md"
-    assert doc.read_text() == registers_markdown(), "run: python -c 'from tpugen.hdl.csr import " \
+    assert doc.read_text() == registers_markdown(), "run: python -c 'from tpugen.registers import " \
         "registers_markdown; print(registers_markdown(), end=\"\")' > docs/registers.md"
 
 

@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from tpugen import CoreConfig
 from tpugen.firmware.program import Program
 from tpugen.isa import ErrorCode
-from tpugen.sim.fuzz import DONE, KINDS, MEMORY_SIZE, predict
+from tpugen.sim.fuzz import KINDS
+from tpugen.sim.fuzz_model import DONE, MEMORY_SIZE, predict
 
 SMALL = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1, axi_data_width=64)
 PROGRAMS = int(os.environ.get("TPUGEN_FUZZ_PROGRAMS", "200"))

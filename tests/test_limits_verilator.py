@@ -8,12 +8,12 @@ from amaranth.hdl import Shape
 from amaranth.lib import data
 
 from tpugen import CoreConfig
+from tpugen.arch import PENDING_DEPTH, TOKEN_BITS, TOKEN_LIMIT
 from tpugen.firmware import SimDevice
 from tpugen.firmware.attention import log2_scale, quantize_int8
 from tpugen.firmware.epilogue import Epilogue
 from tpugen.firmware.matmul import conv2d_lowering
 from tpugen.firmware.program import Program
-from tpugen.hdl.controller import _PENDING_DEPTH, _TOKEN_BITS, _TOKEN_LIMIT
 from tpugen.isa import INSTRUCTION_BITS, INSTRUCTION_BYTES, Header, Opcode, decode
 from tpugen.sim.attention_model import attention_int8_model, softmax_int8_model
 from tpugen.sim.golden import apply_epilogue, conv2d_int32, matmul_int32
@@ -27,37 +27,37 @@ WATCHDOG = 300
 def test_token_limit_is_the_counter_less_the_pending_pushes():
     # hdl/controller.py: a push waits while its counter could overflow with the pushes still
     # pending (docs/formal.md, "Semaphores wrapped at 256").
-    assert _TOKEN_LIMIT == 2 ** _TOKEN_BITS - 1 - _PENDING_DEPTH
+    assert TOKEN_LIMIT == 2 ** TOKEN_BITS - 1 - PENDING_DEPTH
 
 
 def test_token_counters_saturate_without_wrapping(run_tb):
     """On each of the four token counters, pushes that nothing pops. A push is dispatched only
-    while its counter is below ``_TOKEN_LIMIT``; the counter counts completed pushes, so pushes
-    already dispatched (at most ``_PENDING_DEPTH``) may still land on top of it:
+    while its counter is below ``TOKEN_LIMIT``; the counter counts completed pushes, so pushes
+    already dispatched (at most ``PENDING_DEPTH``) may still land on top of it:
 
-    * ``_TOKEN_LIMIT`` pushes always end done;
-    * ``_TOKEN_LIMIT + 1`` end done, or in WATCHDOG blaming the last push (timing decides);
-    * ``2**_TOKEN_BITS`` (256, which wrapped the 8-bit counter to 0 before the limit existed)
-      end in WATCHDOG blaming the first push that waits, after ``_TOKEN_LIMIT`` to
-      ``2**_TOKEN_BITS - 2`` pushes landed: the counter never wraps.
+    * ``TOKEN_LIMIT`` pushes always end done;
+    * ``TOKEN_LIMIT + 1`` end done, or in WATCHDOG blaming the last push (timing decides);
+    * ``2**TOKEN_BITS`` (256, which wrapped the 8-bit counter to 0 before the limit existed)
+      end in WATCHDOG blaming the first push that waits, after ``TOKEN_LIMIT`` to
+      ``2**TOKEN_BITS - 2`` pushes landed: the counter never wraps.
     """
-    wrap = 2 ** _TOKEN_BITS
+    wrap = 2 ** TOKEN_BITS
     cases = [[direction, pushes] for direction in DIRECTIONS
-             for pushes in (_TOKEN_LIMIT, _TOKEN_LIMIT + 1, wrap)]
+             for pushes in (TOKEN_LIMIT, TOKEN_LIMIT + 1, wrap)]
     stats = run_tb(SMALL, "tpugen.sim.tb_limits",
                    {"seed": 15, "watchdog": WATCHDOG, "cases": cases},
                    design="tpu_core", testcase="tokens")
     got = {(r["direction"], r["pushes"]): (r["done"], r["error"], r["index"])
            for r in stats["runs"]}
-    print({key: value for key, value in got.items() if key[1] != _TOKEN_LIMIT})
+    print({key: value for key, value in got.items() if key[1] != TOKEN_LIMIT})
     assert len(got) == len(cases)
     for direction in DIRECTIONS:
-        assert got[direction, _TOKEN_LIMIT][:2] == (True, "NONE"), direction
-        one_more = got[direction, _TOKEN_LIMIT + 1]
-        assert one_more[:2] == (True, "NONE") or one_more == (False, "WATCHDOG", _TOKEN_LIMIT), (
+        assert got[direction, TOKEN_LIMIT][:2] == (True, "NONE"), direction
+        one_more = got[direction, TOKEN_LIMIT + 1]
+        assert one_more[:2] == (True, "NONE") or one_more == (False, "WATCHDOG", TOKEN_LIMIT), (
             direction, one_more)
         done, error, index = got[direction, wrap]
-        assert (done, error) == (False, "WATCHDOG") and _TOKEN_LIMIT <= index <= wrap - 2, (
+        assert (done, error) == (False, "WATCHDOG") and TOKEN_LIMIT <= index <= wrap - 2, (
             direction, got[direction, wrap])
     assert stats["good_after"], "a matmul after the saturated counters was wrong"
 

@@ -8,13 +8,13 @@ import pytest
 from tpugen.firmware.link import (BridgeStatusError, LinkCrcError, LinkTimeoutError, SerialLink,
                                   crc8, decode_reply, encode_request)
 from tpugen.firmware.transport import TransportError
-from tpugen.hdl.csr import ID_MAGIC, REGISTERS, register
-from tpugen.hdl.uart_bridge import (FRAME_TIMEOUT_BITS, MAX_WORDS, REGISTER_SPACE, REPLY_SYNC,
-                                    REQUEST_SYNC, Op, Status)
+from tpugen.registers import ID_MAGIC, REGISTERS, register
+from tpugen.wire import (FRAME_TIMEOUT_BITS, MAX_WORDS, REGISTER_SPACE, REPLY_SYNC, REQUEST_SYNC,
+                         Op, Status)
 
 HEADER_BYTES = 9
-CONTROL_START = 1
-STATUS_BUSY = 1
+CONTROL_START = register("CONTROL").value(start=1)
+STATUS_BUSY = register("STATUS").value(busy=1)
 
 
 class FakeBridge:
@@ -161,7 +161,6 @@ def test_crc8():
     for _ in range(50):
         message = rng.randbytes(rng.randrange(1, 40))
         assert crc8(message + bytes([crc8(message)])) == 0
-        assert crc8(message[3:], crc8(message[:3])) == crc8(message)
         flipped = bytearray(message)
         flipped[rng.randrange(len(message))] ^= 1 << rng.randrange(8)
         assert crc8(flipped) != crc8(message)

@@ -9,10 +9,10 @@ from amaranth.sim import Simulator
 
 from tpugen import CoreConfig
 from tpugen.firmware.link import crc8, decode_reply, encode_request
-from tpugen.hdl.csr import ID_MAGIC, ControlRegisters, constant_registers, register
-from tpugen.hdl.uart_bridge import (BUS_TIMEOUT_CYCLES, FRAME_TIMEOUT_BITS, MAX_WORDS,
-                                    REQUEST_SYNC, Op, Status, UartBridge, UartRx, UartTx,
-                                    bit_cycles)
+from tpugen.hdl.csr import ControlRegisters
+from tpugen.hdl.uart_bridge import UartBridge, UartRx, UartTx, bit_cycles
+from tpugen.registers import ID_MAGIC, constant_registers, register
+from tpugen.wire import BUS_TIMEOUT_CYCLES, FRAME_TIMEOUT_BITS, MAX_WORDS, REQUEST_SYNC, Op, Status
 
 BIT = 4
 """Clock cycles per bit of the bridge under test."""

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from .arch import SOFTMAX_OUT_FRAC
 from .config import PRESETS, CoreConfig
 
 __all__ = ["READ_LATENCY", "BenchCheckError", "check_workload", "compulsory_bytes",
@@ -194,7 +195,7 @@ def check_workload(config, op, inputs, got):
     q, k, v = (x[None] for x in inputs)
     (qi, ki, vi), (sq, sk, sv), (multiplier, shift) = quantize_attention(q, k, v)
     model = attention_int8_model(config, qi, ki, vi, multiplier, shift)
-    expected = (model.astype(np.float64) * (sv / 256)).astype(np.float32)[0]
+    expected = (model.astype(np.float64) * (sv / 2 ** SOFTMAX_OUT_FRAC)).astype(np.float32)[0]
     reference = attention_float(qi * sq, ki * sk, vi * sv)[0]
     error = float(np.linalg.norm(np.asarray(got, np.float64) - reference)
                   / np.linalg.norm(reference))

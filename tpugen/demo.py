@@ -6,6 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .arch import SOFTMAX_OUT_FRAC
+
 __all__ = ["ATTENTION_TOLERANCE", "DEMO_WORKLOADS", "format_table", "run_demo", "run_workloads"]
 
 ATTENTION_TOLERANCE = 2e-2
@@ -101,7 +103,7 @@ def _run_attention(dev, rng, shape):
     expected = attention_int8_model(dev.config, qi, ki, vi, multiplier, shift,
                                     causal=shape["causal"])
     reference = attention_float(qi * sq, ki * sk, vi * sv, causal=shape["causal"])
-    out = got * (sv / 256)
+    out = got * (sv / 2 ** SOFTMAX_OUT_FRAC)
     error = np.linalg.norm(out - reference) / np.linalg.norm(reference)
     exact = np.array_equal(got, expected)
     ok = exact and error <= ATTENTION_TOLERANCE

@@ -9,7 +9,7 @@ Policies of every core (pinned by tests/test_limits_verilator.py):
 
 * Token counters saturate, they never wrap. Each of the four counters (one per neighbour and
   direction) counts pushes completed and not yet popped. An instruction that pushes is
-  dispatched only while its counter is below ``hdl.controller._TOKEN_LIMIT`` (247: the 8-bit
+  dispatched only while its counter is below ``arch.TOKEN_LIMIT`` (247: the 8-bit
   counter's 255 less the 8 pushes that may still be in flight), so 247 unconsumed pushes always
   complete, a few more already dispatched may land on top (at most 254 in all), and a program
   that needs more waits until the watchdog stops it with WATCHDOG, blaming the waiting push.
@@ -37,6 +37,7 @@ __all__ = [
     "TensorDescriptor", "Im2colDescriptor", "LoadInstruction", "LoadIm2colInstruction",
     "MatmulInstruction", "StoreInstruction", "Epilogue", "EpilogueParams", "ParamsInstruction",
     "PARAMS_PER_INSTRUCTION", "PARAMS_RESET", "SoftmaxMode", "SoftmaxInstruction", "decode", "encode",
+    "instruction_layout",
     "NUM_WINDOWS", "Window",
 ]
 
@@ -220,8 +221,9 @@ _LAYOUTS = {Opcode.LOAD: LoadInstruction, Opcode.MATMUL: MatmulInstruction,
 assert all(layout.size <= INSTRUCTION_BITS for layout in (*_LAYOUTS.values(), LoadIm2colInstruction))
 
 
-def _layout(opcode, header):
-    if opcode == Opcode.LOAD and header.get("im2col"):
+def instruction_layout(opcode, im2col=False):
+    """The layout of an instruction with ``opcode`` (and, for a LOAD, header flag ``im2col``)."""
+    if opcode == Opcode.LOAD and im2col:
         return LoadIm2colInstruction
     return _LAYOUTS[opcode]
 
@@ -231,7 +233,7 @@ def encode(opcode, **fields):
     opcode = Opcode(opcode)
     fields.setdefault("header", {})
     fields["header"] = {**fields["header"], "opcode": opcode}
-    bits = _layout(opcode, fields["header"]).const(fields).as_bits()
+    bits = instruction_layout(opcode, fields["header"].get("im2col")).const(fields).as_bits()
     return bits.to_bytes(INSTRUCTION_BYTES, "little")
 
 
@@ -239,7 +241,7 @@ def decode(raw):
     """A view of instruction bytes through the layout of its opcode (for tools and tests)."""
     bits = int.from_bytes(raw[:INSTRUCTION_BYTES], "little")
     header = Header.from_bits(bits & ((1 << Header.size) - 1))
-    layout = _layout(header.opcode, {"im2col": header.im2col})
+    layout = instruction_layout(header.opcode, header.im2col)
     return layout.from_bits(bits & ((1 << layout.size) - 1))
 
 NUM_WINDOWS = 4

@@ -15,7 +15,7 @@ from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam
 
 from tpugen import CoreConfig
 from tpugen.firmware.matmul import compile_matmul
-from tpugen.hdl.csr import register, window_writes
+from tpugen.registers import register, window_writes
 from tpugen.isa import INSTRUCTION_BYTES, ErrorCode
 
 PROGRAM, A, B, C = 0x0000, 0x1000, 0x2000, 0x3000
@@ -41,7 +41,7 @@ async def matmul_through_the_registers(dut):
     dut.rst.value = 0
 
     # The registers identify the core that was generated.
-    config0 = register("CONFIG0").layout.from_bits(await read_register(lite, "CONFIG0"))
+    config0 = register("CONFIG0").fields_of(await read_register(lite, "CONFIG0"))
     assert (config0.rows, config0.cols) == (config.rows, config.cols)
 
     # Operands and program in memory: C (int32, 13 x 7) = A (int8, 13 x 11) @ B (int8, 11 x 7).
@@ -60,7 +60,7 @@ async def matmul_through_the_registers(dut):
     await write_register(lite, "PROGRAM_BASE", PROGRAM)
     await write_register(lite, "PROGRAM_LENGTH", len(program) // INSTRUCTION_BYTES)
     await write_register(lite, "IRQ_ENABLE", 1)
-    await write_register(lite, "CONTROL", register("CONTROL").layout.const({"start": 1}).as_bits())
+    await write_register(lite, "CONTROL", register("CONTROL").value(start=1))
 
     await with_timeout(RisingEdge(dut.irq), 1, "ms")
     assert ErrorCode(await read_register(lite, "ERROR_CODE")) == ErrorCode.NONE

@@ -1,0 +1,102 @@
+"""The architecture contract (`tpugen.arch`): the hardware is what it says, no copy of it is
+written out elsewhere, and imports flow one way (the runtime never loads the HDL)."""
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from amaranth.back import rtlil
+from amaranth.hdl import Fragment
+
+from tpugen import CoreConfig
+from tpugen.arch import (ENGINE_OPCODES, OPCODE_ENGINE, OPCODE_MASK, PENDING_DEPTH, QUEUE_DEPTH,
+                         TOKEN_BITS, TOKEN_FLAGS, TOKEN_LIMIT, Engine, opcode_of, token_flag_bit)
+from tpugen.firmware.program import Deps
+from tpugen.hdl.controller import ENGINES, Controller
+from tpugen.isa import Header, Opcode, encode
+
+ROOT = Path(__file__).parent.parent
+SMALL = CoreConfig(rows=2, cols=2, scratchpad_kib=1, accumulator_kib=1, axi_data_width=32)
+
+
+def test_the_controller_is_built_from_the_contract():
+    controller = Controller(SMALL)
+    fifos = {name: sub.origins[0].depth for sub, name, _ in Fragment.get(controller, None).subfragments}
+    assert list(ENGINES) == [engine.name.lower() for engine in Engine]
+    assert [opcodes for opcodes, _ in ENGINES.values()] == list(ENGINE_OPCODES.values())
+    for name in ENGINES:
+        assert fifos[f"{name}_queue"] == QUEUE_DEPTH
+        assert fifos[f"{name}_pending"] == PENDING_DEPTH
+    text = rtlil.convert(controller)
+    widths = re.findall(r"wire width (\d+) (?:\S+ )*\\tokens_\d_\d\n", text)
+    assert widths and set(widths) == {str(TOKEN_BITS)}
+    limits = re.findall(r"connect \\A \\tokens_\d_\d \[\d+:0\]\n\s*connect \\B \d+'([01]+)", text)
+    assert len(limits) == 2 * (len(Engine) - 1) and {int(bits, 2) for bits in limits} == {TOKEN_LIMIT}
+
+
+def test_the_fuzz_model_uses_the_hardware_limits():
+    from tpugen.sim import fuzz, fuzz_model
+    assert fuzz_model.QUEUE_DEPTH == fuzz.QUEUE_DEPTH == QUEUE_DEPTH == 2
+    assert fuzz.TOKEN_LIMIT == TOKEN_LIMIT == 247
+
+
+def test_header_fields_come_from_the_layout():
+    assert set(OPCODE_ENGINE) == set(Opcode) - {Opcode.END}
+    for opcode in Opcode:
+        raw = encode(opcode)
+        assert opcode_of(raw) == opcode and raw[0] & ~OPCODE_MASK == 0
+    assert opcode_of(bytes(64)) is None
+    for flag in TOKEN_FLAGS:
+        raw = encode(Opcode.MATMUL, header=Deps(**{flag: True}).fields())
+        assert int.from_bytes(raw, "little") & ~OPCODE_MASK == 1 << token_flag_bit(flag)
+        assert Header[flag].width == 1
+
+
+# Copies of contract facts that have been written out before; each pattern names what replaces it.
+COPIES = {
+    r"\bOp\([0-9]+,": "Op(Engine.LOAD, ...)",
+    r"engine: int\b": "engine: Engine",
+    r"\(\"load\", \"execute\", \"store\"\)": "arch.Engine",
+    r"\b_?(?:PENDING_DEPTH|TOKEN_BITS|TOKEN_LIMIT) = |\b_?QUEUE_DEPTH = 2\b": "arch",
+    r"st\.integers\(4, 7\)": "arch.token_flag_bit",
+    r"raw\[0\] & ": "arch.opcode_of",
+    r"64 // beat": "isa.INSTRUCTION_BYTES",
+    r"/ 256\)": "arch.SOFTMAX_OUT_FRAC",
+    r"\bstatus & [0-9]": "register(\"STATUS\").fields_of",
+    r"\"IRQ_STATUS\"\)?(?:\.offset)?, 0b": "register(\"IRQ_STATUS\").mask",
+    r"read_registers\(.*, (?:[2-9]|[1-9][0-9]+)\)": "registers.register_span",
+    r"CRC_POLYNOMIAL|_crc8_": "wire.CRC",
+    r"ENGINES = \{Opcode": "arch.OPCODE_ENGINE",
+}
+CONTRACT = {"tpugen/arch.py", "tpugen/isa.py", "tpugen/registers.py", "tpugen/wire.py"}
+
+
+def test_no_copy_of_the_contract():
+    found = []
+    for folder in ("tpugen", "hdl", "sim", "firmware", "fpga"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            name = path.relative_to(ROOT).as_posix()
+            if name in CONTRACT:
+                continue
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                found += [f"{name}:{number}: {line.strip()} (use {use})"
+                          for pattern, use in COPIES.items() if re.search(pattern, line)]
+    assert not found, "\n".join(found)
+
+
+def _loaded_after(modules, watched):
+    """The modules of ``watched`` (dotted prefixes) that importing ``modules`` loads, in a
+    fresh interpreter."""
+    code = (f"import sys, {', '.join(modules)}; "
+            f"print(sorted(m for m in sys.modules if m.startswith({tuple(watched)!r})))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return run.stdout.strip()
+
+
+def test_the_runtime_loads_neither_the_hdl_nor_hypothesis():
+    runtime = ["tpugen.firmware", "tpugen.firmware.link", "tpugen.firmware.c_header"]
+    assert _loaded_after(runtime, ["tpugen.hdl", "tpugen.sim", "hypothesis"]) == "[]"
+
+
+def test_the_fuzz_model_needs_no_hypothesis():
+    assert _loaded_after(["tpugen.sim.fuzz_model"], ["hypothesis"]) == "[]"

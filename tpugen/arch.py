@@ -1,0 +1,72 @@
+"""The architecture contract: facts of every core beside the instruction formats (`tpugen.isa`).
+
+The HDL, the compilers, the runtime, the fuzz model and the testbenches take these from here;
+``tests/test_arch.py`` fails when one of them is written out again elsewhere.
+"""
+from amaranth.lib import enum
+
+from .isa import Header, Opcode
+
+__all__ = ["ENGINE_OPCODES", "Engine", "MAX_OUTSTANDING", "OPCODE_BITS", "OPCODE_ENGINE",
+           "OPCODE_MASK", "PENDING_DEPTH", "PLAN_DEPTH", "QUEUE_DEPTH",
+           "SOFTMAX_OUT_FRAC", "TOKEN_BITS", "TOKEN_FLAGS", "TOKEN_LIMIT", "min_tile_length",
+           "opcode_of", "token_flag_bit"]
+
+
+class Engine(enum.IntEnum, shape=2):
+    """The engines in chain order: each one's "prev" and "next" are its neighbours here."""
+    LOAD = 0
+    EXECUTE = 1
+    STORE = 2
+
+
+ENGINE_OPCODES = {Engine.LOAD: (Opcode.LOAD,),
+                  Engine.EXECUTE: (Opcode.MATMUL, Opcode.SOFTMAX),
+                  Engine.STORE: (Opcode.STORE, Opcode.PARAMS)}
+"""The opcodes each engine runs (END runs on none: the controller waits for all)."""
+OPCODE_ENGINE = {opcode: engine for engine, opcodes in ENGINE_OPCODES.items() for opcode in opcodes}
+"""The engine of each opcode that has one."""
+
+QUEUE_DEPTH = 2
+"""Instructions the controller queues per engine."""
+PENDING_DEPTH = 8
+"""Dispatched instructions per engine whose pushes may still be in flight."""
+TOKEN_BITS = 8
+"""Width of each dependency token counter."""
+TOKEN_LIMIT = 2 ** TOKEN_BITS - 1 - PENDING_DEPTH
+"""A push is dispatched only while its counter is below this (247), so none wraps."""
+
+OPCODE_BITS = Header["opcode"].width
+OPCODE_MASK = (1 << OPCODE_BITS) - 1
+"""The opcode is the low bits of an instruction's first byte (``raw[0] & OPCODE_MASK``)."""
+assert Header["opcode"].offset == 0 and OPCODE_BITS <= 8
+TOKEN_FLAGS = ("pop_prev", "pop_next", "push_prev", "push_next")
+"""The header's dependency token flags."""
+
+
+def token_flag_bit(name):
+    """The bit offset of header flag ``name`` in an instruction (``TOKEN_FLAGS``)."""
+    return Header[name].offset
+
+
+def opcode_of(raw):
+    """The opcode of instruction bytes ``raw``: an `Opcode`, or None when it is not one."""
+    value = raw[0] & OPCODE_MASK
+    return Opcode(value) if value in {op.value for op in Opcode} else None
+
+
+PLAN_DEPTH = 64
+"""Load engine: planned steps buffered between the burst planner and the R channel. A burst
+carries at most a quarter of them: its AR goes out early, and the rest of the buffer hides the
+read latency."""
+MAX_OUTSTANDING = 8
+"""Bursts a DMA engine keeps in flight."""
+
+
+def min_tile_length(config):
+    """Fewest activation vectors per weight tile that keep the array busy with no bubble."""
+    return config.rows + max(config.cols - 1, 1)
+
+
+SOFTMAX_OUT_FRAC = 8
+"""Fraction bits of the softmax unit's NORMALIZE output: it is in units of V / 2**8."""

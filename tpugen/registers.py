@@ -1,0 +1,270 @@
+"""The register map as data: the one definition that the HDL (`hdl.csr.ControlRegisters`), the
+runtime, the C header and ``docs/registers.md`` (``registers_markdown()``) are derived from."""
+from dataclasses import dataclass
+
+from amaranth.lib import data
+
+from .arch import Engine
+from .isa import NUM_WINDOWS
+
+__all__ = ["ACCESSES", "ADDR_WIDTH", "COUNTERS", "CSR_VERSION", "ID_MAGIC", "REGISTERS", "BitField",
+           "Register", "constant_registers", "register", "register_span", "registers_markdown",
+           "window_writes"]
+
+ADDR_WIDTH = 12
+ID_MAGIC = 0x54505547
+"""Value of the ID register: "TPUG" in ASCII."""
+CSR_VERSION = (1, 0)
+"""Register map version (major, minor): major changes break software."""
+ACCESSES = {
+    "ro": "read-only; writes are ignored",
+    "rw": "read/write",
+    "w1c": "write 1 to clear a bit",
+    "w1s": "write 1 to trigger an action; reads as 0",
+}
+
+COUNTERS = {
+    "cycles": "Core clock cycles.",
+    "macs": "Multiply-accumulates performed.",
+    "bytes_read": "Bytes read from memory.",
+    "bytes_written": "Bytes written to memory.",
+    **{f"{engine}_{kind}_cycles": f"Cycles the {engine} engine was {what}."
+       for engine in (engine.name.lower() for engine in Engine)
+       for kind, what in (("busy", "busy"), ("stall", "stalled (busy but not progressing)"))},
+}
+"""Performance counters (``CoreConfig.counter_width`` bits): ``ControlRegisters`` input members
+and ``<NAME>_LO/_HI`` pairs."""
+
+
+@dataclass(frozen=True)
+class BitField:
+    """Bits ``[lsb + width - 1 : lsb]`` of a register."""
+    name: str
+    lsb: int
+    width: int
+    doc: str
+
+
+@dataclass(frozen=True)
+class Register:
+    """A 32-bit register at byte ``offset``. ``reset`` applies to ``rw`` registers only."""
+    name: str
+    offset: int
+    access: str
+    doc: str
+    fields: tuple = ()
+    reset: int = 0
+    locked: bool = False
+    """Part of the configuration a program runs with: while STATUS.busy, a write answers
+    SLVERR and changes nothing."""
+
+    def __post_init__(self):
+        if not (isinstance(self.offset, int) and 0 <= self.offset < 2 ** ADDR_WIDTH
+                and self.offset % 4 == 0):
+            raise ValueError(f"Register {self.name}: offset={self.offset!r} is invalid: "
+                             f"allowed a multiple of 4 below {2 ** ADDR_WIDTH:#x}")
+        if self.access not in ACCESSES:
+            raise ValueError(f"Register {self.name}: access={self.access!r} is invalid: "
+                             f"allowed {', '.join(ACCESSES)}")
+        used = 0
+        for field in self.fields:
+            mask = ((1 << field.width) - 1) << field.lsb
+            if field.width < 1 or field.lsb < 0 or field.lsb + field.width > 32 or used & mask:
+                raise ValueError(f"Register {self.name}: fields={self.fields!r} is invalid: "
+                                 f"field {field.name} overlaps or leaves bits 31..0")
+            used |= mask
+        if self.access != "rw" and self.reset != 0 or self.reset & ~self.mask:
+            raise ValueError(f"Register {self.name}: reset={self.reset!r} is invalid: "
+                             f"allowed only on rw registers, within the fields")
+        if self.locked and self.access != "rw":
+            raise ValueError(f"Register {self.name}: locked={self.locked!r} is invalid: "
+                             f"allowed only on rw registers")
+
+    @property
+    def mask(self):
+        """The implemented bits; a register without fields is one 32-bit value."""
+        if not self.fields:
+            return 0xFFFF_FFFF
+        return sum(((1 << f.width) - 1) << f.lsb for f in self.fields)
+
+    @property
+    def layout(self):
+        """A 32-bit ``data.FlexibleLayout`` of the fields (``layout.from_bits(word).busy``)."""
+        return data.FlexibleLayout(32, {f.name: data.Field(f.width, f.lsb) for f in self.fields})
+
+    def value(self, **fields):
+        """The word with ``fields`` set and the others 0: ``register("CONTROL").value(start=1)``."""
+        return self.layout.const(fields).as_value().value
+
+    def fields_of(self, word):
+        """The fields of ``word``: ``register("STATUS").fields_of(word).done``."""
+        return self.layout.from_bits(word & self.mask)
+
+
+def _registers():
+    regs = [
+        Register("ID", 0x000, "ro", f"Constant {ID_MAGIC:#010x} (\"TPUG\")."),
+        Register("VERSION", 0x004, "ro", "Register map version.", (
+            BitField("minor", 0, 16, "Minor version: compatible additions."),
+            BitField("major", 16, 16, "Major version: incompatible changes."))),
+        Register("CONFIG0", 0x008, "ro", "Array geometry of this core.", (
+            BitField("rows", 0, 8, "Array rows (reduction depth of a weight tile)."),
+            BitField("cols", 8, 8, "Array columns (output channels of a weight tile)."),
+            BitField("data_width", 16, 8, "Operand width in bits."),
+            BitField("acc_width", 24, 8, "Accumulator width in bits."))),
+        Register("CONFIG1", 0x00C, "ro", "Memory interface of this core.", (
+            BitField("axi_data_width", 0, 8, "AXI4 memory master data width in bits."),
+            BitField("lanes", 8, 8, "int8 lanes in one scratchpad row."),
+            BitField("windows", 16, 8, "Number of access windows."),
+            BitField("softmax", 24, 1, "The softmax unit is present (SOFTMAX, fused attention)."),
+            BitField("im2col", 25, 1, "The load engine's im2col walker is present."),
+            BitField("wide_counters", 26, 1, "Counters are 64 bits (else 32: _HI reads 0)."))),
+        Register("SCRATCHPAD_ROWS", 0x010, "ro", "Scratchpad rows (of `lanes` bytes)."),
+        Register("ACCUMULATOR_ROWS", 0x014, "ro", "Accumulator rows (of `cols` int32)."),
+        Register("CONTROL", 0x020, "w1s", "Commands.", (
+            BitField("start", 0, 1, "Run the program at PROGRAM_BASE; clears STATUS.done, "
+                                    "STATUS.error, ERROR_CODE and ERROR_INDEX."),
+            BitField("soft_reset", 1, 1, "Reset the core; clears STATUS, IRQ_STATUS, ERROR_CODE "
+                                         "and ERROR_INDEX, keeps the configuration registers. "
+                                         "Bursts in flight are finished first (STATUS.busy; "
+                                         "owed W beats go out with WSTRB 0); a start waits."))),
+        Register("STATUS", 0x024, "ro", "Core state.", (
+            BitField("busy", 0, 1, "A program is running, or a soft reset is finishing."),
+            BitField("done", 1, 1, "The last program reached END."),
+            BitField("error", 2, 1, "The last program stopped with an error (see ERROR_CODE)."))),
+        Register("IRQ_ENABLE", 0x028, "rw", "Interrupt enable.", (
+            BitField("enable", 0, 1, "Drive `irq` while an IRQ_STATUS bit is pending."),)),
+        Register("IRQ_STATUS", 0x02C, "w1c", "Pending interrupt causes; write 1 to acknowledge.", (
+            BitField("done", 0, 1, "A program reached END."),
+            BitField("error", 1, 1, "A program stopped with an error."))),
+        Register("ERROR_CODE", 0x030, "ro", "Latched when an error stops the core.", (
+            BitField("code", 0, 4, "An `ErrorCode` (0: none)."),)),
+        Register("ERROR_INDEX", 0x034, "ro",
+                 "Index of the faulting instruction, latched with ERROR_CODE."),
+        Register("PROGRAM_BASE", 0x040, "rw", "Byte address of the first instruction.",
+                 locked=True),
+        Register("PROGRAM_LENGTH", 0x044, "rw", "Program length in instructions.", locked=True),
+        Register("WATCHDOG", 0x048, "rw",
+                 "Cycles without progress before the core stops with WATCHDOG.", reset=65536,
+                 locked=True),
+    ]
+    for i in range(NUM_WINDOWS):
+        base = 0x080 + 0x10 * i
+        regs += [
+            Register(f"WINDOW{i}_BASE", base, "rw", f"Access window {i}: first byte address.",
+                     locked=True),
+            Register(f"WINDOW{i}_SIZE", base + 4, "rw", f"Access window {i}: bytes (0: disabled).",
+                     locked=True),
+            Register(f"WINDOW{i}_FLAGS", base + 8, "rw", f"Access window {i}: permissions.", (
+                BitField("read", 0, 1, "DMA and instruction fetch may read the window."),
+                BitField("write", 1, 1, "DMA may write the window.")), locked=True),
+        ]
+    for i, (name, doc) in enumerate(COUNTERS.items()):
+        base = 0x100 + 8 * i
+        regs += [
+            Register(f"{name.upper()}_LO", base, "ro",
+                     f"{doc} Bits 31..0; reading them captures bits 63..32."),
+            Register(f"{name.upper()}_HI", base + 4, "ro",
+                     f"{doc} Bits 63..32, as captured by the last read of _LO."),
+        ]
+    return tuple(regs)
+
+
+REGISTERS = _registers()
+"""The register map, in address order."""
+
+_BY_NAME = {reg.name: reg for reg in REGISTERS}
+assert len(_BY_NAME) == len(REGISTERS)
+assert len({reg.offset for reg in REGISTERS}) == len(REGISTERS)
+assert [reg.offset for reg in REGISTERS] == sorted(reg.offset for reg in REGISTERS)
+
+
+def register(name):
+    """The register called ``name``."""
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"unknown register {name!r}: known {', '.join(_BY_NAME)}") from None
+
+
+def register_span(first, last):
+    """The registers from ``first`` to ``last``, which must be consecutive words (to read them
+    in one access)."""
+    span = REGISTERS[REGISTERS.index(register(first)):REGISTERS.index(register(last)) + 1]
+    if [reg.offset - span[0].offset for reg in span] != list(range(0, 4 * len(span), 4)):
+        raise ValueError(f"registers {first}..{last} are not consecutive words")
+    return span
+
+
+def window_writes(windows):
+    """(register name, value) to program ``windows`` (up to NUM_WINDOWS of (base, size,
+    readable, writable)) and disable the rest."""
+    if len(windows) > NUM_WINDOWS:
+        raise ValueError(f"{len(windows)} windows: at most {NUM_WINDOWS}")
+    writes = []
+    for i in range(NUM_WINDOWS):
+        base, size, readable, writable = windows[i] if i < len(windows) else (0, 0, False, False)
+        flags = register(f"WINDOW{i}_FLAGS").value(read=readable, write=writable)
+        writes += [(f"WINDOW{i}_BASE", base), (f"WINDOW{i}_SIZE", size),
+                   (f"WINDOW{i}_FLAGS", flags)]
+    return writes
+
+
+def constant_registers(config):
+    """Values of the constant (identification and configuration) registers for ``config``."""
+    fields = {
+        "VERSION": {"major": CSR_VERSION[0], "minor": CSR_VERSION[1]},
+        "CONFIG0": {"rows": config.rows, "cols": config.cols, "data_width": config.data_width,
+                    "acc_width": config.acc_width},
+        "CONFIG1": {"axi_data_width": config.axi_data_width, "lanes": config.lanes,
+                    "windows": NUM_WINDOWS, "softmax": config.softmax, "im2col": config.im2col,
+                    "wide_counters": config.counter_width == 64},
+    }
+    return {
+        "ID": ID_MAGIC,
+        **{name: register(name).value(**values) for name, values in fields.items()},
+        "SCRATCHPAD_ROWS": config.scratchpad_rows,
+        "ACCUMULATOR_ROWS": config.accumulator_rows,
+    }
+
+
+_MARKDOWN_INTRO = """\
+# Control and status registers
+
+Generated from `REGISTERS` in `tpugen/registers.py` by `registers_markdown()`; do not edit by hand.
+
+The registers sit behind an AXI4-Lite slave: 32-bit registers, 12-bit byte addresses (bits 1..0
+are ignored), WSTRB honoured. Mapped registers answer OKAY; unmapped addresses answer SLVERR and
+read as 0. Unlisted bits read as 0 and ignore writes.
+
+The configuration a program runs with (the registers marked "locked" below: program base and
+length, watchdog, windows) is frozen from the write of CONTROL.start until STATUS.busy falls: a
+write to one of them in that time answers SLVERR and changes nothing, so a running program can
+neither be moved nor given more memory than it was started with.
+Counters are LO/HI pairs: read LO first, then HI returns the upper half captured by that read
+(with 32-bit counters, `CONFIG1.wide_counters` 0, HI reads 0).
+
+Access types:
+
+{accesses}
+"""
+
+
+def registers_markdown():
+    """``docs/registers.md``: the register map and its fields."""
+    accesses = "\n".join(f"* `{name}`: {doc}." for name, doc in ACCESSES.items())
+    lines = [_MARKDOWN_INTRO.format(accesses=accesses),
+             "| Offset | Name | Access | Reset | Description |",
+             "|--------|------|--------|-------|-------------|"]
+    for reg in REGISTERS:
+        reset = f"{reg.reset:#x}" if reg.access == "rw" else ""
+        access = f"{reg.access}, locked" if reg.locked else reg.access
+        lines.append(f"| 0x{reg.offset:03X} | {reg.name} | {access} | {reset} | {reg.doc} |")
+    lines += ["", "## Fields", "",
+              "| Register | Bits | Field | Description |",
+              "|----------|------|-------|-------------|"]
+    for reg in REGISTERS:
+        for f in reg.fields:
+            bits = f"{f.lsb}" if f.width == 1 else f"{f.lsb + f.width - 1}..{f.lsb}"
+            lines.append(f"| {reg.name} | {bits} | {f.name} | {f.doc} |")
+    return "\n".join(lines) + "\n"
