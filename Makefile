@@ -27,7 +27,7 @@ bench: install
 # docs/area.md and docs/area/*.json: cells per block of the reference cores, from yosys alone
 # (one synthesis after another, each 5 to 15 minutes on 2 cores).
 AREA_CORES := icebreaker-4x4:--board=icebreaker,--preset=default,--rows=4,--cols=4 \
-	ulx3s-85f-8x8:--board=ulx3s-85f,--preset=default ulx3s-85f-16x16:--board=ulx3s-85f \
+	ulx3s-85f-8x8:--board=ulx3s-85f,--preset=default ulx3s-85f-16x16:--board=ulx3s-85f,--rows=16,--cols=16 \
 	ulx3s-85f-16x16-large:--board=ulx3s-85f,--preset=large \
 	icebreaker-micro:--board=icebreaker,--preset=micro
 

@@ -58,6 +58,9 @@ class Board:
     of PEs when the config has one."""
     pes_per_dsp: int = 1
     """PEs one DSP block holds: 2 on iCE40 (an SB_MAC16's two 8x8 halves, hdl/array.py)."""
+    softmax: bool = True
+    im2col: bool = True
+    """The feature profile of `default_config` (`CoreConfig.softmax`, `im2col`)."""
 
     @property
     def device(self):
@@ -86,7 +89,8 @@ class Board:
         cols = self.default_array[1] if cols is None else cols
         config = CoreConfig(rows=rows, cols=cols, scratchpad_kib=self.scratchpad_kib,
                             accumulator_kib=self.accumulator_kib,
-                            axi_data_width=self.axi_data_width)
+                            axi_data_width=self.axi_data_width, softmax=self.softmax,
+                            im2col=self.im2col)
         return replace(config, lut_multipliers=max(0, rows * cols - self.dsp_pes(config)))
 
     def dsp_pes(self, config):
@@ -107,7 +111,9 @@ BOARDS = {board.name: board for board in (
         default_mhz=50.0, memory_kind="bram", memory_kib=128,
         # The FT231X does up to 3 Mbaud; 1 Mbaud is a whole divisor of 3 MHz and of the clock.
         baud=1_000_000, programmer_board="ulx3s", bitstream_suffix=".bit",
-        leds=(("led", 0), ("led", 1), ("led", 2), ("led", 3)), default_array=(16, 16),
+        leds=(("led", 0), ("led", 1), ("led", 2), ("led", 3)),
+        # The 16x16 full core does not fit the 85F yet (docs/area.md); the 8x8 does.
+        default_array=(8, 8),
         scratchpad_kib=16, accumulator_kib=8, axi_data_width=64,
         # Measured with synth_ecp5 (yosys 0.70, axi_data_width=64): the store epilogue takes 4
         # MULT18X18D, the softmax unit 30 at 8 columns and 54 at 16; 2 more kept spare. So the
@@ -131,7 +137,9 @@ BOARDS = {board.name: board for board in (
         # small. The array instantiates its SB_MAC16s, two PEs to each (hdl/array.py), so a 4x4
         # takes all 8. synth_ice40 runs without -dsp: the core's other multipliers (more than 8)
         # are LUTs.
-        scratchpad_kib=1, accumulator_kib=1, axi_data_width=32, pes_per_dsp=2),
+        # The micro profile (no softmax unit, no im2col walker), as the `micro` preset.
+        scratchpad_kib=1, accumulator_kib=1, axi_data_width=32, pes_per_dsp=2, softmax=False,
+        im2col=False),
 )}
 """Boards by name."""
 

@@ -37,7 +37,7 @@ def _board_defaults():
                               reason="an 8x8 or 16x16 board system: set TPUGEN_BOARD_SIMS=1 "
                                      "(minutes each)")
     ulx3s, icebreaker = BOARDS["ulx3s-85f"], BOARDS["icebreaker"]
-    return [pytest.param(PRESETS["micro"], id="icebreaker-micro"),
+    return [pytest.param(icebreaker.default_config(), id="icebreaker-micro"),
             pytest.param(ulx3s.default_config(8, 8), id="ulx3s-85f-8x8", marks=slow),
             pytest.param(ulx3s.default_config(16, 16), id="ulx3s-85f-16x16", marks=slow)]
 
