@@ -60,10 +60,24 @@ def quantize_softmax(x):
 
 def quantize_attention(q, k, v):
     """float q, k, v (..., d) to what the core runs: ((q, k, v) int8, their scales, frac). The
-    score scale ``log2(e) / sqrt(d)`` is folded into the scale of q (`quantize_log2`), so
-    ``q k^T`` is the scores in log2 units with ``frac`` fractional bits."""
-    (ki, sk), (vi, sv) = quantize_int8(k), quantize_int8(v)
-    qi, sq, frac = quantize_log2(q, sk / math.sqrt(q.shape[-1]))
+    score scale ``log2(e) / sqrt(d)`` is folded into the scales of q and k, so ``q k^T`` is the
+    scores in log2 units with ``frac`` fractional bits: ``s_q * s_k * log2(e) / sqrt(d) =
+    2**-frac``. Rounding that to a power of two widens the two int8 steps by the same factor,
+    at most sqrt(2) each (v keeps `quantize_int8`)."""
+    vi, sv = quantize_int8(v)
+    unit = math.log2(math.e) / math.sqrt(q.shape[-1])
+    peaks = [float(np.abs(x).max()) / 127 for x in (q, k)]
+    if 0 in peaks:  # a zero tensor: all scores 0, any frac
+        return (np.zeros(q.shape, np.int8), np.zeros(k.shape, np.int8), vi), (1.0, 1.0, sv), 0
+    step = peaks[0] * peaks[1] * unit
+    frac = min(_FRAC_MAX, math.floor(-math.log2(step)))
+    if frac < 0:
+        raise ValueError("q and k are out of the softmax unit's range (a score step of more "
+                         "than 1 in log2)")
+    widen = math.sqrt(2.0**-frac / step)
+    (sq, sk) = (peak * widen for peak in peaks)
+    qi, ki = (np.clip(np.round(x / scale), -127, 127).astype(np.int8)
+              for x, scale in ((q, sq), (k, sk)))
     return (qi, ki, vi), (sq, sk, sv), frac
 
 
