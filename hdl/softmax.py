@@ -16,8 +16,8 @@ NORMALIZE's ``O * r``:
   fractional bits): ``p = min(255, (EXP_TABLE[f] + (1 << (n + 3))) >> (n + 4))`` with
   ``EXP_TABLE[f] = round(2**12 * 2**(-f/128))``; p = 0 if n >= 16 or the key is masked. P goes to
   lanes 0..cols-1 of the probability buffer (0 in the other lanes). The largest p of a query
-  with a valid key is in [128, 255] (one bit of P less than a real-valued m would give: the
-  table's 7th bit buys it back, see Accuracy).
+  with a valid key is in [128, 255]: up to one bit of P less than a real-valued m would give
+  (see Accuracy).
   ``l' = min(2**32 - 1, rs(l, a) + (sum(p) << LF))``; unless ``first`` (which starts from
   m = -inf, l = 0), ``O = rs(O, a)``.
 - NORMALIZE: with b = bitlen(l), ``mant = l << (32 - b)``, ``r = 2**47 // mant`` (2**15 <= r <=
@@ -27,13 +27,13 @@ NORMALIZE's ``O * r``:
   UNKNOWN_OPCODE; count, o_tiles or (BLOCK) tiles 0: BAD_EXTENT; rows past the accumulator,
   probability buffer or state: SRAM_RANGE (NORMALIZE ignores tiles, keys, score_row, p_row).
 
-Accuracy (measured by ``tests/test_softmax_pysim.py``): p is at most 0.5 LSB below and 0.5 LSB +
-0.55% above ``256 * 2**-(d / 2**frac)`` (d's fraction is floored to 2**-7); r is within 2**-15 relative of
-2**47 / mant. End to end (flash attention in blocks of 4..32 keys, up to 200 keys, scores
-spanning 0.5..100 in log2, int8 V), NORMALIZE / 256 is within 1.27 LSB of V of float
-``softmax(x) @ V`` (0.090 LSB rms; 0.98 and 0.082 with the Q.10 maximum of the previous
-design, 0.105 rms with a 6-bit table): the 8-bit P dominates. Fused attention (``docs/DESIGN.md``): 1.1e-2 to
-1.2e-2 relative error on random data, L = S = 128..512, d = 64.
+Accuracy (measured by ``tests/test_softmax_pysim.py``): p is at most 0.5 LSB below and
+0.5 LSB + 0.55% above ``256 * 2**-(d / 2**frac)`` (d's fraction is floored to 2**-7); r is
+within 2**-15 relative of 2**47 / mant. End to end (flash attention in blocks of 4..32 keys, up
+to 200 keys, scores spanning 0.5..100 in log2, int8 V), NORMALIZE / 256 is within 1.27 LSB of
+V of float ``softmax(x) @ V``, 0.090 LSB rms (a 6-bit table: 0.105 rms; the previous design's
+Q.10 maximum: 0.98 and 0.082): the 8-bit P dominates. Fused attention on random data (L = S =
+128..512, d = 64): 1.1e-2 to 1.2e-2 relative error (``docs/DESIGN.md``).
 
 Hardware: per lane one adder and one right shifter serve every row kind (``base + value``, then
 ``>> shift``: ``((m' << frac) - s) << 7 >> frac`` for P, ``rs(O, a)``, ``rs(O * r, sh)``), an
