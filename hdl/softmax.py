@@ -47,7 +47,7 @@ earlier queries, so the accumulator read port is busy every cycle: a BLOCK takes
 ``count * (2 * tiles + o_tiles) + ~10`` cycles. NORMALIZE divides two quotient bits per cycle,
 overlapped with the O scaling of the previous query: ``count * max(o_tiles, 10) + ~10`` cycles.
 """
-from amaranth.hdl import Cat, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Array, C, Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, enum, memory, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In
@@ -160,7 +160,6 @@ class SoftmaxUnit(wiring.Component):
         self.config = config
         self.state_m = memory.Memory(shape=STATE_M, depth=config.probability_rows, init=[])
         self.state_l = memory.Memory(shape=32, depth=config.probability_rows, init=[])
-        self.exp_table = memory.Memory(shape=13, depth=len(EXP_TABLE), init=EXP_TABLE)
         super().__init__(self.signature_of(config))
 
     @staticmethod
@@ -183,7 +182,6 @@ class SoftmaxUnit(wiring.Component):
         cols = cfg.cols
         m.submodules.state_m = self.state_m
         m.submodules.state_l = self.state_l
-        m.submodules.exp_table = self.exp_table
         m_read, m_write = self.state_m.read_port(), self.state_m.write_port()
         l_read, l_write = self.state_l.read_port(), self.state_l.write_port()
         m.d.comb += [m_read.en.eq(0), l_read.en.eq(0)]  # a read port's enable is 1 unless driven
@@ -398,14 +396,17 @@ class SoftmaxUnit(wiring.Component):
         # Exp pass: P rows (the table is read in stage 3, p rounded in 4, written in 5), their
         # sum, then l read (stage 5 + latency - 1) and written.
         index = data.StructLayout({"f": EXP_BITS, "n": 4, "big": 51 - EXP_BITS - 4})
-        n_4, zero_4 = Signal(data.ArrayLayout(4, cols)), Signal(cols)
+        # A LUT ROM per lane (one yosys memory with a read port per lane crashes its
+        # memory_libmap at 16 lanes).
+        table = Array(C(y, 13) for y in EXP_TABLE)
+        y_4, n_4, zero_4 = (Signal(data.ArrayLayout(13, cols)), Signal(data.ArrayLayout(4, cols)),
+                            Signal(cols))
         probs = [Signal(8) for _ in range(cols)]
         for j in range(cols):
             z = data.View(index, shifted[j])
-            table = self.exp_table.read_port()
-            m.d.comb += table.addr.eq(z.f)
-            m.d.sync += [n_4[j].eq(z.n), zero_4[j].eq(~ok[j] | (z.big != 0))]
-            rounded = (table.data + _half(n_4[j] + 4)) >> (n_4[j] + 4)
+            m.d.sync += [y_4[j].eq(table[z.f]), n_4[j].eq(z.n),
+                         zero_4[j].eq(~ok[j] | (z.big != 0))]
+            rounded = (y_4[j] + _half(n_4[j] + 4)) >> (n_4[j] + 4)
             m.d.sync += probs[j].eq(Mux(zero_4[j], 0, Mux(rounded > 255, 255, rounded)))
         m.d.comb += [
             self.p_write.addr.eq(at(5).addr),
