@@ -7,31 +7,39 @@ from itertools import accumulate
 import numpy as np
 
 from ..arch import Engine, min_tile_length
-from ..isa import SoftmaxMode
+from ..isa import SoftmaxInstruction, SoftmaxMode
 from .program import LEAD, Deps, Dim, Op, Program, schedule, tensor
 
 __all__ = ["AttentionPlan", "attention_operands", "compile_attention", "compile_softmax",
-           "log2_scale", "plan_attention", "quantize_attention", "quantize_int8"]
+           "plan_attention", "quantize_attention", "quantize_int8", "quantize_log2",
+           "quantize_softmax"]
 
 _MAX_TILES = 8
 """Key tiles per block: one online-softmax step covers up to this many `cols`-wide tiles."""
 _SOFTMAX_OVERHEAD = 10
 """Cycles a SOFTMAX step costs beyond its rows (`hdl.softmax`)."""
+_FRAC_MAX = 2**SoftmaxInstruction["frac"].width - 1
 
 
-def log2_scale(scale):
-    """(multiplier, shift) with ``multiplier / 2**shift`` ~ ``scale * log2(e) * 2**10``: turns
-    int32 scores into the softmax unit's Q.10 log2 domain."""
-    c = scale * math.log2(math.e) * 1024
+def quantize_log2(x, unit=1.0, clip=False):
+    """float x to int8 whose step is a power of two in log2 units: ``(xi, scale, frac)`` with
+    ``x ~ xi * scale`` and ``scale * unit * log2(e) = 2**-frac``, so that a score ``s`` (an int32
+    sum of ``xi`` times integers worth ``unit`` each) is ``s / 2**frac`` in log2 units, as the
+    softmax unit takes it (`isa.SoftmaxInstruction` ``frac``). ``frac`` is the largest in 0..31
+    whose scale is at least ``peak / 127``: the scale is up to twice that of `quantize_int8`. A
+    peak too large for ``frac = 0`` (a step above 1 in log2) is refused, or clipped with
+    ``clip``."""
+    peak = float(np.abs(x).max())
+    c = unit * math.log2(math.e)
     if not c > 0 or not math.isfinite(c):
-        raise ValueError(f"scale={scale!r} is invalid: allowed a positive finite number")
-    shift = 15 - math.floor(math.log2(c))
-    multiplier = round(c * 2.0**shift)
-    if multiplier == 1 << 16:
-        multiplier, shift = 1 << 15, shift - 1
-    if not 0 <= shift <= 63:
-        raise ValueError(f"scale={scale!r} is out of the softmax unit's range")
-    return multiplier, shift
+        raise ValueError(f"unit={unit!r} is invalid: allowed a positive finite number")
+    frac = _FRAC_MAX if peak == 0 else min(_FRAC_MAX, math.floor(math.log2(127 / (c * peak))))
+    if frac < 0 and not clip:
+        raise ValueError(f"a peak of {peak} at {unit} per step is out of the softmax unit's "
+                         "range (a step of more than 1 in log2)")
+    frac = max(frac, 0)
+    scale = 2.0**-frac / c
+    return np.clip(np.round(x / scale), -127, 127).astype(np.int8), scale, frac
 
 
 def quantize_int8(x):
@@ -41,11 +49,36 @@ def quantize_int8(x):
     return np.clip(np.round(x / scale), -127, 127).astype(np.int8), scale
 
 
+def quantize_softmax(x):
+    """float (rows, n) x to what `compile_softmax` takes: ``(xi, scale, frac)`` of
+    `quantize_log2`. When x's peak needs a step above 1 in log2, each row's maximum is subtracted
+    first (softmax is the same) and what lies more than 127 steps below it clips (its p is 0)."""
+    if float(np.abs(x).max()) * math.log2(math.e) > 127:
+        return quantize_log2(x - x.max(axis=1, keepdims=True), clip=True)
+    return quantize_log2(x)
+
+
 def quantize_attention(q, k, v):
-    """float q, k, v (..., d) to what the core runs: ((q, k, v) int8, their scales, and the
-    (multiplier, shift) of the score scale ``1 / sqrt(d)``)."""
-    (qi, sq), (ki, sk), (vi, sv) = (quantize_int8(x) for x in (q, k, v))
-    return (qi, ki, vi), (sq, sk, sv), log2_scale(sq * sk / math.sqrt(q.shape[-1]))
+    """float q, k, v (..., d) to what the core runs: ((q, k, v) int8, their scales, frac). The
+    score scale ``log2(e) / sqrt(d)`` is folded into the scales of q and k, so ``q k^T`` is the
+    scores in log2 units with ``frac`` fractional bits: ``s_q * s_k * log2(e) / sqrt(d) =
+    2**-frac``. Rounding that to a power of two widens the two int8 steps by the same factor,
+    at most sqrt(2) each (v keeps `quantize_int8`)."""
+    vi, sv = quantize_int8(v)
+    unit = math.log2(math.e) / math.sqrt(q.shape[-1])
+    peaks = [float(np.abs(x).max()) / 127 for x in (q, k)]
+    if 0 in peaks:  # a zero tensor: all scores 0, any frac
+        return (np.zeros(q.shape, np.int8), np.zeros(k.shape, np.int8), vi), (1.0, 1.0, sv), 0
+    step = peaks[0] * peaks[1] * unit
+    frac = min(_FRAC_MAX, math.floor(-math.log2(step)))
+    if frac < 0:
+        raise ValueError("q and k are out of the softmax unit's range (a score step of more "
+                         "than 1 in log2)")
+    widen = math.sqrt(2.0**-frac / step)
+    (sq, sk) = (peak * widen for peak in peaks)
+    qi, ki = (np.clip(np.round(x / scale), -127, 127).astype(np.int8)
+              for x, scale in ((q, sq), (k, sk)))
+    return (qi, ki, vi), (sq, sk, sv), frac
 
 
 @dataclass(frozen=True)
@@ -140,11 +173,11 @@ def attention_operands(plan, q, k, v):
     return q_mem, kt_mem, v_mem
 
 
-def compile_attention(config, plan, heads, *, q_addr, kt_addr, v_addr, o_addr, causal,
-                      scale_multiplier, scale_shift):
+def compile_attention(config, plan, heads, *, q_addr, kt_addr, v_addr, o_addr, causal, frac):
     """O (int32, heads x L x d) from int8 Q (heads x L x d'), K^T (heads x d' x S') and V
     (heads x S' x d'), all row-major and zero-padded to d' = ``plan.dim_padded`` and S' =
-    ``plan.kv_padded``, so one LOAD moves all the K^T (or V) tiles of a block.
+    ``plan.kv_padded``, so one LOAD moves all the K^T (or V) tiles of a block. ``Q K^T / 2**frac``
+    are the scores in log2 units (`quantize_attention`).
 
     Per query tile, per block of key tiles: S = Q K^T on the array into the accumulator, a
     softmax BLOCK step (P to the probability buffer, O rescaled), O += P V; finally O /= l and
@@ -226,7 +259,7 @@ def compile_attention(config, plan, heads, *, q_addr, kt_addr, v_addr, o_addr, c
                             tiles=tiles, o_tiles=d_chunks, keys=min(plan.block_keys, kv - k0),
                             score_row=score_row, p_row=0, o_row=o_row, state_row=0,
                             causal=causal, causal_offset=q0 - k0 + offset,
-                            scale_multiplier=scale_multiplier, scale_shift=scale_shift))
+                            frac=frac))
             for u in range(d_chunks):
                 for t in range(tiles):
                     first = b == 0 and u == 0 and t == 0  # overwrites the last tile's O
@@ -247,9 +280,9 @@ def compile_attention(config, plan, heads, *, q_addr, kt_addr, v_addr, o_addr, c
     return schedule(ops)
 
 
-def compile_softmax(config, rows, width, *, x_addr, eye_addr, y_addr, scale_multiplier,
-                    scale_shift):
-    """Row softmax of int8 X (rows x width): S = X @ I into the accumulator, one softmax BLOCK
+def compile_softmax(config, rows, width, *, x_addr, eye_addr, y_addr, frac):
+    """Row softmax of int8 X (rows x width, ``X / 2**frac`` in log2 units, see
+    `quantize_log2`): S = X @ I into the accumulator, one softmax BLOCK
     over the whole row, P @ I, O /= l, STORE (int32, 256 = probability 1). ``eye_addr``: a
     ``cols`` x ``cols`` int8 identity in memory."""
     n = config.cols
@@ -276,7 +309,7 @@ def compile_softmax(config, rows, width, *, x_addr, eye_addr, y_addr, scale_mult
                            deps=Deps(pop_prev=t == 0, push_prev=t == tiles - 1 and more))
         program.softmax(SoftmaxMode.BLOCK, first=True, count=count, tiles=tiles, o_tiles=tiles,
                         keys=width, score_row=tiles * count, p_row=0, o_row=0, state_row=0,
-                        scale_multiplier=scale_multiplier, scale_shift=scale_shift)
+                        frac=frac)
         for t in range(tiles):
             program.matmul(0, t * count, t * count, count, act_probabilities=True,
                            deps=Deps(pop_next=t == 0 and r0 > 0))

@@ -10,8 +10,8 @@ from ..arch import SOFTMAX_OUT_FRAC, Engine
 from ..config import CoreConfig
 from ..isa import ErrorCode
 from ..registers import COUNTERS, register, register_span, window_writes
-from .attention import (attention_operands, compile_attention, compile_softmax, log2_scale,
-                        plan_attention, quantize_attention, quantize_int8)
+from .attention import (attention_operands, compile_attention, compile_softmax, plan_attention,
+                        quantize_attention, quantize_softmax)
 from .epilogue import Epilogue, output_dtype
 from .matmul import (compile_conv2d, compile_matmul, conv2d_lowering, conv2d_output_shape,
                      conv2d_weights)
@@ -166,15 +166,15 @@ class Device:
             raise ValueError(f"q {q.shape}, k {k.shape}, v {v.shape}: need q (L, d) and "
                              "k, v (S, d) with the same d (and heads)")
         _check_causal(causal, q.shape[1], k.shape[1])
-        (qi, ki, vi), (_, _, sv), (multiplier, shift) = quantize_attention(q, k, v)
-        o = self.attention_int8(qi, ki, vi, multiplier, shift, causal=causal)
+        (qi, ki, vi), (_, _, sv), frac = quantize_attention(q, k, v)
+        o = self.attention_int8(qi, ki, vi, frac, causal=causal)
         out = (o.astype(np.float64) * (sv / 2 ** SOFTMAX_OUT_FRAC)).astype(np.float32)
         return out[0] if single else out
 
-    def attention_int8(self, q, k, v, scale_multiplier, scale_shift, causal=False):
+    def attention_int8(self, q, k, v, frac, causal=False):
         """The core's part of `attention`: int8 (heads, L, d), (heads, S, d), (heads, S, d) ->
         int32 (heads, L, d), the output in units of v / 2**SOFTMAX_OUT_FRAC (see
-        ``hdl/softmax.py``)."""
+        ``hdl/softmax.py``); ``q k^T / 2**frac`` are the scores in log2 units."""
         _check_softmax_unit(self.config, "attention")
         for name, x in (("q", q), ("k", k), ("v", v)):
             _check_int8(name, x, 3)
@@ -182,8 +182,7 @@ class Device:
         kv = k.shape[1]
         if k.shape != (heads, kv, dim) or v.shape != k.shape:
             raise ValueError(f"q {q.shape}, k {k.shape}, v {v.shape} do not match")
-        _check_option("scale_multiplier", scale_multiplier, 0, 65535)
-        _check_option("scale_shift", scale_shift, 0, 63)
+        _check_option("frac", frac, 0, 31)
         _check_causal(causal, seq, kv)
         plan = plan_attention(self.config, seq, kv, dim)
         q_mem, kt_mem, v_mem = attention_operands(plan, q, k, v)
@@ -192,26 +191,25 @@ class Device:
             [q_mem.nbytes, kt_mem.nbytes, v_mem.nbytes], [out_bytes])
         program = compile_attention(self.config, plan, heads, q_addr=q_addr, kt_addr=kt_addr,
                                     v_addr=v_addr, o_addr=o_addr, causal=causal,
-                                    scale_multiplier=scale_multiplier, scale_shift=scale_shift)
+                                    frac=frac)
         (o,) = self._run(program, [(q_addr, q_mem), (kt_addr, kt_mem), (v_addr, v_mem)],
                          [(o_addr, out_bytes)])
         return _array(o, np.int32, (heads, seq, dim))
 
     def softmax(self, x):
         """Softmax over the last axis of a float32 (rows, n) array on the softmax unit (x is
-        quantized to int8 with one scale)."""
+        quantized to int8 with one scale, a power of two in log2 units: `quantize_softmax`)."""
         _check_softmax_unit(self.config, "softmax")
         x = _check_float("x", x)
         if x.ndim != 2:
             raise ValueError(f"x must have 2 dimensions (rows, n), not {x.ndim}")
-        xi, sx = quantize_int8(x)
-        multiplier, shift = log2_scale(sx)
+        xi, _, frac = quantize_softmax(x)
         n = self.config.cols
         eye = np.eye(n, dtype=np.int8)
         rows, width = x.shape
         (x_addr, eye_addr), (y_addr,) = self._layout([xi.nbytes, eye.nbytes], [4 * xi.size])
         program = compile_softmax(self.config, rows, width, x_addr=x_addr, eye_addr=eye_addr,
-                                  y_addr=y_addr, scale_multiplier=multiplier, scale_shift=shift)
+                                  y_addr=y_addr, frac=frac)
         (y,) = self._run(program, [(x_addr, xi), (eye_addr, eye)], [(y_addr, 4 * xi.size)])
         return (_array(y, np.int32, (rows, width)) / 2 ** SOFTMAX_OUT_FRAC).astype(np.float32)
 

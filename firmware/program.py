@@ -80,14 +80,13 @@ class Program:
         return self
 
     def softmax(self, mode, *, count, o_row, o_tiles, state_row, first=False, tiles=1, keys=0,
-                score_row=0, p_row=0, causal=False, causal_offset=0, scale_multiplier=0,
-                scale_shift=0, deps=Deps()):
+                score_row=0, p_row=0, causal=False, causal_offset=0, frac=0, deps=Deps()):
         """A SOFTMAX step (`isa.SoftmaxInstruction`): ``mode`` BLOCK or NORMALIZE."""
         return self._add(Opcode.SOFTMAX, header=deps.fields(), mode=SoftmaxMode(mode),
                          first=int(first), causal=int(causal), count=count, tiles=tiles,
                          o_tiles=o_tiles, keys=keys, causal_offset=causal_offset,
                          score_row=score_row, p_row=p_row, o_row=o_row, state_row=state_row,
-                         scale_multiplier=scale_multiplier, scale_shift=scale_shift)
+                         frac=frac)
 
     def end(self):
         return self._add(Opcode.END)

@@ -116,9 +116,9 @@ BOARDS = {board.name: board for board in (
         default_array=(8, 8),
         scratchpad_kib=16, accumulator_kib=8, axi_data_width=64,
         # Measured with synth_ecp5 (yosys 0.70, axi_data_width=64): the store epilogue takes 4
-        # MULT18X18D, the softmax unit 30 at 8 columns and 54 at 16; 2 more kept spare. So the
-        # 16x16 array takes 96 of the 156 (it took 70 with 6 + 5 per column reserved).
-        reserved_dsps=6, softmax_dsps=6, softmax_dsps_per_col=3),
+        # MULT18X18D; the softmax unit 18 at 8 columns and 34 at 16 (NORMALIZE's O * r per lane
+        # and two products of the instruction check); 2 more kept spare.
+        reserved_dsps=6, softmax_dsps=2, softmax_dsps_per_col=2),
     Board(
         name="icebreaker", platform=ICEBreakerPlatform, family="ice40",
         resources=(DeviceResource("luts", "ICESTORM_LC", 5_280),

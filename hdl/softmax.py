@@ -1,40 +1,51 @@
 """Softmax special-function unit (SFU): the online-softmax steps of flash attention.
 
-Numerics (``sim/softmax_model.py`` is the bit-exact model):
+Numerics (``sim/softmax_model.py`` is the bit-exact model). No step multiplies per lane except
+NORMALIZE's ``O * r``:
 
-- Scores s (int32) go to the log2 domain in Q.10 (FRAC = 10): ``x = (s * scale_multiplier) >>
-  scale_shift`` (floor).
-- ``exp2q(d)`` ~ ONE * 2**(-d / 1024), ONE = 1 << 15, for d >= 0: n = d >> 10, k = (d >> 6) & 15,
-  f = d & 63, ``e = Y[k] + ((Y[k+1] - Y[k]) * f >> 6)`` with ``Y[k] = round(ONE * 2**(-k/16))``,
-  ``exp2q = (e + ((1 << n) >> 1)) >> n``, 0 for n >= 16. Every ``>>`` is a floor shift.
-- State per query: m (signed 48-bit Q.10, or -inf) and l (unsigned 48-bit, LF = 20 fractional
-  bits, saturating at 2**48 - 1).
+- Scores s (int32) are already in the log2 domain with ``frac`` fractional bits: x = s / 2**frac.
+  The host folds the score scale (1/sqrt(d), log2(e)) into the int8 scales of Q and K
+  (``firmware/attention.py``).
+- State per query: m (signed 32-bit, an integer in log2 units, or -inf) and l (unsigned 32-bit,
+  LF = 8 fractional bits, saturating at 2**32 - 1).
 - BLOCK, per query i, over its valid keys (``k < keys`` and, with ``causal``, ``k <= i +
-  causal_offset``): ``m' = max(m, max x)``; ``alpha = exp2q(m - m')`` (0 if m = -inf);
-  ``p = min(255, (exp2q(m' - x) + 64) >> 7)`` (0 if masked) to lanes 0..cols-1 of the
-  probability buffer (0 in the other lanes);
-  ``l' = min(2**48 - 1, ((l * alpha + 2**14) >> 15) + (sum(p) << LF))``; unless ``first``
-  (which starts from m = -inf, l = 0), ``O = (O * alpha + 2**14) >> 15``.
-- NORMALIZE: with b = bitlen(l), k = 32 - b, ``mant = l << k`` (``l >> -k`` if k < 0),
-  ``r = 2**47 // mant``, sh = 19 - k: ``O = sat_int32((O * r + 2**(sh-1)) >> sh)`` (``O * r <<
-  -sh`` if sh < 1), i.e. ``O * 2**(OUT_FRAC + LF) / l``: the attention output in units of V / 256
-  (OUT_FRAC = 8). O = 0 where l = 0. BLOCK never leaves 0 < l < 255 << LF.
+  causal_offset``): ``m' = max(m, ceil(max s / 2**frac))``, so ``alpha = 2**-a`` with
+  ``a = min(33, m' - m)`` (33 if m = -inf): rescaling is a rounding shift,
+  ``rs(v, a) = (v + ((1 << a) >> 1)) >> a`` (floor shifts).
+  ``d = (m' << frac) - s >= 0``, ``n = d >> frac``, ``f = (d << 7 >> frac) & 127`` (the 7 top
+  fractional bits): ``p = min(255, (EXP_TABLE[f] + (1 << (n + 3))) >> (n + 4))`` with
+  ``EXP_TABLE[f] = round(2**12 * 2**(-f/128))``; p = 0 if n >= 16 or the key is masked. P goes to
+  lanes 0..cols-1 of the probability buffer (0 in the other lanes). The largest p of a query
+  with a valid key is in [128, 255]: up to one bit of P less than a real-valued m would give
+  (see Accuracy).
+  ``l' = min(2**32 - 1, rs(l, a) + (sum(p) << LF))``; unless ``first`` (which starts from
+  m = -inf, l = 0), ``O = rs(O, a)``.
+- NORMALIZE: with b = bitlen(l), ``mant = l << (32 - b)``, ``r = 2**47 // mant`` (2**15 <= r <=
+  2**16), sh = b - 1: ``O = sat_int32(rs(O * r, sh))``, i.e. ``O * 2**(OUT_FRAC + LF) / l``: the
+  attention output in units of V / 256 (OUT_FRAC = 8). O = 0 where l = 0.
 - Errors, checked at accept (a bad instruction changes nothing): mode not BLOCK or NORMALIZE:
   UNKNOWN_OPCODE; count, o_tiles or (BLOCK) tiles 0: BAD_EXTENT; rows past the accumulator,
   probability buffer or state: SRAM_RANGE (NORMALIZE ignores tiles, keys, score_row, p_row).
 
-Accuracy (measured by ``tests/test_softmax_pysim.py``): exp2q is within 7.6 LSB of
-ONE * 2**(-d/1024) for every d, and within 2.5e-4 relative for d < 1024; r is within 2**-15
-relative of 2**47 / mant. End to end (flash attention in blocks of 4..32 keys, up to 200 keys,
-scores spanning 0.5..100 in log2, int8 V), NORMALIZE / 256 is within 0.98 LSB of V of float
-``softmax(x) @ V``: the 8-bit P dominates.
+Accuracy (measured by ``tests/test_softmax_pysim.py``): p is at most 0.5 LSB below and
+0.5 LSB + 0.55% above ``256 * 2**-(d / 2**frac)`` (d's fraction is floored to 2**-7); r is
+within 2**-15 relative of 2**47 / mant. End to end (flash attention in blocks of 4..32 keys, up
+to 200 keys, scores spanning 0.5..100 in log2, int8 V), NORMALIZE / 256 is within 1.27 LSB of
+V of float ``softmax(x) @ V``, 0.090 LSB rms (a 6-bit table: 0.105 rms; the previous design's
+Q.10 maximum: 0.98 and 0.082): the 8-bit P dominates. Fused attention on random data (L = S =
+128..512, d = 64): 1.1e-2 to 1.2e-2 relative error (``docs/DESIGN.md``).
+
+Hardware: per lane one adder and one right shifter serve every row kind (``base + value``, then
+``>> shift``: ``((m' << frac) - s) << 7 >> frac`` for P, ``rs(O, a)``, ``rs(O * r, sh)``), an
+``EXP_TABLE`` ROM and a 4-bit shift for p; the per-query work (ceil, m', a, l) is done once per
+query. The state is two memories, ``state_m`` (written by the max pass) and ``state_l``
+(read-modify-written at the end of the exp pass, read by NORMALIZE).
 
 Timing: the max pass of a query (``tiles`` score rows) runs up to 8 queries ahead of the exp
 pass (``tiles`` rows, writing P) and O rescale (``o_tiles`` rows; none with ``first``) of
 earlier queries, so the accumulator read port is busy every cycle: a BLOCK takes
-``count * (2 * tiles + o_tiles) + ~10`` cycles (22 for one query). NORMALIZE divides two
-quotient bits per cycle, overlapped with the O scaling of the previous query:
-``count * max(o_tiles, 10) + ~10`` cycles.
+``count * (2 * tiles + o_tiles) + ~10`` cycles. NORMALIZE divides two quotient bits per cycle,
+overlapped with the O scaling of the previous query: ``count * max(o_tiles, 10) + ~10`` cycles.
 """
 from amaranth.hdl import Array, C, Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, enum, memory, wiring
@@ -47,28 +58,34 @@ from ..config import CoreConfig
 from ..isa import ErrorCode, SoftmaxInstruction, SoftmaxMode
 from .engine import engine_members
 
-__all__ = ["SoftmaxUnit", "FRAC", "ONE", "LF", "OUT_FRAC", "EXP_TABLE", "L_MAX", "STATE"]
+__all__ = ["SoftmaxUnit", "EXP_BITS", "EXP_TABLE", "LF", "OUT_FRAC", "L_MAX", "SHIFT_MAX",
+           "STATE_M"]
 
-FRAC = 10
-ONE = 1 << 15
-LF = 20
-EXP_TABLE = tuple(round(ONE * 2 ** (-k / 16)) for k in range(17))
-L_MAX = (1 << 48) - 1
+EXP_BITS = 7
+"""Fractional bits of d (in log2 units) that index ``EXP_TABLE``."""
+EXP_TABLE = tuple(round(2**12 * 2 ** (-f / 2**EXP_BITS)) for f in range(2**EXP_BITS))
+"""``2**(-f/128)`` with 12 fractional bits: p = 256 * 2**-d is ``EXP_TABLE[f] >> (n + 4)``,
+rounded."""
+LF = 8
+L_MAX = (1 << 32) - 1
+SHIFT_MAX = 33
+"""Rescale shifts saturate here: ``rs(v, 33)`` is 0 for any int32 O and any l."""
 
-STATE = data.StructLayout({"m": signed(48), "m_valid": 1, "l": 48})
-"""One query's softmax state."""
+STATE_M = data.StructLayout({"m": signed(32), "m_valid": 1})
+"""One query's running maximum (its l is in ``state_l``)."""
 
 _JOBS = 8
 """Queries the max pass may run ahead of the exp pass."""
 
-_MAXIMUM = data.StructLayout({"valid": 1, "x": signed(48)})
+_MAXIMUM = data.StructLayout({"valid": 1, "x": signed(32)})
+_BASE = signed(45)
+"""Per-row addend of the lane adder: ``(m' << frac << 7) + 1`` (P rows) or a rounding bias."""
 
 _JOB = data.StructLayout({
     "query": 16,
-    "m": _MAXIMUM,       # BLOCK: the new maximum
-    "l": 48,             # BLOCK: l * alpha, rounded
-    "mult": 17,          # O row scale: alpha (BLOCK) or r (NORMALIZE) ...
-    "shift": signed(7),  # ... and its rounding right shift (left if negative)
+    "base": _BASE,       # BLOCK: (m' << frac << 7) + 1, clamped
+    "mult": 17,          # NORMALIZE: r (BLOCK: 1)
+    "shift": 6,          # BLOCK: a; NORMALIZE: sh
 })
 
 
@@ -86,12 +103,14 @@ def _op_layout(config):
         "first": 1,
         "last": 1,
         "lanes": range(config.cols + 1),  # MAX, EXP: lanes of valid keys
-        "mult": 17,
-        "shift": signed(7),
-        "round": 1,
         "addr": 16,                       # EXP: P row; SCALE: O row
-        "job": _JOB,                      # EXP: query, m, l
+        "alpha_shift": 6,                 # EXP: a, for l
     })
+
+
+_ROW = data.StructLayout({"base": _BASE, "mult": 17, "shift": 6})
+"""The lane datapath's per-row operands: ``(value * mult + base) >> shift`` for O rows,
+``(base + ~(value << 7)) >> shift`` for P rows."""
 
 
 def _delays(m, value, cycles):
@@ -123,32 +142,24 @@ def _larger(m, a, b):
     return out
 
 
-def _exp2q(m, d, zero):
-    """exp2q(d) two cycles later, for d < 2**14; 0 with ``zero``."""
-    table = Array(C(y, 16) for y in EXP_TABLE[:16])
-    slope = Array(C(b - a, signed(12)) for a, b in zip(EXP_TABLE, EXP_TABLE[1:]))
-    k = d[6:10]
-    e, n, z = Signal(16), Signal(4), Signal()
-    m.d.sync += [e.eq(table[k] + ((slope[k] * d[:6]) >> 6)), n.eq(d[10:14]), z.eq(zero)]
-    out = Signal(16)
-    m.d.sync += out.eq(Mux(z, 0, (e + (C(1, 16) << n)[1:]) >> n))
-    return out
+def _half(shift):
+    """The rounding bias of a right shift: ``(1 << shift) >> 1``."""
+    return (1 << shift) >> 1
 
 
 class SoftmaxUnit(wiring.Component):
     """Runs SOFTMAX instructions on the accumulator (scores, O) and the probability buffer.
 
-    The per-query state lives in ``state`` (``probability_rows`` entries of ``STATE``). The
-    score rows and O rows of an instruction must not overlap.
+    The per-query state lives in ``state_m`` (``STATE_M``) and ``state_l`` (32 bits), each
+    ``probability_rows`` entries. The score rows and O rows of an instruction must not overlap.
     """
 
     def __init__(self, config):
         if not isinstance(config, CoreConfig):
             raise ValueError(f"config must be a CoreConfig, not {config!r}")
         self.config = config
-        self.state = memory.Memory(shape=STATE, depth=config.probability_rows, init=[])
-        self._state_read = self.state.read_port()
-        self._state_write = self.state.write_port()
+        self.state_m = memory.Memory(shape=STATE_M, depth=config.probability_rows, init=[])
+        self.state_l = memory.Memory(shape=32, depth=config.probability_rows, init=[])
         super().__init__(self.signature_of(config))
 
     @staticmethod
@@ -169,10 +180,12 @@ class SoftmaxUnit(wiring.Component):
         m = Module()
         cfg = self.config
         cols = cfg.cols
-        m.submodules.state = self.state
+        m.submodules.state_m = self.state_m
+        m.submodules.state_l = self.state_l
+        m_read, m_write = self.state_m.read_port(), self.state_m.write_port()
+        l_read, l_write = self.state_l.read_port(), self.state_l.write_port()
+        m.d.comb += [m_read.en.eq(0), l_read.en.eq(0)]  # a read port's enable is 1 unless driven
         m.submodules.jobs = jobs = SyncFIFO(width=_JOB.size, depth=_JOBS)
-        state_read, state_write = self._state_read, self._state_write
-        m.d.comb += state_read.en.eq(0)  # a read port's enable is 1 unless driven
 
         # Accept and check an instruction; it stays in `ins` until done.
         ins = Signal(SoftmaxInstruction)
@@ -228,7 +241,7 @@ class SoftmaxUnit(wiring.Component):
         b_end = Mux(b_scale, b_tile + 1 == ins.o_tiles, (b_tile + 1 == ins.tiles) & ins.first)
         m.d.comb += back.eq(b_have & ~front)
 
-        op = Signal(_op_layout(cfg))
+        op, row = Signal(_op_layout(cfg)), Signal(_ROW)
         with m.If(front):
             m.d.comb += [
                 self.acc_read.addr.eq(f_addr),
@@ -237,20 +250,17 @@ class SoftmaxUnit(wiring.Component):
                 op.first.eq(f_tile == 0),
                 op.last.eq(f_tile + 1 == ins.tiles),
                 op.lanes.eq(valid_lanes(f_query, f_key)),
-                op.mult.eq(ins.scale_multiplier),
-                op.shift.eq(ins.scale_shift),
-                op.job.query.eq(f_query),
                 started.eq(f_tile == 0),
             ]
         with m.Elif(back):
-            m.d.comb += [self.acc_read.addr.eq(b_addr), op.valid.eq(1), op.job.eq(b_job)]
+            m.d.comb += [self.acc_read.addr.eq(b_addr), op.valid.eq(1)]
             with m.If(b_scale):
                 m.d.comb += [
                     op.kind.eq(_Kind.SCALE),
                     op.addr.eq(b_addr),
-                    op.mult.eq(b_job.mult),
-                    op.shift.eq(b_job.shift),
-                    op.round.eq(b_job.shift > 0),
+                    row.base.eq(_half(b_job.shift)),
+                    row.mult.eq(b_job.mult),
+                    row.shift.eq(b_job.shift),
                 ]
             with m.Else():
                 m.d.comb += [
@@ -258,9 +268,10 @@ class SoftmaxUnit(wiring.Component):
                     op.first.eq(b_tile == 0),
                     op.last.eq(b_tile + 1 == ins.tiles),
                     op.lanes.eq(valid_lanes(b_job.query, b_key)),
-                    op.mult.eq(ins.scale_multiplier),
-                    op.shift.eq(ins.scale_shift),
                     op.addr.eq(b_paddr),
+                    op.alpha_shift.eq(b_job.shift),
+                    row.base.eq(b_job.base),
+                    row.shift.eq(ins.frac),
                 ]
         m.d.comb += self.acc_read.en.eq(op.valid)
 
@@ -301,112 +312,140 @@ class SoftmaxUnit(wiring.Component):
                 ops.extend(_delays(m, ops[-1], 1))
             return ops[stage]
 
-        # 1: row * mult (+ rounding bias).  2: shift.  3: O rows written back, saturated.
-        bias = Signal(35)
-        m.d.comb += bias.eq(Mux(at(1).round, (C(1, 1) << at(1).shift[:6])[1:36], 0))
-        products = [Signal(signed(50)) for _ in range(cols)]
+        # 1: value * mult + base.  2: >> shift.  3: O rows written back, saturated; P index.
+        row_1, row_2 = _delays(m, row, 2)
+        sums = [Signal(signed(51)) for _ in range(cols)]
+        shifted = [Signal(signed(51)) for _ in range(cols)]
         for j in range(cols):
-            m.d.sync += products[j].eq(self.acc_read.data[j] * at(1).mult + bias)
-        values = [Signal(signed(62)) for _ in range(cols)]
+            value = self.acc_read.data[j]
+            # P rows: base + ~(s << 7) = ((m' << frac) - s) << 7.
+            m.d.sync += [
+                sums[j].eq(row_1.base + Mux(at(1).kind == _Kind.EXP, ~(value << EXP_BITS),
+                                            value * row_1.mult)),
+                shifted[j].eq(sums[j] >> row_2.shift),
+            ]
         ok = Signal(cols)
-        for j in range(cols):
-            m.d.sync += values[j].eq(Mux(at(2).shift < 0, products[j] << (-at(2).shift)[:4],
-                                         products[j] >> at(2).shift[:6]))
         m.d.sync += ok.eq(Cat(j < at(2).lanes for j in range(cols)))
         m.d.comb += [
             self.acc_write.addr.eq(at(3).addr),
             self.acc_write.en.eq(at(3).valid & (at(3).kind == _Kind.SCALE)),
         ]
         for j in range(cols):
+            value = shifted[j]
             m.d.comb += self.acc_write.data[j].eq(
-                Mux(values[j] > 2**31 - 1, 2**31 - 1, Mux(values[j] < -2**31, -2**31, values[j])))
-        xs = [value[:48].as_signed() for value in values]
+                Mux(value > 2**31 - 1, 2**31 - 1, Mux(value < -2**31, -2**31, value)))
 
-        # Max pass: the row maximum, then the query's, then (with the old state) the job.
+        # Max pass: the row maximum of the raw scores, then the query's, then the job.
         items = []
         for j in range(cols):
             item = Signal(_MAXIMUM)
-            m.d.comb += [item.valid.eq(ok[j]), item.x.eq(xs[j])]
+            m.d.comb += [item.valid.eq(j < at(1).lanes), item.x.eq(self.acc_read.data[j])]
             items.append(item)
         row_max, latency = _reduce(m, items, lambda a, b: _larger(m, a, b))
-        op_max = at(3 + latency)
+        op_max = at(1 + latency)
         running, merged = Signal(_MAXIMUM), Signal(_MAXIMUM)
         m.d.comb += merged.eq(Mux(op_max.first, row_max, _larger(m, running, row_max)))
         is_max = op_max.valid & (op_max.kind == _Kind.MAX)
         with m.If(is_max):
             m.d.sync += running.eq(merged)
-        with m.If(is_max & op_max.last):
-            m.d.comb += [state_read.addr.eq(ins.state_row + op_max.job.query),
-                         state_read.en.eq(1)]
+        m_query = Signal(16)  # the query of the max pass's next job
+        with m.If(start):
+            m.d.sync += m_query.eq(0)
+        with m.Elif(is_max & op_max.last):
+            m.d.comb += [m_read.addr.eq(ins.state_row + m_query), m_read.en.eq(1)]
+            m.d.sync += m_query.eq(m_query + 1)
 
-        step = data.StructLayout({"valid": 1, "query": 16, "m": _MAXIMUM, "old": _MAXIMUM,
-                                  "l": 48})
+        # 0: m_blk = ceil(max s / 2**frac).  1: m' (written back).  2: a and the job's base.
+        step = data.StructLayout({"valid": 1, "query": 16, "m": _MAXIMUM, "old": _MAXIMUM})
         new = Signal(step)
-        m.d.sync += [new.valid.eq(is_max & op_max.last), new.query.eq(op_max.job.query),
+        m.d.sync += [new.valid.eq(is_max & op_max.last), new.query.eq(m_query),
                      new.m.eq(merged)]
-        stored = Signal(_MAXIMUM)
-        m.d.comb += [stored.valid.eq(state_read.data.m_valid & ~ins.first),
-                     stored.x.eq(state_read.data.m)]
-        steps = _delays(m, new, 4)
-        m.d.sync += [
-            steps[0].m.eq(_larger(m, stored, new.m)),
-            steps[0].old.eq(stored),
-            steps[0].l.eq(Mux(ins.first, 0, state_read.data.l)),
+        old, ceiling = Signal(_MAXIMUM), Signal(_MAXIMUM)
+        m.d.comb += [
+            old.valid.eq(m_read.data.m_valid & ~ins.first),
+            old.x.eq(m_read.data.m),
+            ceiling.valid.eq(new.m.valid),
+            ceiling.x.eq(-(-new.m.x >> ins.frac)),
         ]
-        drop = steps[0].m.x - steps[0].old.x
-        alpha = _exp2q(m, drop[:14], ~steps[0].old.valid | (drop >= 1 << 14))
-        scaled, alpha_4 = Signal(64), Signal.like(alpha)
-        m.d.sync += [scaled.eq(steps[2].l * alpha + (1 << 14)), alpha_4.eq(alpha)]
+        steps = _delays(m, new, 2)
+        m.d.sync += [steps[0].m.eq(_larger(m, old, ceiling)), steps[0].old.eq(old)]
+        m.d.comb += [
+            m_write.en.eq(steps[0].valid),
+            m_write.addr.eq(ins.state_row + steps[0].query),
+            m_write.data.m.eq(steps[0].m.x),
+            m_write.data.m_valid.eq(steps[0].m.valid),
+        ]
+        rise = steps[0].m.x - steps[0].old.x
+        top = steps[0].m.x << ins.frac  # >= the largest valid s of the block
+        limit = 1 << 36  # d >= limit - 2**31 makes p = 0 for any frac
+        alpha_shift, base = Signal(6), Signal(_BASE)
+        m.d.sync += [
+            alpha_shift.eq(Mux(~steps[0].old.valid | (rise > SHIFT_MAX), SHIFT_MAX, rise)),
+            base.eq((Mux(top > limit, limit, top) << EXP_BITS) + 1),
+        ]
         pushed = data.View(_JOB, jobs.w_data)
-        with m.If(steps[3].valid):
+        with m.If(steps[1].valid):
             m.d.comb += [
                 jobs.w_en.eq(1),
-                pushed.query.eq(steps[3].query),
-                pushed.m.eq(steps[3].m),
-                pushed.l.eq(scaled >> 15),
-                pushed.mult.eq(alpha_4),
-                pushed.shift.eq(15),
+                pushed.query.eq(steps[1].query),
+                pushed.base.eq(base),
+                pushed.mult.eq(1),
+                pushed.shift.eq(alpha_shift),
             ]
 
-        # Exp pass: P rows, their sum, the new state.
-        exps = []
-        for j in range(cols):
-            gap = Signal(signed(len(at(3).job.m.x - xs[j])), name=f"gap{j}")
-            m.d.comb += gap.eq(at(3).job.m.x - xs[j])
-            exps.append(_exp2q(m, gap[:14], ~ok[j] | (gap >= 1 << 14)))
+        # Exp pass: P rows (the table is read in stage 3, p rounded in 4, written in 5), their
+        # sum, then l read (stage 5 + latency - 1) and written.
+        index = data.StructLayout({"f": EXP_BITS, "n": 4, "big": 51 - EXP_BITS - 4})
+        # A LUT ROM per lane (one yosys memory with a read port per lane crashes its
+        # memory_libmap at 16 lanes).
+        table = Array(C(y, 13) for y in EXP_TABLE)
+        y_4, n_4, zero_4 = (Signal(data.ArrayLayout(13, cols)), Signal(data.ArrayLayout(4, cols)),
+                            Signal(cols))
         probs = [Signal(8) for _ in range(cols)]
         for j in range(cols):
-            rounded = (exps[j] + 64) >> 7
-            m.d.sync += probs[j].eq(Mux(rounded > 255, 255, rounded))
+            z = data.View(index, shifted[j])
+            m.d.sync += [y_4[j].eq(table[z.f]), n_4[j].eq(z.n),
+                         zero_4[j].eq(~ok[j] | (z.big != 0))]
+            rounded = (y_4[j] + _half(n_4[j] + 4)) >> (n_4[j] + 4)
+            m.d.sync += probs[j].eq(Mux(zero_4[j], 0, Mux(rounded > 255, 255, rounded)))
         m.d.comb += [
-            self.p_write.addr.eq(at(6).addr),
-            self.p_write.en.eq(at(6).valid & (at(6).kind == _Kind.EXP)),
+            self.p_write.addr.eq(at(5).addr),
+            self.p_write.en.eq(at(5).valid & (at(5).kind == _Kind.EXP)),
         ]
         for j in range(cols):
             m.d.comb += self.p_write.data[j].eq(probs[j])
         row_sum, latency = _reduce(m, probs, lambda a, b: a + b)
-        op_sum = at(6 + latency)
+        op_sum = at(5 + latency)
         running_sum = Signal(range(255 * 255 * cols + 1))
         total = Mux(op_sum.first, 0, running_sum) + row_sum
         is_exp = op_sum.valid & (op_sum.kind == _Kind.EXP)
         with m.If(is_exp):
             m.d.sync += running_sum.eq(total)
-        l_new = op_sum.job.l + (total << LF)
+        l_query = Signal(16)  # the query of the exp pass's next state write
+        before = at(4 + latency)
+        with m.If(start):
+            m.d.sync += l_query.eq(0)
+        with m.Elif(is_exp & op_sum.last):
+            m.d.sync += l_query.eq(l_query + 1)
+        with m.If(before.valid & (before.kind == _Kind.EXP) & before.last):
+            m.d.comb += [l_read.addr.eq(ins.state_row + l_query + (is_exp & op_sum.last)),
+                         l_read.en.eq(1)]
+        l_old = Mux(ins.first, 0, l_read.data)
+        shift = op_sum.alpha_shift
+        l_new = ((l_old + _half(shift)) >> shift) + (total << LF)
         m.d.sync += [
-            state_write.en.eq(is_exp & op_sum.last),
-            state_write.addr.eq(ins.state_row + op_sum.job.query),
-            state_write.data.m.eq(op_sum.job.m.x),
-            state_write.data.m_valid.eq(op_sum.job.m.valid),
-            state_write.data.l.eq(Mux(l_new > L_MAX, L_MAX, l_new)),
+            l_write.en.eq(is_exp & op_sum.last),
+            l_write.addr.eq(ins.state_row + l_query),
+            l_write.data.eq(Mux(l_new > L_MAX, L_MAX, l_new)),
         ]
 
         # NORMALIZE: r = 2**47 // mant, two quotient bits per cycle (bits 17..0; 17 is 0).
         n_query, n_current = Signal(16), Signal(16)
         n_mant, n_rem, n_quot = Signal(32), Signal(33), Signal(18)
-        n_shift, n_zero, n_step = Signal(signed(7)), Signal(), Signal(range(9))
-        l_in = state_read.data.l
-        width = Signal(range(49))
-        for i in range(48):
+        n_shift, n_zero, n_step = Signal(6), Signal(), Signal(range(9))
+        l_in = l_read.data
+        width = Signal(range(33))
+        for i in range(32):
             with m.If(l_in[i]):
                 m.d.comb += width.eq(i + 1)
         rem, bits = n_rem, []
@@ -423,7 +462,7 @@ class SoftmaxUnit(wiring.Component):
                     m.d.comb += read.eq(1)
                     m.next = "NORMALIZE"
             with m.State("NORMALIZE"):
-                m.d.sync += [n_mant.eq((l_in << 32) >> width), n_shift.eq(width - 13),
+                m.d.sync += [n_mant.eq((l_in << 32) >> width), n_shift.eq(width - 1),
                              n_zero.eq(l_in == 0), n_rem.eq(1 << 30), n_step.eq(8)]
                 m.next = "DIVIDE"
             with m.State("DIVIDE"):
@@ -440,16 +479,16 @@ class SoftmaxUnit(wiring.Component):
         with m.If(start):
             m.d.sync += n_query.eq(0)
         with m.Elif(read):
-            m.d.comb += [state_read.addr.eq(ins.state_row + n_query), state_read.en.eq(1),
+            m.d.comb += [l_read.addr.eq(ins.state_row + n_query), l_read.en.eq(1),
                          started.eq(1)]
             m.d.sync += [n_current.eq(n_query), n_query.eq(n_query + 1)]
 
         stages = [o.valid for o in ops[1:]] + [new.valid] + [s.valid for s in steps]
         m.d.comb += [
             self.done.eq(active & ~b_have & (b_jobs == ins.count) & ~Cat(*stages).any()
-                         & ~state_write.en),
+                         & ~l_write.en),
             self.progress.eq(accept | self.acc_read.en | self.acc_write.en | self.p_write.en
-                             | state_read.en | state_write.en),
+                             | m_read.en | l_read.en | m_write.en | l_write.en),
         ]
         with m.If(self.done):
             m.d.sync += active.eq(0)

@@ -21,7 +21,7 @@ def attention_float(q, k, v, causal=False):
     return weights / weights.sum(axis=-1, keepdims=True) @ v
 
 
-def attention_int8_model(config, q, k, v, scale_multiplier, scale_shift, causal=False):
+def attention_int8_model(config, q, k, v, frac, causal=False):
     """What `SimDevice.attention_int8` returns: int8 (heads, L, d), (heads, S, d) x2 ->
     int32 (heads, L, d) in units of v / 256, with the key blocks of the core's program."""
     heads, seq, dim = q.shape
@@ -34,16 +34,15 @@ def attention_int8_model(config, q, k, v, scale_multiplier, scale_shift, causal=
         for k0 in range(0, kv, plan.block_keys):
             width = min(plan.block_keys, kv - k0)
             m, l, p, o = block(m, l, scores[:, k0:k0 + width], width, causal, kv - seq - k0,
-                               scale_multiplier, scale_shift, k0 == 0, o)
+                               frac, k0 == 0, o)
             pv = p.astype(np.int64) @ v[h, k0:k0 + width].astype(np.int64)
             o = pv if k0 == 0 else o + pv
         out[h] = normalize(l, o)
     return out.astype(np.int32)
 
 
-def softmax_int8_model(x, scale_multiplier, scale_shift):
+def softmax_int8_model(x, frac):
     """What `SimDevice.softmax` computes before its final / 256: int8 (rows, n) -> int32."""
     x = np.asarray(x, dtype=np.int64)
-    _, l, p, _ = block(None, None, x, x.shape[1], False, 0, scale_multiplier, scale_shift,
-                       True, None)
+    _, l, p, _ = block(None, None, x, x.shape[1], False, 0, frac, True, None)
     return normalize(l, p).astype(np.int32)

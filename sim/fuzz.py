@@ -212,7 +212,7 @@ def _instruction(draw, config, density):
                         p_row=rows(config.probability_rows, tiles * count),
                         o_row=rows(acc_rows, o_tiles * count),
                         state_row=rows(config.probability_rows, count),
-                        scale_multiplier=draw(_U16), scale_shift=draw(st.integers(0, 63)),
+                        frac=draw(st.integers(0, 31)),
                         deps=deps)
         if draw(_rarely(st.just(False), st.just(True), odds["element"])):
             program.instructions[0] = _with_bits(program.instructions[0],

@@ -1,15 +1,15 @@
 """Bit-exact model of the softmax unit (``hdl/softmax.py`` states the numerics).
 
-The online-softmax state of a query is ``m`` (the running maximum in the log2 domain, Q.10;
-``M_NONE`` before any valid key) and ``l`` (the running sum of probabilities, LF fractional
-bits). Arrays are int64: no intermediate value overflows it.
+The online-softmax state of a query is ``m`` (the running maximum in the log2 domain, an
+integer; ``M_NONE`` before any valid key) and ``l`` (the running sum of probabilities, LF
+fractional bits). Arrays are int64: no intermediate value overflows it.
 """
 import numpy as np
 
-from ..hdl.softmax import EXP_TABLE, FRAC, L_MAX, LF
+from ..hdl.softmax import EXP_BITS, EXP_TABLE, L_MAX, LF, SHIFT_MAX
 from ..isa import ErrorCode, SoftmaxMode
 
-__all__ = ["M_NONE", "exp2q", "scale", "key_mask", "block", "reciprocal", "normalize",
+__all__ = ["M_NONE", "exp2p", "rescale", "key_mask", "block", "reciprocal", "normalize",
            "run_instruction"]
 
 M_NONE = np.iinfo(np.int64).min
@@ -18,22 +18,24 @@ M_NONE = np.iinfo(np.int64).min
 _TABLE = np.array(EXP_TABLE, dtype=np.int64)
 
 
-def exp2q(d):
-    """``2 ** (-d / 2**FRAC)`` in Q.15 for integers ``d >= 0`` (an int, or an int64 array)."""
+def exp2p(d, frac):
+    """p = ``256 * 2 ** (-d / 2**frac)``, rounded, saturated to 255, 0 from 2**-16 on, for
+    integers ``d >= 0`` (an int, or an int64 array)."""
     d = np.asarray(d, dtype=np.int64)
     if np.any(d < 0):
-        raise ValueError("exp2q needs d >= 0")
-    n = d >> FRAC
-    k, r = (d >> 6) & 15, d & 63
-    e = _TABLE[k] + (((_TABLE[k + 1] - _TABLE[k]) * r) >> 6)
+        raise ValueError("exp2p needs d >= 0")
+    n = d >> frac
+    f = ((d << EXP_BITS) >> frac) & (2**EXP_BITS - 1)
     n_small = np.minimum(n, 15)
-    out = np.where(n < 16, (e + ((1 << n_small) >> 1)) >> n_small, 0)
+    p = np.minimum(255, (_TABLE[f] + (1 << (n_small + 3))) >> (n_small + 4))
+    out = np.where(n < 16, p, 0)
     return int(out) if out.ndim == 0 else out
 
 
-def scale(s, scale_multiplier, scale_shift):
-    """Scores (int32) to the log2 domain, Q.10: ``(s * scale_multiplier) >> scale_shift``."""
-    return (np.asarray(s, dtype=np.int64) * scale_multiplier) >> scale_shift
+def rescale(v, shift):
+    """``v / 2**shift`` rounded half up (a rounding right shift)."""
+    v = np.asarray(v, dtype=np.int64)
+    return (v + ((1 << shift) >> 1)) >> shift
 
 
 def key_mask(count, width, keys, causal, causal_offset):
@@ -46,10 +48,11 @@ def key_mask(count, width, keys, causal, causal_offset):
     return valid
 
 
-def block(m, l, s, keys, causal, causal_offset, scale_multiplier, scale_shift, first, o):
+def block(m, l, s, keys, causal, causal_offset, frac, first, o):
     """One BLOCK step for ``count`` queries: ``s`` (count, tiles * cols) scores (key k of
-    query i at ``s[i, k]``), ``m``, ``l`` (count,) state (ignored with ``first``), ``o``
-    (count, o_cols) output accumulators (ignored with ``first``; may be None then).
+    query i at ``s[i, k]``, ``s / 2**frac`` in log2 units), ``m``, ``l`` (count,) state (ignored
+    with ``first``), ``o`` (count, o_cols) output accumulators (ignored with ``first``; may be
+    None then).
 
     Returns the new ``(m, l, p, o)``: ``p`` (count, tiles * cols) probabilities 0..255, ``o``
     rescaled (returned as given with ``first``)."""
@@ -60,29 +63,27 @@ def block(m, l, s, keys, causal, causal_offset, scale_multiplier, scale_shift, f
         l = np.zeros(count, dtype=np.int64)
     m = np.asarray(m, dtype=np.int64)
     l = np.asarray(l, dtype=np.int64)
-    x = scale(s, scale_multiplier, scale_shift)
     valid = key_mask(count, width, keys, causal, causal_offset)
-    block_max = np.where(valid, x, M_NONE).max(axis=1, initial=M_NONE)
-    m_new = np.maximum(m, block_max)
+    block_max = np.where(valid, s, M_NONE).max(axis=1, initial=M_NONE)
+    ceiling = np.where(block_max == M_NONE, M_NONE, -(-block_max >> frac))
+    m_new = np.maximum(m, ceiling)
     has_old = m != M_NONE
-    alpha = np.where(has_old, exp2q(np.where(has_old, m_new, 0) - np.where(has_old, m, 0)), 0)
-    top = np.where(m_new == M_NONE, 0, m_new)[:, None]
-    p = np.where(valid, np.minimum(255, (exp2q(np.where(valid, top - x, 0)) + 64) >> 7), 0)
-    l_new = np.minimum(L_MAX, ((l * alpha + (1 << 14)) >> 15) + (p.sum(axis=1) << LF))
+    shift = np.where(has_old, np.minimum(SHIFT_MAX, np.where(has_old, m_new - m, 0)), SHIFT_MAX)
+    top = np.where(m_new == M_NONE, 0, m_new)[:, None] << frac
+    p = np.where(valid, exp2p(np.where(valid, top - s, 0), frac), 0)
+    l_new = np.minimum(L_MAX, rescale(l, shift) + (p.sum(axis=1) << LF))
     if not first:
-        o = (np.asarray(o, dtype=np.int64) * alpha[:, None] + (1 << 14)) >> 15
+        o = rescale(np.asarray(o, dtype=np.int64), shift[:, None])
     return m_new, l_new, p, o
 
 
 def reciprocal(l):
     """``(r, sh)`` with ``r / 2**sh`` ~ ``2**(8 + LF) / l``: ``r = 2**47 // mant``, ``mant`` =
-    ``l`` normalized to [2**31, 2**32); ``(0, 0)`` for ``l = 0``."""
+    ``l`` (32 bits) normalized to [2**31, 2**32); ``(0, 0)`` for ``l = 0``."""
     l = int(l)
     if l == 0:
         return 0, 0
-    k = 32 - l.bit_length()
-    mant = l << k if k >= 0 else l >> -k
-    return (1 << 47) // mant, 19 - k
+    return (1 << 47) // (l << (32 - l.bit_length())), l.bit_length() - 1
 
 
 def normalize(l, o):
@@ -91,9 +92,7 @@ def normalize(l, o):
     out = np.empty_like(o)
     for i, li in enumerate(np.asarray(l)):
         r, sh = reciprocal(li)
-        v = o[i] * r
-        v = (v + (1 << (sh - 1))) >> sh if sh >= 1 else v << -sh
-        out[i] = np.clip(v, -2**31, 2**31 - 1)
+        out[i] = np.clip(rescale(o[i] * r, sh), -2**31, 2**31 - 1)
     return out
 
 
@@ -115,7 +114,7 @@ def run_instruction(config, fields, acc, prob, state_m, state_l):
     ``state_l`` (probability_rows,). Returns the ErrorCode (a bad instruction changes nothing)."""
     f = {name: 0 for name in ("first", "causal", "count", "tiles", "o_tiles", "keys",
                               "causal_offset", "score_row", "p_row", "o_row", "state_row",
-                              "scale_multiplier", "scale_shift")}
+                              "frac")}
     f.update(fields)
     try:
         f["mode"] = SoftmaxMode(f.get("mode", SoftmaxMode.BLOCK))
@@ -135,8 +134,7 @@ def run_instruction(config, fields, acc, prob, state_m, state_l):
         s_rows = [f["score_row"] + t * count + queries for t in range(f["tiles"])]
         s = np.concatenate([acc[rows] for rows in s_rows], axis=1)
         m, l, p, o = block(state_m[states], state_l[states], s, f["keys"], f["causal"],
-                           f["causal_offset"], f["scale_multiplier"], f["scale_shift"],
-                           f["first"], o)
+                           f["causal_offset"], f["frac"], f["first"], o)
         state_m[states], state_l[states] = m, l
         for t in range(f["tiles"]):
             rows = f["p_row"] + t * count + queries

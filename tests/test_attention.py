@@ -5,7 +5,7 @@ import pytest
 
 from tpugen import CoreConfig
 from tpugen.firmware import SimDevice
-from tpugen.firmware.attention import log2_scale, quantize_attention, quantize_int8
+from tpugen.firmware.attention import quantize_attention, quantize_softmax
 from tpugen.sim.attention_model import attention_float, attention_int8_model, softmax_int8_model
 
 SQUARE = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1, axi_data_width=64)
@@ -16,10 +16,9 @@ TOLERANCE = 2e-2
 
 def _check_attention(dev, rng, heads, seq, kv, dim, causal):
     q, k, v = (rng.standard_normal((heads, n, dim)).astype(np.float32) for n in (seq, kv, kv))
-    (qi, ki, vi), (sq, sk, sv), (multiplier, shift) = quantize_attention(q, k, v)
-    got = dev.attention_int8(qi, ki, vi, multiplier, shift, causal=causal)
-    assert np.array_equal(got, attention_int8_model(dev.config, qi, ki, vi, multiplier, shift,
-                                                    causal=causal))
+    (qi, ki, vi), (sq, sk, sv), frac = quantize_attention(q, k, v)
+    got = dev.attention_int8(qi, ki, vi, frac, causal=causal)
+    assert np.array_equal(got, attention_int8_model(dev.config, qi, ki, vi, frac, causal=causal))
     # The score matrix never leaves the core: the only writes are the outputs.
     assert dev.stats.bytes_written == 4 * heads * seq * dim
     out = dev.attention(q, k, v, causal=causal)
@@ -38,12 +37,16 @@ def test_attention_awkward_shapes_and_softmax():
                                             (1, 19, 19, 5, True)]:
             _check_attention(dev, rng, heads, seq, kv, dim, causal)
         x = (rng.standard_normal((7, 11)) * 3).astype(np.float32)
-        xi, sx = quantize_int8(x)
+        xi, sx, frac = quantize_softmax(x)
         y = dev.softmax(x)
-        multiplier, shift = log2_scale(sx)
-        assert np.array_equal(y * 256, softmax_int8_model(xi, multiplier, shift))
+        assert np.array_equal(y * 256, softmax_int8_model(xi, frac))
         weights = np.exp(xi * sx - (xi * sx).max(axis=1, keepdims=True))
         assert np.abs(y - weights / weights.sum(axis=1, keepdims=True)).max() < 1e-2
+        # A peak beyond a step of 1 in log2: rows shifted to their maximum (same softmax).
+        wide = x * 40
+        y = dev.softmax(wide)
+        weights = np.exp(wide - wide.max(axis=1, keepdims=True))
+        assert np.abs(y - weights / weights.sum(axis=1, keepdims=True)).max() < 2e-2
 
 
 def test_attention_head_dim_128_causal():

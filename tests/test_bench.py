@@ -137,10 +137,9 @@ class _GoldenDevice(Device):
     def conv2d(self, x, w, stride=1, padding=0):
         return self._answer("conv2d", conv2d_int32(x, w, stride, padding).astype(np.int32))
 
-    def attention_int8(self, q, k, v, scale_multiplier, scale_shift, causal=False):
+    def attention_int8(self, q, k, v, frac, causal=False):
         # `Device.attention` quantizes, calls this and dequantizes: the runtime's own float path.
-        return self._answer("attention", attention_int8_model(self.config, q, k, v,
-                                                              scale_multiplier, scale_shift,
+        return self._answer("attention", attention_int8_model(self.config, q, k, v, frac,
                                                               causal=causal))
 
 

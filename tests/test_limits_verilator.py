@@ -10,7 +10,7 @@ from amaranth.lib import data
 from tpugen import CoreConfig
 from tpugen.arch import PENDING_DEPTH, TOKEN_BITS, TOKEN_LIMIT
 from tpugen.firmware import SimDevice
-from tpugen.firmware.attention import log2_scale, quantize_int8
+from tpugen.firmware.attention import quantize_softmax
 from tpugen.firmware.epilogue import Epilogue
 from tpugen.firmware.matmul import conv2d_lowering
 from tpugen.firmware.program import Program
@@ -173,11 +173,10 @@ def test_undefined_instruction_bits_are_ignored(monkeypatch):
                                       bias=bias)
             assert np.array_equal(dev.conv2d(xc, wc, stride=stride, padding=padding, bias=bias),
                                   expected), x_shape
-        assert np.array_equal(dev.attention_int8(q, k, v, 40000, 22, causal=True),
-                              attention_int8_model(FAST, q, k, v, 40000, 22, causal=True))
-        xi, sx = quantize_int8(x)
-        multiplier, shift = log2_scale(sx)
-        assert np.array_equal(dev.softmax(x) * 256, softmax_int8_model(xi, multiplier, shift))
+        assert np.array_equal(dev.attention_int8(q, k, v, 7, causal=True),
+                              attention_int8_model(FAST, q, k, v, 7, causal=True))
+        xi, _, frac = quantize_softmax(x)
+        assert np.array_equal(dev.softmax(x) * 256, softmax_int8_model(xi, frac))
     assert seen == {("LOAD", False), ("LOAD", True), ("MATMUL", False), ("SOFTMAX", False),
                     ("STORE", False), ("PARAMS", False), ("END", False)}
 

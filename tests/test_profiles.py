@@ -46,8 +46,7 @@ def test_micro_core_computes_what_it_has_and_refuses_the_rest():
             dev.conv2d(x, w, padding=1, bias=np.zeros(5, np.int32), requant=(1, 0), pool=True)
 
         # Programs for the full twin: the hardware stops them with UNKNOWN_OPCODE.
-        softmax = compile_softmax(FULL, 4, 4, x_addr=0, eye_addr=0x1000, y_addr=0x2000,
-                                  scale_multiplier=1 << 15, scale_shift=15)
+        softmax = compile_softmax(FULL, 4, 4, x_addr=0, eye_addr=0x1000, y_addr=0x2000, frac=5)
         with pytest.raises(DeviceError, match="UNKNOWN_OPCODE"):
             dev._run(softmax, [(0, np.zeros(16, np.int8)), (0x1000, np.eye(4, dtype=np.int8))],
                      [(0x2000, 64)])

@@ -65,6 +65,5 @@ def test_conv2d_loads_overlap_the_previous_tile(config, x_shape, w_shape, paddin
 def test_attention_loads_overlap_the_previous_block(config, seq, kv, dim, causal):
     plan = plan_attention(config, seq, kv, dim)
     program = compile_attention(config, plan, 2, q_addr=0, kt_addr=1 << 20, v_addr=2 << 20,
-                                o_addr=3 << 20, causal=causal, scale_multiplier=1 << 15,
-                                scale_shift=20)
+                                o_addr=3 << 20, causal=causal, frac=20)
     assert _stalling_loads(config, program) == []

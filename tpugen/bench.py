@@ -193,8 +193,8 @@ def check_workload(config, op, inputs, got):
     from .sim.attention_model import attention_float, attention_int8_model
 
     q, k, v = (x[None] for x in inputs)
-    (qi, ki, vi), (sq, sk, sv), (multiplier, shift) = quantize_attention(q, k, v)
-    model = attention_int8_model(config, qi, ki, vi, multiplier, shift)
+    (qi, ki, vi), (sq, sk, sv), frac = quantize_attention(q, k, v)
+    model = attention_int8_model(config, qi, ki, vi, frac)
     expected = (model.astype(np.float64) * (sv / 2 ** SOFTMAX_OUT_FRAC)).astype(np.float32)[0]
     reference = attention_float(qi * sq, ki * sk, vi * sv)[0]
     error = float(np.linalg.norm(np.asarray(got, np.float64) - reference)

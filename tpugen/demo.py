@@ -98,10 +98,9 @@ def _run_attention(dev, rng, shape):
 
     heads, seq, kv, dim = shape["heads"], shape["seq"], shape["kv"], shape["dim"]
     q, k, v = (rng.standard_normal((heads, n, dim)).astype(np.float32) for n in (seq, kv, kv))
-    (qi, ki, vi), (sq, sk, sv), (multiplier, shift) = quantize_attention(q, k, v)
-    got = dev.attention_int8(qi, ki, vi, multiplier, shift, causal=shape["causal"])
-    expected = attention_int8_model(dev.config, qi, ki, vi, multiplier, shift,
-                                    causal=shape["causal"])
+    (qi, ki, vi), (sq, sk, sv), frac = quantize_attention(q, k, v)
+    got = dev.attention_int8(qi, ki, vi, frac, causal=shape["causal"])
+    expected = attention_int8_model(dev.config, qi, ki, vi, frac, causal=shape["causal"])
     reference = attention_float(qi * sq, ki * sk, vi * sv, causal=shape["causal"])
     out = got * (sv / 2 ** SOFTMAX_OUT_FRAC)
     error = np.linalg.norm(out - reference) / np.linalg.norm(reference)

@@ -209,8 +209,7 @@ SoftmaxInstruction = data.StructLayout({
     "p_row": 16,         # probability-buffer row of P[i, t] = p_row + t * count + i
     "o_row": 16,         # accumulator row of O[i, tile u] = o_row + u * count + i
     "state_row": 16,     # softmax state (m, l) of query i = state_row + i
-    "scale_multiplier": 16,  # x = (s * scale_multiplier) >> scale_shift: log2 domain, Q.10
-    "scale_shift": 6,
+    "frac": 5,           # scores are log2-domain fixed point: x = s / 2**frac
 })
 """One step of flash attention on the softmax unit (see ``hdl/softmax.py`` for the numerics)."""
 
