@@ -1,5 +1,5 @@
 """`BoardDevice`: the runtime on a `tpugen build` bitstream, over the board's USB serial port."""
-from ..config import CoreConfig
+from ..config import CoreConfig, check_config
 from ..registers import CSR_VERSION, ID_MAGIC, register
 from .device import Device, DeviceError
 
@@ -49,8 +49,8 @@ class BoardDevice(Device):
 
         if (port is None) == (serial is None):
             raise ValueError("give exactly one of port (a serial port name) and serial")
-        if config is not None and not isinstance(config, CoreConfig):
-            raise TypeError(f"config must be a CoreConfig, not {type(config).__name__}")
+        if config is not None:
+            check_config(config)
         self.board = board_named(board) if board is not None else None
         if self.board is None and (port is not None or memory_size is None or clock_hz is None):
             raise ValueError("board=None needs serial, memory_size and clock_hz")

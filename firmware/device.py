@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from ..arch import SOFTMAX_OUT_FRAC, Engine
-from ..config import CoreConfig
+from ..config import CoreConfig, check_config
 from ..isa import ErrorCode
 from ..registers import COUNTERS, register, register_span, window_writes
 from .attention import (attention_operands, compile_attention, compile_softmax, plan_attention,
@@ -95,8 +95,7 @@ class Device:
     """
 
     def __init__(self, config, memory_size):
-        if not isinstance(config, CoreConfig):
-            raise TypeError(f"config must be a CoreConfig, not {type(config).__name__}")
+        check_config(config)
         _check_option("memory_size", memory_size, 1 << 14, 1 << 31)
         self.config = config
         self.memory_size = memory_size

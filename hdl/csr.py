@@ -3,7 +3,7 @@ from amaranth.hdl import Cat, Const, Module, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..config import CoreConfig
+from ..config import check_config
 from ..isa import NUM_WINDOWS, ErrorCode, Window
 from ..registers import ADDR_WIDTH, COUNTERS, REGISTERS, constant_registers, register
 from .axi import AXI_RESP_OKAY, AXI_RESP_SLVERR, axi_lite_signature
@@ -23,8 +23,7 @@ class ControlRegisters(wiring.Component):
     """
 
     def __init__(self, config):
-        if not isinstance(config, CoreConfig):
-            raise ValueError(f"config={config!r} is invalid: allowed a CoreConfig")
+        check_config(config)
         self.config = config
         super().__init__({
             # axi_lite_signature() is written from the slave's side: Out keeps its directions.

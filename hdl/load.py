@@ -5,7 +5,7 @@ from amaranth.lib.wiring import In
 from amaranth.utils import ceil_log2
 
 from ..arch import MAX_OUTSTANDING, PLAN_DEPTH
-from ..config import CoreConfig
+from ..config import check_config
 from ..isa import (ErrorCode, Header, Im2colDescriptor, LoadIm2colInstruction, LoadInstruction,
                    TensorDescriptor)
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_read_signature
@@ -31,11 +31,6 @@ def _im2col_check(desc, lanes, rows):
                   (desc.kernel_h == 0) | (desc.kernel_w == 0) | (desc.conv_stride == 0))
     return Mux(bad_extent, ErrorCode.BAD_EXTENT,
                Mux(desc.sram_row + desc.rows > rows, ErrorCode.SRAM_RANGE, ErrorCode.NONE))
-
-
-def check_config(config):
-    if not isinstance(config, CoreConfig):
-        raise ValueError(f"config={config!r} is invalid: allowed a CoreConfig")
 
 
 class LoadEngine(wiring.Component):

@@ -54,7 +54,7 @@ from amaranth.lib.wiring import In
 from amaranth.utils import ceil_log2
 
 from ..arch import SOFTMAX_OUT_FRAC as OUT_FRAC
-from ..config import CoreConfig
+from ..config import check_config
 from ..isa import ErrorCode, SoftmaxInstruction, SoftmaxMode
 from .engine import engine_members
 
@@ -155,8 +155,7 @@ class SoftmaxUnit(wiring.Component):
     """
 
     def __init__(self, config):
-        if not isinstance(config, CoreConfig):
-            raise ValueError(f"config must be a CoreConfig, not {config!r}")
+        check_config(config)
         self.config = config
         self.state_m = memory.Memory(shape=STATE_M, depth=config.probability_rows, init=[])
         self.state_l = memory.Memory(shape=32, depth=config.probability_rows, init=[])

@@ -8,7 +8,8 @@ from ..isa import (PARAMS_PER_INSTRUCTION, PARAMS_RESET, Epilogue, EpilogueParam
                    Opcode, ParamsInstruction, StoreInstruction, TensorDescriptor)
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_write_signature
 from .engine import dma_engine_members
-from .load import MAX_OUTSTANDING, check_config
+from ..config import check_config
+from .load import MAX_OUTSTANDING
 from .walker import BurstPlanner, TileCheck, TileWalker, move_units, select_units, step_layout
 
 __all__ = ["StoreEngine", "STORE_INSTRUCTION", "W_DEPTH"]

@@ -26,7 +26,7 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
-from ..config import CoreConfig
+from ..config import check_config
 from ..hdl.axi import (AXI_BURST_INCR, AXI_RESP_SLVERR, axi_lite_signature, axi_read_signature,
                        axi_write_signature, flat_ports)
 from ..hdl.controller import ENGINES, FETCH_ID, Controller, engine_signature
@@ -498,16 +498,11 @@ class _InternalsHarness(Harness):
         """Add the rules and assumptions around the dut (elaborated: ``fragment``) to ``m``."""
 
 
-def _check_config(config):
-    if not isinstance(config, CoreConfig):
-        raise ValueError(f"config={config!r} is invalid: allowed a CoreConfig")
-
-
 class LoadEngineHarness(Harness):
     """The load engine's AXI4 read master under `AxiReadRules` (``MAX_OUTSTANDING`` bursts)."""
 
     def __init__(self, config, *, soft_reset=False):
-        _check_config(config)
+        check_config(config)
         self.rules = AxiReadRules(config.axi_data_width, MAX_OUTSTANDING)
         self.bus = axi_read_signature(config.axi_data_width)
         super().__init__(LoadEngine(config), {"pick": self.rules.pick}, soft_reset=soft_reset)
@@ -527,7 +522,7 @@ class StoreEngineHarness(Harness):
     wait for WVALID): a STORE completes only if the engine does not wait for AWREADY first."""
 
     def __init__(self, config, *, soft_reset=False, windows=True, w_first=False):
-        _check_config(config)
+        check_config(config)
         self.w_first = w_first
         self.rules = AxiWriteRules(config.axi_data_width, MAX_OUTSTANDING, check_windows=windows)
         self.bus = axi_write_signature(config.axi_data_width)
@@ -738,7 +733,7 @@ class QuiescerHarness(Harness):
     """
 
     def __init__(self, config, max_bursts=1, max_len=3):
-        _check_config(config)
+        check_config(config)
         width = config.axi_data_width
         self.max_len = max_len
         # A request the datapath left waiting (beyond its own limit) may be accepted after it.
@@ -807,7 +802,7 @@ class CoreHarness(_InternalsHarness):
     """
 
     def __init__(self, config):
-        _check_config(config)
+        check_config(config)
         width = config.axi_data_width
         options = dict(check_windows=False, one_id=False, covers=False)
         # The fetch and the load engine's bursts, and one the quiescer finishes for them.
@@ -859,7 +854,7 @@ class ControllerHarness(Harness):
     """
 
     def __init__(self, config, *, errors=False):
-        _check_config(config)
+        check_config(config)
         self.errors = errors
         self.rules = AxiReadRules(config.axi_data_width, 1)
         self.bus = axi_read_signature(config.axi_data_width)
@@ -928,7 +923,7 @@ class ConfigFreezeHarness(Harness):
     """
 
     def __init__(self, config, *, fetch=True):
-        _check_config(config)
+        check_config(config)
         self.fetch = fetch
         self.rules = AxiReadRules(config.axi_data_width, 1, granting=NUM_WINDOWS,
                                   constant_windows=False) if fetch else None
@@ -970,7 +965,7 @@ class ControlRegistersHarness(Harness):
     """The control registers' AXI4-Lite slave under `AxiLiteSlaveRules`."""
 
     def __init__(self, config):
-        _check_config(config)
+        check_config(config)
         self.rules = AxiLiteSlaveRules(CSR_ADDR_WIDTH)
         super().__init__(ControlRegisters(config))
 

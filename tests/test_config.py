@@ -100,3 +100,14 @@ def test_isa_markdown_is_current():
     doc = Path(__file__).parent.parent / "docs" / "isa.md"
     assert doc.read_text() == isa_markdown(), "run: python -m tpugen.isa_doc > docs/isa.md"
     assert "| `tensor.dims[i].stride` | 175:144 + 80i | 32 | unsigned |" in doc.read_text()
+
+
+def test_one_config_check_everywhere():
+    """Components and devices refuse what is not a CoreConfig with the same ValueError."""
+    from tpugen.config import check_config
+    from tpugen.firmware import SimDevice
+    from tpugen.hdl.csr import ControlRegisters
+
+    for make in (check_config, SimDevice, ControlRegisters):
+        with pytest.raises(ValueError, match=r"config=\{'rows': 8\} is invalid: allowed a CoreConfig"):
+            make({"rows": 8})

@@ -2,7 +2,7 @@
 import json
 from dataclasses import asdict, dataclass, fields
 
-__all__ = ["CoreConfig", "PRESETS"]
+__all__ = ["CoreConfig", "PRESETS", "check_config"]
 
 
 def _power_of_two(value):
@@ -129,3 +129,10 @@ PRESETS = {
     "micro": CoreConfig(rows=4, cols=4, scratchpad_kib=4, accumulator_kib=4, axi_data_width=32,
                         softmax=False, im2col=False),
 }
+
+
+def check_config(config, name="config"):
+    """ValueError naming ``name`` unless ``config`` is a `CoreConfig`: the one check every
+    component and device that takes a configuration makes."""
+    if not isinstance(config, CoreConfig):
+        raise ValueError(f"{name}={config!r} is invalid: allowed a CoreConfig")
