@@ -1,6 +1,7 @@
 """tpugen: generate, verify, run and build TPU-like int8 systolic-array accelerator cores."""
 import argparse
 import ast
+import functools
 import inspect
 import json
 import os
@@ -64,6 +65,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"tpugen: error: {message}\n")
 
 
+@functools.cache
 def _field_docs():
     """First sentence of each `CoreConfig` field's docstring, by field name."""
     docs = {}
@@ -108,10 +110,10 @@ def _read_config_file(path):
         raise CommandError(f"--config {path} is not valid JSON: {error}", 2) from None
     if not isinstance(data, dict):
         raise CommandError(f"--config {path} must hold a JSON object of CoreConfig fields", 2)
-    known = {field.name for field in fields(CoreConfig)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise CommandError(f"--config {path}: unknown CoreConfig field(s): {', '.join(unknown)}", 2)
+    try:
+        CoreConfig.check_field_names(data)
+    except ValueError as error:
+        raise CommandError(f"--config {path}: {error}", 2) from None
     return data
 
 
@@ -201,14 +203,19 @@ def _workload(args):
             raise CommandError(f"--{name}={value} is invalid: allowed an integer >= "
                                f"{0 if name == 'padding' else 1}", 2)
     if args.op == "conv2d":
+        from .firmware.matmul import conv2d_output_shape
+
         shape = {"n": values["batch"], "c": values["channels"], "h": values["height"],
                  "w": values["width"], "k": values["filters"], "r": values["kernel"],
                  "s": values["kernel"], **{name: values[name] for name in (
                      "stride", "padding", "dilation", "bias", "requant", "relu", "pool")}}
-        out_h = (shape["h"] + 2 * shape["padding"] - shape["dilation"] * (shape["r"] - 1) - 1)
-        if out_h < 0 or (shape["w"] + 2 * shape["padding"]
-                         - shape["dilation"] * (shape["s"] - 1) - 1) < 0:
-            raise CommandError("--kernel with --dilation is larger than the padded input", 2)
+        try:
+            conv2d_output_shape((shape["n"], shape["c"], shape["h"], shape["w"]),
+                                (shape["k"], shape["c"], shape["r"], shape["s"]),
+                                shape["stride"], shape["padding"], shape["dilation"])
+        except ValueError:
+            raise CommandError("--kernel with --dilation is larger than the padded input",
+                               2) from None
         return args.op, shape
     return args.op, values
 

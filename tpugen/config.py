@@ -108,11 +108,15 @@ class CoreConfig:
         data = json.loads(text)
         if not isinstance(data, dict):
             raise ValueError("CoreConfig JSON must be an object")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
+        cls.check_field_names(data)
+        return cls(**data)
+
+    @classmethod
+    def check_field_names(cls, data):
+        """ValueError naming the keys of dict ``data`` that are not fields."""
+        unknown = sorted(set(data) - {f.name for f in fields(cls)})
         if unknown:
             raise ValueError(f"unknown CoreConfig field(s): {', '.join(unknown)}")
-        return cls(**data)
 
     @classmethod
     def preset(cls, name):
