@@ -353,46 +353,44 @@ class BuildEvent:
     line: str
 
 
-_ORDER = ("synthesis", "placement", "routing", "packing")
-
-_STAGES = {"top.rpt": ("synthesis", None),
-           "top.tim": ("placement", re.compile(r"^Info: Routing\.\.$|^Info: Program finished"))}
-"""The log each tool writes (yosys -l, nextpnr --log), the stage it begins, and nextpnr's lines
-that begin routing and then packing."""
+_STAGES = (("synthesis", "top.rpt", re.compile("")),
+           ("placement", "top.tim", re.compile("")),
+           ("routing", "top.tim", re.compile(r"^Info: Routing\.\.$")),
+           ("packing", "top.tim", re.compile(r"^Info: Program finished")))
+"""Each stage of a build, in order: it begins at the first line matching its pattern in the log
+its tool writes (yosys -l top.rpt, nextpnr --log top.tim); packing follows nextpnr."""
 
 
 def _follow(process, build_dir, progress, timeout, start):
     """Wait for ``process``, passing each new line of the tools' logs to ``progress`` as a
     `BuildEvent`, and stop its process group after ``timeout`` seconds. Returns (stage, timed
     out)."""
-    stage, offsets = None, {}
+    begun, offsets = 0, {}  # stages begun; bytes of each log read
     while True:
         finished = process.poll() is not None
-        for name, (begins, next_stage) in _STAGES.items():
-            log = build_dir / name
-            if not log.exists():
+        for log in dict.fromkeys(log for _, log, _ in _STAGES):
+            path = build_dir / log
+            if not path.exists():
                 continue
-            with log.open() as file:
-                file.seek(offsets.get(name, 0))
+            with path.open("rb") as file:
+                file.seek(offsets.get(log, 0))
                 text = file.read()
-            complete = text[:text.rfind("\n") + 1]
-            offsets[name] = offsets.get(name, 0) + len(complete.encode())
-            for line in complete.splitlines():
-                started = None
-                if stage is None or (_ORDER.index(begins) > _ORDER.index(stage)):
-                    started = begins
-                elif next_stage and next_stage.match(line):
-                    started = "routing" if line.startswith("Info: Routing") else "packing"
-                stage = started or stage
+            complete = text[:text.rfind(b"\n") + 1]
+            offsets[log] = offsets.get(log, 0) + len(complete)
+            for line in complete.decode(errors="replace").splitlines():
+                started = (begun < len(_STAGES) and _STAGES[begun][1] == log
+                           and _STAGES[begun][2].match(line) is not None)
+                begun += started
                 if progress:
-                    progress(BuildEvent(stage, started is not None,
+                    progress(BuildEvent(_STAGES[max(begun, 1) - 1][0], started,
                                         time.perf_counter() - start, line))
+        stage = _STAGES[max(begun, 1) - 1][0]
         if finished:
-            return stage or "synthesis", False
+            return stage, False
         if timeout is not None and time.perf_counter() - start >= timeout:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-            return stage or "synthesis", True
+            return stage, True
         time.sleep(0.2)
 
 
