@@ -1,0 +1,168 @@
+"""ONNX import (tpugen.onnx): quantized models from onnxruntime's quantizer, run on the core
+(and on a numpy stand-in for it), against onnxruntime on the same quantized model."""
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+from tpugen import CoreConfig
+from tpugen.onnx import InferenceSession, lower, requant_multiplier
+from tpugen.sim.golden import apply_epilogue, conv2d_int32, matmul_int32
+
+CORE = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1, axi_data_width=64)
+"""tests/test_device.py's core: its Verilator model is already built by the suite."""
+
+
+class NumpyDevice:
+    """The Device API's matmul / conv2d on the numpy golden models, with stats of one cycle
+    per MAC of the array (so no simulator is needed for the lowering math)."""
+
+    def __init__(self, config=CORE):
+        self.config = config
+        self.stats = None
+
+    def _done(self, macs, result):
+        self.stats = SimpleNamespace(cycles=max(1, macs // self.config.macs), bytes_read=0,
+                                     bytes_written=result.nbytes)
+        return result
+
+    def matmul(self, a, b, *, bias=None, requant=None, relu=False):
+        acc = matmul_int32(a, b)
+        return self._done(a.shape[0] * a.shape[1] * b.shape[1],
+                          apply_epilogue(acc, 1, bias=bias, requant=requant, relu=relu))
+
+    def conv2d(self, x, w, stride=1, padding=0, dilation=1, *, bias=None, requant=None,
+               relu=False, pool=False):
+        acc = conv2d_int32(x, w, stride, padding, dilation)
+        y = apply_epilogue(acc, 1, (2, 3), bias=bias, requant=requant, relu=relu, pool=pool)
+        return self._done(acc.size * int(np.prod(w.shape[1:])), y)
+
+
+def _model(nodes, inputs, outputs, weights, opset=17):
+    graph = helper.make_graph(
+        nodes, "test", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs],
+        [numpy_helper.from_array(v, k) for k, v in weights.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+def cnn(seed=0, batch=1):
+    """Conv(3x3, pad 1) + ReLU + 2x2 MaxPool, Conv(3x3 stride 1) + ReLU, Flatten, Gemm: awkward
+    channel counts (3 -> 5 -> 6) and an odd image (7x7 -> 3x3 after the pool)."""
+    rng = np.random.default_rng(seed)
+    f = lambda *shape: rng.normal(size=shape).astype(np.float32)  # noqa: E731
+    nodes = [helper.make_node("Conv", ["input", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1],
+                              name="conv1"),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2],
+                              name="pool1"),
+             helper.make_node("Conv", ["p1", "w2", "b2"], ["c2"], name="conv2"),
+             helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
+             helper.make_node("Flatten", ["r2"], ["flat"], name="flatten"),
+             helper.make_node("Gemm", ["flat", "g", "gb"], ["output"], transB=1, name="fc")]
+    weights = {"w1": f(5, 3, 3, 3) * 0.5, "b1": f(5) * 0.1, "w2": f(6, 5, 2, 2) * 0.3,
+               "b2": f(6) * 0.1, "g": f(7, 6 * 2 * 2) * 0.3, "gb": f(7) * 0.1}
+    return _model(nodes, [("input", [batch, 3, 7, 7])], ["output"], weights)
+
+
+def mlp(seed=0, batch=5):
+    """MatMul + Add, Relu, Gemm: 9 -> 11 -> 6 features."""
+    rng = np.random.default_rng(seed)
+    f = lambda *shape: rng.normal(size=shape).astype(np.float32)  # noqa: E731
+    nodes = [helper.make_node("MatMul", ["input", "w1"], ["h"], name="fc1"),
+             helper.make_node("Add", ["h", "b1"], ["hb"], name="bias1"),
+             helper.make_node("Relu", ["hb"], ["r"], name="relu1"),
+             helper.make_node("Gemm", ["r", "w2", "b2"], ["output"], name="fc2")]
+    weights = {"w1": f(9, 11) * 0.4, "b1": f(11) * 0.1, "w2": f(11, 6) * 0.4, "b2": f(6) * 0.1}
+    return _model(nodes, [("input", [batch, 9])], ["output"], weights)
+
+
+class _Calibration(CalibrationDataReader):
+    def __init__(self, model, seed=1, count=8):
+        rng = np.random.default_rng(seed)
+        inputs = [(i.name, [d.dim_value for d in i.type.tensor_type.shape.dim])
+                  for i in model.graph.input]
+        self.feeds = iter([{n: rng.normal(size=s).astype(np.float32) for n, s in inputs}
+                           for _ in range(count)])
+
+    def get_next(self):
+        return next(self.feeds, None)
+
+
+def quantize(model, tmp_path, form, per_channel=False, activations=QuantType.QInt8,
+             weights=QuantType.QInt8, **extra):
+    """``model`` quantized by onnxruntime's static quantizer on random calibration data, the
+    weights to 7 bits (``reduce_range``): on an x86 CPU without VNNI (this one has AVX2 only)
+    onnxruntime's int8 kernels add pairs of u8 x s8 products in int16 and saturate with full
+    range weights (seen: a pooled output 4 LSB off the exact integer result)."""
+    source, target = tmp_path / "float.onnx", tmp_path / f"{form.name}-{per_channel}.onnx"
+    onnx.save(model, source)
+    quantize_static(str(source), str(target), _Calibration(model), quant_format=form,
+                    per_channel=per_channel, reduce_range=True, activation_type=activations,
+                    weight_type=weights, extra_options=extra)
+    return onnx.load(str(target))
+
+
+def onnxruntime_run(model, names, feeds):
+    """onnxruntime on ``model`` with the tensors ``names`` made graph outputs."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    known = {o.name for o in model.graph.output}
+    model.graph.output.extend(helper.make_empty_tensor_value_info(n) for n in names
+                              if n not in known)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(names, feeds)
+
+
+def core_outputs(model):
+    """The quantized output tensor of every core layer of ``model``."""
+    return [step.output for step in lower(model)[0] if not isinstance(step, onnx.NodeProto)]
+
+
+def compare(model, device, feeds):
+    """(ours, onnxruntime's) for every core layer's output and the model's outputs."""
+    session = InferenceSession(model, device)
+    names = core_outputs(model) + [o.name for o in model.graph.output]
+    return session, session.run(names, feeds), onnxruntime_run(model, names, feeds)
+
+
+def lsb_differences(ours, theirs):
+    assert ours.dtype == theirs.dtype and ours.shape == theirs.shape
+    return np.abs(ours.astype(np.int32) - theirs.astype(np.int32))
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+@pytest.mark.parametrize("form", [QuantFormat.QDQ, QuantFormat.QOperator])
+def test_single_layers_match_onnxruntime_within_one_lsb(tmp_path, form, per_channel):
+    """One core layer fed the same int8 input as onnxruntime: its int8 output is exact but for
+    a rare 1 LSB where the two round differently (docs/onnx.md)."""
+    rng = np.random.default_rng(7)
+    for model in (cnn(batch=2), mlp()):
+        quantized = quantize(model, tmp_path, form, per_channel)
+        feeds = {"input": rng.normal(size=[d.dim_value for d in
+                                           model.graph.input[0].type.tensor_type.shape.dim]
+                                     ).astype(np.float32)}
+        _, ours, theirs = compare(quantized, NumpyDevice(), feeds)
+        layers = core_outputs(quantized)
+        assert len(layers) == (3 if model.graph.node[0].op_type == "Conv" else 2)
+        first = lsb_differences(ours[0], theirs[0])
+        assert first.max() <= 1 and first.mean() < 0.02, (first.max(), first.mean())
+        assert ours[0].size > 30
+
+
+def test_requant_multiplier_is_nearest_16_bit():
+    for scale in (1e-4, 0.0123, 0.5, 0.99999, 1.0, 3.7, 2 ** -40, 2 ** -60):
+        multiplier, shift = requant_multiplier(scale)
+        assert 0 <= shift <= 63 and 0 < multiplier < 2 ** 16
+        assert abs(multiplier / 2 ** shift - scale) <= 2 ** (-shift - 1) * 1.0000001
+        if shift < 63:
+            assert multiplier >= 2 ** 15
+    for bad in (0.0, -1.0, float("nan"), 2.0 ** 17):
+        with pytest.raises(ValueError, match="requantize scale"):
+            requant_multiplier(bad, "conv1")
