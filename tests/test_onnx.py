@@ -166,3 +166,68 @@ def test_requant_multiplier_is_nearest_16_bit():
     for bad in (0.0, -1.0, float("nan"), 2.0 ** 17):
         with pytest.raises(ValueError, match="requantize scale"):
             requant_multiplier(bad, "conv1")
+
+
+def _feeds(model, seed):
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    return {"input": np.random.default_rng(seed).normal(size=shape).astype(np.float32)}
+
+
+def test_uint8_activations_run_as_int8_with_zero_point_correction(tmp_path):
+    """uint8 activations (asymmetric) run as int8 ``value - 128``: exact to 1 LSB still."""
+    for model in (cnn(), mlp()):
+        quantized = quantize(model, tmp_path, QuantFormat.QDQ, activations=QuantType.QUInt8)
+        _, ours, theirs = compare(quantized, NumpyDevice(), _feeds(model, 3))
+        assert ours[0].dtype == np.uint8
+        assert lsb_differences(ours[0], theirs[0]).max() <= 1
+
+
+def test_unsupported_schemes_and_nodes_are_named(tmp_path):
+    int16 = quantize(cnn(), tmp_path, QuantFormat.QDQ, activations=QuantType.QInt16)
+    with pytest.raises(ValueError, match="node 'conv1'.*input is int16"):
+        InferenceSession(int16, NumpyDevice())
+    asymmetric = quantize(cnn(), tmp_path, QuantFormat.QOperator)
+    zero_point = next(i for i in asymmetric.graph.initializer if i.name == "w1_zero_point")
+    zero_point.CopyFrom(numpy_helper.from_array(np.array(100, np.int8), "w1_zero_point"))
+    with pytest.raises(ValueError, match="node 'conv1_quant'.*asymmetric weights"):
+        InferenceSession(asymmetric, NumpyDevice())
+    unknown = mlp()
+    unknown.graph.node.append(helper.make_node("Frobnicate", ["output"], ["more"], name="odd",
+                                               domain="example.org"))
+    unknown.opset_import.append(helper.make_opsetid("example.org", 1))
+    with pytest.raises(ValueError, match=r"node 'odd' \(example.org.Frobnicate\) runs neither"):
+        InferenceSession(unknown, NumpyDevice())
+
+
+@pytest.mark.verilator
+def test_cnn_and_mlp_on_the_simulated_core(tmp_path):
+    """The core reproduces the numpy stand-in bit for bit and onnxruntime to 1 LSB; the report
+    says where each node ran and counts what it moved."""
+    from tpugen.firmware import SimDevice
+
+    models = [
+        (quantize(cnn(batch=2), tmp_path, QuantFormat.QOperator, per_channel=True),
+         [("conv1_quant", "pool1"), ("conv2_quant",), ("fc_quant",)]),
+        (quantize(mlp(), tmp_path, QuantFormat.QDQ),
+         [("fc1", "h_QuantizeLinear"), ("fc2", "output_QuantizeLinear")])]
+    with SimDevice(CORE) as device:
+        for model, fused in models:
+            feeds = _feeds(model, 5)
+            session, ours, theirs = compare(model, device, feeds)
+            _, numpy_ours, _ = compare(model, NumpyDevice(), feeds)
+            for mine, stand_in, reference in zip(ours, numpy_ours, theirs):
+                np.testing.assert_array_equal(mine, stand_in)
+                if mine.dtype.kind != "f":
+                    assert lsb_differences(mine, reference).max() <= 1
+            report = session.report()
+            core = [n for n in report.nodes if n.where == "core"]
+            assert [n.nodes for n in core] == fused
+            assert all(n.cycles > 0 and 0 < n.mac_utilization <= 1 for n in core)
+            assert all(n.core_bytes_read > 0 and n.bytes_from_device > 0 for n in core)
+            host = {n.op for n in report.nodes if n.where == "host"}
+            assert "QuantizeLinear" in host and {"conv", "matmul"} >= {n.op for n in core}
+            totals = json.loads(report.to_json())["totals"]
+            assert totals["cycles"] == sum(n.cycles for n in core)
+            assert totals["mac_utilization"] == pytest.approx(
+                sum(n.macs for n in core) / (totals["cycles"] * CORE.macs))
+            assert "total" in str(report) and str(report).count("\n") == len(report.nodes) + 1
