@@ -1,6 +1,7 @@
 """ONNX import (tpugen.onnx): quantized models from onnxruntime's quantizer, run on the core
 (and on a numpy stand-in for it), against onnxruntime on the same quantized model."""
 import json
+import os
 from types import SimpleNamespace
 
 import numpy as np
@@ -231,3 +232,27 @@ def test_cnn_and_mlp_on_the_simulated_core(tmp_path):
             assert totals["mac_utilization"] == pytest.approx(
                 sum(n.macs for n in core) / (totals["cycles"] * CORE.macs))
             assert "total" in str(report) and str(report).count("\n") == len(report.nodes) + 1
+
+
+def test_report_plot_has_a_bar_per_node(tmp_path):
+    pytest.importorskip("matplotlib")
+    session = InferenceSession(quantize(mlp(), tmp_path, QuantFormat.QOperator), NumpyDevice())
+    session.run(None, _feeds(mlp(), 2))
+    path = tmp_path / "time.png"
+    session.report().plot(path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(RuntimeError, match="run"):
+        InferenceSession(quantize(mlp(), tmp_path, QuantFormat.QDQ), NumpyDevice()).report()
+
+
+@pytest.mark.verilator
+@pytest.mark.skipif(not os.environ.get("TPUGEN_ONNX_DIGITS"),
+                    reason="opt-in (about 80 s): TPUGEN_ONNX_DIGITS=1")
+@pytest.mark.parametrize("form", ["QDQ", "QOperator"])
+def test_digits_mlp_accuracy_equals_onnxruntime(form):
+    from tpugen.examples.digits_onnx import run_digits_onnx
+
+    result = run_digits_onnx(form=form)
+    assert result.core_accuracy == result.onnxruntime_accuracy
+    assert result.same_predictions == 1.0
+    assert result.core_accuracy >= result.float_accuracy - 0.02

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..config import CoreConfig
 
-__all__ = ["DigitsResult", "run_digits"]
+__all__ = ["DigitsResult", "run_digits", "train_mlp"]
 
 
 @dataclass(frozen=True)
@@ -33,19 +33,26 @@ def _quantize(values, scale):
     return np.clip(np.round(values / scale), -128, 127).astype(np.int8)
 
 
-def run_digits(config=CoreConfig(), samples=360, hidden=32, seed=0):
+def train_mlp(samples=360, hidden=32, seed=0):
+    """(model, x_train, x_test, y_train, y_test): the float MLP trained on the digits but
+    ``samples`` test images, pixels scaled to 0..1."""
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
     from sklearn.neural_network import MLPClassifier
-
-    from ..firmware import SimDevice
-    from ..sim.golden import matmul_int32
 
     digits = load_digits()
     x_train, x_test, y_train, y_test = train_test_split(
         digits.data / 16.0, digits.target, test_size=samples, random_state=seed)
     model = MLPClassifier(hidden_layer_sizes=(hidden,), max_iter=1000, random_state=seed)
     model.fit(x_train, y_train)
+    return model, x_train, x_test, y_train, y_test
+
+
+def run_digits(config=CoreConfig(), samples=360, hidden=32, seed=0):
+    from ..firmware import SimDevice
+    from ..sim.golden import matmul_int32
+
+    model, x_train, x_test, y_train, y_test = train_mlp(samples, hidden, seed)
     float_accuracy = float(model.score(x_test, y_test))
 
     (w1, w2), (b1, b2) = model.coefs_, model.intercepts_
