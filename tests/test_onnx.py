@@ -256,3 +256,29 @@ def test_digits_mlp_accuracy_equals_onnxruntime(form):
     assert result.core_accuracy == result.onnxruntime_accuracy
     assert result.same_predictions == 1.0
     assert result.core_accuracy >= result.float_accuracy - 0.02
+
+
+def test_float_output_layer_dequantizes_the_accumulators(tmp_path):
+    """A Gemm whose output is not quantized again returns float ``acc * x_scale * w_scale``."""
+    model = quantize(mlp(), tmp_path, QuantFormat.QDQ, per_channel=True)
+    nodes = list(model.graph.node)
+    last_q, last_dq = (next(n for n in nodes if n.output[0] == name) for name in
+                       ("output_QuantizeLinear_Output", "output"))
+    fc2 = next(n for n in nodes if n.name == "fc2")
+    fc2.output[0] = "output"
+    model.graph.node.remove(last_q)
+    model.graph.node.remove(last_dq)
+    assert [s.nodes for s in lower(model)[0] if not isinstance(s, onnx.NodeProto)][-1] == ("fc2",)
+    feeds = _feeds(model, 4)
+    (ours,) = InferenceSession(model, NumpyDevice()).run(["output"], feeds)
+    (theirs,) = onnxruntime_run(model, ["output"], feeds)
+    assert ours.dtype == np.float32
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
+
+
+def test_run_checks_feeds_and_output_names(tmp_path):
+    session = InferenceSession(quantize(cnn(), tmp_path, QuantFormat.QDQ), NumpyDevice())
+    with pytest.raises(ValueError, match=r"lacks the model inputs \['input'\]"):
+        session.run(None, {})
+    with pytest.raises(ValueError, match=r"\['c1'\] are not tensors .*fused"):
+        session.run(["c1"], _feeds(cnn(), 0))

@@ -122,6 +122,8 @@ class _Graph:
     def __init__(self, model):
         graph = model.graph
         self.nodes = list(graph.node)
+        for index, node in enumerate(self.nodes):
+            node.name = node.name or f"{node.op_type}_{index}"
         self.constants = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
         for node in self.nodes:
             if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
@@ -331,18 +333,20 @@ def _qdq_layer(graph, node):
     b_dq = _dequantized(graph, node, 2, True) if len(node.input) > 2 and node.input[2] else None
     if len(node.input) > 2 and node.input[2] and b_dq is None:
         return None
-    bias = None if b_dq is None else graph.constant(b_dq, 0)
-    if bias is not None and bias.dtype != np.int32:
-        return None
     x, w = _quant(graph, x_dq, 1, 2, "input"), _quant(graph, w_dq, 1, 2, "weight")
     w_q = graph.constant(w_dq, 0)
+    a = _attributes(node)
+    channel_axis = 0 if node.op_type == "Conv" or a.get("transB", 0) else 1
+    if w.scale.size > 1 and _attributes(w_dq).get("axis", 1) % w_q.ndim != channel_axis:
+        raise ValueError(f"node {node.name!r}: the weights are quantized per channel along "
+                         "another axis than the output channels")
+    bias = None if b_dq is None else _bias_in_accumulator_units(graph, b_dq, x, w)
     nodes = [node.name]
     q = graph.sole_consumer(node.output[0], "QuantizeLinear")
     y = None if q is None else _quant(graph, q, 1, 2, "output")
     output = node.output[0] if q is None else q.output[0]
     if q is not None:
         nodes.append(q.name)
-    a = _attributes(node)
     if node.op_type == "Conv":
         geometry = _conv_geometry(node, w_q)
         if geometry is None:
@@ -367,6 +371,14 @@ def _qdq_layer(graph, node):
                   alpha=a.get("alpha", 1.0))
 
 
+def _bias_in_accumulator_units(graph, dequantize, x, w):
+    """The constant bias that ``dequantize`` (a DequantizeLinear) reads, rescaled to units of
+    x_scale * w_scale (the quantizer writes it in those units already: then unchanged)."""
+    bias = _quant(graph, dequantize, 1, 2, "bias")
+    values = graph.constant(dequantize, 0).astype(np.float64) - bias.zero_point
+    return np.rint(values * bias.scale / (x.scale * w.scale.reshape(-1))).astype(np.int64)
+
+
 def _same_quant(graph, first, second):
     return all(np.array_equal(graph.constant(first, i), graph.constant(second, i)) for i in (1, 2))
 
@@ -374,7 +386,9 @@ def _same_quant(graph, first, second):
 def lower(model):
     """([step], graph): each step a `CoreLayer` or an ONNX node run on the host, in an order
     that computes every input before its use."""
-    graph = _Graph(model)
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    graph = _Graph(copy)
     layers, covered = {}, {}
     for node in graph.nodes:
         layer = _qoperator_layer(graph, node) or _qdq_layer(graph, node)
@@ -510,6 +524,10 @@ def _host_evaluator(node, opsets):
         return ReferenceEvaluator(node, new_ops=_HOST_OPS)
 
 
+def _step_outputs(step):
+    return [step.output] if isinstance(step, CoreLayer) else list(step.output)
+
+
 class InferenceSession:
     """An int8 ONNX model (path, bytes or `onnx.ModelProto`) run on ``device`` (a `Device`,
     open), with onnxruntime's interface: ``run(output_names or None, {name: array})``."""
@@ -542,16 +560,18 @@ class InferenceSession:
     def run(self, output_names, feeds):
         """The outputs named (all the graph's when None), for ``feeds`` {input name: array}."""
         names = [o.name for o in self.get_outputs()] if output_names is None else output_names
-        values = dict(self._graph.constants)
-        for i in self.get_inputs():
-            if i.name not in feeds:
-                raise ValueError(f"feeds lacks the model input {i.name!r}")
-        values.update(feeds)
-        needed = set(names)
-        live = []
+        missing = [i.name for i in self.get_inputs() if i.name not in feeds]
+        if missing:
+            raise ValueError(f"feeds lacks the model inputs {missing}")
+        values = {**self._graph.constants, **feeds}
+        produced = {name for step in self.steps for name in _step_outputs(step)}
+        unknown = [n for n in names if n not in produced and n not in values]
+        if unknown:
+            raise ValueError(f"output_names: {unknown} are not tensors of the model (or are "
+                             "inside a fused core layer)")
+        needed, live = set(names), []
         for step in reversed(self.steps):
-            outputs = [step.output] if isinstance(step, CoreLayer) else list(step.output)
-            if needed.intersection(outputs):
+            if needed.intersection(_step_outputs(step)):
                 live.append(step)
                 needed.update([step.input] if isinstance(step, CoreLayer) else step.input)
         reports = []
@@ -566,9 +586,6 @@ class InferenceSession:
                                           nodes=(step.name,),
                                           seconds=time.perf_counter() - start))
         self._report = Report(nodes=tuple(reports), array_macs=self.device.config.macs)
-        missing = [n for n in names if n not in values]
-        if missing:
-            raise ValueError(f"output_names: {missing} are not tensors of the model")
         return [values[n] for n in names]
 
     def _run_core(self, layer, values, start):
