@@ -174,10 +174,14 @@ def _feeds(model, seed):
     return {"input": np.random.default_rng(seed).normal(size=shape).astype(np.float32)}
 
 
-def test_uint8_activations_run_as_int8_with_zero_point_correction(tmp_path):
-    """uint8 activations (asymmetric) run as int8 ``value - 128``: exact to 1 LSB still."""
+@pytest.mark.parametrize("form, weights", [(QuantFormat.QDQ, QuantType.QInt8),
+                                           (QuantFormat.QOperator, QuantType.QUInt8)])
+def test_uint8_activations_run_as_int8_with_zero_point_correction(tmp_path, form, weights):
+    """uint8 activations (asymmetric) run as int8 ``value - 128``, and 7-bit uint8 weights as
+    int8 ``value - zero_point``: exact to 1 LSB still."""
     for model in (cnn(), mlp()):
-        quantized = quantize(model, tmp_path, QuantFormat.QDQ, activations=QuantType.QUInt8)
+        quantized = quantize(model, tmp_path, form, activations=QuantType.QUInt8,
+                             weights=weights)
         _, ours, theirs = compare(quantized, NumpyDevice(), _feeds(model, 3))
         assert ours[0].dtype == np.uint8
         assert lsb_differences(ours[0], theirs[0]).max() <= 1
