@@ -251,12 +251,12 @@ def test_report_plot_has_a_bar_per_node(tmp_path):
 
 @pytest.mark.verilator
 @pytest.mark.skipif(not os.environ.get("TPUGEN_ONNX_DIGITS"),
-                    reason="opt-in (about 80 s): TPUGEN_ONNX_DIGITS=1")
-@pytest.mark.parametrize("form", ["QDQ", "QOperator"])
-def test_digits_mlp_accuracy_equals_onnxruntime(form):
+                    reason="opt-in (minutes): TPUGEN_ONNX_DIGITS=1")
+@pytest.mark.parametrize("model, form", [("mlp", "QDQ"), ("mlp", "QOperator"), ("cnn", "QDQ")])
+def test_digits_accuracy_equals_onnxruntime(model, form):
     from tpugen.examples.digits_onnx import run_digits_onnx
 
-    result = run_digits_onnx(form=form)
+    result = run_digits_onnx(model, form)
     assert result.core_accuracy == result.onnxruntime_accuracy
     assert result.same_predictions == 1.0
     assert result.core_accuracy >= result.float_accuracy - 0.02
@@ -286,3 +286,37 @@ def test_run_checks_feeds_and_output_names(tmp_path):
         session.run(None, {})
     with pytest.raises(ValueError, match=r"\['c1'\] are not tensors .*fused"):
         session.run(["c1"], _feeds(cnn(), 0))
+
+
+def attention(seed=0, batch=2, tokens=5, dim=6):
+    """Self-attention of one head: q, k, v projections, softmax(q k^T / sqrt(d)) v, and an
+    output projection: two MatMuls of two activations."""
+    rng = np.random.default_rng(seed)
+    f = lambda *shape: (rng.normal(size=shape) / np.sqrt(dim)).astype(np.float32)  # noqa: E731
+    nodes = [helper.make_node("MatMul", ["input", f"w{n}"], [n], name=f"proj_{n}") for n in "qkv"]
+    nodes += [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1], name="transpose"),
+              helper.make_node("MatMul", ["q", "kt"], ["scores"], name="scores"),
+              helper.make_node("Mul", ["scores", "scale"], ["scaled"], name="scale"),
+              helper.make_node("Softmax", ["scaled"], ["probs"], axis=-1, name="softmax"),
+              helper.make_node("MatMul", ["probs", "v"], ["context"], name="context"),
+              helper.make_node("MatMul", ["context", "wo"], ["output"], name="proj_out")]
+    weights = {**{f"w{n}": f(dim, dim) * 2 for n in "qkvo"},
+               "scale": np.array(1 / np.sqrt(dim), np.float32)}
+    return _model(nodes, [("input", [batch, tokens, dim])], ["output"], weights)
+
+
+@pytest.mark.parametrize("form", [QuantFormat.QDQ, QuantFormat.QOperator])
+def test_attention_matmuls_of_two_activations(tmp_path, form):
+    """q k^T and probs v run on the core when B's zero point is 0 (symmetric activations),
+    A's zero point corrected per call; with asymmetric activations they stay on the host."""
+    model = attention()
+    for symmetric, on_core in ((True, 6), (False, 4)):
+        quantized = quantize(model, tmp_path, form, ActivationSymmetric=symmetric)
+        session, ours, theirs = compare(quantized, NumpyDevice(), _feeds(model, 3))
+        report = session.report()
+        assert sum(n.where == "core" for n in report.nodes) == on_core
+        hosts = {n.name for n in report.nodes if n.where == "host"}
+        assert symmetric or {"scores", "context"} <= {name.removesuffix("_quant")
+                                                      for name in hosts}
+        for mine, reference in zip(ours[:-1], theirs[:-1]):
+            assert lsb_differences(mine, reference).max() <= (1 if symmetric else 2)

@@ -52,68 +52,106 @@ def requant_multiplier(scale, node="requant"):
 
 @dataclass(frozen=True)
 class CoreLayer:
-    """One Conv or MatMul/Gemm lowered to one device call, in the core's integers.
+    """One Conv or MatMul/Gemm lowered to device calls, in the core's integers.
 
-    ``weights``: int8, (K, C, R, S) for "conv", (K, N) for "matmul". ``bias``: int64 (N,)
-    accumulator units, the model's bias with the input and output zero points folded in.
+    ``weights``: int8, (K, C, R, S) for "conv", (K, N) for "matmul"; None for a MatMul of two
+    activations, whose B (tensor ``weight_input``, less ``weight_offset``) comes at run time.
+    ``bias``: int64 (N,) accumulator units, the model's bias with the output zero point (and
+    for constant weights the input zero point ``input_zero``) folded in.
     ``multiplier``/``shift``: (N,) ints (requantized int8 output), or None for a float output
     ``acc * output_scale``. ``input_offset``/``output_offset``: 128 for uint8 tensors (run as
-    int8 ``value - 128``), else 0. ``pad_value``: the int8 value that means a real zero at the
-    input (padding is done on the host with it unless it is 0).
+    int8 ``value - 128``), else 0. Conv padding is done on the host with ``input_zero`` (a
+    real zero) unless it is 0.
     """
     name: str
     op: str
     nodes: tuple
     input: str
     output: str
-    weights: np.ndarray
+    weights: np.ndarray | None
     bias: np.ndarray
     multiplier: tuple | None
     shift: tuple | None
     output_scale: np.ndarray | None
     input_offset: int
     output_offset: int
-    pad_value: int
+    input_zero: int
     pads: tuple = (0, 0, 0, 0)
     stride: int = 1
     dilation: int = 1
     pool: bool = False
+    weight_input: str | None = None
+    weight_offset: int = 0
 
-    def macs(self, input_shape):
-        """The operation's own multiply-accumulates for an input of ``input_shape``."""
+    @property
+    def inputs(self):
+        return [self.input] + ([self.weight_input] if self.weight_input else [])
+
+    def macs(self, input_shape, weight_shape):
+        """The operation's own multiply-accumulates for operands of these shapes."""
         if self.op == "matmul":
-            return int(np.prod(input_shape[:-1])) * self.weights.shape[0] * self.weights.shape[1]
+            return int(np.prod(input_shape[:-1])) * weight_shape[-2] * weight_shape[-1]
         n, _, h, w = input_shape
-        k, c, r, s = self.weights.shape
+        k, c, r, s = weight_shape
         top, left, bottom, right = self.pads
         p = (h + top + bottom - self.dilation * (r - 1) - 1) // self.stride + 1
         q = (w + left + right - self.dilation * (s - 1) - 1) // self.stride + 1
         return n * k * p * q * c * r * s
 
-    def run(self, device, x):
-        """This layer on ``device`` for the model's input ``x``: (the model's output, bytes
-        written to the device)."""
-        xi = (x.astype(np.int16) - self.input_offset).astype(np.int8)
+    def run(self, device, x, b=None):
+        """This layer on ``device`` for the model's input ``x`` (and B ``b`` of a MatMul of two
+        activations): (the model's output, the int8 weights, [(bytes written to the device,
+        `Stats`) per call])."""
+        xi = _int8(x, self.input_offset)
         requant = None if self.multiplier is None else (self.multiplier, self.shift)
-        options = {"bias": self.bias, "requant": requant}
-        if self.op == "matmul":
-            flat = xi.reshape(-1, xi.shape[-1])
-            y = device.matmul(flat, self.weights, **options).reshape(*xi.shape[:-1], -1)
-            channel_shape = (-1,)
-        else:
+        calls = []
+
+        def call(operation, *operands, **options):
+            result = operation(*operands, requant=requant, **options)
+            calls.append((sum(o.nbytes for o in operands), device.stats))
+            return result
+
+        if self.op == "conv":
+            w = self.weights
             top, left, bottom, right = self.pads
-            padding = top if self.pad_value == 0 and top == left == bottom == right else 0
+            padding = top if self.input_zero == 0 and top == left == bottom == right else 0
             if any(self.pads) and not padding:
                 xi = np.pad(xi, ((0, 0), (0, 0), (top, bottom), (left, right)),
-                            constant_values=self.pad_value)
-            y = device.conv2d(xi, self.weights, stride=self.stride, padding=padding,
-                              dilation=self.dilation, pool=self.pool, **options)
+                            constant_values=self.input_zero)
+            y = call(device.conv2d, xi, w, stride=self.stride, padding=padding,
+                     dilation=self.dilation, pool=self.pool, bias=self.bias)
             channel_shape = (-1, 1, 1)
-        sent = xi.nbytes + self.weights.nbytes
+        elif self.weights is not None:
+            w = self.weights
+            y = call(device.matmul, xi.reshape(-1, xi.shape[-1]), w, bias=self.bias)
+            y = y.reshape(*xi.shape[:-1], -1)
+            channel_shape = (-1,)
+        else:
+            w = _int8(b, self.weight_offset)
+            if w.ndim == 2:
+                xi, w_batch = xi.reshape(1, -1, xi.shape[-1]), w[None]
+            elif w.shape[:-2] == xi.shape[:-2]:
+                xi, w_batch = xi.reshape(-1, *xi.shape[-2:]), w.reshape(-1, *w.shape[-2:])
+            else:
+                raise ValueError(f"node {self.name!r}: A {x.shape} and B {b.shape} need the "
+                                 "same leading (batch) dimensions")
+            y = np.stack([call(device.matmul, a, m, bias=self.bias - self.input_zero *
+                               m.astype(np.int64).sum(axis=0))
+                          for a, m in zip(xi, w_batch)])
+            y = y.reshape(*x.shape[:-1], -1)
+            channel_shape = (-1,)
         if self.multiplier is None:
-            return y.astype(np.float32) * self.output_scale.reshape(channel_shape), sent
-        dtype = np.uint8 if self.output_offset else np.int8
-        return (y.astype(np.int16) + self.output_offset).astype(dtype), sent
+            return y.astype(np.float32) * self.output_scale.reshape(channel_shape), w, calls
+        return _from_int8(y, self.output_offset), w, calls
+
+
+def _int8(values, offset):
+    """A uint8 (``offset`` 128) or int8 tensor as the core's int8."""
+    return (values.astype(np.int16) - offset).astype(np.int8)
+
+
+def _from_int8(values, offset):
+    return (values.astype(np.int16) + offset).astype(np.uint8 if offset else np.int8)
 
 
 class _Graph:
@@ -223,10 +261,10 @@ def _conv_geometry(node, weights):
 
 def _layer(node, op, nodes, input_name, output_name, x, w, w_q, bias, y, alpha=1.0, pool=False,
            geometry=((0, 0, 0, 0), 1, 1)):
-    """A `CoreLayer` from the quantization parameters: ``x``/``w``/``y`` `_Quant` (``y``
-    None: float output), ``w_q`` the integer weights with output channels on axis 0 for conv,
-    axis 1 for matmul, ``bias`` the int32 bias in units of x_scale * w_scale, or None."""
-    x_scale, x_zero = _per_tensor_activation(node, x, "input")
+    """A `CoreLayer` with constant weights from the quantization parameters: ``x``/``w``/``y``
+    `_Quant` (``y`` None: float output), ``w_q`` the integer weights with output channels on
+    axis 0 for conv, axis 1 for matmul, ``bias`` the int32 bias in units of x_scale *
+    w_scale, or None."""
     channels = w_q.shape[0] if op == "conv" else w_q.shape[1]
     w_scale = np.broadcast_to(w.scale.reshape(-1), (channels,)) if w.scale.size in (1, channels) \
         else None
@@ -241,31 +279,64 @@ def _layer(node, op, nodes, input_name, output_name, x, w, w_q, bias, y, alpha=1
     if centred.min() < -128 or centred.max() > 127:
         raise ValueError(f"node {node.name!r}: weights minus their zero point do not fit int8 "
                          "(asymmetric weights): quantize the weights symmetric")
-    x_offset = _offset(x.dtype)
-    x_zero -= x_offset
+    x_scale, x_zero, x_offset = _activation(node, x, "input")
     per_channel_sum = centred.sum(axis=(1, 2, 3)) if op == "conv" else centred.sum(axis=0)
     total = (np.zeros(channels, np.int64) if bias is None
              else np.broadcast_to(bias.reshape(-1).astype(np.int64), (channels,)).copy())
     total -= x_zero * per_channel_sum
-    accumulator_scale = alpha * x_scale * w_scale
-    if y is None:
-        multiplier = shift = None
-        y_offset, output_scale = 0, accumulator_scale.astype(np.float32)
-    else:
-        y_scale, y_zero = _per_tensor_activation(node, y, "output")
-        y_offset, output_scale = _offset(y.dtype), None
-        pairs = [requant_multiplier(s / y_scale, node.name) for s in accumulator_scale]
-        multiplier, shift = (tuple(int(v) for v in column) for column in zip(*pairs))
-        # The output zero point as a bias in accumulator units: m * bias / 2**s = y_zero.
-        total += np.array([round((y_zero - y_offset) * 2 ** s / m) for m, s in pairs], np.int64)
-    if total.min() < -2 ** 31 or total.max() >= 2 ** 31:
-        raise ValueError(f"node {node.name!r}: the folded bias does not fit int32")
-    weights = centred.astype(np.int8)
+    terms = _output_terms(node, alpha * x_scale * w_scale, y)
     return CoreLayer(name=node.name, op=op, nodes=tuple(nodes), input=input_name,
-                     output=output_name, weights=weights, bias=total, multiplier=multiplier,
-                     shift=shift, output_scale=output_scale, input_offset=x_offset,
-                     output_offset=y_offset, pad_value=x_zero,
-                     pads=geometry[0], stride=geometry[1], dilation=geometry[2], pool=pool)
+                     output=output_name, weights=centred.astype(np.int8),
+                     bias=_check_bias(node, total + terms["bias"]),
+                     **{k: v for k, v in terms.items() if k != "bias"}, input_offset=x_offset,
+                     input_zero=x_zero, pads=geometry[0], stride=geometry[1],
+                     dilation=geometry[2], pool=pool)
+
+
+def _activations_matmul(node, nodes, a_name, b_name, output_name, a, b, y):
+    """A `CoreLayer` for a MatMul of two activations A @ B, or None (host) when B's zero
+    point is not a real zero of int8 (0 for int8, 128 for uint8): the core's per-column bias
+    corrects A's zero point (``- za * column sums of B``, added at run time), not B's."""
+    b_scale, b_zero, b_offset = _activation(node, b, "B")
+    if b_zero != 0:
+        return None
+    a_scale, a_zero, a_offset = _activation(node, a, "input")
+    terms = _output_terms(node, np.array([a_scale * b_scale]), y)
+    if terms["multiplier"] is not None:
+        terms.update(multiplier=terms["multiplier"][0], shift=terms["shift"][0])
+    return CoreLayer(name=node.name, op="matmul", nodes=tuple(nodes), input=a_name,
+                     output=output_name, weights=None, bias=_check_bias(node, terms.pop("bias")),
+                     **terms, input_offset=a_offset, input_zero=a_zero, weight_input=b_name,
+                     weight_offset=b_offset)
+
+
+def _activation(node, quant, what):
+    """(scale, zero point on the core's int8 scale, offset) of a per-tensor int8 or uint8
+    activation."""
+    scale, zero = _per_tensor_activation(node, quant, what)
+    offset = _offset(quant.dtype)
+    return scale, zero - offset, offset
+
+
+def _output_terms(node, accumulator_scale, y):
+    """The `CoreLayer` fields of the output, for accumulators in units of
+    ``accumulator_scale`` (per channel): requantized to ``y`` (`_Quant`), or float (None)."""
+    if y is None:
+        return {"bias": np.zeros(1, np.int64), "multiplier": None, "shift": None,
+                "output_offset": 0, "output_scale": accumulator_scale.astype(np.float32)}
+    y_scale, y_zero, y_offset = _activation(node, y, "output")
+    pairs = [requant_multiplier(s / y_scale, node.name) for s in accumulator_scale]
+    multiplier, shift = (tuple(int(v) for v in column) for column in zip(*pairs))
+    # The output zero point as a bias in accumulator units: m * bias / 2**s = y_zero.
+    return {"bias": np.array([round(y_zero * 2 ** s / m) for m, s in pairs], np.int64),
+            "multiplier": multiplier, "shift": shift, "output_offset": y_offset,
+            "output_scale": None}
+
+
+def _check_bias(node, bias):
+    if bias.min() < -2 ** 31 or bias.max() >= 2 ** 31:
+        raise ValueError(f"node {node.name!r}: the folded bias does not fit int32")
+    return bias
 
 
 def _qoperator_layer(graph, node):
@@ -282,11 +353,15 @@ def _qoperator_layer(graph, node):
                           _quant(graph, node, 6, 7, "output"), geometry=geometry)
     if node.op_type == "QLinearMatMul" and node.domain in ("", "ai.onnx"):
         w_q = graph.constant(node, 3)
-        if w_q is None or w_q.ndim != 2:
+        a, b = _quant(graph, node, 1, 2, "input"), _quant(graph, node, 4, 5, "weight")
+        y = _quant(graph, node, 6, 7, "output")
+        if w_q is None:
+            return _activations_matmul(node, [node.name], node.input[0], node.input[3],
+                                       node.output[0], a, b, y)
+        if w_q.ndim != 2:
             return None
-        return _layer(node, "matmul", [node.name], node.input[0], node.output[0],
-                      _quant(graph, node, 1, 2, "input"), _quant(graph, node, 4, 5, "weight"),
-                      w_q, None, _quant(graph, node, 6, 7, "output"))
+        return _layer(node, "matmul", [node.name], node.input[0], node.output[0], a, b, w_q,
+                      None, y)
     if node.op_type == "QGemm" and node.domain == "com.microsoft":
         a = _attributes(node)
         w_q = graph.constant(node, 3)
@@ -328,8 +403,14 @@ def _qdq_layer(graph, node):
     if node.op_type not in ("Conv", "MatMul", "Gemm") or node.domain not in ("", "ai.onnx"):
         return None
     x_dq, w_dq = _dequantized(graph, node, 0, False), _dequantized(graph, node, 1, True)
-    if x_dq is None or w_dq is None:
+    activation_b = _dequantized(graph, node, 1, False) if node.op_type == "MatMul" else None
+    if x_dq is None or (w_dq is None and activation_b is None):
         return None
+    nodes, output, y = _quantized_output(graph, node)
+    if activation_b is not None:
+        return _activations_matmul(node, nodes, x_dq.input[0], activation_b.input[0], output,
+                                   _quant(graph, x_dq, 1, 2, "input"),
+                                   _quant(graph, activation_b, 1, 2, "B"), y)
     b_dq = _dequantized(graph, node, 2, True) if len(node.input) > 2 and node.input[2] else None
     if len(node.input) > 2 and node.input[2] and b_dq is None:
         return None
@@ -341,16 +422,11 @@ def _qdq_layer(graph, node):
         raise ValueError(f"node {node.name!r}: the weights are quantized per channel along "
                          "another axis than the output channels")
     bias = None if b_dq is None else _bias_in_accumulator_units(graph, b_dq, x, w)
-    nodes = [node.name]
-    q = graph.sole_consumer(node.output[0], "QuantizeLinear")
-    y = None if q is None else _quant(graph, q, 1, 2, "output")
-    output = node.output[0] if q is None else q.output[0]
-    if q is not None:
-        nodes.append(q.name)
     if node.op_type == "Conv":
         geometry = _conv_geometry(node, w_q)
         if geometry is None:
             return None
+        q = graph.producer.get(output) if y is not None else None
         pool_dq = graph.sole_consumer(output, "DequantizeLinear") if q is not None else None
         pool = pool_dq is not None and _check_pool(graph, pool_dq.output[0])
         pool_q = pool and graph.sole_consumer(pool.output[0], "QuantizeLinear")
@@ -369,6 +445,15 @@ def _qdq_layer(graph, node):
         w_q = w_q.T if a.get("transB", 0) else w_q
     return _layer(node, "matmul", nodes, x_dq.input[0], output, x, w, w_q, bias, y,
                   alpha=a.get("alpha", 1.0))
+
+
+def _quantized_output(graph, node):
+    """([names of the nodes], output tensor, `_Quant` or None) of a float node: through the
+    QuantizeLinear that is the only reader of its output, if there is one."""
+    q = graph.sole_consumer(node.output[0], "QuantizeLinear")
+    if q is None:
+        return [node.name], node.output[0], None
+    return [node.name, q.name], q.output[0], _quant(graph, q, 1, 2, "output")
 
 
 def _bias_in_accumulator_units(graph, dequantize, x, w):
@@ -511,7 +596,18 @@ class QLinearMul(_QLinearBinary):
     combine = staticmethod(np.multiply)
 
 
-_HOST_OPS = [QLinearAdd, QLinearMul]
+class QLinearSoftmax(OpRun):
+    """com.microsoft QLinearSoftmax (the QOperator quantizer's Softmax), in float."""
+    op_domain = "com.microsoft"
+
+    def _run(self, x, x_scale, x_zero, y_scale, y_zero=None, axis=None, opset=None):
+        real = (x.astype(np.float32) - x_zero) * x_scale
+        exp = np.exp(real - real.max(axis=-1 if axis is None else axis, keepdims=True))
+        probabilities = exp / exp.sum(axis=-1 if axis is None else axis, keepdims=True)
+        return (_requantize(probabilities, y_scale, y_zero),)
+
+
+_HOST_OPS = [QLinearAdd, QLinearMul, QLinearSoftmax]
 """Host implementations of onnxruntime's contrib ops, which `onnx.reference` does not have."""
 
 
@@ -573,7 +669,7 @@ class InferenceSession:
         for step in reversed(self.steps):
             if needed.intersection(_step_outputs(step)):
                 live.append(step)
-                needed.update([step.input] if isinstance(step, CoreLayer) else step.input)
+                needed.update(step.inputs if isinstance(step, CoreLayer) else step.input)
         reports = []
         for step in reversed(live):
             start = time.perf_counter()
@@ -590,16 +686,17 @@ class InferenceSession:
 
     def _run_core(self, layer, values, start):
         x = values[layer.input]
-        y, sent = layer.run(self.device, x)
+        y, weights, calls = layer.run(self.device, x, *(values[n] for n in layer.inputs[1:]))
         values[layer.output] = y
-        stats = self.device.stats
-        macs = layer.macs(x.shape)
+        macs = layer.macs(x.shape, weights.shape)
+        cycles = sum(stats.cycles for _, stats in calls)
         return NodeReport(
             name=layer.name, op=layer.op, where="core", nodes=layer.nodes,
-            seconds=time.perf_counter() - start, cycles=stats.cycles, macs=macs,
-            mac_utilization=macs / max(1, stats.cycles * self.device.config.macs),
-            bytes_to_device=sent, bytes_from_device=y.nbytes,
-            core_bytes_read=stats.bytes_read, core_bytes_written=stats.bytes_written)
+            seconds=time.perf_counter() - start, cycles=cycles, macs=macs,
+            mac_utilization=macs / max(1, cycles * self.device.config.macs),
+            bytes_to_device=sum(sent for sent, _ in calls), bytes_from_device=y.nbytes,
+            core_bytes_read=sum(stats.bytes_read for _, stats in calls),
+            core_bytes_written=sum(stats.bytes_written for _, stats in calls))
 
     def report(self):
         """The `Report` of the last `run`."""
