@@ -85,6 +85,23 @@ def mlp(seed=0, batch=5):
     return _model(nodes, [("input", [batch, 9])], ["output"], weights)
 
 
+def attention(seed=0, batch=2, tokens=5, dim=6):
+    """Self-attention of one head: q, k, v projections, softmax(q k^T / sqrt(d)) v, and an
+    output projection: two MatMuls of two activations."""
+    rng = np.random.default_rng(seed)
+    f = lambda *shape: (rng.normal(size=shape) / np.sqrt(dim)).astype(np.float32)  # noqa: E731
+    nodes = [helper.make_node("MatMul", ["input", f"w{n}"], [n], name=f"proj_{n}") for n in "qkv"]
+    nodes += [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1], name="transpose"),
+              helper.make_node("MatMul", ["q", "kt"], ["scores"], name="scores"),
+              helper.make_node("Mul", ["scores", "scale"], ["scaled"], name="scale"),
+              helper.make_node("Softmax", ["scaled"], ["probs"], axis=-1, name="softmax"),
+              helper.make_node("MatMul", ["probs", "v"], ["context"], name="context"),
+              helper.make_node("MatMul", ["context", "wo"], ["output"], name="proj_out")]
+    weights = {**{f"w{n}": f(dim, dim) * 2 for n in "qkvo"},
+               "scale": np.array(1 / np.sqrt(dim), np.float32)}
+    return _model(nodes, [("input", [batch, tokens, dim])], ["output"], weights)
+
+
 class _Calibration(CalibrationDataReader):
     def __init__(self, model, seed=1, count=8):
         rng = np.random.default_rng(seed)
@@ -205,7 +222,7 @@ def test_unsupported_schemes_and_nodes_are_named(tmp_path):
 
 
 @pytest.mark.verilator
-def test_cnn_and_mlp_on_the_simulated_core(tmp_path):
+def test_cnn_mlp_and_attention_on_the_simulated_core(tmp_path):
     """The core reproduces the numpy stand-in bit for bit and onnxruntime to 1 LSB; the report
     says where each node ran and counts what it moved."""
     from tpugen.firmware import SimDevice
@@ -214,7 +231,11 @@ def test_cnn_and_mlp_on_the_simulated_core(tmp_path):
         (quantize(cnn(batch=2), tmp_path, QuantFormat.QOperator, per_channel=True),
          [("conv1_quant", "pool1"), ("conv2_quant",), ("fc_quant",)]),
         (quantize(mlp(), tmp_path, QuantFormat.QDQ),
-         [("fc1", "h_QuantizeLinear"), ("fc2", "output_QuantizeLinear")])]
+         [("fc1", "h_QuantizeLinear"), ("fc2", "output_QuantizeLinear")]),
+        (quantize(attention(batch=1), tmp_path, QuantFormat.QDQ, ActivationSymmetric=True),
+         [(f"proj_{n}", f"{n}_QuantizeLinear") for n in "qkv"] +
+         [("scores", "scores_QuantizeLinear"), ("context", "context_QuantizeLinear"),
+          ("proj_out", "output_QuantizeLinear")])]
     with SimDevice(CORE) as device:
         for model, fused in models:
             feeds = _feeds(model, 5)
@@ -286,23 +307,6 @@ def test_run_checks_feeds_and_output_names(tmp_path):
         session.run(None, {})
     with pytest.raises(ValueError, match=r"\['c1'\] are not tensors .*fused"):
         session.run(["c1"], _feeds(cnn(), 0))
-
-
-def attention(seed=0, batch=2, tokens=5, dim=6):
-    """Self-attention of one head: q, k, v projections, softmax(q k^T / sqrt(d)) v, and an
-    output projection: two MatMuls of two activations."""
-    rng = np.random.default_rng(seed)
-    f = lambda *shape: (rng.normal(size=shape) / np.sqrt(dim)).astype(np.float32)  # noqa: E731
-    nodes = [helper.make_node("MatMul", ["input", f"w{n}"], [n], name=f"proj_{n}") for n in "qkv"]
-    nodes += [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1], name="transpose"),
-              helper.make_node("MatMul", ["q", "kt"], ["scores"], name="scores"),
-              helper.make_node("Mul", ["scores", "scale"], ["scaled"], name="scale"),
-              helper.make_node("Softmax", ["scaled"], ["probs"], axis=-1, name="softmax"),
-              helper.make_node("MatMul", ["probs", "v"], ["context"], name="context"),
-              helper.make_node("MatMul", ["context", "wo"], ["output"], name="proj_out")]
-    weights = {**{f"w{n}": f(dim, dim) * 2 for n in "qkvo"},
-               "scale": np.array(1 / np.sqrt(dim), np.float32)}
-    return _model(nodes, [("input", [batch, tokens, dim])], ["output"], weights)
 
 
 @pytest.mark.parametrize("form", [QuantFormat.QDQ, QuantFormat.QOperator])
