@@ -219,18 +219,17 @@ def _quant(graph, node, scale_index, zero_index, what):
     return _Quant(scale.astype(np.float64), zero)
 
 
-def _per_tensor_activation(node, quant, what):
+def _activation(node, quant, what):
+    """(scale, zero point on the core's int8 scale, offset) of a per-tensor int8 or uint8
+    activation: uint8 runs as int8 ``value - 128``."""
     if quant.scale.size != 1 or quant.zero_point.size != 1:
         raise ValueError(f"node {node.name!r}: the {what} is quantized per channel: the core "
                          "needs one scale and zero point per activation tensor")
     if quant.dtype not in (np.int8, np.uint8):
         raise ValueError(f"node {node.name!r}: the {what} is {quant.dtype}: the core runs "
                          "int8 or uint8 activations only")
-    return float(quant.scale.reshape(())), int(quant.zero_point.reshape(()))
-
-
-def _offset(dtype):
-    return _UINT8_OFFSET if dtype == np.uint8 else 0
+    offset = _UINT8_OFFSET if quant.dtype == np.uint8 else 0
+    return float(quant.scale.reshape(())), int(quant.zero_point.reshape(())) - offset, offset
 
 
 def _check_pool(graph, name):
@@ -308,14 +307,6 @@ def _activations_matmul(node, nodes, a_name, b_name, output_name, a, b, y):
                      output=output_name, weights=None, bias=_check_bias(node, terms.pop("bias")),
                      **terms, input_offset=a_offset, input_zero=a_zero, weight_input=b_name,
                      weight_offset=b_offset)
-
-
-def _activation(node, quant, what):
-    """(scale, zero point on the core's int8 scale, offset) of a per-tensor int8 or uint8
-    activation."""
-    scale, zero = _per_tensor_activation(node, quant, what)
-    offset = _offset(quant.dtype)
-    return scale, zero - offset, offset
 
 
 def _output_terms(node, accumulator_scale, y):
