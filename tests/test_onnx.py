@@ -158,8 +158,8 @@ def lsb_differences(ours, theirs):
 @pytest.mark.parametrize("per_channel", [False, True])
 @pytest.mark.parametrize("form", [QuantFormat.QDQ, QuantFormat.QOperator])
 def test_single_layers_match_onnxruntime_within_one_lsb(tmp_path, form, per_channel):
-    """One core layer fed the same int8 input as onnxruntime: its int8 output is exact but for
-    a rare 1 LSB where the two round differently (docs/onnx.md)."""
+    """The first core layer of each model, whose input both quantize alike: its int8 output
+    is exact but for a rare 1 LSB where the two round differently (docs/onnx.md)."""
     rng = np.random.default_rng(7)
     for model in (cnn(batch=2), mlp()):
         quantized = quantize(model, tmp_path, form, per_channel)
