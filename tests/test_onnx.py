@@ -272,7 +272,7 @@ def test_report_plot_has_a_bar_per_node(tmp_path):
 
 @pytest.mark.verilator
 @pytest.mark.skipif(not os.environ.get("TPUGEN_ONNX_DIGITS"),
-                    reason="opt-in (minutes): TPUGEN_ONNX_DIGITS=1")
+                    reason="opt-in (the CNN: ~5 CPU minutes): TPUGEN_ONNX_DIGITS=1")
 @pytest.mark.parametrize("model, form", [("mlp", "QDQ"), ("mlp", "QOperator"), ("cnn", "QDQ")])
 def test_digits_accuracy_equals_onnxruntime(model, form):
     from tpugen.examples.digits_onnx import run_digits_onnx
