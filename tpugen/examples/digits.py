@@ -11,7 +11,7 @@ import numpy as np
 
 from ..config import CoreConfig
 
-__all__ = ["DigitsResult", "run_digits"]
+__all__ = ["DigitsResult", "run_digits", "split_digits", "train_mlp"]
 
 
 @dataclass(frozen=True)
@@ -33,19 +33,32 @@ def _quantize(values, scale):
     return np.clip(np.round(values / scale), -128, 127).astype(np.int8)
 
 
-def run_digits(config=CoreConfig(), samples=360, hidden=32, seed=0):
+def split_digits(samples=360, seed=0):
+    """(x_train, x_test, y_train, y_test): sklearn's digits, ``samples`` of them for testing,
+    pixels (N, 64) scaled to 0..1."""
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
+
+    digits = load_digits()
+    return train_test_split(digits.data / 16.0, digits.target, test_size=samples,
+                            random_state=seed)
+
+
+def train_mlp(samples=360, hidden=32, seed=0):
+    """(model, x_train, x_test, y_train, y_test): the float MLP trained on `split_digits`."""
     from sklearn.neural_network import MLPClassifier
 
+    x_train, x_test, y_train, y_test = split_digits(samples, seed)
+    model = MLPClassifier(hidden_layer_sizes=(hidden,), max_iter=1000, random_state=seed)
+    model.fit(x_train, y_train)
+    return model, x_train, x_test, y_train, y_test
+
+
+def run_digits(config=CoreConfig(), samples=360, hidden=32, seed=0):
     from ..firmware import SimDevice
     from ..sim.golden import matmul_int32
 
-    digits = load_digits()
-    x_train, x_test, y_train, y_test = train_test_split(
-        digits.data / 16.0, digits.target, test_size=samples, random_state=seed)
-    model = MLPClassifier(hidden_layer_sizes=(hidden,), max_iter=1000, random_state=seed)
-    model.fit(x_train, y_train)
+    model, x_train, x_test, y_train, y_test = train_mlp(samples, hidden, seed)
     float_accuracy = float(model.score(x_test, y_test))
 
     (w1, w2), (b1, b2) = model.coefs_, model.intercepts_

@@ -1,0 +1,696 @@
+"""Run int8-quantized ONNX models on the core: ``InferenceSession(model, device).run(...)``.
+
+The model is read with the `onnx` package, in either form that onnxruntime's
+``quantize_static`` writes: QDQ (QuantizeLinear / DequantizeLinear around float Conv, MatMul,
+Gemm) or QOperator (QLinearConv, QLinearMatMul, com.microsoft QGemm). Each Conv / MatMul /
+Gemm with constant int8 weights becomes one `CoreLayer`: one ``device.conv2d`` or
+``device.matmul`` call whose store epilogue adds the bias (with the zero-point corrections
+folded in), requantizes with a 16-bit multiplier and a shift derived from the scales, and
+max-pools 2x2 when a MaxPool follows. Every other node runs on the host in numpy, by the
+`onnx.reference` evaluator. docs/onnx.md says what maps where and how outputs may differ
+from onnxruntime's.
+"""
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+from onnx.reference import ReferenceEvaluator
+from onnx.reference.op_run import OpRun
+
+__all__ = ["CoreLayer", "InferenceSession", "NodeReport", "Report", "lower", "requant_multiplier"]
+
+_MULTIPLIER_BITS = 16
+"""The epilogue multiplies by an unsigned 16-bit integer (`Epilogue`), then shifts right."""
+_MAX_SHIFT = 63
+_UINT8_OFFSET = 128
+"""uint8 activations run as int8 ``value - 128`` (their zero point moves by the same)."""
+
+
+def requant_multiplier(scale, node="requant"):
+    """(multiplier, shift), each an int, with ``multiplier / 2**shift`` nearest to the real
+    ``scale`` (> 0): the multiplier in 2**15..2**16-1 (fewer bits only when the shift would
+    pass 63)."""
+    scale = float(scale)
+    if not math.isfinite(scale) or scale <= 0:
+        raise ValueError(f"node {node!r}: requantize scale {scale} is invalid: allowed a "
+                         "positive finite number")
+    mantissa, exponent = math.frexp(scale)  # scale = mantissa * 2**exponent, mantissa in [0.5, 1)
+    multiplier, shift = round(mantissa * 2 ** _MULTIPLIER_BITS), _MULTIPLIER_BITS - exponent
+    if multiplier == 2 ** _MULTIPLIER_BITS:
+        multiplier, shift = multiplier // 2, shift - 1
+    if shift > _MAX_SHIFT:
+        multiplier, shift = round(scale * 2 ** _MAX_SHIFT), _MAX_SHIFT
+    if shift < 0 or multiplier == 0:
+        raise ValueError(f"node {node!r}: requantize scale {scale} is out of range: allowed "
+                         f"2**-{_MAX_SHIFT + 1}..2**{_MULTIPLIER_BITS}")
+    return multiplier, shift
+
+
+@dataclass(frozen=True)
+class CoreLayer:
+    """One Conv or MatMul/Gemm lowered to device calls, in the core's integers.
+
+    ``weights``: int8, (K, C, R, S) for "conv", (K, N) for "matmul"; None for a MatMul of two
+    activations, whose B (tensor ``weight_input``, less ``weight_offset``) comes at run time.
+    ``bias``: int64 (N,) accumulator units, the model's bias with the output zero point (and
+    for constant weights the input zero point ``input_zero``) folded in.
+    ``multiplier``/``shift``: (N,) ints (requantized int8 output), or None for a float output
+    ``acc * output_scale``. ``input_offset``/``output_offset``: 128 for uint8 tensors (run as
+    int8 ``value - 128``), else 0. Conv padding is done on the host with ``input_zero`` (a
+    real zero) unless it is 0.
+    """
+    name: str
+    op: str
+    nodes: tuple
+    input: str
+    output: str
+    weights: np.ndarray | None
+    bias: np.ndarray
+    multiplier: tuple | None
+    shift: tuple | None
+    output_scale: np.ndarray | None
+    input_offset: int
+    output_offset: int
+    input_zero: int
+    pads: tuple = (0, 0, 0, 0)
+    stride: int = 1
+    dilation: int = 1
+    pool: bool = False
+    weight_input: str | None = None
+    weight_offset: int = 0
+
+    @property
+    def inputs(self):
+        return [self.input] + ([self.weight_input] if self.weight_input else [])
+
+    def macs(self, input_shape, weight_shape):
+        """The operation's own multiply-accumulates for operands of these shapes."""
+        if self.op == "matmul":
+            return int(np.prod(input_shape[:-1])) * weight_shape[-2] * weight_shape[-1]
+        n, _, h, w = input_shape
+        k, c, r, s = weight_shape
+        top, left, bottom, right = self.pads
+        p = (h + top + bottom - self.dilation * (r - 1) - 1) // self.stride + 1
+        q = (w + left + right - self.dilation * (s - 1) - 1) // self.stride + 1
+        return n * k * p * q * c * r * s
+
+    def run(self, device, x, b=None):
+        """This layer on ``device`` for the model's input ``x`` (and B ``b`` of a MatMul of two
+        activations): (the model's output, the int8 weights, [(bytes written to the device,
+        `Stats`) per call])."""
+        xi = _int8(x, self.input_offset)
+        requant = None if self.multiplier is None else (self.multiplier, self.shift)
+        calls = []
+
+        def call(operation, *operands, **options):
+            result = operation(*operands, requant=requant, **options)
+            calls.append((sum(o.nbytes for o in operands), device.stats))
+            return result
+
+        if self.op == "conv":
+            w = self.weights
+            top, left, bottom, right = self.pads
+            padding = top if self.input_zero == 0 and top == left == bottom == right else 0
+            if any(self.pads) and not padding:
+                xi = np.pad(xi, ((0, 0), (0, 0), (top, bottom), (left, right)),
+                            constant_values=self.input_zero)
+            y = call(device.conv2d, xi, w, stride=self.stride, padding=padding,
+                     dilation=self.dilation, pool=self.pool, bias=self.bias)
+            channel_shape = (-1, 1, 1)
+        elif self.weights is not None:
+            w = self.weights
+            y = call(device.matmul, xi.reshape(-1, xi.shape[-1]), w, bias=self.bias)
+            y = y.reshape(*xi.shape[:-1], -1)
+            channel_shape = (-1,)
+        else:
+            w = _int8(b, self.weight_offset)
+            if w.ndim == 2:
+                xi, w_batch = xi.reshape(1, -1, xi.shape[-1]), w[None]
+            elif w.shape[:-2] == xi.shape[:-2]:
+                xi, w_batch = xi.reshape(-1, *xi.shape[-2:]), w.reshape(-1, *w.shape[-2:])
+            else:
+                raise ValueError(f"node {self.name!r}: A {x.shape} and B {b.shape} need the "
+                                 "same leading (batch) dimensions")
+            y = np.stack([call(device.matmul, a, m, bias=self.bias - self.input_zero *
+                               m.astype(np.int64).sum(axis=0))
+                          for a, m in zip(xi, w_batch)])
+            y = y.reshape(*x.shape[:-1], -1)
+            channel_shape = (-1,)
+        if self.multiplier is None:
+            return y.astype(np.float32) * self.output_scale.reshape(channel_shape), w, calls
+        return _from_int8(y, self.output_offset), w, calls
+
+
+def _int8(values, offset):
+    """A uint8 (``offset`` 128) or int8 tensor as the core's int8."""
+    return (values.astype(np.int16) - offset).astype(np.int8)
+
+
+def _from_int8(values, offset):
+    return (values.astype(np.int16) + offset).astype(np.uint8 if offset else np.int8)
+
+
+class _Graph:
+    """Producers, consumers and constants of an ONNX graph."""
+
+    def __init__(self, model):
+        graph = model.graph
+        self.nodes = list(graph.node)
+        for index, node in enumerate(self.nodes):
+            node.name = node.name or f"{node.op_type}_{index}"
+        self.constants = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+        for node in self.nodes:
+            if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+                self.constants[node.output[0]] = ReferenceEvaluator(node).run(None, {})[0]
+        self.outputs = {o.name for o in graph.output}
+        self.producer = {name: node for node in self.nodes for name in node.output}
+        self.consumers = {}
+        for node in self.nodes:
+            for name in node.input:
+                self.consumers.setdefault(name, []).append(node)
+
+    def sole_consumer(self, name, op_type):
+        """The one node reading tensor ``name``, if it is an ``op_type`` and ``name`` is not a
+        graph output; else None."""
+        users = self.consumers.get(name, [])
+        if len(users) == 1 and name not in self.outputs and users[0].op_type == op_type:
+            return users[0]
+        return None
+
+    def constant(self, node, index):
+        """Input ``index`` of ``node`` as a numpy array, None when absent or not a constant."""
+        if index >= len(node.input) or not node.input[index]:
+            return None
+        return self.constants.get(node.input[index])
+
+    def producer_of(self, node, index, op_type):
+        if index >= len(node.input):
+            return None
+        producer = self.producer.get(node.input[index])
+        return producer if producer is not None and producer.op_type == op_type else None
+
+
+def _attributes(node):
+    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+
+
+@dataclass(frozen=True)
+class _Quant:
+    """Scale and zero point of a quantized tensor."""
+    scale: np.ndarray
+    zero_point: np.ndarray
+
+    @property
+    def dtype(self):
+        return self.zero_point.dtype
+
+
+def _quant(graph, node, scale_index, zero_index, what):
+    scale = graph.constant(node, scale_index)
+    if scale is None:
+        raise ValueError(f"node {node.name!r}: the {what} scale is not a constant")
+    zero = graph.constant(node, zero_index)
+    if zero is None:
+        zero = np.zeros(scale.shape, np.uint8)
+    return _Quant(scale.astype(np.float64), zero)
+
+
+def _activation(node, quant, what):
+    """(scale, zero point on the core's int8 scale, offset) of a per-tensor int8 or uint8
+    activation: uint8 runs as int8 ``value - 128``."""
+    if quant.scale.size != 1 or quant.zero_point.size != 1:
+        raise ValueError(f"node {node.name!r}: the {what} is quantized per channel: the core "
+                         "needs one scale and zero point per activation tensor")
+    if quant.dtype not in (np.int8, np.uint8):
+        raise ValueError(f"node {node.name!r}: the {what} is {quant.dtype}: the core runs "
+                         "int8 or uint8 activations only")
+    offset = _UINT8_OFFSET if quant.dtype == np.uint8 else 0
+    return float(quant.scale.reshape(())), int(quant.zero_point.reshape(())) - offset, offset
+
+
+def _check_pool(graph, name):
+    """The 2x2 / stride-2 MaxPool that is the only reader of ``name``, or None."""
+    pool = graph.sole_consumer(name, "MaxPool")
+    if pool is None or len(pool.output) != 1:
+        return None
+    a = _attributes(pool)
+    if (list(a.get("kernel_shape", [])) == [2, 2] and list(a.get("strides", [1, 1])) == [2, 2]
+            and not any(a.get("pads", [])) and a.get("auto_pad", b"NOTSET") in (b"NOTSET", "NOTSET")
+            and list(a.get("dilations", [1, 1])) == [1, 1] and not a.get("ceil_mode", 0)):
+        return pool
+    return None
+
+
+def _conv_geometry(node, weights):
+    """(pads, stride, dilation) of a Conv/QLinearConv the core runs, or None."""
+    a = _attributes(node)
+    if (weights.ndim != 4 or a.get("group", 1) != 1
+            or a.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET")):
+        return None
+    strides, dilations = list(a.get("strides", [1, 1])), list(a.get("dilations", [1, 1]))
+    if strides[0] != strides[1] or dilations[0] != dilations[1]:
+        return None
+    top, left, bottom, right = a.get("pads", [0, 0, 0, 0])
+    return (top, left, bottom, right), strides[0], dilations[0]
+
+
+def _layer(node, op, nodes, input_name, output_name, x, w, w_q, bias, y, alpha=1.0, pool=False,
+           geometry=((0, 0, 0, 0), 1, 1)):
+    """A `CoreLayer` with constant weights from the quantization parameters: ``x``/``w``/``y``
+    `_Quant` (``y`` None: float output), ``w_q`` the integer weights with output channels on
+    axis 0 for conv, axis 1 for matmul, ``bias`` the int32 bias in units of x_scale *
+    w_scale, or None."""
+    channels = w_q.shape[0] if op == "conv" else w_q.shape[1]
+    w_scale = np.broadcast_to(w.scale.reshape(-1), (channels,)) if w.scale.size in (1, channels) \
+        else None
+    w_zero = np.broadcast_to(w.zero_point.reshape(-1).astype(np.int64), (channels,)) \
+        if w.zero_point.size in (1, channels) else None
+    if w_scale is None or w_zero is None:
+        raise ValueError(f"node {node.name!r}: weight scale {w.scale.shape} and zero point "
+                         f"{w.zero_point.shape} are neither per tensor nor per output channel "
+                         f"({channels})")
+    channel_shape = (-1, 1, 1, 1) if op == "conv" else (1, -1)
+    centred = w_q.astype(np.int64) - w_zero.reshape(channel_shape)
+    if centred.min() < -128 or centred.max() > 127:
+        raise ValueError(f"node {node.name!r}: weights minus their zero point do not fit int8 "
+                         "(asymmetric weights): quantize the weights symmetric")
+    x_scale, x_zero, x_offset = _activation(node, x, "input")
+    per_channel_sum = centred.sum(axis=(1, 2, 3)) if op == "conv" else centred.sum(axis=0)
+    total = (np.zeros(channels, np.int64) if bias is None
+             else np.broadcast_to(bias.reshape(-1).astype(np.int64), (channels,)).copy())
+    total -= x_zero * per_channel_sum
+    terms = _output_terms(node, alpha * x_scale * w_scale, y)
+    return CoreLayer(name=node.name, op=op, nodes=tuple(nodes), input=input_name,
+                     output=output_name, weights=centred.astype(np.int8),
+                     bias=_check_bias(node, total + terms["bias"]),
+                     **{k: v for k, v in terms.items() if k != "bias"}, input_offset=x_offset,
+                     input_zero=x_zero, pads=geometry[0], stride=geometry[1],
+                     dilation=geometry[2], pool=pool)
+
+
+def _activations_matmul(node, nodes, a_name, b_name, output_name, a, b, y):
+    """A `CoreLayer` for a MatMul of two activations A @ B, or None (host) when B's zero
+    point is not a real zero of int8 (0 for int8, 128 for uint8): the core's per-column bias
+    corrects A's zero point (``- za * column sums of B``, added at run time), not B's."""
+    b_scale, b_zero, b_offset = _activation(node, b, "B")
+    if b_zero != 0:
+        return None
+    a_scale, a_zero, a_offset = _activation(node, a, "input")
+    terms = _output_terms(node, np.array([a_scale * b_scale]), y)
+    if terms["multiplier"] is not None:
+        terms.update(multiplier=terms["multiplier"][0], shift=terms["shift"][0])
+    return CoreLayer(name=node.name, op="matmul", nodes=tuple(nodes), input=a_name,
+                     output=output_name, weights=None, bias=_check_bias(node, terms.pop("bias")),
+                     **terms, input_offset=a_offset, input_zero=a_zero, weight_input=b_name,
+                     weight_offset=b_offset)
+
+
+def _output_terms(node, accumulator_scale, y):
+    """The `CoreLayer` fields of the output, for accumulators in units of
+    ``accumulator_scale`` (per channel): requantized to ``y`` (`_Quant`), or float (None)."""
+    if y is None:
+        return {"bias": np.zeros(1, np.int64), "multiplier": None, "shift": None,
+                "output_offset": 0, "output_scale": accumulator_scale.astype(np.float32)}
+    y_scale, y_zero, y_offset = _activation(node, y, "output")
+    pairs = [requant_multiplier(s / y_scale, node.name) for s in accumulator_scale]
+    multiplier, shift = (tuple(int(v) for v in column) for column in zip(*pairs))
+    # The output zero point as a bias in accumulator units: m * bias / 2**s = y_zero.
+    return {"bias": np.array([round(y_zero * 2 ** s / m) for m, s in pairs], np.int64),
+            "multiplier": multiplier, "shift": shift, "output_offset": y_offset,
+            "output_scale": None}
+
+
+def _check_bias(node, bias):
+    if bias.min() < -2 ** 31 or bias.max() >= 2 ** 31:
+        raise ValueError(f"node {node.name!r}: the folded bias does not fit int32")
+    return bias
+
+
+def _qoperator_layer(graph, node):
+    """A `CoreLayer` for a QLinearConv / QLinearMatMul / QGemm node, or None (host)."""
+    if node.op_type == "QLinearConv" and node.domain in ("", "ai.onnx"):
+        w_q = graph.constant(node, 3)
+        if w_q is None or graph.constant(node, 0) is not None:
+            return None
+        geometry = _conv_geometry(node, w_q)
+        if geometry is None:
+            return None
+        return _with_pool(graph, node, "conv", node.output[0], graph.constant(node, 8), w_q,
+                          _quant(graph, node, 1, 2, "input"), _quant(graph, node, 4, 5, "weight"),
+                          _quant(graph, node, 6, 7, "output"), geometry=geometry)
+    if node.op_type == "QLinearMatMul" and node.domain in ("", "ai.onnx"):
+        w_q = graph.constant(node, 3)
+        a, b = _quant(graph, node, 1, 2, "input"), _quant(graph, node, 4, 5, "weight")
+        y = _quant(graph, node, 6, 7, "output")
+        if w_q is None:
+            return _activations_matmul(node, [node.name], node.input[0], node.input[3],
+                                       node.output[0], a, b, y)
+        if w_q.ndim != 2:
+            return None
+        return _layer(node, "matmul", [node.name], node.input[0], node.output[0], a, b, w_q,
+                      None, y)
+    if node.op_type == "QGemm" and node.domain == "com.microsoft":
+        a = _attributes(node)
+        w_q = graph.constant(node, 3)
+        bias = graph.constant(node, 6)
+        if (w_q is None or w_q.ndim != 2 or a.get("transA", 0) or a.get("beta", 1.0) != 1.0
+                or (len(node.input) > 6 and node.input[6] and bias is None)):
+            return None
+        w_q = w_q.T if a.get("transB", 0) else w_q
+        y = _quant(graph, node, 7, 8, "output") if len(node.input) > 7 and node.input[7] else None
+        return _layer(node, "matmul", [node.name], node.input[0], node.output[0],
+                      _quant(graph, node, 1, 2, "input"), _quant(graph, node, 4, 5, "weight"),
+                      w_q, bias, y, alpha=a.get("alpha", 1.0))
+    return None
+
+
+def _with_pool(graph, node, op, output, bias, w_q, x, w, y, geometry, nodes=None):
+    """`_layer` for a conv whose quantized output is ``output``, fusing a following MaxPool."""
+    nodes = list(nodes or [node.name])
+    pool = _check_pool(graph, output)
+    if pool is not None:
+        nodes.append(pool.name)
+        output = pool.output[0]
+    return _layer(node, op, nodes, node.input[0], output, x, w, w_q, bias, y,
+                  pool=pool is not None, geometry=geometry)
+
+
+def _dequantized(graph, node, index, constant):
+    """The DequantizeLinear producing input ``index`` of ``node`` whose own input is a
+    constant (``constant`` True) or not, or None."""
+    dq = graph.producer_of(node, index, "DequantizeLinear")
+    if dq is None or (graph.constant(dq, 0) is not None) != constant:
+        return None
+    return dq
+
+
+def _qdq_layer(graph, node):
+    """A `CoreLayer` for a float Conv / MatMul / Gemm between DequantizeLinear and
+    QuantizeLinear nodes (QDQ), or None (host)."""
+    if node.op_type not in ("Conv", "MatMul", "Gemm") or node.domain not in ("", "ai.onnx"):
+        return None
+    x_dq, w_dq = _dequantized(graph, node, 0, False), _dequantized(graph, node, 1, True)
+    activation_b = _dequantized(graph, node, 1, False) if node.op_type == "MatMul" else None
+    if x_dq is None or (w_dq is None and activation_b is None):
+        return None
+    nodes, output, y = _quantized_output(graph, node)
+    if activation_b is not None:
+        return _activations_matmul(node, nodes, x_dq.input[0], activation_b.input[0], output,
+                                   _quant(graph, x_dq, 1, 2, "input"),
+                                   _quant(graph, activation_b, 1, 2, "B"), y)
+    b_dq = _dequantized(graph, node, 2, True) if len(node.input) > 2 and node.input[2] else None
+    if len(node.input) > 2 and node.input[2] and b_dq is None:
+        return None
+    x, w = _quant(graph, x_dq, 1, 2, "input"), _quant(graph, w_dq, 1, 2, "weight")
+    w_q = graph.constant(w_dq, 0)
+    a = _attributes(node)
+    channel_axis = 0 if node.op_type == "Conv" or a.get("transB", 0) else 1
+    if w.scale.size > 1 and _attributes(w_dq).get("axis", 1) % w_q.ndim != channel_axis:
+        raise ValueError(f"node {node.name!r}: the weights are quantized per channel along "
+                         "another axis than the output channels")
+    bias = None if b_dq is None else _bias_in_accumulator_units(graph, b_dq, x, w)
+    if node.op_type == "Conv":
+        geometry = _conv_geometry(node, w_q)
+        if geometry is None:
+            return None
+        q = graph.producer.get(output) if y is not None else None
+        pool_dq = graph.sole_consumer(output, "DequantizeLinear") if q is not None else None
+        pool = pool_dq is not None and _check_pool(graph, pool_dq.output[0])
+        pool_q = pool and graph.sole_consumer(pool.output[0], "QuantizeLinear")
+        if pool_q and _same_quant(graph, q, pool_q) and _same_quant(graph, q, pool_dq):
+            nodes += [pool_dq.name, pool.name, pool_q.name]
+            output = pool_q.output[0]
+        else:
+            pool_q = None
+        return _layer(node, "conv", nodes, x_dq.input[0], output, x, w, w_q, bias, y,
+                      pool=bool(pool_q), geometry=geometry)
+    if w_q.ndim != 2:
+        return None
+    if node.op_type == "Gemm":
+        if a.get("transA", 0) or a.get("beta", 1.0) != 1.0:
+            return None
+        w_q = w_q.T if a.get("transB", 0) else w_q
+    return _layer(node, "matmul", nodes, x_dq.input[0], output, x, w, w_q, bias, y,
+                  alpha=a.get("alpha", 1.0))
+
+
+def _quantized_output(graph, node):
+    """([names of the nodes], output tensor, `_Quant` or None) of a float node: through the
+    QuantizeLinear that is the only reader of its output, if there is one."""
+    q = graph.sole_consumer(node.output[0], "QuantizeLinear")
+    if q is None:
+        return [node.name], node.output[0], None
+    return [node.name, q.name], q.output[0], _quant(graph, q, 1, 2, "output")
+
+
+def _bias_in_accumulator_units(graph, dequantize, x, w):
+    """The constant bias that ``dequantize`` (a DequantizeLinear) reads, rescaled to units of
+    x_scale * w_scale (the quantizer writes it in those units already: then unchanged)."""
+    bias = _quant(graph, dequantize, 1, 2, "bias")
+    values = graph.constant(dequantize, 0).astype(np.float64) - bias.zero_point
+    return np.rint(values * bias.scale / (x.scale * w.scale.reshape(-1))).astype(np.int64)
+
+
+def _same_quant(graph, first, second):
+    return all(np.array_equal(graph.constant(first, i), graph.constant(second, i)) for i in (1, 2))
+
+
+def lower(model):
+    """([step], graph): each step a `CoreLayer` or an ONNX node run on the host, in an order
+    that computes every input before its use."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    graph = _Graph(copy)
+    layers, covered = {}, {}
+    for node in graph.nodes:
+        layer = _qoperator_layer(graph, node) or _qdq_layer(graph, node)
+        if layer is not None and not any(name in covered for name in layer.nodes):
+            layers[layer.nodes[-1]] = layer
+            covered.update(dict.fromkeys(layer.nodes, layer))
+    steps = []
+    for node in graph.nodes:
+        if node.name in layers:
+            steps.append(layers[node.name])
+        elif node.name not in covered and not (node.op_type == "Constant" and not node.domain):
+            steps.append(node)
+    return steps, graph
+
+
+@dataclass(frozen=True)
+class NodeReport:
+    """One step of a run: a `CoreLayer` (``where`` "core") or an ONNX node ("host")."""
+    name: str
+    op: str
+    where: str
+    nodes: tuple
+    seconds: float
+    cycles: int = 0
+    macs: int = 0
+    mac_utilization: float = 0.0
+    """The node's own MACs / (cycles * rows * cols)."""
+    bytes_to_device: int = 0
+    bytes_from_device: int = 0
+    core_bytes_read: int = 0
+    core_bytes_written: int = 0
+
+
+@dataclass(frozen=True)
+class Report:
+    """The per-node report of `InferenceSession.run`: ``str()`` a table, `to_json`, `plot`."""
+    nodes: tuple
+    array_macs: int
+
+    @property
+    def totals(self):
+        core = [n for n in self.nodes if n.where == "core"]
+        cycles = sum(n.cycles for n in core)
+        macs = sum(n.macs for n in core)
+        return {"nodes": len(self.nodes), "core_nodes": len(core),
+                "host_nodes": len(self.nodes) - len(core), "cycles": cycles, "macs": macs,
+                "mac_utilization": macs / max(1, cycles * self.array_macs),
+                "seconds": sum(n.seconds for n in self.nodes),
+                **{key: sum(getattr(n, key) for n in self.nodes)
+                   for key in ("bytes_to_device", "bytes_from_device", "core_bytes_read",
+                               "core_bytes_written")}}
+
+    def to_json(self):
+        return json.dumps({"nodes": [asdict(n) for n in self.nodes], "totals": self.totals},
+                          indent=2)
+
+    def __str__(self):
+        header = ("node", "op", "where", "cycles", "MACs", "MAC util", "to dev B", "from dev B",
+                  "core rd B", "core wr B", "ms")
+
+        def row(n):
+            return (n.name, n.op, n.where, n.cycles, n.macs, f"{n.mac_utilization:.1%}",
+                    n.bytes_to_device, n.bytes_from_device, n.core_bytes_read,
+                    n.core_bytes_written, f"{n.seconds * 1e3:.1f}")
+        t = self.totals
+        rows = [header] + [tuple(map(str, row(n))) for n in self.nodes] + [tuple(map(str, (
+            "total", f"{t['core_nodes']} core, {t['host_nodes']} host", "", t["cycles"], t["macs"],
+            f"{t['mac_utilization']:.1%}", t["bytes_to_device"], t["bytes_from_device"],
+            t["core_bytes_read"], t["core_bytes_written"], f"{t['seconds'] * 1e3:.1f}")))]
+        widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+        return "\n".join("  ".join(c.ljust(w) if i < 3 else c.rjust(w)
+                                   for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+                         for r in rows)
+
+    def plot(self, path):
+        """Bars of each node's time: core cycles, and host wall-clock milliseconds
+        (needs matplotlib, the ``plot`` extra)."""
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, (core, host) = plt.subplots(2, 1, figsize=(8, 6), constrained_layout=True)
+        for axis, where, values, label in (
+                (core, "core", lambda n: n.cycles, "cycles"),
+                (host, "host", lambda n: n.seconds * 1e3, "ms (wall clock)")):
+            nodes = [n for n in self.nodes if n.where == where]
+            axis.barh([n.name for n in nodes], [values(n) for n in nodes])
+            axis.invert_yaxis()
+            axis.set_xlabel(label)
+            axis.set_title(f"{where} nodes")
+        fig.savefig(path)
+        plt.close(fig)
+
+
+def _requantize(real, scale, zero_point):
+    """QuantizeLinear of float ``real``: round half to even, saturate to the zero point's type
+    (uint8 when there is none)."""
+    zero_point = np.asarray(0 if zero_point is None else zero_point,
+                            np.uint8 if zero_point is None else zero_point.dtype)
+    info = np.iinfo(zero_point.dtype)
+    return np.clip(np.rint(real / scale) + zero_point, info.min, info.max).astype(info.dtype)
+
+
+class _QLinearBinary(OpRun):
+    """com.microsoft QLinearAdd / QLinearMul (written by the QOperator quantizer for Add / Mul),
+    in float: dequantize both, combine, quantize."""
+    op_domain = "com.microsoft"
+
+    def _run(self, a, a_scale, a_zero, b, b_scale, b_zero, c_scale, c_zero=None):
+        real = [(x.astype(np.float32) - z) * s
+                for x, s, z in ((a, a_scale, a_zero), (b, b_scale, b_zero))]
+        return (_requantize(self.combine(*real), c_scale, c_zero),)
+
+
+class QLinearAdd(_QLinearBinary):
+    combine = staticmethod(np.add)
+
+
+class QLinearMul(_QLinearBinary):
+    combine = staticmethod(np.multiply)
+
+
+class QLinearSoftmax(OpRun):
+    """com.microsoft QLinearSoftmax (the QOperator quantizer's Softmax), in float."""
+    op_domain = "com.microsoft"
+
+    def _run(self, x, x_scale, x_zero, y_scale, y_zero=None, axis=None, opset=None):
+        real = (x.astype(np.float32) - x_zero) * x_scale
+        exp = np.exp(real - real.max(axis=-1 if axis is None else axis, keepdims=True))
+        probabilities = exp / exp.sum(axis=-1 if axis is None else axis, keepdims=True)
+        return (_requantize(probabilities, y_scale, y_zero),)
+
+
+_HOST_OPS = [QLinearAdd, QLinearMul, QLinearSoftmax]
+"""Host implementations of onnxruntime's contrib ops, which `onnx.reference` does not have."""
+
+
+def _host_evaluator(node, opsets):
+    """`onnx.reference`'s numpy implementation of ``node`` at the model's opset, or at the
+    newest when it has none for that opset (QuantizeLinear / DequantizeLinear below 19)."""
+    try:
+        return ReferenceEvaluator(node, opsets=opsets, new_ops=_HOST_OPS)
+    except RuntimeError:
+        return ReferenceEvaluator(node, new_ops=_HOST_OPS)
+
+
+def _step_outputs(step):
+    return [step.output] if isinstance(step, CoreLayer) else list(step.output)
+
+
+class InferenceSession:
+    """An int8 ONNX model (path, bytes or `onnx.ModelProto`) run on ``device`` (a `Device`,
+    open), with onnxruntime's interface: ``run(output_names or None, {name: array})``."""
+
+    def __init__(self, model, device):
+        if not isinstance(model, onnx.ModelProto):
+            model = onnx.load_model_from_string(model) if isinstance(model, bytes) \
+                else onnx.load(str(model))
+        self.model = model
+        self.device = device
+        self.steps, self._graph = lower(model)
+        opsets = {o.domain or "": o.version for o in model.opset_import}
+        self._host = {}
+        for step in self.steps:
+            if isinstance(step, onnx.NodeProto):
+                try:
+                    self._host[step.name] = _host_evaluator(step, opsets)
+                except (NotImplementedError, RuntimeError, KeyError, TypeError) as error:
+                    raise ValueError(f"node {step.name!r} ({step.domain or 'ai.onnx'}."
+                                     f"{step.op_type}) runs neither on the core nor on the "
+                                     f"host: {error}") from None
+        self._report = None
+
+    def get_inputs(self):
+        return [i for i in self.model.graph.input if i.name not in self._graph.constants]
+
+    def get_outputs(self):
+        return list(self.model.graph.output)
+
+    def run(self, output_names, feeds):
+        """The outputs named (all the graph's when None), for ``feeds`` {input name: array}."""
+        names = [o.name for o in self.get_outputs()] if output_names is None else output_names
+        missing = [i.name for i in self.get_inputs() if i.name not in feeds]
+        if missing:
+            raise ValueError(f"feeds lacks the model inputs {missing}")
+        values = {**self._graph.constants, **feeds}
+        produced = {name for step in self.steps for name in _step_outputs(step)}
+        unknown = [n for n in names if n not in produced and n not in values]
+        if unknown:
+            raise ValueError(f"output_names: {unknown} are not tensors of the model (or are "
+                             "inside a fused core layer)")
+        needed, live = set(names), []
+        for step in reversed(self.steps):
+            if needed.intersection(_step_outputs(step)):
+                live.append(step)
+                needed.update(step.inputs if isinstance(step, CoreLayer) else step.input)
+        reports = []
+        for step in reversed(live):
+            start = time.perf_counter()
+            if isinstance(step, CoreLayer):
+                reports.append(self._run_core(step, values, start))
+            else:
+                results = self._host[step.name].run(None, {n: values[n] for n in step.input if n})
+                values.update(zip(step.output, results))
+                reports.append(NodeReport(name=step.name, op=step.op_type, where="host",
+                                          nodes=(step.name,),
+                                          seconds=time.perf_counter() - start))
+        self._report = Report(nodes=tuple(reports), array_macs=self.device.config.macs)
+        return [values[n] for n in names]
+
+    def _run_core(self, layer, values, start):
+        x = values[layer.input]
+        y, weights, calls = layer.run(self.device, x, *(values[n] for n in layer.inputs[1:]))
+        values[layer.output] = y
+        macs = layer.macs(x.shape, weights.shape)
+        cycles = sum(stats.cycles for _, stats in calls)
+        return NodeReport(
+            name=layer.name, op=layer.op, where="core", nodes=layer.nodes,
+            seconds=time.perf_counter() - start, cycles=cycles, macs=macs,
+            mac_utilization=macs / max(1, cycles * self.device.config.macs),
+            bytes_to_device=sum(sent for sent, _ in calls), bytes_from_device=y.nbytes,
+            core_bytes_read=sum(stats.bytes_read for _, stats in calls),
+            core_bytes_written=sum(stats.bytes_written for _, stats in calls))
+
+    def report(self):
+        """The `Report` of the last `run`."""
+        if self._report is None:
+            raise RuntimeError("report() needs a run() first")
+        return self._report
