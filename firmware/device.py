@@ -8,8 +8,8 @@ import numpy as np
 
 from ..arch import SOFTMAX_OUT_FRAC, Engine
 from ..config import CoreConfig, check_config
-from ..isa import ErrorCode
-from ..registers import COUNTERS, register, register_span, window_writes
+from ..registers import register
+from ..run_protocol import drive, run_program
 from .attention import (attention_operands, compile_attention, compile_softmax, plan_attention,
                         quantize_attention, quantize_softmax)
 from .epilogue import Epilogue, output_dtype
@@ -237,42 +237,25 @@ class Device:
         for address, array in inputs:
             link.write_memory(address, np.ascontiguousarray(array).tobytes())
         link.write_memory(program_address, code)
-        for name, value in window_writes(windows):
-            link.write_register(register(name).offset, value)
-        link.write_register(register("PROGRAM_BASE").offset, program_address)
-        link.write_register(register("PROGRAM_LENGTH").offset, len(program))
-        link.write_register(register("IRQ_ENABLE").offset, register("IRQ_ENABLE").value(enable=1))
-        link.write_register(register("CONTROL").offset, register("CONTROL").value(start=1))
-        finished = link.wait_interrupt(timeout_cycles)
-        run = _read_span(link, "STATUS", "ERROR_INDEX")
-        halves = _read_span(link, _COUNTER_REGISTERS[0], _COUNTER_REGISTERS[-1])
-        counters = {name: halves[f"{name.upper()}_LO"] | halves[f"{name.upper()}_HI"] << 32
-                    for name in COUNTERS}
-        irq_status = register("IRQ_STATUS")
-        link.write_register(irq_status.offset, irq_status.mask)
+        run = drive(link, run_program(windows, program_address, len(program), timeout_cycles))
+        counters = run.counters
         self.stats = Stats(
             cycles=counters["cycles"], macs=counters["macs"],
             mac_utilization=counters["macs"] / max(1, counters["cycles"] * self.config.macs),
             bytes_read=counters["bytes_read"], bytes_written=counters["bytes_written"],
             **{f"{e}_busy_cycles": counters[f"{e}_busy_cycles"]
                for e in (engine.name.lower() for engine in Engine)})
-        if not register("STATUS").fields_of(run["STATUS"]).done:
+        if not run.done:
             self._soft_reset()
-            if not finished:
+            if not run.finished:
                 raise DeviceError(f"the core did not finish within {timeout_cycles} cycles")
-            raise DeviceError(f"the core stopped with {ErrorCode(run['ERROR_CODE']).name} at "
-                              f"instruction {run['ERROR_INDEX']}")
+            raise DeviceError(f"the core stopped with {run.error.name} at "
+                              f"instruction {run.error_index}")
         return [link.read_memory(address, size) for address, size in outputs]
 
     def _soft_reset(self):
         self._transport.write_register(register("CONTROL").offset,
                                        register("CONTROL").value(soft_reset=1))
-
-
-def _read_span(link, first, last):
-    """{name: value} of the registers ``first`` to ``last`` (`register_span`), read at once."""
-    span = register_span(first, last)
-    return dict(zip((reg.name for reg in span), link.read_registers(span[0].offset, len(span))))
 
 
 def _round_up(size, unit):
@@ -309,9 +292,6 @@ def access_windows(inputs, outputs, program_address, program_bytes):
     return [(program_address, program_bytes, True, False),
             (0, _round_up(inputs_end, 64), True, False),
             (outputs_start, _round_up(outputs_end - outputs_start, 64), False, True)]
-
-
-_COUNTER_REGISTERS = [f"{name.upper()}_{half}" for name in COUNTERS for half in ("LO", "HI")]
 
 
 class SimDevice(Device):
