@@ -16,8 +16,8 @@ from .epilogue import Epilogue, output_dtype
 from .matmul import (compile_conv2d, compile_matmul, conv2d_lowering, conv2d_output_shape,
                      conv2d_weights)
 
-__all__ = ["Device", "DeviceError", "SimDevice", "Stats", "access_windows", "operand_layout",
-           "program_placement"]
+__all__ = ["Device", "DeviceError", "RunImage", "SimDevice", "Stats", "access_windows",
+           "operand_layout", "program_placement"]
 
 _PAGE = 4096
 
@@ -34,6 +34,19 @@ class Stats:
     load_busy_cycles: int
     execute_busy_cycles: int
     store_busy_cycles: int
+
+
+@dataclass(frozen=True)
+class RunImage:
+    """One run as memory and registers: ``program`` (instruction bytes, ``program_length``
+    instructions) at ``program_address``, the ``inputs`` [(address, bytes)], the ``outputs``
+    [(address, size)] and the access ``windows`` [(base, size, readable, writable)]."""
+    program: bytes
+    program_address: int
+    program_length: int
+    inputs: list
+    outputs: list
+    windows: list
 
 
 class DeviceError(RuntimeError):
@@ -220,11 +233,13 @@ class Device:
                              f"memory_size={self.memory_size}")
         return addresses
 
-    def _run(self, program, inputs, outputs, timeout_cycles=200_000_000):
+    def _run(self, program, inputs, outputs):
         """Write ``inputs`` [(address, array)], run ``program`` in windows that admit exactly
         them, the outputs [(address, size)] and the program; return the outputs' bytes."""
-        if self._transport is None:
-            raise RuntimeError(f"{type(self).__name__} is not open: use it in a `with` block")
+        return self._execute(self._image(program, inputs, outputs))
+
+    def _image(self, program, inputs, outputs):
+        """The `RunImage` of ``program`` with ``inputs`` and ``outputs`` (as in `_run`)."""
         code = program.to_bytes()
         program_address = program_placement(outputs)
         if program_address + len(code) > self.memory_size:
@@ -233,11 +248,20 @@ class Device:
                              f"memory_size={self.memory_size}")
         windows = access_windows([(address, array.nbytes) for address, array in inputs], outputs,
                                  program_address, len(code))
+        return RunImage(code, program_address, len(program),
+                        [(address, np.ascontiguousarray(array).tobytes())
+                         for address, array in inputs], list(outputs), windows)
+
+    def _execute(self, image, timeout_cycles=200_000_000):
+        """Run ``image`` through the transport; the outputs' bytes."""
+        if self._transport is None:
+            raise RuntimeError(f"{type(self).__name__} is not open: use it in a `with` block")
         link = self._transport
-        for address, array in inputs:
-            link.write_memory(address, np.ascontiguousarray(array).tobytes())
-        link.write_memory(program_address, code)
-        run = drive(link, run_program(windows, program_address, len(program), timeout_cycles))
+        for address, data in image.inputs:
+            link.write_memory(address, data)
+        link.write_memory(image.program_address, image.program)
+        run = drive(link, run_program(image.windows, image.program_address,
+                                      image.program_length, timeout_cycles))
         counters = run.counters
         self.stats = Stats(
             cycles=counters["cycles"], macs=counters["macs"],
@@ -251,7 +275,7 @@ class Device:
                 raise DeviceError(f"the core did not finish within {timeout_cycles} cycles")
             raise DeviceError(f"the core stopped with {run.error.name} at "
                               f"instruction {run.error_index}")
-        return [link.read_memory(address, size) for address, size in outputs]
+        return [link.read_memory(address, size) for address, size in image.outputs]
 
     def _soft_reset(self):
         self._transport.write_register(register("CONTROL").offset,

@@ -30,6 +30,7 @@ examples:
   tpugen run matmul --m 100 --k 70 --n 33         one workload, checked, with its counters
   tpugen run conv2d --preset micro --json         the same on the UP5K core, as JSON
   tpugen sim --test-module my_tb.py --waves       your own cocotb testbench on the core
+  tpugen compile matmul --m 30 --k 20 --n 9 -o job  a matmul as C for firmware/c's driver
   tpugen build --board ulx3s-85f                  bitstream and report (Fmax, LUTs, DSPs)
   tpugen build --board icebreaker --preset micro --synth-only --per-block
   tpugen bench -o bench.json --plot bench.png     utilization against the ideal
@@ -220,16 +221,42 @@ def _workload(args):
     return args.op, values
 
 
+def _check_attention_core(op, config):
+    if op == "attention" and not config.softmax:
+        raise CommandError("attention needs the softmax unit: this core has --no-softmax", 2)
+    if op == "attention" and config.rows != config.cols:
+        raise CommandError(f"attention needs a square array, not {config.rows}x{config.cols}", 2)
+
+
 def _run(args):
     from .demo import run_workloads
 
     workload = _workload(args)
     config = _config(args)
-    if args.op == "attention" and not config.softmax:
-        raise CommandError("attention needs the softmax unit: this core has --no-softmax", 2)
-    if args.op == "attention" and config.rows != config.cols:
-        raise CommandError(f"attention needs a square array, not {config.rows}x{config.cols}", 2)
+    _check_attention_core(args.op, config)
     return run_workloads(config, [workload], seed=args.seed, **_simulation_options(args))
+
+
+def _compile(args):
+    """Write one workload's program, operands and C files for the bare-metal driver."""
+    import numpy as np
+
+    from .demo import prepare_workload
+    from .firmware.export import ProgramExport, write_export
+
+    _check_writable(args.output, directory=True)
+    op, shape = _workload(args)
+    config = _config(args)
+    _check_attention_core(op, config)
+    workload = prepare_workload(config, np.random.default_rng(args.seed), op, shape)
+    exporter = ProgramExport(config, memory_size=args.memory_size)
+    workload.call(exporter)
+    description = f"{op} {workload.label} on a {config.rows}x{config.cols} core, seed {args.seed}"
+    written = write_export(args.output, config, exporter.images[-1], [workload.expected],
+                           description)
+    print(f"wrote {', '.join(path.name for path in written)} to {args.output} ({description}); "
+          f"build with -I{args.output} -I<tpugen>/firmware/c {args.output / 'tpu_job.c'} tpu.c",
+          file=sys.stderr)
 
 
 def _sim(args):
@@ -463,6 +490,17 @@ def parser():
     _add_run_options(run)
     _add_config_options(run)
     _add_simulation_options(run)
+
+    compile_ = command("compile", "write one workload for the bare-metal C driver "
+                                  "(firmware/c): program, operands, expected results, C files",
+                       _compile)
+    _add_run_options(compile_)
+    _add_config_options(compile_)
+    compile_.add_argument("-o", "--output", type=Path, default=Path("tpu_job"), metavar="DIR",
+                          help="directory for tpu_job.c/.h, tpu_params.h, job.json and the "
+                               ".bin files")
+    compile_.add_argument("--memory-size", type=int, default=64 << 20, metavar="BYTES",
+                          help="the core's memory from address 0 that the layout may use")
 
     sim = command("sim", "run your own cocotb test module against the generated core "
                          "(Verilator, with the project's waivers and fixes)", _sim)
