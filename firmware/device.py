@@ -13,8 +13,8 @@ from ..run_protocol import drive, run_program
 from .attention import (attention_operands, compile_attention, compile_softmax, plan_attention,
                         quantize_attention, quantize_softmax)
 from .epilogue import Epilogue, output_dtype
-from .matmul import (compile_conv2d, compile_matmul, conv2d_lowering, conv2d_output_shape,
-                     conv2d_weights)
+from .conv2d import compile_conv2d, conv2d_lowering, conv2d_output_shape, conv2d_weights
+from .matmul import compile_matmul
 
 __all__ = ["Device", "DeviceError", "RunImage", "SimDevice", "Stats", "access_windows",
            "operand_layout", "program_placement"]

@@ -9,7 +9,7 @@ from tpugen import PRESETS, CoreConfig
 from tpugen.firmware import SimDevice
 from tpugen.firmware.attention import compile_softmax
 from tpugen.firmware.device import DeviceError
-from tpugen.firmware.matmul import compile_conv2d
+from tpugen.firmware.conv2d import compile_conv2d
 from tpugen.sim.golden import conv2d_int32, matmul_int32
 
 MICRO = PRESETS["micro"]

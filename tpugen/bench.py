@@ -87,7 +87,7 @@ def compulsory_bytes(op, shape):
         m, k, n = shape
         return m * k + k * n, 4 * m * n
     if op == "conv2d":
-        from .firmware.matmul import conv2d_output_shape
+        from .firmware.conv2d import conv2d_output_shape
 
         nb, c, h, w, k, r, s, stride, padding = shape
         _, _, p, q = conv2d_output_shape((nb, c, h, w), (k, c, r, s), stride, padding, 1)
@@ -217,7 +217,7 @@ def measure_workloads(dev, label, workloads, rng, progress=None):
     """Run ``workloads`` [(op, shape)] on device ``dev`` (core ``label``) with inputs from
     ``rng``: one entry each, with its ``check`` against the golden model (`check_workload`)
     and ``check_passed``. ``progress(entry)`` is called as each one finishes."""
-    from .firmware.matmul import conv2d_output_shape
+    from .firmware.conv2d import conv2d_output_shape
 
     config = dev.config
     entries = []
@@ -284,7 +284,7 @@ def _useful_macs(op, shape):
     if op == "matmul":
         return math.prod(shape)
     if op == "conv2d":
-        from .firmware.matmul import conv2d_output_shape
+        from .firmware.conv2d import conv2d_output_shape
 
         nb, c, h, w, k, r, s, stride, padding = shape
         _, _, p, q = conv2d_output_shape((nb, c, h, w), (k, c, r, s), stride, padding, 1)

@@ -204,7 +204,7 @@ def _workload(args):
             raise CommandError(f"--{name}={value} is invalid: allowed an integer >= "
                                f"{0 if name == 'padding' else 1}", 2)
     if args.op == "conv2d":
-        from .firmware.matmul import conv2d_output_shape
+        from .firmware.conv2d import conv2d_output_shape
 
         shape = {"n": values["batch"], "c": values["channels"], "h": values["height"],
                  "w": values["width"], "k": values["filters"], "r": values["kernel"],

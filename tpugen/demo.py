@@ -140,7 +140,7 @@ def useful_macs(op, shape):
     if op == "matmul":
         return shape["m"] * shape["k"] * shape["n"]
     if op == "conv2d":
-        from .firmware.matmul import conv2d_output_shape
+        from .firmware.conv2d import conv2d_output_shape
 
         _, _, p, q = conv2d_output_shape(
             (shape["n"], shape["c"], shape["h"], shape["w"]),
