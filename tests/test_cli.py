@@ -203,3 +203,13 @@ def test_demo_counts_the_operations_own_macs():
     # 2 x 8 x 9 x 9, 3x3 stride 2 no padding -> 4 x 4 pixels, 16 filters
     assert useful_macs("conv2d", shapes["conv2d4"]) == 2 * 4 * 4 * 8 * 3 * 3 * 16
     assert useful_macs("attention", shapes["attention7"]) == 2 * 2 * 64 * 64 * 32
+
+
+def test_bench_counts_macs_with_the_demos_function():
+    """bench's tuple shapes go through `useful_macs` too: the same counts by hand."""
+    from tpugen.bench import _useful_macs
+
+    assert _useful_macs("matmul", (1024, 64, 8)) == 1024 * 64 * 8
+    # 16 x 14 x 14, 3x3 stride 2 padding 1 -> 7 x 7 pixels, 32 filters
+    assert _useful_macs("conv2d", (1, 16, 14, 14, 32, 3, 3, 2, 1)) == 7 * 7 * 16 * 3 * 3 * 32
+    assert _useful_macs("attention", (64, 128, 32)) == 2 * 64 * 128 * 32
