@@ -109,20 +109,9 @@ def _call(step):
     return "wait_interrupt", (step.timeout_cycles,), bool
 
 
-def drive(link, steps):
-    """Execute ``steps`` on ``link`` (a `Transport`: ``write_register``, ``read_registers``,
-    ``wait_interrupt``); the steps' return value."""
-    reply = None
-    while True:
-        try:
-            method, arguments, to_reply = _call(steps.send(reply))
-        except StopIteration as stop:
-            return stop.value
-        reply = to_reply(getattr(link, method)(*arguments))
-
-
 async def drive_async(link, steps):
-    """`drive` for a link whose three methods are coroutines (a cocotb driver)."""
+    """Execute ``steps`` on ``link``, whose ``write_register``, ``read_registers`` and
+    ``wait_interrupt`` are coroutines (a cocotb driver); the steps' return value."""
     reply = None
     while True:
         try:
@@ -130,3 +119,25 @@ async def drive_async(link, steps):
         except StopIteration as stop:
             return stop.value
         reply = to_reply(await getattr(link, method)(*arguments))
+
+
+class _Awaitable:
+    """A synchronous link whose methods `drive_async` can await (they never suspend)."""
+
+    def __init__(self, link):
+        self._link = link
+
+    def __getattr__(self, name):
+        async def call(*arguments):
+            return getattr(self._link, name)(*arguments)
+        return call
+
+
+def drive(link, steps):
+    """`drive_async` on a synchronous ``link`` (a `Transport`: the runtime, a board)."""
+    run = drive_async(_Awaitable(link), steps)
+    try:
+        run.send(None)
+    except StopIteration as done:
+        return done.value
+    raise RuntimeError("a synchronous link suspended")  # cannot happen: nothing awaits
