@@ -328,12 +328,19 @@ class SimDevice(Device):
     pauses the memory's AXI channels at random (fixed ``seed``). ``read_latency``: clock cycles
     from a read request to its data, pipelined; with "axiram" also from a write burst to its
     response (`LatencyAxiRam`), with "rtl" on top of the memory's own cycle (`AxiReadDelay`).
-    ``waves``: a path; the whole session is traced there as VCD.
+    ``waves``: a path; the whole session is traced there as VCD, or only clock cycles
+    ``waves_from`` to ``waves_until`` of it (`sim.vcd_window`; cycle 0 is the first clock edge).
     """
 
     def __init__(self, config=CoreConfig(), *, memory="axiram", memory_size=64 << 20,
-                 backpressure=False, seed=0, read_latency=0, waves=None, start_timeout=600.0):
+                 backpressure=False, seed=0, read_latency=0, waves=None, waves_from=None,
+                 waves_until=None, start_timeout=600.0):
+        from ..sim.vcd_window import check_window
+
         super().__init__(config, memory_size)
+        check_window(waves_from, waves_until)
+        if waves is None and (waves_from, waves_until) != (None, None):
+            raise ValueError("waves_from and waves_until need waves (a path)")
         _check_option("read_latency", read_latency, 0, 10_000)
         if memory not in ("axiram", "rtl"):
             raise ValueError(f'memory={memory!r} is invalid: allowed "axiram" or "rtl"')
@@ -347,6 +354,7 @@ class SimDevice(Device):
         self.read_latency = read_latency
         self.seed = seed
         self.waves = Path(waves) if waves is not None else None
+        self.waves_window = (waves_from, waves_until)
         self.start_timeout = start_timeout
 
     def __enter__(self):
@@ -377,8 +385,13 @@ class SimDevice(Device):
             self._transport.close()
             self._transport = None
         self._simulation.join()
-        if self.waves is not None:
-            shutil.copyfile(Path(self._tmp.name) / "sim" / "dump.vcd", self.waves)
+        trace = Path(self._tmp.name) / "sim" / "dump.vcd"
+        if self.waves is not None and self.waves_window == (None, None):
+            shutil.copyfile(trace, self.waves)
+        elif self.waves is not None:
+            from ..sim.vcd_window import window_vcd
+
+            window_vcd(trace, self.waves, *self.waves_window)
         self._tmp.cleanup()
         return False
 

@@ -169,10 +169,22 @@ def _generate(args):
         print(f"wrote {args.header}", file=sys.stderr)
 
 
+def _waves_window(args):
+    """(--waves-from, --waves-until), checked before any simulation."""
+    from .sim.vcd_window import check_window
+
+    window = (args.waves_from, args.waves_until)
+    if window != (None, None) and not args.waves:
+        raise CommandError("--waves-from and --waves-until need --waves", 2)
+    check_window(*window)
+    return window
+
+
 def _simulation_options(args):
     if args.waves:
         _check_writable(args.waves, "--waves")
-    return {"waves": args.waves, "memory": args.memory, "as_json": args.json}
+    return {"waves": args.waves, "waves_window": _waves_window(args), "memory": args.memory,
+            "as_json": args.json}
 
 
 def _demo(args):
@@ -272,6 +284,7 @@ def _sim(args):
         raise CommandError(f"cannot find the cocotb test module {args.test_module!r} "
                            f"(looked in {folder.resolve()} and on the Python path)", 2)
     config = _config(args)
+    window = _waves_window(args)
     print(f"building the {config.rows}x{config.cols} {args.design} with Verilator (cached after "
           "the first build)", file=sys.stderr)
     model = build_model(config, args.design, waves=args.waves)
@@ -280,6 +293,13 @@ def _sim(args):
                   env={"TPUGEN_CONFIG": config.to_json()})
     except AssertionError as error:
         raise CommandError(str(error).splitlines()[0], 1) from None
+    if window != (None, None):
+        from .sim.vcd_window import window_vcd
+
+        trace = args.test_dir / "dump.vcd"
+        whole = trace.rename(args.test_dir / "whole.vcd")
+        window_vcd(whole, trace, *window)
+        whole.unlink()
     waves = ""
     if args.waves and args.design == "tpu_core":
         from .sim.gtkw import write_gtkw
@@ -427,7 +447,16 @@ def _add_simulation_options(parser):
                             "cocotbext-axi's AxiRam (bus-level, about 6x slower)")
     group.add_argument("--waves", type=Path, metavar="FILE.vcd",
                        help="trace the whole session to a VCD file (GTKWave, Surfer)")
+    _add_waves_window(group)
     group.add_argument("--json", action="store_true", help="print the results as JSON")
+
+
+def _add_waves_window(parser):
+    parser.add_argument("--waves-from", type=int, metavar="CYCLE",
+                        help="with --waves: the first clock cycle to keep (0: the first edge)")
+    parser.add_argument("--waves-until", type=int, metavar="CYCLE",
+                        help="with --waves: the last clock cycle to keep (the whole run is "
+                             "traced, then cut to the window)")
 
 
 def _add_run_options(run):
@@ -513,6 +542,7 @@ def parser():
     sim.add_argument("--test-dir", type=Path, default=Path("sim_build"),
                      help="where the log (sim.log), results and waves (dump.vcd) go")
     sim.add_argument("--waves", action="store_true", help="trace to test-dir/dump.vcd")
+    _add_waves_window(sim)
     _add_config_options(sim)
 
     bench = command("bench", "measure utilization, simulation speed and generate time", _bench)

@@ -150,16 +150,19 @@ def useful_macs(op, shape):
     return 2 * shape["heads"] * shape["seq"] * shape["kv"] * shape["dim"]
 
 
-def run_workloads(config, workloads, seed=0, waves=None, memory="rtl", as_json=False):
+def run_workloads(config, workloads, seed=0, waves=None, waves_window=(None, None),
+                  memory="rtl", as_json=False):
     """Run (op, shape) workloads on one SimDevice with ``memory`` ("rtl" or "axiram"); print
-    a table (or JSON with ``as_json``); 0 if all pass, else 1."""
+    a table (or JSON with ``as_json``); 0 if all pass, else 1. ``waves``: trace to this VCD
+    file, clock cycles ``waves_window`` (first, last; None: open) of the session."""
     from .firmware import SimDevice
 
     rng = np.random.default_rng(seed)
     results = []
     print(f"starting a simulated {config.rows}x{config.cols} core (a new configuration is built "
           "with Verilator first: about a minute)", file=sys.stderr)
-    with SimDevice(config, memory=memory, waves=waves) as dev:
+    with SimDevice(config, memory=memory, waves=waves, waves_from=waves_window[0],
+                   waves_until=waves_window[1]) as dev:
         if dev.build_seconds:
             print(f"built the Verilator model in {dev.build_seconds:.0f} s (cached for the next "
                   "run)", file=sys.stderr)
