@@ -322,9 +322,10 @@ class SimDevice(Device):
     """A `tpu_core` for ``config`` on Verilator, with ``memory_size`` bytes of memory.
 
     ``with SimDevice(cfg) as dev:`` builds the model (cached) and starts one simulation that
-    serves every call until the block ends. ``memory``: "axiram", cocotbext-axi's AxiRam beside
-    the model; or "rtl", `AxiMemory` inside it (`SimSystem`, ``memory_size`` a power of two):
-    no Python runs per clock cycle, 5-6 times faster. ``backpressure`` ("axiram" only)
+    serves every call until the block ends. ``memory``: "rtl" (the default), `AxiMemory`
+    inside the model (`SimSystem`, ``memory_size`` a power of two): no Python runs per clock
+    cycle, 5-6 times faster; or "axiram", cocotbext-axi's AxiRam beside the model, for
+    bus-level testing (``backpressure``). ``backpressure`` ("axiram" only)
     pauses the memory's AXI channels at random (fixed ``seed``). ``read_latency``: clock cycles
     from a read request to its data, pipelined; with "axiram" also from a write burst to its
     response (`LatencyAxiRam`), with "rtl" on top of the memory's own cycle (`AxiReadDelay`).
@@ -332,7 +333,7 @@ class SimDevice(Device):
     ``waves_from`` to ``waves_until`` of it (`sim.vcd_window`; cycle 0 is the first clock edge).
     """
 
-    def __init__(self, config=CoreConfig(), *, memory="axiram", memory_size=64 << 20,
+    def __init__(self, config=CoreConfig(), *, memory="rtl", memory_size=64 << 20,
                  backpressure=False, seed=0, read_latency=0, waves=None, waves_from=None,
                  waves_until=None, start_timeout=600.0):
         from ..sim.vcd_window import check_window

@@ -28,7 +28,7 @@ def test_matmul_is_exact_in_the_cycles_of_sim_device():
     m, k, n = 9, 11, 6
     fast = measure_sim_speed(CONFIG, m, k, n, seed=4)  # the testbench checks C against numpy
     rng = np.random.default_rng(4)
-    with SimDevice(CONFIG) as dev:
+    with SimDevice(CONFIG, memory="axiram") as dev:
         dev.matmul(rng.integers(-128, 128, (m, k), dtype=np.int8),
                    rng.integers(-128, 128, (k, n), dtype=np.int8))
     stats = dev.stats
