@@ -330,7 +330,7 @@ class SimDevice(Device):
     from a read request to its data, pipelined; with "axiram" also from a write burst to its
     response (`LatencyAxiRam`), with "rtl" on top of the memory's own cycle (`AxiReadDelay`).
     ``waves``: a path; the whole session is traced there as VCD, or only clock cycles
-    ``waves_from`` to ``waves_until`` of it (`sim.vcd_window`; cycle 0 is the first clock edge).
+    ``waves_from`` to ``waves_until`` of it (`sim.vcd_window`; cycle 0 starts with the clock).
     """
 
     def __init__(self, config=CoreConfig(), *, memory="rtl", memory_size=64 << 20,

@@ -4,7 +4,8 @@ long run.
 cocotb's Verilator main traces every step of the run; `window_vcd` then reads the file once and
 writes the header, every signal's value at the window's first cycle (as ``$dumpvars``) and
 the changes up to its last, so that a viewer opens only the part asked for. Cycles are counted
-by the rising edges of the top-level ``clk`` in the trace (cycle 0 starts at the first).
+by the times the top-level ``clk`` goes to 1 in the trace: cycle 0 starts at the first (under
+cocotb, the clock's start at time 0).
 """
 import re
 
@@ -58,7 +59,7 @@ def window_vcd(source, target, first_cycle=None, last_cycle=None):
         out.writelines(header)
         values, edges, inside, written = {}, -1, first_cycle is None, 0
         for time, changes in _blocks(vcd):
-            edges += rising in changes  # a trace holds changes only: each is an edge
+            edges += rising in changes  # a trace holds changes only: each 1 is a new cycle
             if last_cycle is not None and edges > last_cycle:
                 break
             if inside:

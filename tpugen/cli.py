@@ -453,7 +453,8 @@ def _add_simulation_options(parser):
 
 def _add_waves_window(parser):
     parser.add_argument("--waves-from", type=int, metavar="CYCLE",
-                        help="with --waves: the first clock cycle to keep (0: the first edge)")
+                        help="with --waves: the first clock cycle to keep (0: the clock's "
+                             "start)")
     parser.add_argument("--waves-until", type=int, metavar="CYCLE",
                         help="with --waves: the last clock cycle to keep (the whole run is "
                              "traced, then cut to the window)")
