@@ -8,16 +8,16 @@ import numpy as np
 
 from ..arch import SOFTMAX_OUT_FRAC, Engine
 from ..config import CoreConfig, check_config
-from ..isa import ErrorCode
-from ..registers import COUNTERS, register, register_span, window_writes
+from ..registers import register
+from ..run_protocol import drive, run_program
 from .attention import (attention_operands, compile_attention, compile_softmax, plan_attention,
                         quantize_attention, quantize_softmax)
 from .epilogue import Epilogue, output_dtype
-from .matmul import (compile_conv2d, compile_matmul, conv2d_lowering, conv2d_output_shape,
-                     conv2d_weights)
+from .conv2d import compile_conv2d, conv2d_lowering, conv2d_output_shape, conv2d_weights
+from .matmul import compile_matmul
 
-__all__ = ["Device", "DeviceError", "SimDevice", "Stats", "access_windows", "operand_layout",
-           "program_placement"]
+__all__ = ["Device", "DeviceError", "RunImage", "SimDevice", "Stats", "access_windows",
+           "operand_layout", "program_placement"]
 
 _PAGE = 4096
 
@@ -34,6 +34,19 @@ class Stats:
     load_busy_cycles: int
     execute_busy_cycles: int
     store_busy_cycles: int
+
+
+@dataclass(frozen=True)
+class RunImage:
+    """One run as memory and registers: ``program`` (instruction bytes, ``program_length``
+    instructions) at ``program_address``, the ``inputs`` [(address, bytes)], the ``outputs``
+    [(address, size)] and the access ``windows`` [(base, size, readable, writable)]."""
+    program: bytes
+    program_address: int
+    program_length: int
+    inputs: list
+    outputs: list
+    windows: list
 
 
 class DeviceError(RuntimeError):
@@ -220,11 +233,13 @@ class Device:
                              f"memory_size={self.memory_size}")
         return addresses
 
-    def _run(self, program, inputs, outputs, timeout_cycles=200_000_000):
+    def _run(self, program, inputs, outputs):
         """Write ``inputs`` [(address, array)], run ``program`` in windows that admit exactly
         them, the outputs [(address, size)] and the program; return the outputs' bytes."""
-        if self._transport is None:
-            raise RuntimeError(f"{type(self).__name__} is not open: use it in a `with` block")
+        return self._execute(self._image(program, inputs, outputs))
+
+    def _image(self, program, inputs, outputs):
+        """The `RunImage` of ``program`` with ``inputs`` and ``outputs`` (as in `_run`)."""
         code = program.to_bytes()
         program_address = program_placement(outputs)
         if program_address + len(code) > self.memory_size:
@@ -233,46 +248,38 @@ class Device:
                              f"memory_size={self.memory_size}")
         windows = access_windows([(address, array.nbytes) for address, array in inputs], outputs,
                                  program_address, len(code))
+        return RunImage(code, program_address, len(program),
+                        [(address, np.ascontiguousarray(array).tobytes())
+                         for address, array in inputs], list(outputs), windows)
+
+    def _execute(self, image, timeout_cycles=200_000_000):
+        """Run ``image`` through the transport; the outputs' bytes."""
+        if self._transport is None:
+            raise RuntimeError(f"{type(self).__name__} is not open: use it in a `with` block")
         link = self._transport
-        for address, array in inputs:
-            link.write_memory(address, np.ascontiguousarray(array).tobytes())
-        link.write_memory(program_address, code)
-        for name, value in window_writes(windows):
-            link.write_register(register(name).offset, value)
-        link.write_register(register("PROGRAM_BASE").offset, program_address)
-        link.write_register(register("PROGRAM_LENGTH").offset, len(program))
-        link.write_register(register("IRQ_ENABLE").offset, register("IRQ_ENABLE").value(enable=1))
-        link.write_register(register("CONTROL").offset, register("CONTROL").value(start=1))
-        finished = link.wait_interrupt(timeout_cycles)
-        run = _read_span(link, "STATUS", "ERROR_INDEX")
-        halves = _read_span(link, _COUNTER_REGISTERS[0], _COUNTER_REGISTERS[-1])
-        counters = {name: halves[f"{name.upper()}_LO"] | halves[f"{name.upper()}_HI"] << 32
-                    for name in COUNTERS}
-        irq_status = register("IRQ_STATUS")
-        link.write_register(irq_status.offset, irq_status.mask)
+        for address, data in image.inputs:
+            link.write_memory(address, data)
+        link.write_memory(image.program_address, image.program)
+        run = drive(link, run_program(image.windows, image.program_address,
+                                      image.program_length, timeout_cycles))
+        counters = run.counters
         self.stats = Stats(
             cycles=counters["cycles"], macs=counters["macs"],
             mac_utilization=counters["macs"] / max(1, counters["cycles"] * self.config.macs),
             bytes_read=counters["bytes_read"], bytes_written=counters["bytes_written"],
             **{f"{e}_busy_cycles": counters[f"{e}_busy_cycles"]
                for e in (engine.name.lower() for engine in Engine)})
-        if not register("STATUS").fields_of(run["STATUS"]).done:
+        if not run.done:
             self._soft_reset()
-            if not finished:
+            if not run.finished:
                 raise DeviceError(f"the core did not finish within {timeout_cycles} cycles")
-            raise DeviceError(f"the core stopped with {ErrorCode(run['ERROR_CODE']).name} at "
-                              f"instruction {run['ERROR_INDEX']}")
-        return [link.read_memory(address, size) for address, size in outputs]
+            raise DeviceError(f"the core stopped with {run.error.name} at "
+                              f"instruction {run.error_index}")
+        return [link.read_memory(address, size) for address, size in image.outputs]
 
     def _soft_reset(self):
         self._transport.write_register(register("CONTROL").offset,
                                        register("CONTROL").value(soft_reset=1))
-
-
-def _read_span(link, first, last):
-    """{name: value} of the registers ``first`` to ``last`` (`register_span`), read at once."""
-    span = register_span(first, last)
-    return dict(zip((reg.name for reg in span), link.read_registers(span[0].offset, len(span))))
 
 
 def _round_up(size, unit):
@@ -311,25 +318,30 @@ def access_windows(inputs, outputs, program_address, program_bytes):
             (outputs_start, _round_up(outputs_end - outputs_start, 64), False, True)]
 
 
-_COUNTER_REGISTERS = [f"{name.upper()}_{half}" for name in COUNTERS for half in ("LO", "HI")]
-
-
 class SimDevice(Device):
     """A `tpu_core` for ``config`` on Verilator, with ``memory_size`` bytes of memory.
 
     ``with SimDevice(cfg) as dev:`` builds the model (cached) and starts one simulation that
-    serves every call until the block ends. ``memory``: "axiram", cocotbext-axi's AxiRam beside
-    the model; or "rtl", `AxiMemory` inside it (`SimSystem`, ``memory_size`` a power of two):
-    no Python runs per clock cycle, 5-6 times faster. ``backpressure`` ("axiram" only)
+    serves every call until the block ends. ``memory``: "rtl" (the default), `AxiMemory`
+    inside the model (`SimSystem`, ``memory_size`` a power of two): no Python runs per clock
+    cycle, 5-6 times faster; or "axiram", cocotbext-axi's AxiRam beside the model, for
+    bus-level testing (``backpressure``). ``backpressure`` ("axiram" only)
     pauses the memory's AXI channels at random (fixed ``seed``). ``read_latency``: clock cycles
     from a read request to its data, pipelined; with "axiram" also from a write burst to its
     response (`LatencyAxiRam`), with "rtl" on top of the memory's own cycle (`AxiReadDelay`).
-    ``waves``: a path; the whole session is traced there as VCD.
+    ``waves``: a path; the whole session is traced there as VCD, or only clock cycles
+    ``waves_from`` to ``waves_until`` of it (`sim.vcd_window`; cycle 0 starts with the clock).
     """
 
-    def __init__(self, config=CoreConfig(), *, memory="axiram", memory_size=64 << 20,
-                 backpressure=False, seed=0, read_latency=0, waves=None, start_timeout=600.0):
+    def __init__(self, config=CoreConfig(), *, memory="rtl", memory_size=64 << 20,
+                 backpressure=False, seed=0, read_latency=0, waves=None, waves_from=None,
+                 waves_until=None, start_timeout=600.0):
+        from ..sim.vcd_window import check_window
+
         super().__init__(config, memory_size)
+        check_window(waves_from, waves_until)
+        if waves is None and (waves_from, waves_until) != (None, None):
+            raise ValueError("waves_from and waves_until need waves (a path)")
         _check_option("read_latency", read_latency, 0, 10_000)
         if memory not in ("axiram", "rtl"):
             raise ValueError(f'memory={memory!r} is invalid: allowed "axiram" or "rtl"')
@@ -343,6 +355,7 @@ class SimDevice(Device):
         self.read_latency = read_latency
         self.seed = seed
         self.waves = Path(waves) if waves is not None else None
+        self.waves_window = (waves_from, waves_until)
         self.start_timeout = start_timeout
 
     def __enter__(self):
@@ -373,8 +386,13 @@ class SimDevice(Device):
             self._transport.close()
             self._transport = None
         self._simulation.join()
-        if self.waves is not None:
-            shutil.copyfile(Path(self._tmp.name) / "sim" / "dump.vcd", self.waves)
+        trace = Path(self._tmp.name) / "sim" / "dump.vcd"
+        if self.waves is not None and self.waves_window == (None, None):
+            shutil.copyfile(trace, self.waves)
+        elif self.waves is not None:
+            from ..sim.vcd_window import window_vcd
+
+            window_vcd(trace, self.waves, *self.waves_window)
         self._tmp.cleanup()
         return False
 

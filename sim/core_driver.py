@@ -9,24 +9,14 @@ from cocotb.triggers import ClockCycles, RisingEdge, SimTimeoutError, with_timeo
 from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam
 
 from ..firmware.matmul import compile_matmul
-from ..registers import COUNTERS, register, window_writes
-from ..isa import INSTRUCTION_BYTES, ErrorCode
+from ..isa import INSTRUCTION_BYTES
+from ..registers import register, window_writes
+from ..run_protocol import drive_async, finish_program, prepare_program, run_program, start
 from .axi_checker import AxiChecker
 from .golden import matmul_int32
 from .hostile_ram import random_pauses
 
-__all__ = ["CoreDriver", "RunResult", "exact_matmul"]
-
-
-class RunResult:
-    def __init__(self, status, error, error_index, counters):
-        self.done = bool(register("STATUS").fields_of(status).done)
-        self.error = ErrorCode(error)
-        self.error_index = error_index
-        self.counters = counters
-
-    def __repr__(self):
-        return f"RunResult(done={self.done}, error={self.error}, index={self.error_index})"
+__all__ = ["CoreDriver", "exact_matmul"]
 
 
 class CoreDriver:
@@ -73,6 +63,12 @@ class CoreDriver:
     async def read(self, name):
         return await self.lite.read_dword(register(name).offset)
 
+    async def write_register(self, offset, value):
+        await self.lite.write_dword(offset, value)
+
+    async def read_registers(self, offset, count):
+        return [await self.lite.read_dword(offset + 4 * i) for i in range(count)]
+
     async def set_windows(self, windows):
         """``windows``: up to NUM_WINDOWS (base, size, readable, writable); the rest disabled.
         The checker takes them as the program's at the next `launch`."""
@@ -81,26 +77,24 @@ class CoreDriver:
         for name, value in writes:
             await self.write(name, value)
 
-    async def counters(self):
-        values = {}
-        for name in COUNTERS:
-            low = await self.read(f"{name.upper()}_LO")
-            values[name] = low | (await self.read(f"{name.upper()}_HI")) << 32
-        return values
-
     async def start(self, program, base):
-        """Write ``program`` (instruction bytes) at ``base`` and start it."""
+        """Write ``program`` (instruction bytes) at ``base`` and start it (IRQ_ENABLE as it is)."""
         self.ram.write(base, program)
-        await self.write("PROGRAM_BASE", base)
-        await self.write("PROGRAM_LENGTH", len(program) // INSTRUCTION_BYTES)
+        await self.prepare(base, len(program) // INSTRUCTION_BYTES)
         await self.launch()
 
+    async def prepare(self, program_base, program_length, *, interrupt=None):
+        """`run_protocol.prepare_program`: the program registers, IRQ_ENABLE (None: as it is),
+        stale interrupt causes cleared."""
+        await drive_async(self, prepare_program(program_base, program_length,
+                                                interrupt=interrupt))
+
     async def launch(self):
-        """Start the program the registers describe; the checker latches the windows set by
-        `set_windows`, as the core does."""
+        """Start the prepared program; the checker latches the windows set by `set_windows`,
+        as the core does."""
         if self.checker is not None:
             self.checker.latch(self.windows)
-        await self.write("CONTROL", register("CONTROL").value(start=1))
+        await drive_async(self, start())
 
     def write_stats(self, stats):
         """Write ``stats`` to stats.json for the test, with the checker's (``axi``)."""
@@ -119,22 +113,25 @@ class CoreDriver:
         return True
 
     async def run(self, program, base, *, timeout_cycles=1_000_000):
-        """Start ``program`` (instruction bytes) at ``base`` with the interrupt enabled, wait for
-        the interrupt, return the outcome."""
-        await self.write("IRQ_ENABLE", 1)
-        await self.start(program, base)
-        return await self.outcome(timeout_cycles)
+        """Run ``program`` (instruction bytes) at ``base`` with the interrupt enabled
+        (`run_protocol.run_program`); its `RunOutcome`."""
+        self.ram.write(base, program)
+        if self.checker is not None:
+            self.checker.latch(self.windows)
+        return self._finished(await drive_async(self, run_program(
+            None, base, len(program) // INSTRUCTION_BYTES, timeout_cycles)), timeout_cycles)
 
     async def outcome(self, timeout_cycles):
         """Wait for the interrupt of the program started (IRQ_ENABLE set), acknowledge it and
-        return the outcome."""
-        if not await self.wait_interrupt(timeout_cycles):
+        return the `RunOutcome`."""
+        return self._finished(await drive_async(self, finish_program(timeout_cycles)),
+                              timeout_cycles)
+
+    @staticmethod
+    def _finished(outcome, timeout_cycles):
+        if not outcome.finished:
             raise AssertionError(f"no interrupt within {timeout_cycles} cycles")
-        status = await self.read("STATUS")
-        result = RunResult(status, await self.read("ERROR_CODE"), await self.read("ERROR_INDEX"),
-                           await self.counters())
-        await self.write("IRQ_STATUS", register("IRQ_STATUS").mask)
-        return result
+        return outcome
 
     async def soft_reset(self):
         await self.write("CONTROL", register("CONTROL").value(soft_reset=1))

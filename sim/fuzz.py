@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from ..arch import QUEUE_DEPTH, TOKEN_FLAGS, TOKEN_LIMIT, Engine, token_flag_bit
 from ..firmware.epilogue import Epilogue
-from ..firmware.matmul import (compile_conv2d, compile_matmul, conv2d_lowering,
-                               conv2d_output_shape, conv2d_weights)
+from ..firmware.conv2d import compile_conv2d, conv2d_lowering, conv2d_output_shape, conv2d_weights
+from ..firmware.matmul import compile_matmul
 from ..firmware.program import Deps, Dim, Program, tensor
 from ..isa import INSTRUCTION_BYTES, Opcode, SoftmaxInstruction, SoftmaxMode
 from .fuzz_model import DONE, MEMORY_SIZE, predict

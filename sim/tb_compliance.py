@@ -16,7 +16,8 @@ from tpugen import CoreConfig
 from ..firmware.attention import (attention_operands, compile_attention, plan_attention,
                                   quantize_attention)
 from ..firmware.device import access_windows, operand_layout, program_placement
-from ..firmware.matmul import compile_conv2d, compile_matmul, conv2d_lowering, conv2d_weights
+from ..firmware.conv2d import compile_conv2d, conv2d_lowering, conv2d_weights
+from ..firmware.matmul import compile_matmul
 from ..firmware.program import Program
 from ..registers import register, window_writes
 from ..isa import NUM_WINDOWS, ErrorCode

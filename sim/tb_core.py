@@ -13,7 +13,8 @@ from cocotbext.axi import AxiRam
 
 from tpugen import CoreConfig
 
-from ..firmware.matmul import compile_conv2d, compile_matmul, conv2d_weights
+from ..firmware.conv2d import compile_conv2d, conv2d_weights
+from ..firmware.matmul import compile_matmul
 from ..firmware.program import Deps, Dim, Program
 from ..firmware.program import tensor as tensor_fields
 from ..isa import ErrorCode, SoftmaxMode

@@ -38,9 +38,8 @@ async def serve(dut):
             elif kind == "read_memory":
                 connection.send(core.ram.read(*args))
             elif kind == "write_register":
-                await core.lite.write_dword(*args)
+                await core.write_register(*args)
             elif kind == "read_registers":
-                offset, count = args
-                connection.send([await core.lite.read_dword(offset + 4 * i) for i in range(count)])
+                connection.send(await core.read_registers(*args))
             else:
                 connection.send(await core.wait_interrupt(*args))

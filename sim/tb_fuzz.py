@@ -55,10 +55,9 @@ async def _run(core, case, slack, rng):
     windows = [tuple(w) for w in case["windows"]]
     if windows != core.windows:
         await core.set_windows(windows)
-    for name, key in (("PROGRAM_BASE", "program_base"), ("PROGRAM_LENGTH", "program_length"),
-                      ("WATCHDOG", "watchdog")):
-        await core.write(name, case[key])
-    outcome = {"irq_before": int(dut.irq.value)}
+    outcome = {"irq_before": int(dut.irq.value)}  # before `prepare` clears stale causes
+    await core.write("WATCHDOG", case["watchdog"])
+    await core.prepare(case["program_base"], case["program_length"])
     seen = len(core.checker.errors)
     started = get_sim_time("ns")
     await core.launch()

@@ -16,7 +16,6 @@ from tpugen import CoreConfig
 
 from ..firmware.device import access_windows, operand_layout, program_placement
 from ..firmware.matmul import compile_matmul
-from ..registers import register
 from ..isa import INSTRUCTION_BYTES
 from .golden import matmul_int32
 from .system_driver import SystemDriver
@@ -39,7 +38,7 @@ async def matmul(dut):
 
     system = SystemDriver(dut, cfg)
     await system.reset()
-    write, read, memory = system.write, system.read, system.ram
+    memory = system.ram
 
     stats = {}
     started = time.perf_counter()
@@ -52,20 +51,18 @@ async def matmul(dut):
                              program_addr, len(code))
     await system.set_windows(windows)
     # The program is already in memory: not `system.start`, which would write it again, timed.
-    await write("PROGRAM_BASE", program_addr)
-    await write("PROGRAM_LENGTH", len(code) // INSTRUCTION_BYTES)
-    await write("IRQ_ENABLE", 1)
+    await system.prepare(program_addr, len(code) // INSTRUCTION_BYTES, interrupt=True)
 
     started, cpu_started, sim_started = time.perf_counter(), time.process_time(), get_sim_time("ns")
-    await write("CONTROL", register("CONTROL").value(start=1))
+    await system.launch()
     assert await system.wait_interrupt(params["timeout_cycles"]), "no interrupt"
     stats["run_seconds"] = time.perf_counter() - started
     stats["run_cpu_seconds"] = time.process_time() - cpu_started
     stats["sim_cycles"] = round((get_sim_time("ns") - sim_started) / system.period_ns)
 
-    status = register("STATUS").fields_of(await read("STATUS"))
-    assert status.done, f"the core stopped with error code {await read('ERROR_CODE')}"
-    stats.update(await system.counters())
+    run = await system.outcome(0)  # the interrupt is up: no wait
+    assert run.done, f"the core stopped with {run.error.name}"
+    stats.update(run.counters)
 
     started = time.perf_counter()
     got = np.frombuffer(memory.read(c_addr, c_bytes), "<i4").reshape(m, n)

@@ -1,5 +1,6 @@
 """The architecture contract (`tpugen.arch`): the hardware is what it says, no copy of it is
 written out elsewhere, and imports flow one way (the runtime never loads the HDL)."""
+import ast
 import re
 import subprocess
 import sys
@@ -100,3 +101,61 @@ def test_the_runtime_loads_neither_the_hdl_nor_hypothesis():
 
 def test_the_fuzz_model_needs_no_hypothesis():
     assert _loaded_after(["tpugen.sim.fuzz_model"], ["hypothesis"]) == "[]"
+
+
+PACKAGES = {"hdl": "tpugen.hdl", "firmware": "tpugen.firmware"}
+"""Folder of the repository -> the package it is installed as (pyproject.toml)."""
+
+
+def _imports(path, package, module_level_only):
+    """(line, absolute module name) of every import in ``path`` (a module of ``package``);
+    with ``module_level_only``, those that run at import time (not inside a function)."""
+    tree = ast.parse(path.read_text())
+    nodes = []
+    pending = list(tree.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            nodes.append(node)
+        if module_level_only and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        pending += list(ast.iter_child_nodes(node))
+    found = []
+    for node in sorted(nodes, key=lambda node: node.lineno):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif node.level:
+            base = package.split(".")[:len(package.split(".")) - node.level + 1]
+            module = ".".join(base + ([node.module] if node.module else []))
+            found += [(node.lineno, f"{module}.{alias.name}") for alias in node.names]
+        else:
+            found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
+    return found
+
+
+def _import_violations(folder, forbidden, module_level_only):
+    package = PACKAGES[folder]
+    return [f"{folder}/{path.name}:{line}: imports {module}"
+            for path in sorted((ROOT / folder).glob("*.py"))
+            for line, module in _imports(path, package, module_level_only)
+            if any(module == f or module.startswith(f + ".") for f in forbidden)]
+
+
+def test_imports_flow_one_way():
+    """hdl/ imports neither sim/ nor firmware/ (not even inside a function); firmware/ does
+    not import sim/ when it is imported (SimDevice loads the simulator when it opens)."""
+    assert _import_violations("hdl", ["tpugen.sim", "tpugen.firmware"], False) == []
+    assert _import_violations("firmware", ["tpugen.sim"], True) == []
+    hdl = [f"tpugen.hdl.{path.stem}" for path in sorted((ROOT / "hdl").glob("*.py"))
+           if path.stem != "__init__"]
+    assert _loaded_after(hdl, ["tpugen.sim", "tpugen.firmware"]) == "[]"
+
+
+def test_the_import_check_sees_a_violation(tmp_path):
+    """The checker above finds relative and absolute imports, in functions too."""
+    module = tmp_path / "m.py"
+    module.write_text("from ..sim import golden\nimport tpugen.firmware.link\n"
+                      "def f():\n    from ..firmware.device import SimDevice\n")
+    assert [name for _, name in _imports(module, "tpugen.hdl", False)] == [
+        "tpugen.sim.golden", "tpugen.firmware.link", "tpugen.firmware.device.SimDevice"]
+    assert len(_imports(module, "tpugen.hdl", True)) == 2

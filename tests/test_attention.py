@@ -31,7 +31,7 @@ def _check_attention(dev, rng, heads, seq, kv, dim, causal):
 
 def test_attention_awkward_shapes_and_softmax():
     rng = np.random.default_rng(11)
-    with SimDevice(SQUARE, backpressure=True, seed=5) as dev:
+    with SimDevice(SQUARE, memory="axiram", backpressure=True, seed=5) as dev:
         for heads, seq, kv, dim, causal in [(1, 1, 1, 1, False), (1, 5, 7, 6, False),
                                             (2, 9, 13, 4, True), (1, 21, 40, 9, False),
                                             (1, 19, 19, 5, True)]:
@@ -50,7 +50,7 @@ def test_attention_awkward_shapes_and_softmax():
 
 
 def test_attention_head_dim_128_causal():
-    with SimDevice(CoreConfig()) as dev:
+    with SimDevice(CoreConfig(), memory_size=1 << 20) as dev:  # test_sim_speed's model
         _check_attention(dev, np.random.default_rng(12), 1, 37, 45, 128, True)
 
 

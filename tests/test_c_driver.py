@@ -21,6 +21,7 @@ from tpugen.hdl.csr import ControlRegisters
 from tpugen.isa import NUM_WINDOWS, ErrorCode
 from tpugen.registers import COUNTERS, REGISTERS, constant_registers, register
 from tpugen.sim.pysim_axil import AxiLiteMaster
+from tpugen.run_protocol import drive, run_program
 from tpugen.sim.register_model import RegisterModel
 
 GCC = shutil.which("gcc")
@@ -580,3 +581,42 @@ def test_the_driver_on_the_control_registers_rtl(libraries):
         assert dev.wait(max_polls=1) == TIMEOUT, "a soft reset clears done and error"
 
     rtl.serve(body)
+
+
+class ModelLink:
+    """A `RegisterModel` behind the `Transport` register calls that `run_protocol.drive` uses."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def write_register(self, offset, value):
+        self.model.write(offset, value)
+
+    def read_registers(self, offset, count):
+        return [self.model.read(offset + 4 * i) for i in range(count)]
+
+    def wait_interrupt(self, timeout_cycles):
+        for _ in range(timeout_cycles):
+            if self.model.irq:
+                break
+            self.model.advance(1)
+        return self.model.irq
+
+
+@pytest.mark.parametrize("outcome", [ErrorCode.NONE, ErrorCode.WATCHDOG])
+def test_the_driver_runs_a_program_as_the_python_hosts_do(driver, outcome):
+    """tpu_run writes the registers that `run_protocol.run_program` (SimDevice, a board, the
+    testbenches) writes, with the same values in the same order."""
+    options = {"start_latency": 1, "run_ticks": 20, "outcome": outcome, "error_index": 5}
+    c_driver = driver(**options)
+    link = ModelLink(c_driver.model)
+    expected = Result.TPU_OK if outcome == ErrorCode.NONE else CORE
+    assert c_driver.run(0x1C0, 7, irq_wait=lambda _: link.wait_interrupt(100)) == expected
+    python = ModelLink(RegisterModel(CONFIG, **options))
+    run = drive(python, run_program(None, 0x1C0, 7, timeout_cycles=100))
+    assert (run.finished, run.done, run.error, run.error_index) \
+        == (True, outcome == ErrorCode.NONE, outcome, 5 if outcome != ErrorCode.NONE else 0)
+    python_writes = [(offset, value) for kind, offset, value in python.model.log
+                     if kind == "write"]
+    assert len(python_writes) == 6 and c_driver.writes() == python_writes
+    assert c_driver.model.pending == python.model.pending == 0

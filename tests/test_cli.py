@@ -107,6 +107,13 @@ def test_output_that_is_a_directory_is_refused(tmp_path, capsys):
     (["run", "attention", "--preset", "micro"], "attention needs the softmax unit"),
     (["run", "attention", "--rows", "4"], "attention needs a square array, not 4x8"),
     (["run", "matmul", "--rows", "0"], "CoreConfig.rows=0 is invalid"),
+    (["compile", "matmul", "--causal"], "--causal does not apply to matmul"),
+    (["run", "matmul", "--waves-from", "5"], "--waves-from and --waves-until need --waves"),
+    (["demo", "--waves", "x.vcd", "--waves-from", "9", "--waves-until", "3"],
+     "waves_until=3 is before waves_from=9"),
+    (["compile", "attention", "--preset", "micro"], "attention needs the softmax unit"),
+    (["compile", "matmul", "--m", "4096", "--k", "4096", "--memory-size", "65536"],
+     "more than memory_size=65536"),
     (["run", "softmax"], "argument op: invalid choice: 'softmax'"),
     (["build", "--board", "icebreaker", "--synth-only", "-o", "x"],
      "--freq, --seed, --timeout and -o/--output are for place and route"),
@@ -199,3 +206,13 @@ def test_demo_counts_the_operations_own_macs():
     # 2 x 8 x 9 x 9, 3x3 stride 2 no padding -> 4 x 4 pixels, 16 filters
     assert useful_macs("conv2d", shapes["conv2d4"]) == 2 * 4 * 4 * 8 * 3 * 3 * 16
     assert useful_macs("attention", shapes["attention7"]) == 2 * 2 * 64 * 64 * 32
+
+
+def test_bench_counts_macs_with_the_demos_function():
+    """bench's tuple shapes go through `useful_macs` too: the same counts by hand."""
+    from tpugen.bench import _useful_macs
+
+    assert _useful_macs("matmul", (1024, 64, 8)) == 1024 * 64 * 8
+    # 16 x 14 x 14, 3x3 stride 2 padding 1 -> 7 x 7 pixels, 32 filters
+    assert _useful_macs("conv2d", (1, 16, 14, 14, 32, 3, 3, 2, 1)) == 7 * 7 * 16 * 3 * 3 * 32
+    assert _useful_macs("attention", (64, 128, 32)) == 2 * 64 * 128 * 32

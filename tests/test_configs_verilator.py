@@ -75,12 +75,13 @@ def _check_attention(dev, rng):
 @pytest.mark.parametrize("name", NON_SQUARE)
 def test_non_square_arrays_are_exact(name):
     config = NON_SQUARE[name]
-    with SimDevice(config, backpressure=config.axi_data_width == 128, seed=31) as dev:
+    with SimDevice(config, memory="axiram", backpressure=config.axi_data_width == 128,
+                   seed=31) as dev:
         _check_gemms(dev, np.random.default_rng(31))  # attention needs a square array
 
 
 def test_lut_multipliers_are_exact():
-    with SimDevice(LUT_SQUARE, seed=32) as dev:
+    with SimDevice(LUT_SQUARE, memory="axiram", seed=32) as dev:
         rng = np.random.default_rng(32)
         _check_gemms(dev, rng)
         _check_attention(dev, rng)

@@ -36,7 +36,7 @@ def test_matmul_and_conv2d_on_awkward_shapes():
     convs = [((1, 3, 7, 6), (5, 3, 3, 3), 1, 1, 1), ((2, 5, 9, 8), (3, 5, 3, 3), 2, 0, 1),
              ((1, 6, 5, 5), (7, 6, 1, 1), 1, 0, 1), ((1, 2, 9, 9), (4, 2, 5, 5), 1, 2, 1),
              ((1, 1, 6, 6), (1, 1, 3, 3), 2, 2, 2)]
-    with SimDevice(SMALL, backpressure=True, seed=1) as dev:
+    with SimDevice(SMALL, memory="axiram", backpressure=True, seed=1) as dev:
         for m, k, n in matmuls:
             a, b = _int8(rng, (m, k)), _int8(rng, (k, n))
             c = dev.matmul(a, b)
@@ -54,7 +54,7 @@ def test_long_reduction_of_extreme_values():
     k = 300  # 75 K tiles accumulated in place, every product at its largest
     a = np.full((2, k), -128, np.int8)
     b = np.full((k, 3), -128, np.int8)
-    with SimDevice(SMALL) as dev:
+    with SimDevice(SMALL, memory="axiram") as dev:  # the model of the tests above
         assert np.array_equal(dev.matmul(a, b), matmul_int32(a, b))
 
 
@@ -81,7 +81,7 @@ def test_fused_epilogue_matches_numpy():
         multiplier = rng.integers(1 << 12, 1 << 16, channels if per_channel else None)
         return multiplier, rng.integers(12, 20, channels) if per_channel else 16
 
-    with SimDevice(SMALL, backpressure=True, seed=3) as dev:
+    with SimDevice(SMALL, memory="axiram", backpressure=True, seed=3) as dev:
         for m, k, n, options in [
                 (7, 13, 5, {"bias": rng.integers(-2**31, 2**31, 5)}),
                 (9, 6, 3, {"requant": requant(3, False)}),

@@ -24,9 +24,10 @@ from amaranth.sim import Simulator
 from tpugen import CoreConfig
 from tpugen.cli import main
 from tpugen.fpga.boards import BOARDS, board_named
-from tpugen.fpga.build import (BuildError, PllReset, build, build_system, format_report,
-                               last_build, pll_settings)
+from tpugen.fpga.build import (BuildError, build, build_system, format_report, last_build,
+                               pll_settings)
 from tpugen.fpga.flash import FlashError, flash, flash_command
+from tpugen.hdl.board_top import PllReset
 
 TOOLS = Path(sys.executable).parent
 ULX3S, ICEBREAKER = BOARDS["ulx3s-85f"], BOARDS["icebreaker"]

@@ -16,7 +16,8 @@ def _int8(rng, shape):
 def _cycles(latency, calls):
     """Results and cycles of ``calls`` (functions of a device) on SMALL with ``latency``."""
     out = []
-    with SimDevice(SMALL, read_latency=latency, backpressure=True, seed=4) as dev:
+    with SimDevice(SMALL, memory="axiram", read_latency=latency, backpressure=True,
+                   seed=4) as dev:
         for call in calls:
             out.append((call(dev), dev.stats.cycles))
     return out

@@ -12,7 +12,7 @@ from tpugen.arch import PENDING_DEPTH, TOKEN_BITS, TOKEN_LIMIT
 from tpugen.firmware import SimDevice
 from tpugen.firmware.attention import quantize_softmax
 from tpugen.firmware.epilogue import Epilogue
-from tpugen.firmware.matmul import conv2d_lowering
+from tpugen.firmware.conv2d import conv2d_lowering
 from tpugen.firmware.program import Program
 from tpugen.isa import INSTRUCTION_BITS, INSTRUCTION_BYTES, Header, Opcode, decode
 from tpugen.sim.attention_model import attention_int8_model, softmax_int8_model

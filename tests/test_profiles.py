@@ -9,7 +9,7 @@ from tpugen import PRESETS, CoreConfig
 from tpugen.firmware import SimDevice
 from tpugen.firmware.attention import compile_softmax
 from tpugen.firmware.device import DeviceError
-from tpugen.firmware.matmul import compile_conv2d
+from tpugen.firmware.conv2d import compile_conv2d
 from tpugen.sim.golden import conv2d_int32, matmul_int32
 
 MICRO = PRESETS["micro"]
@@ -26,7 +26,7 @@ def test_bad_profile_fields_name_the_field(field, value):
 
 def test_micro_core_computes_what_it_has_and_refuses_the_rest():
     rng = np.random.default_rng(4)
-    with SimDevice(MICRO) as dev:
+    with SimDevice(MICRO, memory="axiram") as dev:
         for m, k, n in [(1, 1, 1), (13, 9, 6), (33, 4, 17)]:
             a = rng.integers(-128, 128, (m, k), dtype=np.int8)
             b = rng.integers(-128, 128, (k, n), dtype=np.int8)

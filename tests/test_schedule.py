@@ -6,7 +6,7 @@ import pytest
 
 from tpugen import PRESETS, CoreConfig
 from tpugen.firmware.attention import compile_attention, plan_attention
-from tpugen.firmware.matmul import compile_conv2d, conv2d_lowering
+from tpugen.firmware.conv2d import compile_conv2d, conv2d_lowering
 from tpugen.isa import Opcode, decode
 
 LARGE = PRESETS["large"]

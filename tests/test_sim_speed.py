@@ -1,13 +1,19 @@
 """The fast simulation path: `SimSystem` (the memory inside the Verilator model) runs matmuls
 bit-exactly in the cycles `SimDevice` counts, and serves the whole runtime API with
 ``SimDevice(memory="rtl")``; its read delay line keeps every beat."""
+import ctypes
+import json
 import random
+import shutil
+import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
 from amaranth.sim import Simulator
 
 from tpugen import CoreConfig
+from tpugen.cli import main
 from tpugen.firmware import SimDevice
 from tpugen.hdl.sim_system import AxiReadDelay, SimSystem
 from tpugen.sim.attention_model import attention_int8_model
@@ -15,13 +21,14 @@ from tpugen.sim.golden import conv2d_int32, matmul_int32
 from tpugen.sim.speed import measure_sim_speed
 
 CONFIG = CoreConfig(rows=8, cols=8)
+DRIVER = Path(__file__).parent.parent / "firmware" / "c"
 
 
 def test_matmul_is_exact_in_the_cycles_of_sim_device():
     m, k, n = 9, 11, 6
     fast = measure_sim_speed(CONFIG, m, k, n, seed=4)  # the testbench checks C against numpy
     rng = np.random.default_rng(4)
-    with SimDevice(CONFIG) as dev:
+    with SimDevice(CONFIG, memory="axiram") as dev:
         dev.matmul(rng.integers(-128, 128, (m, k), dtype=np.int8),
                    rng.integers(-128, 128, (k, n), dtype=np.int8))
     stats = dev.stats
@@ -109,3 +116,80 @@ def test_read_delay_keeps_every_beat_in_order_and_delays_it_exactly(latency):
 ])
 def test_read_latency_must_be_a_count(build, message, refuses):
     refuses(build, message)
+
+
+JOB_SHIM = r"""
+#include "tpu_job.h"
+
+static struct tpu device;
+
+int job_run(tpu_read_fn read, tpu_write_fn write, void (*irq_wait)(void *))
+{
+    struct tpu_wait wait;
+    enum tpu_result result;
+
+    wait.max_polls = 0;
+    wait.irq_wait = irq_wait;
+    wait.context = NULL;
+    tpu_open_io(&device, read, write, NULL);
+    result = tpu_init(&device);
+    return result != TPU_OK ? -(int)result : (int)tpu_job_run(&device, &wait);
+}
+"""
+
+
+class _Segment(ctypes.Structure):
+    _fields_ = [("address", ctypes.c_uint32), ("size", ctypes.c_uint32),
+                ("data", ctypes.POINTER(ctypes.c_uint8))]
+
+
+def _segments(lib, name, count):
+    return [(s.address, bytes(s.data[:s.size]))
+            for s in (_Segment * count).in_dll(lib, name)]
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc not found")
+def test_a_compiled_job_runs_through_the_c_driver(tmp_path):
+    """`tpugen compile` output built with firmware/c/tpu.c runs on the model above, bit-exact:
+    the C driver's register accesses go through SimDevice's transport."""
+    job = tmp_path / "job"
+    assert main(["compile", "matmul", "--m", "37", "--k", "29", "--n", "11", "--seed", "3",
+                 "--memory-size", str(1 << 20), "-o", str(job)]) == 0
+    (job / "shim.c").write_text(JOB_SHIM)
+    library = tmp_path / "libjob.so"
+    subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-shared",
+                    "-fPIC", "-I", str(job), "-I", str(DRIVER), "-o", str(library),
+                    str(DRIVER / "tpu.c"), str(job / "tpu_job.c"), str(job / "shim.c")],
+                   check=True)
+    lib = ctypes.CDLL(str(library))
+    layout = json.loads((job / "job.json").read_text())
+    inputs = _segments(lib, "tpu_job_inputs", 1 + len(layout["inputs"]))
+    (out_address, expected), = _segments(lib, "tpu_job_outputs", 1)
+    files = [layout["program"]["file"]] + [entry["file"] for entry in layout["inputs"]]
+    assert [data for _, data in inputs] == [(job / name).read_bytes() for name in files]
+    a = np.frombuffer(inputs[1][1], np.int8).reshape(37, 29)
+    b = np.frombuffer(inputs[2][1], np.int8).reshape(29, 11)
+    assert expected == matmul_int32(a, b).astype("<i4").tobytes()
+
+    memory = (ctypes.c_uint8 * (1 << 20))()
+    lib.tpu_job_copy_in(memory)
+    assert all(bytes(memory[address:address + len(data)]) == data for address, data in inputs)
+    memory[out_address:out_address + len(expected)] = expected
+    assert lib.tpu_job_check(memory) == 0
+    memory[out_address + 5] ^= 1
+    assert lib.tpu_job_check(memory) == 1
+
+    read_fn = ctypes.CFUNCTYPE(ctypes.c_uint32, ctypes.c_void_p, ctypes.c_uint32)
+    write_fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint32)
+    irq_fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+    lib.job_run.argtypes = [read_fn, write_fn, irq_fn]
+    with SimDevice(CONFIG, memory="rtl", memory_size=1 << 20) as dev:  # the model above
+        link = dev._transport
+        for address, data in inputs:
+            link.write_memory(address, data)
+        result = lib.job_run(read_fn(lambda _, offset: link.read_registers(offset, 1)[0]),
+                             write_fn(lambda _, offset, value: link.write_register(offset, value)),
+                             irq_fn(lambda _: link.wait_interrupt(1_000_000)))
+        got = link.read_memory(out_address, len(expected))
+    assert result == 0, f"tpu_job_run: enum tpu_result {result}"
+    assert got == expected

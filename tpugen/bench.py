@@ -11,6 +11,7 @@ import numpy as np
 
 from .arch import SOFTMAX_OUT_FRAC
 from .config import PRESETS, CoreConfig
+from .demo import useful_macs
 
 __all__ = ["READ_LATENCY", "BenchCheckError", "check_workload", "compulsory_bytes",
            "ideal_attention_utilization", "ideal_gemm_utilization", "limiting_factor",
@@ -87,7 +88,7 @@ def compulsory_bytes(op, shape):
         m, k, n = shape
         return m * k + k * n, 4 * m * n
     if op == "conv2d":
-        from .firmware.matmul import conv2d_output_shape
+        from .firmware.conv2d import conv2d_output_shape
 
         nb, c, h, w, k, r, s, stride, padding = shape
         _, _, p, q = conv2d_output_shape((nb, c, h, w), (k, c, r, s), stride, padding, 1)
@@ -217,7 +218,7 @@ def measure_workloads(dev, label, workloads, rng, progress=None):
     """Run ``workloads`` [(op, shape)] on device ``dev`` (core ``label``) with inputs from
     ``rng``: one entry each, with its ``check`` against the golden model (`check_workload`)
     and ``check_passed``. ``progress(entry)`` is called as each one finishes."""
-    from .firmware.matmul import conv2d_output_shape
+    from .firmware.conv2d import conv2d_output_shape
 
     config = dev.config
     entries = []
@@ -279,18 +280,19 @@ class _Progress:
               f"about {estimate:.0f} s left)", file=sys.stderr, flush=True)
 
 
-def _useful_macs(op, shape):
-    """The operation's own multiply-accumulates (a partial tile counts what it computes)."""
+def _demo_shape(op, shape):
+    """A bench shape (a tuple) as the `DEMO_WORKLOADS`-style dict of the same workload."""
     if op == "matmul":
-        return math.prod(shape)
+        return dict(zip(("m", "k", "n"), shape))
     if op == "conv2d":
-        from .firmware.matmul import conv2d_output_shape
+        return {**dict(zip(("n", "c", "h", "w", "k", "r", "s", "stride", "padding"), shape)),
+                "dilation": 1}
+    return {"heads": 1, **dict(zip(("seq", "kv", "dim"), shape))}
 
-        nb, c, h, w, k, r, s, stride, padding = shape
-        _, _, p, q = conv2d_output_shape((nb, c, h, w), (k, c, r, s), stride, padding, 1)
-        return nb * p * q * c * r * s * k
-    seq, kv, dim = shape
-    return 2 * seq * kv * dim
+
+def _useful_macs(op, shape):
+    """`demo.useful_macs` of a bench shape."""
+    return useful_macs(op, _demo_shape(op, shape))
 
 
 def run_bench(quick=False, builds=False, configs=CONFIGS):

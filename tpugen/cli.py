@@ -30,6 +30,7 @@ examples:
   tpugen run matmul --m 100 --k 70 --n 33         one workload, checked, with its counters
   tpugen run conv2d --preset micro --json         the same on the UP5K core, as JSON
   tpugen sim --test-module my_tb.py --waves       your own cocotb testbench on the core
+  tpugen compile matmul --m 30 --k 20 --n 9 -o job  a matmul as C for firmware/c's driver
   tpugen build --board ulx3s-85f                  bitstream and report (Fmax, LUTs, DSPs)
   tpugen build --board icebreaker --preset micro --synth-only --per-block
   tpugen bench -o bench.json --plot bench.png     utilization against the ideal
@@ -168,10 +169,22 @@ def _generate(args):
         print(f"wrote {args.header}", file=sys.stderr)
 
 
+def _waves_window(args):
+    """(--waves-from, --waves-until), checked before any simulation."""
+    from .sim.vcd_window import check_window
+
+    window = (args.waves_from, args.waves_until)
+    if window != (None, None) and not args.waves:
+        raise CommandError("--waves-from and --waves-until need --waves", 2)
+    check_window(*window)
+    return window
+
+
 def _simulation_options(args):
     if args.waves:
         _check_writable(args.waves, "--waves")
-    return {"waves": args.waves, "memory": args.memory, "as_json": args.json}
+    return {"waves": args.waves, "waves_window": _waves_window(args), "memory": args.memory,
+            "as_json": args.json}
 
 
 def _demo(args):
@@ -203,7 +216,7 @@ def _workload(args):
             raise CommandError(f"--{name}={value} is invalid: allowed an integer >= "
                                f"{0 if name == 'padding' else 1}", 2)
     if args.op == "conv2d":
-        from .firmware.matmul import conv2d_output_shape
+        from .firmware.conv2d import conv2d_output_shape
 
         shape = {"n": values["batch"], "c": values["channels"], "h": values["height"],
                  "w": values["width"], "k": values["filters"], "r": values["kernel"],
@@ -220,16 +233,42 @@ def _workload(args):
     return args.op, values
 
 
+def _check_attention_core(op, config):
+    if op == "attention" and not config.softmax:
+        raise CommandError("attention needs the softmax unit: this core has --no-softmax", 2)
+    if op == "attention" and config.rows != config.cols:
+        raise CommandError(f"attention needs a square array, not {config.rows}x{config.cols}", 2)
+
+
 def _run(args):
     from .demo import run_workloads
 
     workload = _workload(args)
     config = _config(args)
-    if args.op == "attention" and not config.softmax:
-        raise CommandError("attention needs the softmax unit: this core has --no-softmax", 2)
-    if args.op == "attention" and config.rows != config.cols:
-        raise CommandError(f"attention needs a square array, not {config.rows}x{config.cols}", 2)
+    _check_attention_core(args.op, config)
     return run_workloads(config, [workload], seed=args.seed, **_simulation_options(args))
+
+
+def _compile(args):
+    """Write one workload's program, operands and C files for the bare-metal driver."""
+    import numpy as np
+
+    from .demo import prepare_workload
+    from .firmware.export import ProgramExport, write_export
+
+    _check_writable(args.output, directory=True)
+    op, shape = _workload(args)
+    config = _config(args)
+    _check_attention_core(op, config)
+    workload = prepare_workload(config, np.random.default_rng(args.seed), op, shape)
+    exporter = ProgramExport(config, memory_size=args.memory_size)
+    workload.call(exporter)
+    description = f"{op} {workload.label} on a {config.rows}x{config.cols} core, seed {args.seed}"
+    written = write_export(args.output, config, exporter.images[-1], [workload.expected],
+                           description)
+    print(f"wrote {', '.join(path.name for path in written)} to {args.output} ({description}); "
+          f"build with -I{args.output} -I<tpugen>/firmware/c {args.output / 'tpu_job.c'} tpu.c",
+          file=sys.stderr)
 
 
 def _sim(args):
@@ -245,6 +284,7 @@ def _sim(args):
         raise CommandError(f"cannot find the cocotb test module {args.test_module!r} "
                            f"(looked in {folder.resolve()} and on the Python path)", 2)
     config = _config(args)
+    window = _waves_window(args)
     print(f"building the {config.rows}x{config.cols} {args.design} with Verilator (cached after "
           "the first build)", file=sys.stderr)
     model = build_model(config, args.design, waves=args.waves)
@@ -253,6 +293,13 @@ def _sim(args):
                   env={"TPUGEN_CONFIG": config.to_json()})
     except AssertionError as error:
         raise CommandError(str(error).splitlines()[0], 1) from None
+    if window != (None, None):
+        from .sim.vcd_window import window_vcd
+
+        trace = args.test_dir / "dump.vcd"
+        whole = trace.rename(args.test_dir / "whole.vcd")
+        window_vcd(whole, trace, *window)
+        whole.unlink()
     waves = ""
     if args.waves and args.design == "tpu_core":
         from .sim.gtkw import write_gtkw
@@ -400,7 +447,17 @@ def _add_simulation_options(parser):
                             "cocotbext-axi's AxiRam (bus-level, about 6x slower)")
     group.add_argument("--waves", type=Path, metavar="FILE.vcd",
                        help="trace the whole session to a VCD file (GTKWave, Surfer)")
+    _add_waves_window(group)
     group.add_argument("--json", action="store_true", help="print the results as JSON")
+
+
+def _add_waves_window(parser):
+    parser.add_argument("--waves-from", type=int, metavar="CYCLE",
+                        help="with --waves: the first clock cycle to keep (0: the clock's "
+                             "start)")
+    parser.add_argument("--waves-until", type=int, metavar="CYCLE",
+                        help="with --waves: the last clock cycle to keep (the whole run is "
+                             "traced, then cut to the window)")
 
 
 def _add_run_options(run):
@@ -464,6 +521,17 @@ def parser():
     _add_config_options(run)
     _add_simulation_options(run)
 
+    compile_ = command("compile", "write one workload for the bare-metal C driver "
+                                  "(firmware/c): program, operands, expected results, C files",
+                       _compile)
+    _add_run_options(compile_)
+    _add_config_options(compile_)
+    compile_.add_argument("-o", "--output", type=Path, default=Path("tpu_job"), metavar="DIR",
+                          help="directory for tpu_job.c/.h, tpu_params.h, job.json and the "
+                               ".bin files")
+    compile_.add_argument("--memory-size", type=int, default=64 << 20, metavar="BYTES",
+                          help="the core's memory from address 0 that the layout may use")
+
     sim = command("sim", "run your own cocotb test module against the generated core "
                          "(Verilator, with the project's waivers and fixes)", _sim)
     sim.add_argument("--test-module", required=True, metavar="MODULE",
@@ -475,6 +543,7 @@ def parser():
     sim.add_argument("--test-dir", type=Path, default=Path("sim_build"),
                      help="where the log (sim.log), results and waves (dump.vcd) go")
     sim.add_argument("--waves", action="store_true", help="trace to test-dir/dump.vcd")
+    _add_waves_window(sim)
     _add_config_options(sim)
 
     bench = command("bench", "measure utilization, simulation speed and generate time", _bench)

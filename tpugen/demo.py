@@ -1,14 +1,16 @@
 """`tpugen demo` and `tpugen run`: workloads on the simulated core, checked against numpy."""
 import json
 import sys
-from dataclasses import asdict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
 from .arch import SOFTMAX_OUT_FRAC
 
-__all__ = ["ATTENTION_TOLERANCE", "DEMO_WORKLOADS", "format_table", "run_demo", "run_workloads"]
+__all__ = ["ATTENTION_TOLERANCE", "DEMO_WORKLOADS", "Workload", "format_table", "prepare_workload",
+           "run_demo", "run_workloads"]
 
 ATTENTION_TOLERANCE = 2e-2
 """Relative Frobenius error allowed against the float reference (docs/DESIGN.md, Targets)."""
@@ -61,8 +63,26 @@ def _epilogue_label(options):
     return "".join(f" +{name}" for name in ("bias", "requant", "relu", "pool") if name in options)
 
 
-def _run_one(dev, rng, op, shape):
-    """(label, ok, check text) of one workload."""
+@dataclass(frozen=True)
+class Workload:
+    """One operation with its operands: ``call(dev)`` runs it on a `Device` and returns the
+    device's output; ``expected`` is that output, bit-exact (numpy); ``check(got)`` gives
+    (ok, text)."""
+    label: str
+    call: Callable
+    expected: np.ndarray
+    check: Callable
+
+
+def _exact(expected):
+    def check(got):
+        exact = got.dtype == expected.dtype and np.array_equal(got, expected)
+        return exact, "exact" if exact else "MISMATCH"
+    return check
+
+
+def prepare_workload(config, rng, op, shape):
+    """The `Workload` of (op, shape) on ``config``, its operands drawn from ``rng``."""
     from .sim.golden import apply_epilogue, conv2d_int32, matmul_int32
 
     if op == "matmul":
@@ -72,8 +92,9 @@ def _run_one(dev, rng, op, shape):
         options = _epilogue_options(rng, shape, acc, shape["n"])
         expected = apply_epilogue(acc, channel_axis=1, **options)
         label = f"{shape['m']}x{shape['k']}x{shape['n']}" + _epilogue_label(options)
-        got = dev.matmul(a, b, **options)
-    elif op == "conv2d":
+        return Workload(label, lambda dev: dev.matmul(a, b, **options), expected,
+                        _exact(expected))
+    if op == "conv2d":
         x = rng.integers(-128, 128, (shape["n"], shape["c"], shape["h"], shape["w"]),
                          dtype=np.int8)
         w = rng.integers(-128, 128, (shape["k"], shape["c"], shape["r"], shape["s"]),
@@ -85,29 +106,32 @@ def _run_one(dev, rng, op, shape):
         label = (f"x{tuple(x.shape)} w{tuple(w.shape)} s{conv['stride']} p{conv['padding']}"
                  + (f" d{conv['dilation']}" if conv["dilation"] != 1 else "")
                  + _epilogue_label(options))
-        got = dev.conv2d(x, w, **conv, **options)
-    else:
-        return _run_attention(dev, rng, shape)
-    exact = got.dtype == expected.dtype and np.array_equal(got, expected)
-    return label, exact, "exact" if exact else "MISMATCH"
+        return Workload(label, lambda dev: dev.conv2d(x, w, **conv, **options), expected,
+                        _exact(expected))
+    return _attention_workload(config, rng, shape)
 
 
-def _run_attention(dev, rng, shape):
+def _attention_workload(config, rng, shape):
     from .firmware.attention import quantize_attention
     from .sim.attention_model import attention_float, attention_int8_model
 
     heads, seq, kv, dim = shape["heads"], shape["seq"], shape["kv"], shape["dim"]
     q, k, v = (rng.standard_normal((heads, n, dim)).astype(np.float32) for n in (seq, kv, kv))
     (qi, ki, vi), (sq, sk, sv), frac = quantize_attention(q, k, v)
-    got = dev.attention_int8(qi, ki, vi, frac, causal=shape["causal"])
-    expected = attention_int8_model(dev.config, qi, ki, vi, frac, causal=shape["causal"])
+    expected = attention_int8_model(config, qi, ki, vi, frac, causal=shape["causal"])
     reference = attention_float(qi * sq, ki * sk, vi * sv, causal=shape["causal"])
-    out = got * (sv / 2 ** SOFTMAX_OUT_FRAC)
-    error = np.linalg.norm(out - reference) / np.linalg.norm(reference)
-    exact = np.array_equal(got, expected)
-    ok = exact and error <= ATTENTION_TOLERANCE
+
+    def check(got):
+        error = np.linalg.norm(got * (sv / 2 ** SOFTMAX_OUT_FRAC) - reference) \
+            / np.linalg.norm(reference)
+        exact = np.array_equal(got, expected)
+        return (exact and error <= ATTENTION_TOLERANCE,
+                f"{'exact' if exact else 'MISMATCH'}, float err {error:.2%}")
+
     label = (f"{heads}h L{seq} S{kv} d{dim}" + (" causal" if shape["causal"] else ""))
-    return label, ok, f"{'exact' if exact else 'MISMATCH'}, float err {error:.2%}"
+    return Workload(label, lambda dev: dev.attention_int8(qi, ki, vi, frac,
+                                                          causal=shape["causal"]),
+                    expected, check)
 
 
 def useful_macs(op, shape):
@@ -116,7 +140,7 @@ def useful_macs(op, shape):
     if op == "matmul":
         return shape["m"] * shape["k"] * shape["n"]
     if op == "conv2d":
-        from .firmware.matmul import conv2d_output_shape
+        from .firmware.conv2d import conv2d_output_shape
 
         _, _, p, q = conv2d_output_shape(
             (shape["n"], shape["c"], shape["h"], shape["w"]),
@@ -126,21 +150,26 @@ def useful_macs(op, shape):
     return 2 * shape["heads"] * shape["seq"] * shape["kv"] * shape["dim"]
 
 
-def run_workloads(config, workloads, seed=0, waves=None, memory="rtl", as_json=False):
+def run_workloads(config, workloads, seed=0, waves=None, waves_window=(None, None),
+                  memory="rtl", as_json=False):
     """Run (op, shape) workloads on one SimDevice with ``memory`` ("rtl" or "axiram"); print
-    a table (or JSON with ``as_json``); 0 if all pass, else 1."""
+    a table (or JSON with ``as_json``); 0 if all pass, else 1. ``waves``: trace to this VCD
+    file, clock cycles ``waves_window`` (first, last; None: open) of the session."""
     from .firmware import SimDevice
 
     rng = np.random.default_rng(seed)
     results = []
     print(f"starting a simulated {config.rows}x{config.cols} core (a new configuration is built "
           "with Verilator first: about a minute)", file=sys.stderr)
-    with SimDevice(config, memory=memory, waves=waves) as dev:
+    with SimDevice(config, memory=memory, waves=waves, waves_from=waves_window[0],
+                   waves_until=waves_window[1]) as dev:
         if dev.build_seconds:
             print(f"built the Verilator model in {dev.build_seconds:.0f} s (cached for the next "
                   "run)", file=sys.stderr)
         for op, shape in workloads:
-            label, ok, check = _run_one(dev, rng, op, shape)
+            workload = prepare_workload(config, rng, op, shape)
+            ok, check = workload.check(workload.call(dev))
+            label = workload.label
             stats = dev.stats
             results.append({"op": op, "shape": label, "ok": ok, "check": check,
                             "cycles": stats.cycles,

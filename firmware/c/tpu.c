@@ -191,6 +191,8 @@ enum tpu_result tpu_wait(const struct tpu *dev, const struct tpu_wait *wait)
     return result;
 }
 
+/* The order of tpugen/run_protocol.py (run_program), which the Python hosts use: program,
+ * IRQ_ENABLE, stale causes acknowledged, START; wait; STATUS; the causes read acknowledged. */
 enum tpu_result tpu_run(const struct tpu *dev, uint32_t program_base, uint32_t program_length,
                         const struct tpu_wait *wait)
 {

@@ -1,0 +1,53 @@
+"""The cost model of a GEMM: estimated cycles of a `GemmPlan` on a core."""
+from ..arch import MAX_OUTSTANDING, min_tile_length
+from ..isa import INSTRUCTION_BYTES
+from .gemm_tiling import a_region_limit, a_regions
+
+__all__ = ["MEMORY_LATENCY", "gemm_cycles"]
+
+MEMORY_LATENCY = 24
+"""Cycles from a read request to its data that the tiling's cost model assumes (DRAM behind an
+interconnect)."""
+_INSTRUCTION_CYCLES = 16
+"""Cycles an engine spends on an instruction besides moving data (checks, address setup)."""
+def gemm_cycles(config, plan):
+    """Estimated cycles of a GEMM: the busiest of the array, the load engine, the store engine and
+    the instruction fetch (one instruction at a time), plus what overlaps nothing: filling the
+    pipeline (the first A buffer's K chunks and weight panels against the MATMULs that can run
+    meanwhile) and the last STORE. A DMA instruction waits for its last data; a burst costs at
+    least its share of the latency over the bursts in flight."""
+    beat = config.axi_data_width // 8
+    rows, cols, k_tiles, n_tiles = plan.rows, plan.cols, plan.k_tiles, plan.n_tiles
+    blocks = -(-plan.m // plan.m_tile)
+    count = -(-plan.m // blocks)
+    chunks = -(-k_tiles // plan.k_chunk)
+    outputs = blocks * n_tiles
+    panels = outputs * chunks
+    matmuls = outputs * k_tiles
+    a_buffers = blocks * (1 if plan.a_resident else -(-n_tiles // plan.group) * chunks)
+    dma = MEMORY_LATENCY + _INSTRUCTION_CYCLES
+
+    def row_cycles(beats):
+        """One row of ``beats`` beats, read in bursts of up to 16 beats."""
+        return max(beats, -(-beats // 16) * MEMORY_LATENCY / MAX_OUTSTANDING)
+
+    def a_loads(tiles, max_tiles):
+        """LOADs and cycles of ``tiles`` K tiles of an A block in regions of up to
+        ``max_tiles``, each row of a region a burst, in row pieces of about a MATMUL's worth
+        of beats."""
+        beats = [-(-size * rows // beat)
+                 for _, size in a_regions(0, tiles, plan.k // rows, max_tiles)]
+        return sum(beats), sum(beats) * dma + count * sum(map(row_cycles, beats))
+
+    _, first_chunk = a_loads(plan.k_chunk, plan.k_chunk)
+    buffer_loads, buffer = a_loads(plan.a_tiles, a_region_limit(plan, later=True))
+    panel = dma + plan.k_chunk * rows * row_cycles(-(-cols // beat))
+    load = a_buffers * buffer + panels * panel
+    store = dma + count * -(-cols * 4 // beat)
+    instructions = matmuls + panels + a_buffers * buffer_loads + outputs
+    fetch = instructions * (MEMORY_LATENCY + INSTRUCTION_BYTES // beat + 4)
+    compute = matmuls * max(count, min_tile_length(config))
+    group = min(plan.group, n_tiles)
+    fill = max((c + 1) * first_chunk + (c * group + 1) * panel - c * group * plan.k_chunk * count
+               for c in range(chunks if plan.a_resident else 1))
+    return max(compute, load, outputs * store, fetch) + fill + store

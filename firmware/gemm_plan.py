@@ -1,0 +1,30 @@
+"""The GEMM planner: the tiling of a matmul with the fewest estimated cycles."""
+from .gemm_cost import gemm_cycles
+from .gemm_tiling import GemmPlan
+
+__all__ = ["plan_gemm"]
+
+
+def plan_gemm(config, m, k, n, *, m_tile_limit=None):
+    """The tiling with the fewest `gemm_cycles` that fits the scratchpad and half the
+    accumulator (the other half takes the next group, so STOREs overlap MATMULs)."""
+    for name, value in (("M", m), ("K", k), ("N", n)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name}={value!r} is invalid: allowed an integer >= 1")
+    rows, cols = config.rows, config.cols
+    k_tiles, n_tiles = -(-k // rows), -(-n // cols)
+    half = config.accumulator_rows // 2
+    largest = min(m, m_tile_limit or m, half, 0xFFFF)
+    fewest = -(-m // max(largest, 1))
+    m_tiles = {-(-m // b) for b in [*range(fewest, fewest + 4), *(fewest << i for i in range(5))]}
+    k_chunks = {min(1 << i, k_tiles) for i in range(k_tiles.bit_length() + 1)}
+    plans = [GemmPlan(m=m, k=k, n=n, rows=rows, cols=cols, m_tile=m_tile, group=group,
+                      k_chunk=k_chunk, a_resident=resident)
+             for m_tile in sorted(m_tiles) if m_tile <= largest
+             for group in range(1, min(n_tiles, half // m_tile) + 1)
+             for k_chunk in sorted(k_chunks) for resident in (False, True)]
+    plans = [plan for plan in plans if plan.scratchpad_rows <= config.scratchpad_rows]
+    if not plans:
+        raise ValueError("the scratchpad or accumulator is too small for one tile")
+    return min(plans, key=lambda p: (gemm_cycles(config, p), not p.a_resident, -p.m_tile,
+                                     p.group, -p.k_chunk))
