@@ -236,7 +236,7 @@ def test_cnn_mlp_and_attention_on_the_simulated_core(tmp_path):
          [(f"proj_{n}", f"{n}_QuantizeLinear") for n in "qkv"] +
          [("scores", "scores_QuantizeLinear"), ("context", "context_QuantizeLinear"),
           ("proj_out", "output_QuantizeLinear")])]
-    with SimDevice(CORE) as device:
+    with SimDevice(CORE, memory="axiram") as device:
         for model, fused in models:
             feeds = _feeds(model, 5)
             session, ours, theirs = compare(model, device, feeds)
