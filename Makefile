@@ -12,7 +12,7 @@ install: $(STAMP)
 # can `pip install tpugen` without the fpga, plot, test and examples extras).
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/python -m pip install -c constraints.txt -e '.[fpga,plot,test,examples]'
+	$(VENV)/bin/python -m pip install -c constraints.txt -e '.[fpga,plot,sweep,test,examples]'
 	touch $(STAMP)
 
 demo: install
