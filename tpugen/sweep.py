@@ -381,7 +381,10 @@ def run_sweep(points, *, measure=measure_point, workloads=WORKLOADS, scheduler=N
                        for i in todo}
             pending = set(futures)
             while pending:
-                done, pending = wait(pending, timeout=5, return_when="FIRST_COMPLETED")
+                try:
+                    done, pending = wait(pending, timeout=5, return_when="FIRST_COMPLETED")
+                except TimeoutError:  # nothing finished in 5 s
+                    done = set()
                 threads = client.nthreads()
                 running = sum(min(len(tasks), threads.get(worker, 1))
                               for worker, tasks in client.processing().items()) if pending else 0
