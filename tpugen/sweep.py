@@ -12,6 +12,7 @@ import json
 import math
 import os
 import pickle
+import select
 import signal
 import subprocess
 import sys
@@ -163,10 +164,15 @@ def _point_key(point, measure):
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:20]
 
 
+_STARTUP_SECONDS = 600
+"""Seconds a job's process may take to start (Python, imports) before its timeout begins."""
+
+
 def _child():
     """Body of the process `_run_isolated` starts: sys.path, then the job and its arguments
-    (cloudpickle) on stdin; ("ok", result) or ("failed", error) pickled to the file argv[1].
-    Kills its process group (tools included) when its parent dies."""
+    (cloudpickle) on stdin; a byte on stdout once it is loaded; ("ok", result) or ("failed",
+    error) pickled to the file argv[1]. Kills its process group (tools included) when its parent
+    dies."""
     parent = os.getppid()
 
     def watch():
@@ -177,6 +183,9 @@ def _child():
     threading.Thread(target=watch, daemon=True).start()
     sys.path[:] = pickle.load(sys.stdin.buffer)
     job, args = pickle.load(sys.stdin.buffer)
+    sys.stdout.buffer.write(b"!")
+    sys.stdout.flush()
+    os.dup2(2, 1)  # what the job prints goes to the log, not to the pipe nobody reads
     try:
         outcome = ("ok", job(*args))
     except Exception as error:  # reported in the table, the sweep goes on
@@ -186,28 +195,34 @@ def _child():
 
 def _run_isolated(job, args, timeout):
     """The dask task of a point: ``job(*args)`` in a process of its own (its own session), killed
-    with its tools after ``timeout`` seconds. {"status": "ok" | "failed" | "timeout", "result"
-    or "error", "seconds"}."""
+    with its tools when it runs longer than ``timeout`` seconds (from when it is loaded).
+    {"status": "ok" | "failed" | "timeout", "result" or "error", "seconds"}."""
     import cloudpickle
 
-    start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="tpugen-sweep-") as tmp:
-        result_file = Path(tmp) / "outcome.pickle"
-        child = subprocess.Popen(
-            [sys.executable, "-c", "from tpugen.sweep import _child; _child()", str(result_file)],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            start_new_session=True)
-        payload = pickle.dumps(sys.path) + cloudpickle.dumps((job, args))
+        result_file, log_file = Path(tmp) / "outcome.pickle", Path(tmp) / "log.txt"
+        with open(log_file, "wb") as log:
+            child = subprocess.Popen(
+                [sys.executable, "-c", "from tpugen.sweep import _child; _child()",
+                 str(result_file)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, start_new_session=True)
+        child.stdin.write(pickle.dumps(sys.path) + cloudpickle.dumps((job, args)))
+        child.stdin.close()
+        loaded = select.select([child.stdout], [], [], _STARTUP_SECONDS)[0]
+        start = time.perf_counter()
         try:
-            _, stderr = child.communicate(payload, timeout=timeout)
+            child.wait(timeout=timeout if loaded else 0)
         except subprocess.TimeoutExpired:
             os.killpg(child.pid, signal.SIGKILL)
-            child.communicate()
-            return {"status": "timeout", "error": f"timed out after {timeout:g} s",
-                    "seconds": round(time.perf_counter() - start, 1)}
+            child.wait()
+            return {"status": "timeout", "seconds": round(time.perf_counter() - start, 1),
+                    "error": f"timed out after {timeout:g} s" if loaded else
+                             f"its process did not start in {_STARTUP_SECONDS} s"}
+        finally:
+            child.stdout.close()
         seconds = round(time.perf_counter() - start, 1)
         if not result_file.exists():
-            tail = stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+            tail = log_file.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
             return {"status": "failed", "seconds": seconds,
                     "error": f"the job's process exited with {child.returncode}: {tail[0]}"}
         status, value = pickle.loads(result_file.read_bytes())
@@ -327,13 +342,13 @@ def _client(scheduler, workers):
     from distributed import Client, LocalCluster
 
     if scheduler:
-        try:
-            return Client(scheduler, timeout="10s")
+        try:  # for as long as dask's distributed.comm.timeouts.connect (30 s)
+            return Client(scheduler)
         except (OSError, TimeoutError) as error:
             raise ConnectionError(f"cannot reach the dask scheduler at {scheduler}: "
                                   f"{error}") from None
     cluster = LocalCluster(n_workers=workers or os.cpu_count(), threads_per_worker=1,
-                           processes=True, dashboard_address=None, silence_logs=logging.ERROR)
+                           processes=True, dashboard_address=":0", silence_logs=logging.ERROR)
     return Client(cluster)
 
 
