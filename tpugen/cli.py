@@ -397,7 +397,7 @@ def _sweep(args):
     from .sweep import grid, parse_sizes, parse_vary, run_sweep, write_results
 
     points = grid([name.strip() for name in args.boards.split(",")], parse_sizes(args.sizes),
-                  parse_vary(args.vary), place_and_route=args.place_and_route)
+                  parse_vary(args.vary or []), place_and_route=args.place_and_route)
     _check_writable(args.output, directory=True)
     try:
         rows = run_sweep(points, scheduler=args.scheduler, workers=args.workers,
@@ -405,7 +405,7 @@ def _sweep(args):
     except ConnectionError as error:
         raise CommandError(str(error), 3) from None
     command = " ".join(["tpugen sweep", f"--boards {args.boards}", f"--sizes {args.sizes}",
-                        *(f"--vary {item}" for item in args.vary),
+                        *(f"--vary {item}" for item in args.vary or []),
                         *(["--place-and-route"] if args.place_and_route else [])])
     for path in write_results(rows, args.output, command):
         print(f"wrote {path}", file=sys.stderr)
@@ -540,7 +540,7 @@ def parser():
                        help=f"boards, of {', '.join(BOARDS)}")
     sweep.add_argument("--sizes", default="2x2,4x4,8x8,16x16", metavar="RxC,...",
                        help="array sizes; each board's own configuration at each size")
-    sweep.add_argument("--vary", action="append", default=[], metavar="FIELD=V1,V2",
+    sweep.add_argument("--vary", action="append", metavar="FIELD=V1,V2",
                        help="also sweep a CoreConfig field (repeatable), e.g. "
                             "axi_data_width=32,64 or softmax=true,false")
     sweep.add_argument("--place-and-route", action="store_true",

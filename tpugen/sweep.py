@@ -99,7 +99,10 @@ def grid(boards, sizes, vary=None, *, place_and_route=False):
         combinations = [{**done, name: value} for done in combinations for value in values]
     points = []
     for name in boards:
-        board = board_named(name)
+        try:
+            board = board_named(name)
+        except ValueError as error:
+            raise ValueError(f"boards: {error}") from None
         for rows, cols in sizes:
             for changes in combinations:
                 config = replace(board.default_config(rows, cols), lut_multipliers=0, **changes)
@@ -447,6 +450,18 @@ def _csv_rows(rows):
     return flat
 
 
+def _closest(rows):
+    """The row of ``rows`` whose most used resource is the smallest share of its device, as
+    text: its label and what overflows."""
+    def worst(row):
+        return max(numbers["percent"] for numbers in row["resources"].values())
+
+    row = min(rows, key=worst)
+    over = [f"{kind.replace('_', ' ')} {numbers['percent']:.0f}%"
+            for kind, numbers in row["resources"].items() if numbers["percent"] > 100]
+    return f"{row['label']} ({', '.join(over)} of the device)"
+
+
 def best_configurations(rows):
     """{board: {workload name: the row of the fastest configuration that fits}} (a workload
     no fitting configuration runs is left out)."""
@@ -464,35 +479,40 @@ def best_configurations(rows):
     return best
 
 
-def _percent(row, kind):
+def _resource(row, kind):
+    """"used (percent%)" of a resource of ``row``, "-" when not measured."""
     numbers = row["resources"].get(kind)
-    return "-" if not numbers or numbers["percent"] is None else f"{numbers['percent']:.0f}%"
+    if not numbers or numbers["used"] is None:
+        return "-"
+    return f"{numbers['used']:,} ({numbers['percent']:.0f}%)"
 
 
 def format_summary(rows, command=""):
     """The summary as Markdown: the points (resources, fit, errors), then per board the fastest
-    fitting configuration of each workload and the one fastest on the most workloads."""
+    fitting configuration of each workload and the one fastest on the most workloads (or, when
+    none fits, the one closest to fitting)."""
     lines = ["# Design-space sweep", ""]
     if command:
         lines += [f"`{command}`", ""]
-    lines += ["Resources of each point (% of the device), whether it fits, and the cost model's "
-              "time of each bench workload at the board's clock (or the Fmax of place and "
-              "route). The whole table: sweep.csv / sweep.json.", "",
+    lines += ["Resources of each point (used, % of the device), whether it fits, and the cost "
+              "model's time of each bench workload at the board's clock (or the Fmax of place "
+              "and route). The whole table: sweep.csv / sweep.json.", "",
               "| point | status | LUTs | FFs | DSPs | BRAMs | fits | clock MHz | job s |",
               "|---|---|---:|---:|---:|---:|---|---:|---:|"]
     for row in rows:
-        luts = row["resources"]["luts"]["used"]
         status = row["status"] + (f": {row['error']}" if row["error"] else "")
-        lines.append(
-            f"| {row['label']} | {status} | {'-' if luts is None else f'{luts:,}'} "
-            f"({_percent(row, 'luts')}) | {_percent(row, 'ffs')} | {_percent(row, 'dsps')} | "
-            f"{_percent(row, 'block_rams')} | {'-' if row['fits'] is None else 'yes' if row['fits'] else 'no'} | "
-            f"{row['clock_mhz']:g} | {row['job_seconds']:.0f} |")
+        fits = {None: "-", True: "yes", False: "no"}[row["fits"]]
+        lines.append(f"| {row['label']} | {status} | "
+                     + " | ".join(_resource(row, kind)
+                                  for kind in ("luts", "ffs", "dsps", "block_rams"))
+                     + f" | {fits} | {row['clock_mhz']:g} | {row['job_seconds']:.0f} |")
     best = best_configurations(rows)
     for board in dict.fromkeys(row["board"] for row in rows):
         lines += ["", f"## Best on the {board}", ""]
         if board not in best:
-            lines.append("No configuration of the sweep fits this board.")
+            measured = [row for row in rows if row["board"] == board and row["fits"] is False]
+            lines.append("No configuration of the sweep fits this board" + ("." if not measured
+                         else "; the closest: " + _closest(measured) + "."))
             continue
         lines += ["| workload | fastest that fits | time | MACs/s | MACs/s per LUT |",
                   "|---|---|---:|---:|---:|"]
@@ -527,6 +547,7 @@ def plot_sweep(rows, directory):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
     measured = [row for row in rows if row["status"] == "ok"]
     boards = list(dict.fromkeys(row["board"] for row in measured))
@@ -598,9 +619,10 @@ def plot_sweep(rows, directory):
             if front:
                 axis.step(*zip(*front), where="post", color=color, linewidth=1)
         axis.set_xscale("log")
+        axis.xaxis.set_minor_formatter(NullFormatter())
         axis.set_yscale("log")
         axis.set_title(name, fontsize=9)
-        axis.set_xlabel("LUTs", fontsize=8)
+        axis.set_xlabel(f"LUTs ({measured[0]['source']})", fontsize=8)
         axis.set_ylabel("time (s)", fontsize=8)
     for axis in list(axes.flat)[len(names):]:
         axis.set_visible(False)
