@@ -223,3 +223,30 @@ def test_cli_errors(argv, code, message, tmp_path, capsys):
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and message in err, err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.fpga
+@pytest.mark.skipif(not os.environ.get("TPUGEN_SWEEP_SYNTH"),
+                    reason="a real synthesis (minutes): TPUGEN_SWEEP_SYNTH=1")
+def test_synthesis_point(tmp_path):
+    """The default job on one point: a flat yosys synthesis of the core, its LUT equivalents,
+    and the CLI's files from the cache it filled (a second run synthesizes nothing)."""
+    from tpugen.cli import main
+    from tpugen.fpga.synth import synth_cells
+    from tpugen.sweep import lut_equivalents
+
+    point = grid(["ulx3s-85f"], [(2, 2)])[0]
+    row, = run_sweep([point], workers=1, cache=tmp_path / "c", quiet=True)
+    assert row["status"] == "ok", row["error"]
+    assert row["fits"] is True and row["source"] == "yosys (core alone)"
+    cells = synth_cells(point.config, "ecp5")
+    counts = {"luts": sum(n for c, n in cells.items() if c == "LUT4"),
+              "carry": cells.get("CCU2C", 0), "lut_rams": cells.get("TRELLIS_DPR16X4", 0)}
+    assert row["resources"]["luts"]["used"] == lut_equivalents("ecp5", counts)
+    assert row["resources"]["dsps"]["used"] == cells.get("MULT18X18D", 0)
+    start = time.monotonic()
+    assert main(["sweep", "--boards", "ulx3s-85f", "--sizes", "2x2", "--cache",
+                 str(tmp_path / "c"), "-o", str(tmp_path / "out"), "-q"]) == 0
+    assert time.monotonic() - start < 60
+    assert json.loads((tmp_path / "out" / "sweep.json").read_text())[0]["resources"] == \
+        row["resources"]
