@@ -49,7 +49,13 @@ class Point:
 
     @property
     def label(self):
-        return f"{self.board} {self.config.rows}x{self.config.cols}"
+        """The board, the array and the fields that differ from the board's own configuration
+        ("ulx3s-85f 8x8 axi_data_width=32")."""
+        config = self.config
+        own = asdict(board_named(self.board).default_config(config.rows, config.cols))
+        changed = [f"{name}={value}" for name, value in asdict(config).items()
+                   if name not in _DERIVED and value != own[name]]
+        return " ".join([self.board, f"{config.rows}x{config.cols}", *changed])
 
 
 def parse_sizes(text):
