@@ -7,6 +7,7 @@ workload. The result is one table (CSV and JSON), plots and a summary naming the
 configuration that fits each board, per workload (docs/sweep.md)."""
 import csv
 import hashlib
+import importlib.util
 import io
 import json
 import math
@@ -160,7 +161,7 @@ def _sources_digest():
     new point."""
     digest = hashlib.sha256()
     for package in ("hdl", "fpga"):
-        root = Path(__file__).resolve().parent.parent / package
+        root = Path(importlib.util.find_spec(f"{__package__}.{package}").origin).parent
         for path in sorted(root.glob("*.py")):
             digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
@@ -396,7 +397,7 @@ def run_sweep(points, *, measure=measure_point, workloads=WORKLOADS, scheduler=N
         from distributed import wait
 
         with _client(scheduler, workers) as client:
-            # The smallest points first: a sweep cut short has the most points.
+            # A priority for the smaller points: a sweep cut short has more of them.
             futures = {client.submit(_run_isolated, measure,
                                      (points[i].board, points[i].config,
                                       points[i].place_and_route),
