@@ -554,7 +554,16 @@ def plot_sweep(rows, directory):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import NullFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    def log_axis(axes, which, unit=1.0):
+        """A log scale on ``axes``' x or y axis, labelled in plain numbers times ``unit``
+        (mathtext's 10^x labels are slow to lay out)."""
+        getattr(axes, f"set_{which}scale")("log")
+        axis = getattr(axes, f"{which}axis")
+        axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value * unit:,.6g}"))
+        axis.set_minor_formatter(NullFormatter())
 
     measured = [row for row in rows if row["status"] == "ok"]
     boards = list(dict.fromkeys(row["board"] for row in measured))
@@ -578,10 +587,10 @@ def plot_sweep(rows, directory):
         for kind in _CSV_RESOURCES:
             values = [(size(row), row["resources"][kind]["percent"]) for row in board_rows
                       if kind in row["resources"]]
-            if values:
+            if any(percent for _, percent in values):  # log scale: an unused kind is not drawn
                 axis.plot(*zip(*values), "o-", label=kind.replace("_", " "))
         axis.axhline(100, color="k", linestyle="--", linewidth=1, label="the whole device")
-        axis.set_yscale("log")
+        log_axis(axis, "y")
         axis.set_ylabel("% of the device")
         size_axis(axis, board_rows)
         axis.set_title(f"{board} ({board_named(board).device}), {board_rows[0]['source']}")
@@ -625,12 +634,11 @@ def plot_sweep(rows, directory):
             front = _pareto([(x, y) for x, y, ok in values if ok])
             if front:
                 axis.step(*zip(*front), where="post", color=color, linewidth=1)
-        axis.set_xscale("log")
-        axis.xaxis.set_minor_formatter(NullFormatter())
-        axis.set_yscale("log")
+        log_axis(axis, "x")
+        log_axis(axis, "y", unit=1e3)
         axis.set_title(name, fontsize=9)
         axis.set_xlabel(f"LUTs ({measured[0]['source']})", fontsize=8)
-        axis.set_ylabel("time (s)", fontsize=8)
+        axis.set_ylabel("time (ms)", fontsize=8)
     for axis in list(axes.flat)[len(names):]:
         axis.set_visible(False)
     handles = {label: handle for axis in axes.flat
