@@ -123,7 +123,8 @@ def test_failures_timeouts_and_cache(log, tmp_path):
     for point, row in zip(points, rows):
         assert row["label"] == point.label and row["cached"] is False
         if point.config.rows == FAIL_ROWS:
-            assert (row["status"], row["error"]) == ("failed", "ValueError: no synthesis for 5 rows")
+            assert (row["status"], row["error"]) == ("failed",
+                                                     "ValueError: no synthesis for 5 rows")
             assert row["fits"] is None and row["resources"]["luts"]["used"] is None
         elif point.config.rows == SLEEP_ROWS:
             assert (row["status"], row["error"]) == ("timeout", f"timed out after {TIMEOUT} s")
@@ -163,13 +164,17 @@ def test_failures_timeouts_and_cache(log, tmp_path):
 @pytest.mark.dask
 def test_separate_scheduler_and_workers(log, tmp_path):
     """A scheduler and two workers started as processes of their own (as on other machines)
-    run a small grid: every job runs under one of those workers."""
+    run a small grid: every job runs under one of those workers. Before the workers start, the
+    sweep stops: the scheduler has none."""
+    import dask
+    from distributed import Client
+
     scheduler_file = tmp_path / "scheduler.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(Path(__file__).parent), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    dask = [sys.executable, "-m", "dask"]
+    dask_cli = [sys.executable, "-m", "dask"]
     common = ["--scheduler-file", str(scheduler_file), "--no-dashboard"]
-    processes = [subprocess.Popen(dask + ["scheduler", "--host", "127.0.0.1", "--port", "0",
+    processes = [subprocess.Popen(dask_cli + ["scheduler", "--host", "127.0.0.1", "--port", "0",
                                           *common], env=env, stderr=subprocess.DEVNULL)]
     try:
         deadline = time.monotonic() + 60
@@ -180,15 +185,17 @@ def test_separate_scheduler_and_workers(log, tmp_path):
             except (OSError, ValueError, KeyError):  # not written yet, or half written
                 assert time.monotonic() < deadline, "the scheduler did not start"
                 time.sleep(0.2)
+        points = grid(["ulx3s-85f"], [(2, 2), (4, 4)]) + grid(["icebreaker"], [(2, 4)])
+        with dask.config.set({"distributed.comm.timeouts.connect": "1s"}):
+            with pytest.raises(ConnectionError, match=f"the dask scheduler at {address} has no "
+                                                      "workers"):
+                run_sweep(points, measure=fake_measure, scheduler=address, cache=tmp_path / "c")
         for _ in range(2):
             processes.append(subprocess.Popen(
-                dask + ["worker", "--host", "127.0.0.1", "--nthreads", "1", "--no-nanny",
+                dask_cli + ["worker", "--host", "127.0.0.1", "--nthreads", "1", "--no-nanny",
                         "--death-timeout", "60", *common], env=env, stderr=subprocess.DEVNULL))
-        from distributed import Client
-
         with Client(address, timeout="60s") as client:
             client.wait_for_workers(2, timeout=60)
-        points = grid(["ulx3s-85f"], [(2, 2), (4, 4)]) + grid(["icebreaker"], [(2, 4)])
         rows = run_sweep(points, measure=fake_measure, scheduler=address, timeout=60,
                          cache=tmp_path / "c", quiet=True)
         for row, point in zip(rows, points):

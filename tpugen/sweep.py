@@ -20,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
@@ -344,22 +345,34 @@ class SweepProgress:
               + (f"; {text}" if text else ""), file=self.stream, flush=True)
 
 
+@contextmanager
 def _client(scheduler, workers):
-    """A dask Client of the scheduler at ``scheduler``, else of a new LocalCluster of
-    ``workers`` single-threaded processes (default: one per CPU)."""
+    """``with _client(...) as client``: a dask Client of the scheduler at ``scheduler`` (once it
+    has a worker), else of a new LocalCluster of ``workers`` single-threaded processes
+    (default: one per CPU), closed afterwards."""
     import logging
 
+    import dask
     from distributed import Client, LocalCluster
 
-    if scheduler:
-        try:  # for as long as dask's distributed.comm.timeouts.connect (30 s)
-            return Client(scheduler)
-        except (OSError, TimeoutError) as error:
-            raise ConnectionError(f"cannot reach the dask scheduler at {scheduler}: "
-                                  f"{error}") from None
-    cluster = LocalCluster(n_workers=workers or os.cpu_count(), threads_per_worker=1,
-                           processes=True, dashboard_address=":0", silence_logs=logging.ERROR)
-    return Client(cluster)
+    if not scheduler:
+        with LocalCluster(n_workers=workers or os.cpu_count(), threads_per_worker=1,
+                          processes=True, dashboard_address=":0",
+                          silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
+            yield client
+        return
+    # Both waits last dask's distributed.comm.timeouts.connect (30 s).
+    try:
+        client = Client(scheduler)
+    except (OSError, TimeoutError) as error:
+        raise ConnectionError(f"cannot reach the dask scheduler at {scheduler}: "
+                              f"{error}") from None
+    with client:
+        try:
+            client.wait_for_workers(1, timeout=dask.config.get("distributed.comm.timeouts.connect"))
+        except TimeoutError:
+            raise ConnectionError(f"the dask scheduler at {scheduler} has no workers") from None
+        yield client
 
 
 def run_sweep(points, *, measure=measure_point, workloads=WORKLOADS, scheduler=None,
