@@ -41,7 +41,8 @@ def fake_measure(board_name, config, place_and_route):
 
 
 def calls(log):
-    return sorted(path.name.rsplit("-", 2)[0] for path in log.iterdir())
+    """How many times `fake_measure` ran."""
+    return len(list(log.iterdir()))
 
 
 @pytest.fixture
@@ -119,7 +120,7 @@ def test_failures_timeouts_and_cache(log, tmp_path):
     rows = run_sweep(points, measure=fake_measure, workers=2, timeout=TIMEOUT,
                      cache=tmp_path / "c", quiet=True)
     assert time.monotonic() - start < 300  # the sleeper (600 s) was not waited for
-    assert len(calls(log)) == len(points), [(row["status"], row["error"]) for row in rows]
+    assert calls(log) == len(points), [(row["status"], row["error"]) for row in rows]
     for point, row in zip(points, rows):
         assert row["label"] == point.label and row["cached"] is False
         if point.config.rows == FAIL_ROWS:
@@ -141,7 +142,7 @@ def test_failures_timeouts_and_cache(log, tmp_path):
     assert len(list((tmp_path / "c").iterdir())) == len(points) - 2
     done = [p for p in points if p.config.rows not in (FAIL_ROWS, SLEEP_ROWS)]
     again = run_sweep(done, measure=fake_measure, cache=tmp_path / "c", quiet=True)
-    assert len(calls(log)) == len(points)
+    assert calls(log) == len(points)
     assert all(row["cached"] for row in again)
     assert [row["workloads"] for row in again] == [row["workloads"] for row in rows
                                                    if row["status"] == "ok"]
