@@ -514,9 +514,13 @@ def format_summary(rows, command=""):
     lines = ["# Design-space sweep", ""]
     if command:
         lines += [f"`{command}`", ""]
-    lines += ["Resources of each point (used, % of the device), whether it fits, and the cost "
-              "model's time of each bench workload at the board's clock (or the Fmax of place "
-              "and route). The whole table: sweep.csv / sweep.json.", "",
+    sources = ", ".join(dict.fromkeys(row["source"] for row in rows if row["source"]))
+    lines += ["Resources of each point (used, % of the device; measured by "
+              f"{sources or 'nothing'}), whether it fits (every resource within the device; "
+              "a synthesis of the core alone leaves out the board system around it and place "
+              "and route, which `--place-and-route` adds), and the cost model's time of each "
+              "bench workload at the board's clock (or the Fmax of place and route). The whole "
+              "table: sweep.csv / sweep.json; docs/sweep.md says how each number is made.", "",
               "| point | status | LUTs | FFs | DSPs | BRAMs | fits | clock MHz | job s |",
               "|---|---|---:|---:|---:|---:|---|---:|---:|"]
     for row in rows:
@@ -575,7 +579,9 @@ def plot_sweep(rows, directory):
         getattr(axes, f"set_{which}scale")("log")
         axis = getattr(axes, f"{which}axis")
         axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
-        axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value * unit:,.6g}"))
+        axis.set_major_formatter(FuncFormatter(
+            lambda value, _: f"{value * unit / 1e3:g}k" if value * unit >= 1e4
+            else f"{value * unit:g}"))
         axis.set_minor_formatter(NullFormatter())
 
     measured = [row for row in rows if row["status"] == "ok"]
