@@ -318,12 +318,18 @@ class SweepProgress:
         self.start = self.shown = time.monotonic()
         self.done = self.failed = self.measured = 0
 
+    def cached(self, count, directory):
+        """``count`` points came from the results cache in ``directory``."""
+        self.done += count
+        if count:
+            print(f"[sweep] {count} of {self.total} points from the cache ({directory})",
+                  file=self.stream, flush=True)
+
     def finished(self, row, running):
         self.done += 1
         self.failed += row["status"] != "ok"
-        self.measured += not row["cached"]
-        what = ("cached" if row["cached"] else
-                f"{row['status']} in {row['job_seconds']:.0f} s") + (
+        self.measured += 1
+        what = f"{row['status']} in {row['job_seconds']:.0f} s" + (
             f": {row['error']}" if row["error"] else "")
         self._line(f"{row['label']} {what}", running)
 
@@ -403,8 +409,8 @@ def run_sweep(points, *, measure=measure_point, workloads=WORKLOADS, scheduler=N
     rows = [None] * len(points)
     for index, outcome in outcomes.items():
         rows[index] = _row(points[index], outcome, True, workloads)
-        if progress:
-            progress.finished(rows[index], 0)
+    if progress:
+        progress.cached(len(outcomes), cache)
     todo = [index for index in range(len(points)) if index not in outcomes]
     if todo:
         from distributed import wait
