@@ -9,10 +9,10 @@ JOBS ?= auto
 install: $(STAMP)
 
 # Everything, at the versions of constraints.txt (a user who wants only Verilog and simulation
-# can `pip install tpugen` without the fpga, plot, test, examples and onnx extras).
+# can `pip install tpugen` without the fpga, plot, sweep, test, examples and onnx extras).
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/python -m pip install -c constraints.txt -e '.[fpga,plot,test,examples,onnx]'
+	$(VENV)/bin/python -m pip install -c constraints.txt -e '.[fpga,plot,sweep,test,examples,onnx]'
 	touch $(STAMP)
 
 demo: install

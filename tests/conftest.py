@@ -43,6 +43,7 @@ TIERS = {
     "verilator": "cocotb on Verilator: the whole core, SimDevice, boards over UART",
     "formal": "SymbiYosys proofs",
     "fpga": "yosys synthesis and nextpnr builds",
+    "dask": "dask.distributed clusters of local processes (the sweep, with its synthesis faked)",
 }
 """Test tiers, one pytest marker each: ``pytest -m unit`` is a loop of seconds."""
 

@@ -440,6 +440,28 @@ def _flash(args):
         raise CommandError(str(error), 3) from None
 
 
+def _sweep(args):
+    from .sweep import grid, parse_sizes, parse_vary, run_sweep, write_results
+
+    points = grid([name.strip() for name in args.boards.split(",")], parse_sizes(args.sizes),
+                  parse_vary(args.vary or []), place_and_route=args.place_and_route)
+    _check_writable(args.output, directory=True)
+    try:
+        rows = run_sweep(points, scheduler=args.scheduler, workers=args.workers,
+                         timeout=args.timeout, cache=args.cache, quiet=args.quiet)
+    except ConnectionError as error:
+        raise CommandError(str(error), 3) from None
+    command = " ".join(["tpugen sweep", f"--boards {args.boards}", f"--sizes {args.sizes}",
+                        *(f"--vary {item}" for item in args.vary or []),
+                        *(["--place-and-route"] if args.place_and_route else [])])
+    for path in write_results(rows, args.output, command):
+        print(f"wrote {path}", file=sys.stderr)
+    failed = [row["label"] for row in rows if row["status"] != "ok"]
+    if failed:
+        raise CommandError(f"{len(failed)} of {len(rows)} points failed or timed out: "
+                           f"{', '.join(failed)} (see {args.output / 'summary.md'})", 1)
+
+
 def _add_simulation_options(parser):
     group = parser.add_argument_group("simulation")
     group.add_argument("--memory", choices=["rtl", "axiram"], default="rtl",
@@ -578,6 +600,31 @@ def parser():
                             "DMAs, ...)")
     build.add_argument("--json", type=Path, metavar="FILE.json",
                        help="with --synth-only: also write the report as JSON")
+
+    from .sweep import DEFAULT_TIMEOUT
+
+    sweep = command("sweep", "design-space sweep on dask: resources, fit and the cost model's "
+                             "time of the bench workloads for configurations x boards", _sweep)
+    sweep.add_argument("--boards", default=",".join(BOARDS), metavar="B1,B2",
+                       help=f"boards, of {', '.join(BOARDS)}")
+    sweep.add_argument("--sizes", default="2x2,4x4,8x8,16x16", metavar="RxC,...",
+                       help="array sizes; each board's own configuration at each size")
+    sweep.add_argument("--vary", action="append", metavar="FIELD=V1,V2",
+                       help="also sweep a CoreConfig field (repeatable), e.g. "
+                            "axi_data_width=32,64 or softmax=true,false")
+    sweep.add_argument("--place-and-route", action="store_true",
+                       help="also place and route each point for its Fmax (10-60 min a point)")
+    sweep.add_argument("--scheduler", metavar="tcp://HOST:8786",
+                       help="a running dask scheduler (default: a local cluster)")
+    sweep.add_argument("--workers", type=int, metavar="N",
+                       help="processes of the local cluster (default: one per CPU)")
+    sweep.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+                       help="stop a point's job after this long and report it as timed out")
+    sweep.add_argument("--cache", type=Path, metavar="DIR",
+                       help="finished points, reused by a rerun (default: $TPUGEN_CACHE/sweep)")
+    sweep.add_argument("-o", "--output", type=Path, default=Path("sweep"), metavar="DIR",
+                       help="where sweep.csv, sweep.json, summary.md and the plots go")
+    sweep.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
 
     flash = command("flash", "program a board with openFPGALoader", _flash)
     flash.add_argument("--board", required=True, choices=sorted(BOARDS))
