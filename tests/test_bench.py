@@ -167,7 +167,7 @@ def test_bench_fails_on_a_wrong_answer(monkeypatch, capsys, wrong):
                         lambda config, **options: _GoldenDevice(config, wrong))
     monkeypatch.setattr(tpugen.bench, "_speed", lambda results: None)
     monkeypatch.setattr(tpugen.sim.speed, "measure_sim_speed", went_on)
-    monkeypatch.setattr(tpugen.bench, "_workloads", lambda large: TINY_WORKLOADS)
+    monkeypatch.setattr(tpugen.bench, "bench_workloads", lambda large: TINY_WORKLOADS)
     with pytest.raises(BenchCheckError, match=f"{wrong} .*MISMATCH: 1 of") as info:
         run_bench(configs={"4x4": SMALL})
     checks = {e["op"]: e["check_passed"] for e in info.value.results["workloads"]}

@@ -210,9 +210,9 @@ def test_demo_counts_the_operations_own_macs():
 
 def test_bench_counts_macs_with_the_demos_function():
     """bench's tuple shapes go through `useful_macs` too: the same counts by hand."""
-    from tpugen.bench import _useful_macs
+    from tpugen.bench import workload_macs
 
-    assert _useful_macs("matmul", (1024, 64, 8)) == 1024 * 64 * 8
+    assert workload_macs("matmul", (1024, 64, 8)) == 1024 * 64 * 8
     # 16 x 14 x 14, 3x3 stride 2 padding 1 -> 7 x 7 pixels, 32 filters
-    assert _useful_macs("conv2d", (1, 16, 14, 14, 32, 3, 3, 2, 1)) == 7 * 7 * 16 * 3 * 3 * 32
-    assert _useful_macs("attention", (64, 128, 32)) == 2 * 64 * 128 * 32
+    assert workload_macs("conv2d", (1, 16, 14, 14, 32, 3, 3, 2, 1)) == 7 * 7 * 16 * 3 * 3 * 32
+    assert workload_macs("attention", (64, 128, 32)) == 2 * 64 * 128 * 32

@@ -88,7 +88,8 @@ def test_grid_and_specs():
 
 def _check_ok_row(row, point):
     """Derived numbers of a measured row from the cost model itself and the fake resources."""
-    from tpugen.firmware.matmul import gemm_cycles, plan_gemm
+    from tpugen.firmware.gemm_cost import gemm_cycles
+    from tpugen.firmware.gemm_plan import plan_gemm
 
     board = board_named(point.board)
     luts = 100 * point.config.macs

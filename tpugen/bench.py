@@ -13,9 +13,10 @@ from .arch import SOFTMAX_OUT_FRAC
 from .config import PRESETS, CoreConfig
 from .demo import useful_macs
 
-__all__ = ["READ_LATENCY", "BenchCheckError", "check_workload", "compulsory_bytes",
-           "ideal_attention_utilization", "ideal_gemm_utilization", "limiting_factor",
-           "measure_workloads", "plot_bench", "roofline_utilization", "run_bench", "target_rows"]
+__all__ = ["READ_LATENCY", "bench_workloads", "BenchCheckError", "check_workload",
+           "compulsory_bytes", "ideal_attention_utilization", "ideal_gemm_utilization",
+           "limiting_factor", "measure_workloads", "plot_bench", "roofline_utilization",
+           "run_bench", "target_rows", "workload_label", "workload_macs"]
 
 MATMULS = [(64, 64, 64), (128, 128, 128), (256, 256, 256), (256, 16, 256), (16, 256, 256),
            (1024, 64, 8)]
@@ -207,7 +208,7 @@ def check_workload(config, op, inputs, got):
     return not problem, problem or f"exact, float err {error:.2%}"
 
 
-def _workloads(large):
+def bench_workloads(large):
     """(op, shape) of every workload, the large ones with ``large``."""
     return ([("matmul", shape) for shape in MATMULS + (LARGE_MATMULS if large else [])]
             + [("conv2d", shape) for shape in CONVS + (LARGE_CONVS if large else [])]
@@ -247,7 +248,7 @@ def measure_workloads(dev, label, workloads, rng, progress=None):
             got = dev.conv2d(inputs[0], inputs[1], stride=inputs[2], padding=inputs[3])
         else:
             got = dev.attention(*inputs)
-        entry = _workload_entry(config, label, op, shape, _useful_macs(op, shape), ideal, dev.stats,
+        entry = _workload_entry(config, label, op, shape, workload_macs(op, shape), ideal, dev.stats,
                                 time.perf_counter() - start)
         if op == "attention":
             entry["score_matrix_bytes"] = 4 * shape[0] * shape[1]
@@ -290,7 +291,7 @@ def _demo_shape(op, shape):
     return {"heads": 1, **dict(zip(("seq", "kv", "dim"), shape))}
 
 
-def _useful_macs(op, shape):
+def workload_macs(op, shape):
     """`demo.useful_macs` of a bench shape."""
     return useful_macs(op, _demo_shape(op, shape))
 
@@ -305,9 +306,9 @@ def run_bench(quick=False, builds=False, configs=CONFIGS):
     results = {}
     _speed(results)
     rng = np.random.default_rng(0)
-    planned = {label: _workloads(not quick and config == PRESETS["large"])
+    planned = {label: bench_workloads(not quick and config == PRESETS["large"])
                for label, config in configs.items()}
-    progress = _Progress([_useful_macs(op, shape) for work in planned.values()
+    progress = _Progress([workload_macs(op, shape) for work in planned.values()
                           for op, shape in work])
     workloads = []
     for label, config in configs.items():
@@ -430,7 +431,7 @@ def target_rows(results):
     return rows
 
 
-def _label(workload):
+def workload_label(workload):
     if workload["op"] == "matmul":
         return "matmul " + "x".join(map(str, workload["shape"]))
     if workload["op"] == "attention":
@@ -450,7 +451,7 @@ def plot_bench(results, path):
     fig, axes = plt.subplots(1, len(configs), figsize=(6 * len(configs), 4.5), squeeze=False)
     for axis, label in zip(axes[0], configs):
         entries = [w for w in results["workloads"] if w["config"] == label]
-        names = [_label(w) for w in entries]
+        names = [workload_label(w) for w in entries]
         x = np.arange(len(entries))
         axis.bar(x - 0.27, [w["ideal_utilization"] for w in entries], 0.27, label="ideal")
         axis.bar(x, [w["roofline_utilization"] for w in entries], 0.27,

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from . import __version__
-from .bench import _label, _useful_macs, _workloads
+from .bench import bench_workloads, workload_label, workload_macs
 from .config import CoreConfig
 from .fpga.boards import board_named
 from .toolchain import cache_dir
@@ -34,7 +34,7 @@ __all__ = ["DEFAULT_TIMEOUT", "WORKLOADS", "Point", "SweepProgress", "best_confi
            "format_summary", "grid", "lut_equivalents", "measure_point", "parse_sizes",
            "parse_vary", "plot_sweep", "run_sweep", "workload_cycles", "write_results"]
 
-WORKLOADS = _workloads(large=False)
+WORKLOADS = bench_workloads(large=False)
 """(op, shape) of the bench workloads (`tpugen bench --quick`) the cost model times."""
 DEFAULT_TIMEOUT = 3600.0
 """Seconds a point's job may run before it is stopped and reported as timed out."""
@@ -297,12 +297,12 @@ def _row(point, outcome, cached, workloads):
     row["workloads"] = []
     for op, shape in workloads:
         cycles, note = workload_cycles(point.config, op, shape)
-        entry = {"name": _label({"op": op, "shape": list(shape)}), "op": op,
+        entry = {"name": workload_label({"op": op, "shape": list(shape)}), "op": op,
                  "shape": list(shape), "cycles": cycles, "note": note, "seconds": None,
                  "macs_per_second": None, "macs_per_second_per_lut": None}
         if cycles is not None:
             entry["seconds"] = cycles / (row["clock_mhz"] * 1e6)
-            entry["macs_per_second"] = _useful_macs(op, shape) / entry["seconds"]
+            entry["macs_per_second"] = workload_macs(op, shape) / entry["seconds"]
             if luts:
                 entry["macs_per_second_per_lut"] = entry["macs_per_second"] / luts
         row["workloads"].append(entry)
