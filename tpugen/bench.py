@@ -8,6 +8,7 @@ import time
 from contextlib import contextmanager
 
 import numpy as np
+from tqdm import tqdm
 
 from .arch import SOFTMAX_OUT_FRAC
 from .config import PRESETS, CoreConfig
@@ -260,25 +261,30 @@ def measure_workloads(dev, label, workloads, rng, progress=None):
 
 
 class _Progress:
-    """One line on stderr per finished workload, with an estimate of the time left (the time
-    per useful MAC so far, times the MACs left)."""
+    """A tqdm bar of useful MACs on stderr (on a terminal), and a line per finished workload
+    with an estimate of the time left (the time per useful MAC so far, times the MACs left)."""
 
     def __init__(self, planned_macs):
         self.total = len(planned_macs)
         self.left = sum(planned_macs)
         self.finished = self.done_macs = 0
         self.start = time.perf_counter()
+        self.bar = tqdm(total=self.left, unit="MAC", unit_scale=True, file=sys.stderr,
+                        disable=None, leave=False, desc="bench")
 
     def __call__(self, entry):
         self.finished += 1
         self.done_macs += entry["useful_macs"]
         self.left -= entry["useful_macs"]
+        self.bar.update(entry["useful_macs"])
         elapsed = time.perf_counter() - self.start
         estimate = elapsed / self.done_macs * self.left
-        print(f"[{self.finished}/{self.total}] {entry['config']} {entry['op']} "
-              f"{'x'.join(map(str, entry['shape']))}: {entry['cycles']:,} cycles, "
-              f"{entry['mac_utilization']:.1%}, {entry['check']} ({elapsed:.0f} s, "
-              f"about {estimate:.0f} s left)", file=sys.stderr, flush=True)
+        self.bar.write(f"[{self.finished}/{self.total}] {entry['config']} {entry['op']} "
+                       f"{'x'.join(map(str, entry['shape']))}: {entry['cycles']:,} cycles, "
+                       f"{entry['mac_utilization']:.1%}, {entry['check']} ({elapsed:.0f} s, "
+                       f"about {estimate:.0f} s left)", file=sys.stderr)
+        if not self.left:
+            self.bar.close()
 
 
 def _demo_shape(op, shape):

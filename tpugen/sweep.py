@@ -24,6 +24,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
+from tqdm import tqdm
+
 from . import __version__
 from .bench import bench_workloads, workload_label, workload_macs
 from .config import CoreConfig
@@ -310,25 +312,29 @@ def _row(point, outcome, cached, workloads):
 
 
 class SweepProgress:
-    """A line on stderr as each point finishes and every ``every`` seconds: points done,
-    running, queued, failed; elapsed; an estimate of the time left (the points left at the
-    rate the measured ones took)."""
+    """A tqdm bar of points on stderr (on a terminal), and a line as each point finishes and
+    every ``every`` seconds: points done, running, queued, failed; elapsed; an estimate of the
+    time left (the points left at the rate the measured ones took)."""
 
     def __init__(self, total, every=60.0, stream=None):
         self.total, self.every = total, every
         self.stream = stream or sys.stderr
         self.start = self.shown = time.monotonic()
         self.done = self.failed = self.measured = 0
+        self.bar = tqdm(total=total, unit="point", file=self.stream, disable=None, leave=False,
+                        desc="sweep")
 
     def cached(self, count, directory):
         """``count`` points came from the results cache in ``directory``."""
         self.done += count
+        self.bar.update(count)
         if count:
-            print(f"[sweep] {count} of {self.total} points from the cache ({directory})",
-                  file=self.stream, flush=True)
+            self.bar.write(f"[sweep] {count} of {self.total} points from the cache "
+                           f"({directory})", file=self.stream)
 
     def finished(self, row, running):
         self.done += 1
+        self.bar.update(1)
         self.failed += row["status"] != "ok"
         self.measured += 1
         what = f"{row['status']} in {row['job_seconds']:.0f} s" + (
@@ -348,9 +354,11 @@ class SweepProgress:
                     f"about {elapsed / self.measured * left:.0f} s left" if self.measured
                     else "no estimate yet")
         queued = max(0, left - running)
-        print(f"[sweep] {self.done}/{self.total} done, {running} running, {queued} queued, "
-              f"{self.failed} failed; {elapsed:.0f} s elapsed, {estimate}"
-              + (f"; {text}" if text else ""), file=self.stream, flush=True)
+        self.bar.write(f"[sweep] {self.done}/{self.total} done, {running} running, {queued} "
+                       f"queued, {self.failed} failed; {elapsed:.0f} s elapsed, {estimate}"
+                       + (f"; {text}" if text else ""), file=self.stream)
+        if self.done == self.total:
+            self.bar.close()
 
 
 @contextmanager
