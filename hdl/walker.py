@@ -11,8 +11,6 @@ __all__ = ["TileCheck", "TileWalker", "Im2colWalker", "BurstPlanner", "POOLING",
 
 COORD = signed(18)
 """A tile coordinate: start (signed 16) + index (unsigned 16)."""
-ADDRESS = signed(53)
-"""An element address before the 32-bit range check: |base + sum(c_d * stride_d)| < 2**52."""
 
 
 POOLING = data.StructLayout({"enable": 1, "pitch": 16})
@@ -210,14 +208,16 @@ class TileWalker(wiring.Component):
         dims = desc.dims
         index = [Signal(16, name=f"i{d}") for d in range(DIMS)]
         coord = [Signal(COORD, name=f"c{d}") for d in range(DIMS)]
-        addr = [Signal(ADDRESS, name=f"a{d}") for d in range(DIMS)]  # a_d: at i_0..i_{d-1} = 0
+        # a_d: the address (modulo 2**32) at i_0..i_{d-1} = 0. q_d (d >= 1): the same with every
+        # coordinate below 0 taken as 0; its terms are >= 0, so over_d (q_d >= 2**32) is sticky
+        # and exact. In bounds the two agree: over_0 is the flag of a_0, taken from q_1 when
+        # dim 0 starts at or enters [0, ..), then kept up by a_0's carries.
+        addr = [Signal(32, name=f"a{d}") for d in range(DIMS)]
+        clamped = [None] + [Signal(32, name=f"q{d}") for d in range(1, DIMS)]
+        over = Signal(DIMS)
         row = Signal(range(self.rows))
         pool = Signal(POOLING)
         pool_row = Signal(range(self.rows))  # pooling: the row at i1 = 0
-        # Start address: sum over d of start_d * stride_d, bit by bit from the LSB of start_d.
-        multiplier = [Signal(signed(16), name=f"multiplier{d}") for d in range(DIMS)]
-        multiplicand = [Signal(48, name=f"multiplicand{d}") for d in range(DIMS)]
-        acc = Signal(ADDRESS)
 
         # The step: lanes up to the end of the row, the padding / in-bounds edge and the beat.
         elem_log2 = _elem_log2(desc, self.elem_log2s)
@@ -246,8 +246,8 @@ class TileWalker(wiring.Component):
         m.d.comb += [
             out.coords.eq(Cat(coord)),
             out.in_bounds.eq(in_bounds),
-            out.addr.eq(addr[0][:32]),
-            out.overflow.eq(in_bounds & addr[0][32:].any()),
+            out.addr.eq(addr[0]),
+            out.overflow.eq(in_bounds & over[0]),
             out.lane.eq(index[0]),
             out.count.eq(count),
             out.row.eq(row),
@@ -255,51 +255,92 @@ class TileWalker(wiring.Component):
             out.last.eq(last.all()),
         ]
 
+        # One adder steps the addresses of the dim that advances (the innermost one not at its
+        # last index), another its clamped address: coordinates below 0 add nothing there.
+        step_from, step_by = Signal(32), Signal(32)
+        clamp_from, clamp_by, clamp_over = Signal(32), Signal(32), Signal()
+        with m.If(~last[0]):
+            m.d.comb += [step_from.eq(addr[0]),
+                         step_by.eq(Mux(contiguous, count << elem_log2, dims[0].stride))]
+        for d in range(1, DIMS):
+            with m.Elif(~last[d]):
+                m.d.comb += [step_from.eq(addr[d]), step_by.eq(dims[d].stride),
+                             clamp_from.eq(clamped[d]), clamp_over.eq(over[d]),
+                             clamp_by.eq(Mux(coord[d] < 0, 0, dims[d].stride))]
+        stepped = Signal(33)
+        clamp_stepped = Signal(33)
+        m.d.comb += [stepped.eq(step_from + step_by), clamp_stepped.eq(clamp_from + clamp_by)]
+        clamp_overflows = clamp_over | clamp_stepped[32]
+
+        # Setup: a_d = base + sum(start_d * stride_d) and q_d = base + sum(max(start_d, 0) *
+        # stride_d), one multiplier bit a cycle through one adder: the dims with a start > 0
+        # first (q_d is the sum so far), then those below 0 (their terms subtracted).
+        multiplier = Signal(16)    # the bits of |start_d| still to add
+        multiplicand = Signal(32)  # stride_d << (bits done)
+        multiplicand_over = Signal()  # bits shifted out of the multiplicand
+        negative = Signal()        # the term is subtracted
+        pending = Signal(DIMS)     # dims whose term is still to add
+        acc = Signal(32)
+        term = Mux(multiplier[0], multiplicand, 0)
+        flip = negative.replicate(32)
+        total = Signal(34)  # [1:33]: acc + term, or acc - term (a carry-in through bit 0)
+        m.d.comb += total.eq(Cat(negative, acc) + Cat(negative, term ^ flip))
+        q_next = Mux(negative, clamped[1], total[1:33])
+        q_over = Mux(negative, over[1],
+                     over[1] | total[33] | (multiplier[0] & multiplicand_over))
+        starts = [dims[d].start for d in range(DIMS)]
+
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += self.descriptor.ready.eq(1)
                 with m.If(self.descriptor.valid):
                     d = self.descriptor.payload
                     m.d.sync += [desc.eq(d), acc.eq(d.base), row.eq(d.sram_row),
-                                 pool.eq(_pool_input(self)), pool_row.eq(d.sram_row)]
+                                 pool.eq(_pool_input(self)), pool_row.eq(d.sram_row),
+                                 multiplier.eq(0), negative.eq(0), over.eq(0),
+                                 pending.eq(Cat(d.dims[k].start != 0 for k in range(DIMS)))]
+                    m.d.sync += [q.eq(d.base) for q in clamped[1:]]
                     for k in range(DIMS):
-                        m.d.sync += [multiplier[k].eq(d.dims[k].start),
-                                     multiplicand[k].eq(d.dims[k].stride),
-                                     index[k].eq(0), coord[k].eq(d.dims[k].start)]
+                        m.d.sync += [index[k].eq(0), coord[k].eq(d.dims[k].start)]
                     m.next = "SETUP"
             with m.State("SETUP"):
-                terms = []
-                for k in range(DIMS):
-                    term = Signal(signed(50), name=f"term{k}")
-                    terms.append(term)
-                    with m.If(multiplier[k] == -1):  # ...111: -2**j * stride
-                        m.d.comb += term.eq(-multiplicand[k])
-                        m.d.sync += multiplier[k].eq(0)
-                    with m.Elif(multiplier[k] != 0):
-                        m.d.comb += term.eq(Mux(multiplier[k][0], multiplicand[k], 0))
-                        m.d.sync += [multiplier[k].eq(multiplier[k] >> 1),
-                                     multiplicand[k].eq(multiplicand[k] << 1)]
-                m.d.sync += acc.eq(acc + sum(terms))
-                with m.If(Cat(multiplier[k] == 0 for k in range(DIMS)).all()):
-                    m.d.sync += [a.eq(acc) for a in addr]
-                    m.next = "WALK"
+                m.d.sync += [acc.eq(total[1:33]), multiplier.eq(multiplier >> 1),
+                             multiplicand.eq(multiplicand << 1),
+                             multiplicand_over.eq(multiplicand_over | multiplicand[31])]
+                m.d.sync += [q.eq(q_next) for q in clamped[1:]]
+                m.d.sync += over[1:].eq(q_over.replicate(DIMS - 1))
+                with m.If(multiplier[1:] == 0):  # the term's last bit: the next term
+                    choices = ([(pending[k] & (starts[k] > 0), k, 0) for k in range(DIMS)] +
+                               [(pending[k] & (starts[k] < 0), k, 1) for k in range(DIMS)])
+                    for i, (chosen, k, minus) in enumerate(choices):
+                        with (m.If if i == 0 else m.Elif)(chosen):
+                            m.d.sync += [multiplier.eq(-starts[k] if minus else starts[k]),
+                                         multiplicand.eq(dims[k].stride),
+                                         multiplicand_over.eq(0), negative.eq(minus),
+                                         pending[k].eq(0)]
+                    with m.Else():
+                        m.d.sync += [a.eq(total[1:33]) for a in addr]
+                        m.d.sync += over[0].eq(q_over)
+                        m.next = "WALK"
                 with m.If(self.abort):
                     m.next = "IDLE"
             with m.State("WALK"):
                 m.d.comb += self.elements.valid.eq(1)
                 with m.If(self.elements.ready):
-                    # The innermost dimension d that is not at its last index advances: dim 0 by
-                    # the step's lanes (count is 1 unless contiguous), the others by one.
+                    # The dim that advances: dim 0 by the step's lanes (count is 1 unless
+                    # contiguous), the others by one, resetting the dims inside it.
                     for d in range(DIMS):
                         with (m.If if d == 0 else m.Elif)(~last[d]):
-                            if d:
-                                step, delta = 1, dims[d].stride
-                            else:
-                                step = count
-                                delta = Mux(contiguous, count << elem_log2, dims[0].stride)
+                            step = count if d == 0 else 1
                             m.d.sync += [index[d].eq(index[d] + step),
                                          coord[d].eq(coord[d] + step)]
-                            m.d.sync += [a.eq(addr[d] + delta) for a in addr[:d + 1]]
+                            m.d.sync += [a.eq(stepped[:32]) for a in addr[:d + 1]]
+                            if d == 0:
+                                m.d.sync += over[0].eq(Mux(coord[0] < 0, over[1],
+                                                           over[0] | stepped[32]))
+                            else:
+                                m.d.sync += [q.eq(clamp_stepped[:32]) for q in clamped[1:d + 1]]
+                                m.d.sync += over[:d + 1].eq(clamp_overflows.replicate(d + 1))
                             for inner in range(d):
                                 m.d.sync += [index[inner].eq(0),
                                              coord[inner].eq(dims[inner].start)]
