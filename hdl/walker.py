@@ -357,33 +357,44 @@ class TileWalker(wiring.Component):
         return m
 
 
-class _ShiftAdd:
-    """``target += multiplier * multiplicand`` (unsigned factors), one multiplier bit per step."""
+HIGH = 11
+"""Bits above the 32 of an im2col offset: ``high * 2**32 + low``, exact down to -2**10 * 2**32
+(padding makes offsets negative, never below -2**9 * 2**32) and saturating at ``SATURATED``:
+a saturated offset is at least that many times 2**32, enough to flag any sum it is part of."""
+SATURATED = 2 ** (HIGH - 1) - 1
+OFFSET = 32 + HIGH
 
-    def __init__(self, target, multiplier_width):
-        name = target.name
-        self.target = target
-        self.y = Signal(multiplier_width, name=f"{name}_y")
-        self.x = Signal(len(target), name=f"{name}_x")
 
-    def start(self, multiplier, multiplicand):
-        return [self.y.eq(multiplier), self.x.eq(multiplicand)]
+def _offset(value):
+    """An unsigned value of up to 32 bits as an offset."""
+    return Cat(value, Const(0, HIGH))
 
-    def step(self):
-        return [self.target.eq(self.target + Mux(self.y[0], self.x, 0)),
-                self.x.eq(self.x << 1), self.y.eq(self.y >> 1)]
+
+def _offset_sum(m, a, b, subtract=0, name="sum"):
+    """The offset ``a + b`` (or ``a - b``), saturated (a helper signal driven in ``m``)."""
+    low = Signal(34, name=f"{name}_low")  # [1:33]: the low word, a carry-in through bit 0
+    high = Signal(signed(HIGH + 2), name=f"{name}_high")
+    result = Signal(OFFSET, name=name)
+    flip = Const(subtract, 1) if isinstance(subtract, int) else subtract
+    m.d.comb += [
+        low.eq(Cat(flip, a[:32]) + Cat(flip, b[:32] ^ flip.replicate(32))),
+        high.eq(a[32:].as_signed() + (b[32:] ^ flip.replicate(HIGH)).as_signed() + low[33]),
+        result.eq(Cat(low[1:33], Mux(high > SATURATED, SATURATED, high)[:HIGH])),
+    ]
+    return result
 
 
 class Im2colWalker(wiring.Component):
     """Walks an ``Im2colDescriptor`` element by element (steps of one lane), lanes fastest.
 
-    Setup forms the step sizes and start offsets by shift-add, in two rounds of one cycle per
-    significant bit (of ``conv_stride``, ``dilation`` and ``padding``, then of the start
-    coordinates). Then one element per cycle, from registers: mixed-radix counters for the pixel
-    (n, p, q) of the row and the kernel position (c, r, s) of the lane, each digit carrying its
-    coordinate and its byte offset, advance by additions only. ``coords`` is left zero. The
-    descriptor must have rows, lanes, kernel sizes and stride >= 1 and its rows must fit
-    ``rows``. ``abort`` returns to idle at once.
+    Setup forms the step sizes, the start coordinates and the start offsets as a sequence of
+    products through one shift-add adder, one cycle per significant bit of each multiplier (the
+    stride, dilation and padding, then the start coordinates; at least one cycle each). Then
+    one element per cycle, from registers: mixed-radix counters for the pixel (n, p, q) of the
+    row and the kernel position (c, r, s) of the lane, each digit carrying its coordinate and
+    its byte offset (32 bits and ``HIGH`` saturating bits above), advance by additions only.
+    ``coords`` is left zero. The descriptor must have rows, lanes, kernel sizes and stride >= 1
+    and its rows must fit ``rows``. ``abort`` returns to idle at once.
     """
 
     def __init__(self, lanes, rows):
@@ -395,17 +406,15 @@ class Im2colWalker(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         desc = Signal(Im2colDescriptor)
-        offset = signed(60)  # |address| < 2**58: 17-bit digits times 40-bit steps, summed
 
         # Step sizes: coordinate steps times byte strides.
-        csw, csh, dsw, dsh = (Signal(40, name=n) for n in ("csw", "csh", "dsw", "dsh"))
-        pad_offset = Signal(41)  # padding * (stride_h + stride_w)
+        csw, csh, dsw, dsh = (Signal(OFFSET, name=n) for n in ("csw", "csh", "dsw", "dsh"))
         # Pixel digits: counter, coordinate contribution (h = hp + hr, w = wq + ws), and the
-        # address with the inner digits at 0 (ro_p: q = 0, ro_n: p = q = 0) or as they are (ro).
+        # offset with the inner digits at 0 (ro_p: q = 0, ro_n: p = q = 0) or as they are (ro).
         i, q, p, n = (Signal(width, name=name) for width, name in
                       ((16, "i"), (16, "q"), (16, "p"), (17, "n")))
         hp, wq = Signal(signed(26), name="hp"), Signal(signed(26), name="wq")
-        ro, ro_p, ro_n = (Signal(offset, name=name) for name in ("ro", "ro_p", "ro_n"))
+        ro, ro_p, ro_n = (Signal(OFFSET, name=name) for name in ("ro", "ro_p", "ro_n"))
         row = Signal(range(self.rows))
         # Kernel digits likewise (lane offsets: lo, lo_r at s = 0, lo_c at r = s = 0), and
         # their values at the first lane of a row.
@@ -413,30 +422,57 @@ class Im2colWalker(wiring.Component):
                       ((16, "j"), (8, "s"), (8, "r"), (17, "c")))
         ws, hr, ws0, hr0 = (Signal(16, name=name) for name in ("ws", "hr", "ws0", "hr0"))
         lo, lo_r, lo_c, lo0, lo_r0, lo_c0 = (
-            Signal(offset, name=name) for name in ("lo", "lo_r", "lo_c", "lo0", "lo_r0", "lo_c0"))
+            Signal(OFFSET, name=name) for name in ("lo", "lo_r", "lo_c", "lo0", "lo_r0", "lo_c0"))
 
-        d = self.descriptor.payload
-        scale = [(_ShiftAdd(csw, 8), d.conv_stride, d.stride_w),
-                 (_ShiftAdd(csh, 8), d.conv_stride, d.stride_h),
-                 (_ShiftAdd(dsw, 8), d.dilation, d.stride_w),
-                 (_ShiftAdd(dsh, 8), d.dilation, d.stride_h),
-                 (_ShiftAdd(pad_offset, 8), d.padding, d.stride_h + d.stride_w),
-                 (_ShiftAdd(hp, 8), d.conv_stride, d.p0),
-                 (_ShiftAdd(wq, 8), d.conv_stride, d.q0),
-                 (_ShiftAdd(hr0, 8), d.dilation, d.r0),
-                 (_ShiftAdd(ws0, 8), d.dilation, d.s0)]
-        offsets = [(_ShiftAdd(ro_n, 16), desc.n0, desc.stride_n),
-                   (_ShiftAdd(ro_p, 16), desc.p0, csh),
-                   (_ShiftAdd(ro, 16), desc.q0, csw),
-                   (_ShiftAdd(lo_c0, 16), desc.c0, desc.stride_c),
-                   (_ShiftAdd(lo_r0, 16), desc.r0, dsh),
-                   (_ShiftAdd(lo0, 16), desc.s0, dsw)]
+        # Setup: target = start + multiplier * multiplicand (or minus it), a product at a time;
+        # a start of None goes on from the product before.
+        def products(source):
+            """(target, multiplier, multiplicand, start, subtract) of each product, with the
+            descriptor fields of ``source``."""
+            return [
+                (csw, source.conv_stride, source.stride_w, 0, 0),
+                (csh, source.conv_stride, source.stride_h, 0, 0),
+                (dsw, source.dilation, source.stride_w, 0, 0),
+                (dsh, source.dilation, source.stride_h, 0, 0),
+                (hp, source.conv_stride, source.p0, -source.padding, 0),
+                (wq, source.conv_stride, source.q0, -source.padding, 0),
+                (hr0, source.dilation, source.r0, 0, 0),
+                (ws0, source.dilation, source.s0, 0, 0),
+                (None, source.padding, source.stride_h, _offset(source.base), 1),
+                (None, source.padding, source.stride_w, None, 1),
+                (ro_n, source.n0, source.stride_n, None, 0),  # base - padding * (sh + sw) + ..
+                (ro_p, source.p0, csh, None, 0),
+                (ro, source.q0, csw, None, 0),
+                (lo_c0, source.c0, source.stride_c, 0, 0),
+                (lo_r0, source.r0, dsh, None, 0),
+                (lo0, source.s0, dsw, None, 0),
+            ]
+
+        count = len(products(desc))
+        product = Signal(range(count))
+        multiplier = Signal(16)        # its bits still to add
+        multiplicand = Signal(OFFSET)  # shifted left once per bit
+        subtract = Signal()
+        acc = Signal(OFFSET)
+        acc_next = _offset_sum(m, acc, Mux(multiplier[0], multiplicand, 0), subtract, "acc_next")
+        doubled = Signal(signed(HIGH + 2))
+        m.d.comb += doubled.eq(Cat(multiplicand[31], multiplicand[32:]).as_signed())
+
+        def start_product(k, source):
+            """Load product ``k`` with the fields of descriptor ``source``."""
+            _, y, x, start, minus = products(source)[k]
+            return [multiplier.eq(y), subtract.eq(minus),
+                    multiplicand.eq(x if len(x) == OFFSET else _offset(x)),
+                    acc.eq(acc_next if start is None else start)]
 
         h = hp + hr
         w = wq + ws
         in_bounds = ((n < desc.batch) & (c < desc.channels) & (h >= 0) & (h < desc.height) &
                      (w >= 0) & (w < desc.width))
-        addr = ro + lo
+        addr = Signal(33)
+        high = Signal(signed(HIGH + 2))
+        m.d.comb += [addr.eq(ro[:32] + lo[:32]),
+                     high.eq(ro[32:].as_signed() + lo[32:].as_signed() + addr[32])]
         last_in_row = j == desc.lanes - 1
         last = last_in_row & (i == desc.rows - 1)
         pending = Signal()  # the counters hold an element not yet in the output register
@@ -450,7 +486,7 @@ class Im2colWalker(wiring.Component):
                 self.elements.valid.eq(1),
                 out.in_bounds.eq(in_bounds),
                 out.addr.eq(addr[:32]),
-                out.overflow.eq(in_bounds & addr[32:].any()),
+                out.overflow.eq(in_bounds & (high > 0)),
                 out.lane.eq(j),
                 out.count.eq(1),
                 out.row.eq(row),
@@ -467,34 +503,33 @@ class Im2colWalker(wiring.Component):
             return [j.eq(0), s.eq(desc.s0), r.eq(desc.r0), c.eq(desc.c0), ws.eq(ws0),
                     hr.eq(hr0), lo.eq(lo0), lo_r.eq(lo_r0), lo_c.eq(lo_c0)]
 
+        def step(offset, by, name):
+            return _offset_sum(m, offset, by, name=name)
+
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += self.descriptor.ready.eq(1)
+                d = self.descriptor.payload
                 with m.If(self.descriptor.valid):
                     m.d.sync += [desc.eq(d), i.eq(0), q.eq(d.q0), p.eq(d.p0), n.eq(d.n0),
-                                 row.eq(d.sram_row),
-                                 *(unit.target.eq(0) for unit, _, _ in scale),
-                                 hp.eq(-d.padding), wq.eq(-d.padding)]
-                    for unit, multiplier, multiplicand in scale:
-                        m.d.sync += unit.start(multiplier, multiplicand)
-                    m.next = "SCALE"
-            with m.State("SCALE"):
-                for unit, _, _ in scale:
-                    m.d.sync += unit.step()
-                with m.If(Cat(unit.y == 0 for unit, _, _ in scale).all()):
-                    m.d.sync += [unit.target.eq(0) for unit, _, _ in offsets]
-                    m.d.sync += ro_n.eq(desc.base - pad_offset)
-                    for unit, multiplier, multiplicand in offsets:
-                        m.d.sync += unit.start(multiplier, multiplicand)
-                    m.next = "OFFSET"
-                stop_on_abort()
-            with m.State("OFFSET"):
-                for unit, _, _ in offsets:
-                    m.d.sync += unit.step()
-                with m.If(Cat(unit.y == 0 for unit, _, _ in offsets).all()):
-                    m.d.sync += [ro_p.eq(ro_n + ro_p), ro.eq(ro_n + ro_p + ro),
-                                 lo_r0.eq(lo_c0 + lo_r0), lo0.eq(lo_c0 + lo_r0 + lo0)]
-                    m.next = "START"
+                                 row.eq(d.sram_row), product.eq(0), *start_product(0, d)]
+                    m.next = "SETUP"
+            with m.State("SETUP"):
+                m.d.sync += [acc.eq(acc_next), multiplier.eq(multiplier >> 1),
+                             multiplicand.eq(Cat(Const(0, 1), multiplicand[:31],
+                                                 Mux(doubled > SATURATED, SATURATED,
+                                                     doubled)[:HIGH]))]
+                with m.If(multiplier[1:] == 0):  # the product's last bit
+                    with m.Switch(product):
+                        for k, (target, *_) in enumerate(products(desc)):
+                            with m.Case(k):
+                                if target is not None:
+                                    m.d.sync += target.eq(acc_next[:len(target)])
+                                if k + 1 < count:
+                                    m.d.sync += [product.eq(k + 1),
+                                                 *start_product(k + 1, desc)]
+                                else:
+                                    m.next = "START"
                 stop_on_abort()
             with m.State("START"):
                 m.d.sync += [*first_lane(), pending.eq(1)]
@@ -504,31 +539,34 @@ class Im2colWalker(wiring.Component):
                 with m.If(load & last_in_row):
                     m.d.sync += [*first_lane(), i.eq(i + 1), row.eq(row + 1)]
                     with m.If(q + 1 < desc.out_width):
-                        m.d.sync += [q.eq(q + 1), wq.eq(wq + desc.conv_stride), ro.eq(ro + csw)]
+                        m.d.sync += [q.eq(q + 1), wq.eq(wq + desc.conv_stride),
+                                     ro.eq(step(ro, csw, "ro_next"))]
                     with m.Else():
                         m.d.sync += [q.eq(0), wq.eq(-desc.padding)]
                         with m.If(p + 1 < desc.out_height):
+                            ro_p_next = step(ro_p, csh, "ro_p_next")
                             m.d.sync += [p.eq(p + 1), hp.eq(hp + desc.conv_stride),
-                                         ro_p.eq(ro_p + csh), ro.eq(ro_p + csh)]
+                                         ro_p.eq(ro_p_next), ro.eq(ro_p_next)]
                         with m.Else():
+                            ro_n_next = step(ro_n, _offset(desc.stride_n), "ro_n_next")
                             m.d.sync += [p.eq(0), hp.eq(-desc.padding), n.eq(n + 1),
-                                         ro_n.eq(ro_n + desc.stride_n),
-                                         ro_p.eq(ro_n + desc.stride_n),
-                                         ro.eq(ro_n + desc.stride_n)]
+                                         ro_n.eq(ro_n_next), ro_p.eq(ro_n_next),
+                                         ro.eq(ro_n_next)]
                 with m.Elif(load):
                     m.d.sync += j.eq(j + 1)
                     with m.If(s + 1 < desc.kernel_w):
-                        m.d.sync += [s.eq(s + 1), ws.eq(ws + desc.dilation), lo.eq(lo + dsw)]
+                        m.d.sync += [s.eq(s + 1), ws.eq(ws + desc.dilation),
+                                     lo.eq(step(lo, dsw, "lo_next"))]
                     with m.Else():
                         m.d.sync += [s.eq(0), ws.eq(0)]
                         with m.If(r + 1 < desc.kernel_h):
+                            lo_r_next = step(lo_r, dsh, "lo_r_next")
                             m.d.sync += [r.eq(r + 1), hr.eq(hr + desc.dilation),
-                                         lo_r.eq(lo_r + dsh), lo.eq(lo_r + dsh)]
+                                         lo_r.eq(lo_r_next), lo.eq(lo_r_next)]
                         with m.Else():
-                            m.d.sync += [r.eq(0), hr.eq(0), c.eq(c + 1),
-                                         lo_c.eq(lo_c + desc.stride_c),
-                                         lo_r.eq(lo_c + desc.stride_c),
-                                         lo.eq(lo_c + desc.stride_c)]
+                            lo_c_next = step(lo_c, _offset(desc.stride_c), "lo_c_next")
+                            m.d.sync += [r.eq(0), hr.eq(0), c.eq(c + 1), lo_c.eq(lo_c_next),
+                                         lo_r.eq(lo_c_next), lo.eq(lo_c_next)]
                 with m.If(self.elements.valid & self.elements.ready & self.elements.payload.last):
                     m.next = "IDLE"
                 stop_on_abort()
