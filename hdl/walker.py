@@ -239,9 +239,12 @@ class TileWalker(wiring.Component):
         count = Signal(range(1, self.lanes + 1))
         m.d.comb += count.eq(Mux(run < rest, run, rest))
 
+        following = [Signal(17, name=f"i{d}_next") for d in range(DIMS)]  # i_d after a step
+        m.d.comb += [following[0].eq(index[0] + count),
+                     *(following[d].eq(index[d] + 1) for d in range(1, DIMS))]
         last = Signal(DIMS)
         m.d.comb += last.eq(Cat(count == rest,
-                                *(index[d] == dims[d].extent - 1 for d in range(1, DIMS))))
+                                *(following[d] == dims[d].extent for d in range(1, DIMS))))
         out = self.elements.payload
         m.d.comb += [
             out.coords.eq(Cat(coord)),
@@ -288,7 +291,17 @@ class TileWalker(wiring.Component):
         q_next = Mux(negative, clamped[1], total[1:33])
         q_over = Mux(negative, over[1],
                      over[1] | total[33] | (multiplier[0] & multiplicand_over))
-        starts = [dims[d].start for d in range(DIMS)]
+        # The next term: the first pending dim with a start > 0, else the first one below 0.
+        next_dim = Signal(DIMS)
+        next_start, next_stride = Signal(signed(16)), Signal(32)
+        negative_next = next_start < 0
+        choices = ([pending[k] & (dims[k].start > 0) for k in range(DIMS)] +
+                   [pending[k] & (dims[k].start < 0) for k in range(DIMS)])
+        for i, chosen in enumerate(choices):
+            k = i % DIMS
+            with (m.If if i == 0 else m.Elif)(chosen):
+                m.d.comb += [next_dim.eq(1 << k), next_start.eq(dims[k].start),
+                             next_stride.eq(dims[k].stride)]
 
         with m.FSM():
             with m.State("IDLE"):
@@ -310,14 +323,10 @@ class TileWalker(wiring.Component):
                 m.d.sync += [q.eq(q_next) for q in clamped[1:]]
                 m.d.sync += over[1:].eq(q_over.replicate(DIMS - 1))
                 with m.If(multiplier[1:] == 0):  # the term's last bit: the next term
-                    choices = ([(pending[k] & (starts[k] > 0), k, 0) for k in range(DIMS)] +
-                               [(pending[k] & (starts[k] < 0), k, 1) for k in range(DIMS)])
-                    for i, (chosen, k, minus) in enumerate(choices):
-                        with (m.If if i == 0 else m.Elif)(chosen):
-                            m.d.sync += [multiplier.eq(-starts[k] if minus else starts[k]),
-                                         multiplicand.eq(dims[k].stride),
-                                         multiplicand_over.eq(0), negative.eq(minus),
-                                         pending[k].eq(0)]
+                    with m.If(pending.any()):
+                        m.d.sync += [multiplier.eq(Mux(negative_next, -next_start, next_start)),
+                                     multiplicand.eq(next_stride), multiplicand_over.eq(0),
+                                     negative.eq(negative_next), pending.eq(pending & ~next_dim)]
                     with m.Else():
                         m.d.sync += [a.eq(total[1:33]) for a in addr]
                         m.d.sync += over[0].eq(q_over)
@@ -332,8 +341,7 @@ class TileWalker(wiring.Component):
                     for d in range(DIMS):
                         with (m.If if d == 0 else m.Elif)(~last[d]):
                             step = count if d == 0 else 1
-                            m.d.sync += [index[d].eq(index[d] + step),
-                                         coord[d].eq(coord[d] + step)]
+                            m.d.sync += [index[d].eq(following[d]), coord[d].eq(coord[d] + step)]
                             m.d.sync += [a.eq(stepped[:32]) for a in addr[:d + 1]]
                             if d == 0:
                                 m.d.sync += over[0].eq(Mux(coord[0] < 0, over[1],
