@@ -511,8 +511,26 @@ class Im2colWalker(wiring.Component):
             return [j.eq(0), s.eq(desc.s0), r.eq(desc.r0), c.eq(desc.c0), ws.eq(ws0),
                     hr.eq(hr0), lo.eq(lo0), lo_r.eq(lo_r0), lo_c.eq(lo_c0)]
 
-        def step(offset, by, name):
-            return _offset_sum(m, offset, by, name=name)
+        def advance(digits):
+            """Steps mixed-radix ``digits`` (innermost first): (counter, its limit (None: the
+            last digit), coordinate or None, its step, its value at counter 0, offsets (the
+            digit's own, then those of the digits inside it), the offset's step)."""
+            counter, limit, coordinate, by, first, offsets, offset_by = digits[0]
+
+            def step():
+                following = _offset_sum(m, offsets[0], offset_by, name=f"{offsets[0].name}_next")
+                m.d.sync += [counter.eq(counter + 1), *(o.eq(following) for o in offsets)]
+                if coordinate is not None:
+                    m.d.sync += coordinate.eq(coordinate + by)
+
+            if limit is None:
+                step()
+                return
+            with m.If(counter + 1 < limit):
+                step()
+            with m.Else():
+                m.d.sync += [counter.eq(0), coordinate.eq(first)]
+                advance(digits[1:])
 
         with m.FSM():
             with m.State("IDLE"):
@@ -546,35 +564,15 @@ class Im2colWalker(wiring.Component):
             with m.State("WALK"):
                 with m.If(load & last_in_row):
                     m.d.sync += [*first_lane(), i.eq(i + 1), row.eq(row + 1)]
-                    with m.If(q + 1 < desc.out_width):
-                        m.d.sync += [q.eq(q + 1), wq.eq(wq + desc.conv_stride),
-                                     ro.eq(step(ro, csw, "ro_next"))]
-                    with m.Else():
-                        m.d.sync += [q.eq(0), wq.eq(-desc.padding)]
-                        with m.If(p + 1 < desc.out_height):
-                            ro_p_next = step(ro_p, csh, "ro_p_next")
-                            m.d.sync += [p.eq(p + 1), hp.eq(hp + desc.conv_stride),
-                                         ro_p.eq(ro_p_next), ro.eq(ro_p_next)]
-                        with m.Else():
-                            ro_n_next = step(ro_n, _offset(desc.stride_n), "ro_n_next")
-                            m.d.sync += [p.eq(0), hp.eq(-desc.padding), n.eq(n + 1),
-                                         ro_n.eq(ro_n_next), ro_p.eq(ro_n_next),
-                                         ro.eq(ro_n_next)]
+                    advance([(q, desc.out_width, wq, desc.conv_stride, -desc.padding, [ro], csw),
+                             (p, desc.out_height, hp, desc.conv_stride, -desc.padding,
+                              [ro_p, ro], csh),
+                             (n, None, None, 0, 0, [ro_n, ro_p, ro], _offset(desc.stride_n))])
                 with m.Elif(load):
                     m.d.sync += j.eq(j + 1)
-                    with m.If(s + 1 < desc.kernel_w):
-                        m.d.sync += [s.eq(s + 1), ws.eq(ws + desc.dilation),
-                                     lo.eq(step(lo, dsw, "lo_next"))]
-                    with m.Else():
-                        m.d.sync += [s.eq(0), ws.eq(0)]
-                        with m.If(r + 1 < desc.kernel_h):
-                            lo_r_next = step(lo_r, dsh, "lo_r_next")
-                            m.d.sync += [r.eq(r + 1), hr.eq(hr + desc.dilation),
-                                         lo_r.eq(lo_r_next), lo.eq(lo_r_next)]
-                        with m.Else():
-                            lo_c_next = step(lo_c, _offset(desc.stride_c), "lo_c_next")
-                            m.d.sync += [r.eq(0), hr.eq(0), c.eq(c + 1), lo_c.eq(lo_c_next),
-                                         lo_r.eq(lo_c_next), lo.eq(lo_c_next)]
+                    advance([(s, desc.kernel_w, ws, desc.dilation, 0, [lo], dsw),
+                             (r, desc.kernel_h, hr, desc.dilation, 0, [lo_r, lo], dsh),
+                             (c, None, None, 0, 0, [lo_c, lo_r, lo], _offset(desc.stride_c))])
                 with m.If(self.elements.valid & self.elements.ready & self.elements.payload.last):
                     m.next = "IDLE"
                 stop_on_abort()
