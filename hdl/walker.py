@@ -181,8 +181,8 @@ class TileWalker(wiring.Component):
     """Walks a descriptor a row segment at a time, dim 0 fastest (see ``TensorDescriptor``).
 
     A descriptor is accepted when idle. The start address ``base + sum(start_d * stride_d)``
-    takes one cycle per significant bit of the largest ``|start_d|``; then one step per cycle
-    follows, addresses and rows advancing by additions only. A step is one element or, when the
+    takes one cycle, plus one per significant bit of each non-zero ``|start_d|``; then one step
+    per cycle follows, 32-bit addresses and rows advancing by additions only. A step is one element or, when the
     dim-0 stride is the element size (``1 << elem_log2`` bytes), the longest run of lanes that
     are all padding or all in bounds and inside one ``beat_bytes`` bus beat. With ``pool``
     enabled (an input sampled with the descriptor, there when built with ``pool=True``) the row
