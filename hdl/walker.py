@@ -182,14 +182,14 @@ class TileWalker(wiring.Component):
 
     A descriptor is accepted when idle. The start address ``base + sum(start_d * stride_d)``
     takes one cycle, plus one per significant bit of each non-zero ``|start_d|``; then one step
-    per cycle follows, 32-bit addresses and rows advancing by additions only. A step is one element or, when the
-    dim-0 stride is the element size (``1 << elem_log2`` bytes), the longest run of lanes that
-    are all padding or all in bounds and inside one ``beat_bytes`` bus beat. With ``pool``
-    enabled (an input sampled with the descriptor, there when built with ``pool=True``) the row
-    of element (i0, i1, i2) is ``sram_row + 2 * i1 + 2 * pitch * i2``, the first of its 2x2
-    window. ``elem_log2`` is the element size or a tuple of those allowed; the descriptor must
-    pass a ``TileCheck`` with the same ``elem_log2`` and ``pool``. ``abort`` returns to idle at
-    once.
+    per cycle follows, 32-bit addresses and rows advancing by additions only. A step is one
+    element or, when the dim-0 stride is the element size (``1 << elem_log2`` bytes), the
+    longest run of lanes that are all padding or all in bounds and inside one ``beat_bytes`` bus
+    beat. With ``pool`` enabled (an input sampled with the descriptor, there when built with
+    ``pool=True``) the row of element (i0, i1, i2) is ``sram_row + 2 * i1 + 2 * pitch * i2``,
+    the first of its 2x2 window. ``elem_log2`` is the element size or a tuple of those allowed;
+    the descriptor must pass a ``TileCheck`` with the same ``elem_log2`` and ``pool``. ``abort``
+    returns to idle at once.
     """
 
     def __init__(self, lanes, rows, elem_log2, beat_bytes, pool=False):
