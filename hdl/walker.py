@@ -11,8 +11,6 @@ __all__ = ["TileCheck", "TileWalker", "Im2colWalker", "BurstPlanner", "POOLING",
 
 COORD = signed(18)
 """A tile coordinate: start (signed 16) + index (unsigned 16)."""
-ADDRESS = signed(53)
-"""An element address before the 32-bit range check: |base + sum(c_d * stride_d)| < 2**52."""
 
 
 POOLING = data.StructLayout({"enable": 1, "pitch": 16})
@@ -183,15 +181,15 @@ class TileWalker(wiring.Component):
     """Walks a descriptor a row segment at a time, dim 0 fastest (see ``TensorDescriptor``).
 
     A descriptor is accepted when idle. The start address ``base + sum(start_d * stride_d)``
-    takes one cycle per significant bit of the largest ``|start_d|``; then one step per cycle
-    follows, addresses and rows advancing by additions only. A step is one element or, when the
-    dim-0 stride is the element size (``1 << elem_log2`` bytes), the longest run of lanes that
-    are all padding or all in bounds and inside one ``beat_bytes`` bus beat. With ``pool``
-    enabled (an input sampled with the descriptor, there when built with ``pool=True``) the row
-    of element (i0, i1, i2) is ``sram_row + 2 * i1 + 2 * pitch * i2``, the first of its 2x2
-    window. ``elem_log2`` is the element size or a tuple of those allowed; the descriptor must
-    pass a ``TileCheck`` with the same ``elem_log2`` and ``pool``. ``abort`` returns to idle at
-    once.
+    takes one cycle, plus one per significant bit of each non-zero ``|start_d|``; then one step
+    per cycle follows, 32-bit addresses and rows advancing by additions only. A step is one
+    element or, when the dim-0 stride is the element size (``1 << elem_log2`` bytes), the
+    longest run of lanes that are all padding or all in bounds and inside one ``beat_bytes`` bus
+    beat. With ``pool`` enabled (an input sampled with the descriptor, there when built with
+    ``pool=True``) the row of element (i0, i1, i2) is ``sram_row + 2 * i1 + 2 * pitch * i2``,
+    the first of its 2x2 window. ``elem_log2`` is the element size or a tuple of those allowed;
+    the descriptor must pass a ``TileCheck`` with the same ``elem_log2`` and ``pool``. ``abort``
+    returns to idle at once.
     """
 
     def __init__(self, lanes, rows, elem_log2, beat_bytes, pool=False):
@@ -210,14 +208,16 @@ class TileWalker(wiring.Component):
         dims = desc.dims
         index = [Signal(16, name=f"i{d}") for d in range(DIMS)]
         coord = [Signal(COORD, name=f"c{d}") for d in range(DIMS)]
-        addr = [Signal(ADDRESS, name=f"a{d}") for d in range(DIMS)]  # a_d: at i_0..i_{d-1} = 0
+        # a_d: the address (modulo 2**32) at i_0..i_{d-1} = 0. q_d (d >= 1): the same with every
+        # coordinate below 0 taken as 0; its terms are >= 0, so over_d (q_d >= 2**32) is sticky
+        # and exact. In bounds the two agree: over_0 is the flag of a_0, taken from q_1 when
+        # dim 0 starts at or enters [0, ..), then kept up by a_0's carries.
+        addr = [Signal(32, name=f"a{d}") for d in range(DIMS)]
+        clamped = [None] + [Signal(32, name=f"q{d}") for d in range(1, DIMS)]
+        over = Signal(DIMS)
         row = Signal(range(self.rows))
         pool = Signal(POOLING)
         pool_row = Signal(range(self.rows))  # pooling: the row at i1 = 0
-        # Start address: sum over d of start_d * stride_d, bit by bit from the LSB of start_d.
-        multiplier = [Signal(signed(16), name=f"multiplier{d}") for d in range(DIMS)]
-        multiplicand = [Signal(48, name=f"multiplicand{d}") for d in range(DIMS)]
-        acc = Signal(ADDRESS)
 
         # The step: lanes up to the end of the row, the padding / in-bounds edge and the beat.
         elem_log2 = _elem_log2(desc, self.elem_log2s)
@@ -239,15 +239,18 @@ class TileWalker(wiring.Component):
         count = Signal(range(1, self.lanes + 1))
         m.d.comb += count.eq(Mux(run < rest, run, rest))
 
+        following = [Signal(17, name=f"i{d}_next") for d in range(DIMS)]  # i_d after a step
+        m.d.comb += [following[0].eq(index[0] + count),
+                     *(following[d].eq(index[d] + 1) for d in range(1, DIMS))]
         last = Signal(DIMS)
         m.d.comb += last.eq(Cat(count == rest,
-                                *(index[d] == dims[d].extent - 1 for d in range(1, DIMS))))
+                                *(following[d] == dims[d].extent for d in range(1, DIMS))))
         out = self.elements.payload
         m.d.comb += [
             out.coords.eq(Cat(coord)),
             out.in_bounds.eq(in_bounds),
-            out.addr.eq(addr[0][:32]),
-            out.overflow.eq(in_bounds & addr[0][32:].any()),
+            out.addr.eq(addr[0]),
+            out.overflow.eq(in_bounds & over[0]),
             out.lane.eq(index[0]),
             out.count.eq(count),
             out.row.eq(row),
@@ -255,51 +258,97 @@ class TileWalker(wiring.Component):
             out.last.eq(last.all()),
         ]
 
+        # One adder steps the addresses of the dim that advances (the innermost one not at its
+        # last index), another its clamped address: coordinates below 0 add nothing there.
+        step_from, step_by = Signal(32), Signal(32)
+        clamp_from, clamp_by, clamp_over = Signal(32), Signal(32), Signal()
+        with m.If(~last[0]):
+            m.d.comb += [step_from.eq(addr[0]),
+                         step_by.eq(Mux(contiguous, count << elem_log2, dims[0].stride))]
+        for d in range(1, DIMS):
+            with m.Elif(~last[d]):
+                m.d.comb += [step_from.eq(addr[d]), step_by.eq(dims[d].stride),
+                             clamp_from.eq(clamped[d]), clamp_over.eq(over[d]),
+                             clamp_by.eq(Mux(coord[d] < 0, 0, dims[d].stride))]
+        stepped = Signal(33)
+        clamp_stepped = Signal(33)
+        m.d.comb += [stepped.eq(step_from + step_by), clamp_stepped.eq(clamp_from + clamp_by)]
+        clamp_overflows = clamp_over | clamp_stepped[32]
+
+        # Setup: a_d = base + sum(start_d * stride_d) and q_d = base + sum(max(start_d, 0) *
+        # stride_d), one multiplier bit a cycle through one adder: the dims with a start > 0
+        # first (q_d is the sum so far), then those below 0 (their terms subtracted).
+        multiplier = Signal(16)    # the bits of |start_d| still to add
+        multiplicand = Signal(32)  # stride_d << (bits done)
+        multiplicand_over = Signal()  # bits shifted out of the multiplicand
+        negative = Signal()        # the term is subtracted
+        pending = Signal(DIMS)     # dims whose term is still to add
+        acc = Signal(32)
+        term = Mux(multiplier[0], multiplicand, 0)
+        flip = negative.replicate(32)
+        total = Signal(34)  # [1:33]: acc + term, or acc - term (a carry-in through bit 0)
+        m.d.comb += total.eq(Cat(negative, acc) + Cat(negative, term ^ flip))
+        q_next = Mux(negative, clamped[1], total[1:33])
+        q_over = Mux(negative, over[1],
+                     over[1] | total[33] | (multiplier[0] & multiplicand_over))
+        # The next term: the first pending dim with a start > 0, else the first one below 0.
+        next_dim = Signal(DIMS)
+        next_start, next_stride = Signal(signed(16)), Signal(32)
+        negative_next = next_start < 0
+        choices = ([pending[k] & (dims[k].start > 0) for k in range(DIMS)] +
+                   [pending[k] & (dims[k].start < 0) for k in range(DIMS)])
+        for i, chosen in enumerate(choices):
+            k = i % DIMS
+            with (m.If if i == 0 else m.Elif)(chosen):
+                m.d.comb += [next_dim.eq(1 << k), next_start.eq(dims[k].start),
+                             next_stride.eq(dims[k].stride)]
+
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += self.descriptor.ready.eq(1)
                 with m.If(self.descriptor.valid):
                     d = self.descriptor.payload
                     m.d.sync += [desc.eq(d), acc.eq(d.base), row.eq(d.sram_row),
-                                 pool.eq(_pool_input(self)), pool_row.eq(d.sram_row)]
+                                 pool.eq(_pool_input(self)), pool_row.eq(d.sram_row),
+                                 multiplier.eq(0), negative.eq(0), over.eq(0),
+                                 pending.eq(Cat(d.dims[k].start != 0 for k in range(DIMS)))]
+                    m.d.sync += [q.eq(d.base) for q in clamped[1:]]
                     for k in range(DIMS):
-                        m.d.sync += [multiplier[k].eq(d.dims[k].start),
-                                     multiplicand[k].eq(d.dims[k].stride),
-                                     index[k].eq(0), coord[k].eq(d.dims[k].start)]
+                        m.d.sync += [index[k].eq(0), coord[k].eq(d.dims[k].start)]
                     m.next = "SETUP"
             with m.State("SETUP"):
-                terms = []
-                for k in range(DIMS):
-                    term = Signal(signed(50), name=f"term{k}")
-                    terms.append(term)
-                    with m.If(multiplier[k] == -1):  # ...111: -2**j * stride
-                        m.d.comb += term.eq(-multiplicand[k])
-                        m.d.sync += multiplier[k].eq(0)
-                    with m.Elif(multiplier[k] != 0):
-                        m.d.comb += term.eq(Mux(multiplier[k][0], multiplicand[k], 0))
-                        m.d.sync += [multiplier[k].eq(multiplier[k] >> 1),
-                                     multiplicand[k].eq(multiplicand[k] << 1)]
-                m.d.sync += acc.eq(acc + sum(terms))
-                with m.If(Cat(multiplier[k] == 0 for k in range(DIMS)).all()):
-                    m.d.sync += [a.eq(acc) for a in addr]
-                    m.next = "WALK"
+                m.d.sync += [acc.eq(total[1:33]), multiplier.eq(multiplier >> 1),
+                             multiplicand.eq(multiplicand << 1),
+                             multiplicand_over.eq(multiplicand_over | multiplicand[31])]
+                m.d.sync += [q.eq(q_next) for q in clamped[1:]]
+                m.d.sync += over[1:].eq(q_over.replicate(DIMS - 1))
+                with m.If(multiplier[1:] == 0):  # the term's last bit: the next term
+                    with m.If(pending.any()):
+                        m.d.sync += [multiplier.eq(Mux(negative_next, -next_start, next_start)),
+                                     multiplicand.eq(next_stride), multiplicand_over.eq(0),
+                                     negative.eq(negative_next), pending.eq(pending & ~next_dim)]
+                    with m.Else():
+                        m.d.sync += [a.eq(total[1:33]) for a in addr]
+                        m.d.sync += over[0].eq(q_over)
+                        m.next = "WALK"
                 with m.If(self.abort):
                     m.next = "IDLE"
             with m.State("WALK"):
                 m.d.comb += self.elements.valid.eq(1)
                 with m.If(self.elements.ready):
-                    # The innermost dimension d that is not at its last index advances: dim 0 by
-                    # the step's lanes (count is 1 unless contiguous), the others by one.
+                    # The dim that advances: dim 0 by the step's lanes (count is 1 unless
+                    # contiguous), the others by one, resetting the dims inside it.
                     for d in range(DIMS):
                         with (m.If if d == 0 else m.Elif)(~last[d]):
-                            if d:
-                                step, delta = 1, dims[d].stride
+                            step = count if d == 0 else 1
+                            m.d.sync += [index[d].eq(following[d]), coord[d].eq(coord[d] + step)]
+                            m.d.sync += [a.eq(stepped[:32]) for a in addr[:d + 1]]
+                            if d == 0:
+                                m.d.sync += over[0].eq(Mux(coord[0] < 0, over[1],
+                                                           over[0] | stepped[32]))
                             else:
-                                step = count
-                                delta = Mux(contiguous, count << elem_log2, dims[0].stride)
-                            m.d.sync += [index[d].eq(index[d] + step),
-                                         coord[d].eq(coord[d] + step)]
-                            m.d.sync += [a.eq(addr[d] + delta) for a in addr[:d + 1]]
+                                m.d.sync += [q.eq(clamp_stepped[:32]) for q in clamped[1:d + 1]]
+                                m.d.sync += over[:d + 1].eq(clamp_overflows.replicate(d + 1))
                             for inner in range(d):
                                 m.d.sync += [index[inner].eq(0),
                                              coord[inner].eq(dims[inner].start)]
@@ -316,33 +365,44 @@ class TileWalker(wiring.Component):
         return m
 
 
-class _ShiftAdd:
-    """``target += multiplier * multiplicand`` (unsigned factors), one multiplier bit per step."""
+HIGH = 11
+"""Bits above the 32 of an im2col offset: ``high * 2**32 + low``, exact down to -2**10 * 2**32
+(padding makes offsets negative, never below -2**9 * 2**32) and saturating at ``SATURATED``:
+a saturated offset is at least that many times 2**32, enough to flag any sum it is part of."""
+SATURATED = 2 ** (HIGH - 1) - 1
+OFFSET = 32 + HIGH
 
-    def __init__(self, target, multiplier_width):
-        name = target.name
-        self.target = target
-        self.y = Signal(multiplier_width, name=f"{name}_y")
-        self.x = Signal(len(target), name=f"{name}_x")
 
-    def start(self, multiplier, multiplicand):
-        return [self.y.eq(multiplier), self.x.eq(multiplicand)]
+def _offset(value):
+    """An unsigned value of up to 32 bits as an offset."""
+    return Cat(value, Const(0, HIGH))
 
-    def step(self):
-        return [self.target.eq(self.target + Mux(self.y[0], self.x, 0)),
-                self.x.eq(self.x << 1), self.y.eq(self.y >> 1)]
+
+def _offset_sum(m, a, b, subtract=0, name="sum"):
+    """The offset ``a + b`` (or ``a - b``), saturated (a helper signal driven in ``m``)."""
+    low = Signal(34, name=f"{name}_low")  # [1:33]: the low word, a carry-in through bit 0
+    high = Signal(signed(HIGH + 2), name=f"{name}_high")
+    result = Signal(OFFSET, name=name)
+    flip = Const(subtract, 1) if isinstance(subtract, int) else subtract
+    m.d.comb += [
+        low.eq(Cat(flip, a[:32]) + Cat(flip, b[:32] ^ flip.replicate(32))),
+        high.eq(a[32:].as_signed() + (b[32:] ^ flip.replicate(HIGH)).as_signed() + low[33]),
+        result.eq(Cat(low[1:33], Mux(high > SATURATED, SATURATED, high)[:HIGH])),
+    ]
+    return result
 
 
 class Im2colWalker(wiring.Component):
     """Walks an ``Im2colDescriptor`` element by element (steps of one lane), lanes fastest.
 
-    Setup forms the step sizes and start offsets by shift-add, in two rounds of one cycle per
-    significant bit (of ``conv_stride``, ``dilation`` and ``padding``, then of the start
-    coordinates). Then one element per cycle, from registers: mixed-radix counters for the pixel
-    (n, p, q) of the row and the kernel position (c, r, s) of the lane, each digit carrying its
-    coordinate and its byte offset, advance by additions only. ``coords`` is left zero. The
-    descriptor must have rows, lanes, kernel sizes and stride >= 1 and its rows must fit
-    ``rows``. ``abort`` returns to idle at once.
+    Setup forms the step sizes, the start coordinates and the start offsets as a sequence of
+    products through one shift-add adder, one cycle per significant bit of each multiplier (the
+    stride, dilation and padding, then the start coordinates; at least one cycle each). Then
+    one element per cycle, from registers: mixed-radix counters for the pixel (n, p, q) of the
+    row and the kernel position (c, r, s) of the lane, each digit carrying its coordinate and
+    its byte offset (32 bits and ``HIGH`` saturating bits above), advance by additions only.
+    ``coords`` is left zero. The descriptor must have rows, lanes, kernel sizes and stride >= 1
+    and its rows must fit ``rows``. ``abort`` returns to idle at once.
     """
 
     def __init__(self, lanes, rows):
@@ -354,17 +414,15 @@ class Im2colWalker(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         desc = Signal(Im2colDescriptor)
-        offset = signed(60)  # |address| < 2**58: 17-bit digits times 40-bit steps, summed
 
         # Step sizes: coordinate steps times byte strides.
-        csw, csh, dsw, dsh = (Signal(40, name=n) for n in ("csw", "csh", "dsw", "dsh"))
-        pad_offset = Signal(41)  # padding * (stride_h + stride_w)
+        csw, csh, dsw, dsh = (Signal(OFFSET, name=n) for n in ("csw", "csh", "dsw", "dsh"))
         # Pixel digits: counter, coordinate contribution (h = hp + hr, w = wq + ws), and the
-        # address with the inner digits at 0 (ro_p: q = 0, ro_n: p = q = 0) or as they are (ro).
+        # offset with the inner digits at 0 (ro_p: q = 0, ro_n: p = q = 0) or as they are (ro).
         i, q, p, n = (Signal(width, name=name) for width, name in
                       ((16, "i"), (16, "q"), (16, "p"), (17, "n")))
         hp, wq = Signal(signed(26), name="hp"), Signal(signed(26), name="wq")
-        ro, ro_p, ro_n = (Signal(offset, name=name) for name in ("ro", "ro_p", "ro_n"))
+        ro, ro_p, ro_n = (Signal(OFFSET, name=name) for name in ("ro", "ro_p", "ro_n"))
         row = Signal(range(self.rows))
         # Kernel digits likewise (lane offsets: lo, lo_r at s = 0, lo_c at r = s = 0), and
         # their values at the first lane of a row.
@@ -372,30 +430,57 @@ class Im2colWalker(wiring.Component):
                       ((16, "j"), (8, "s"), (8, "r"), (17, "c")))
         ws, hr, ws0, hr0 = (Signal(16, name=name) for name in ("ws", "hr", "ws0", "hr0"))
         lo, lo_r, lo_c, lo0, lo_r0, lo_c0 = (
-            Signal(offset, name=name) for name in ("lo", "lo_r", "lo_c", "lo0", "lo_r0", "lo_c0"))
+            Signal(OFFSET, name=name) for name in ("lo", "lo_r", "lo_c", "lo0", "lo_r0", "lo_c0"))
 
-        d = self.descriptor.payload
-        scale = [(_ShiftAdd(csw, 8), d.conv_stride, d.stride_w),
-                 (_ShiftAdd(csh, 8), d.conv_stride, d.stride_h),
-                 (_ShiftAdd(dsw, 8), d.dilation, d.stride_w),
-                 (_ShiftAdd(dsh, 8), d.dilation, d.stride_h),
-                 (_ShiftAdd(pad_offset, 8), d.padding, d.stride_h + d.stride_w),
-                 (_ShiftAdd(hp, 8), d.conv_stride, d.p0),
-                 (_ShiftAdd(wq, 8), d.conv_stride, d.q0),
-                 (_ShiftAdd(hr0, 8), d.dilation, d.r0),
-                 (_ShiftAdd(ws0, 8), d.dilation, d.s0)]
-        offsets = [(_ShiftAdd(ro_n, 16), desc.n0, desc.stride_n),
-                   (_ShiftAdd(ro_p, 16), desc.p0, csh),
-                   (_ShiftAdd(ro, 16), desc.q0, csw),
-                   (_ShiftAdd(lo_c0, 16), desc.c0, desc.stride_c),
-                   (_ShiftAdd(lo_r0, 16), desc.r0, dsh),
-                   (_ShiftAdd(lo0, 16), desc.s0, dsw)]
+        # Setup: target = start + multiplier * multiplicand (or minus it), a product at a time;
+        # a start of None goes on from the product before.
+        def products(source):
+            """(target, multiplier, multiplicand, start, subtract) of each product, with the
+            descriptor fields of ``source``."""
+            return [
+                (csw, source.conv_stride, source.stride_w, 0, 0),
+                (csh, source.conv_stride, source.stride_h, 0, 0),
+                (dsw, source.dilation, source.stride_w, 0, 0),
+                (dsh, source.dilation, source.stride_h, 0, 0),
+                (hp, source.conv_stride, source.p0, -source.padding, 0),
+                (wq, source.conv_stride, source.q0, -source.padding, 0),
+                (hr0, source.dilation, source.r0, 0, 0),
+                (ws0, source.dilation, source.s0, 0, 0),
+                (None, source.padding, source.stride_h, _offset(source.base), 1),
+                (None, source.padding, source.stride_w, None, 1),
+                (ro_n, source.n0, source.stride_n, None, 0),  # base - padding * (sh + sw) + ..
+                (ro_p, source.p0, csh, None, 0),
+                (ro, source.q0, csw, None, 0),
+                (lo_c0, source.c0, source.stride_c, 0, 0),
+                (lo_r0, source.r0, dsh, None, 0),
+                (lo0, source.s0, dsw, None, 0),
+            ]
+
+        count = len(products(desc))
+        product = Signal(range(count))
+        multiplier = Signal(16)        # its bits still to add
+        multiplicand = Signal(OFFSET)  # shifted left once per bit
+        subtract = Signal()
+        acc = Signal(OFFSET)
+        acc_next = _offset_sum(m, acc, Mux(multiplier[0], multiplicand, 0), subtract, "acc_next")
+        doubled = Signal(signed(HIGH + 2))
+        m.d.comb += doubled.eq(Cat(multiplicand[31], multiplicand[32:]).as_signed())
+
+        def start_product(k, source):
+            """Load product ``k`` with the fields of descriptor ``source``."""
+            _, y, x, start, minus = products(source)[k]
+            return [multiplier.eq(y), subtract.eq(minus),
+                    multiplicand.eq(x if len(x) == OFFSET else _offset(x)),
+                    acc.eq(acc_next if start is None else start)]
 
         h = hp + hr
         w = wq + ws
         in_bounds = ((n < desc.batch) & (c < desc.channels) & (h >= 0) & (h < desc.height) &
                      (w >= 0) & (w < desc.width))
-        addr = ro + lo
+        addr = Signal(33)
+        high = Signal(signed(HIGH + 2))
+        m.d.comb += [addr.eq(ro[:32] + lo[:32]),
+                     high.eq(ro[32:].as_signed() + lo[32:].as_signed() + addr[32])]
         last_in_row = j == desc.lanes - 1
         last = last_in_row & (i == desc.rows - 1)
         pending = Signal()  # the counters hold an element not yet in the output register
@@ -409,7 +494,7 @@ class Im2colWalker(wiring.Component):
                 self.elements.valid.eq(1),
                 out.in_bounds.eq(in_bounds),
                 out.addr.eq(addr[:32]),
-                out.overflow.eq(in_bounds & addr[32:].any()),
+                out.overflow.eq(in_bounds & (high > 0)),
                 out.lane.eq(j),
                 out.count.eq(1),
                 out.row.eq(row),
@@ -426,34 +511,51 @@ class Im2colWalker(wiring.Component):
             return [j.eq(0), s.eq(desc.s0), r.eq(desc.r0), c.eq(desc.c0), ws.eq(ws0),
                     hr.eq(hr0), lo.eq(lo0), lo_r.eq(lo_r0), lo_c.eq(lo_c0)]
 
+        def advance(digits):
+            """Steps mixed-radix ``digits`` (innermost first): (counter, its limit (None: the
+            last digit), coordinate or None, its step, its value at counter 0, offsets (the
+            digit's own, then those of the digits inside it), the offset's step)."""
+            counter, limit, coordinate, by, first, offsets, offset_by = digits[0]
+
+            def step():
+                following = _offset_sum(m, offsets[0], offset_by, name=f"{offsets[0].name}_next")
+                m.d.sync += [counter.eq(counter + 1), *(o.eq(following) for o in offsets)]
+                if coordinate is not None:
+                    m.d.sync += coordinate.eq(coordinate + by)
+
+            if limit is None:
+                step()
+                return
+            with m.If(counter + 1 < limit):
+                step()
+            with m.Else():
+                m.d.sync += [counter.eq(0), coordinate.eq(first)]
+                advance(digits[1:])
+
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += self.descriptor.ready.eq(1)
+                d = self.descriptor.payload
                 with m.If(self.descriptor.valid):
                     m.d.sync += [desc.eq(d), i.eq(0), q.eq(d.q0), p.eq(d.p0), n.eq(d.n0),
-                                 row.eq(d.sram_row),
-                                 *(unit.target.eq(0) for unit, _, _ in scale),
-                                 hp.eq(-d.padding), wq.eq(-d.padding)]
-                    for unit, multiplier, multiplicand in scale:
-                        m.d.sync += unit.start(multiplier, multiplicand)
-                    m.next = "SCALE"
-            with m.State("SCALE"):
-                for unit, _, _ in scale:
-                    m.d.sync += unit.step()
-                with m.If(Cat(unit.y == 0 for unit, _, _ in scale).all()):
-                    m.d.sync += [unit.target.eq(0) for unit, _, _ in offsets]
-                    m.d.sync += ro_n.eq(desc.base - pad_offset)
-                    for unit, multiplier, multiplicand in offsets:
-                        m.d.sync += unit.start(multiplier, multiplicand)
-                    m.next = "OFFSET"
-                stop_on_abort()
-            with m.State("OFFSET"):
-                for unit, _, _ in offsets:
-                    m.d.sync += unit.step()
-                with m.If(Cat(unit.y == 0 for unit, _, _ in offsets).all()):
-                    m.d.sync += [ro_p.eq(ro_n + ro_p), ro.eq(ro_n + ro_p + ro),
-                                 lo_r0.eq(lo_c0 + lo_r0), lo0.eq(lo_c0 + lo_r0 + lo0)]
-                    m.next = "START"
+                                 row.eq(d.sram_row), product.eq(0), *start_product(0, d)]
+                    m.next = "SETUP"
+            with m.State("SETUP"):
+                m.d.sync += [acc.eq(acc_next), multiplier.eq(multiplier >> 1),
+                             multiplicand.eq(Cat(Const(0, 1), multiplicand[:31],
+                                                 Mux(doubled > SATURATED, SATURATED,
+                                                     doubled)[:HIGH]))]
+                with m.If(multiplier[1:] == 0):  # the product's last bit
+                    with m.Switch(product):
+                        for k, (target, *_) in enumerate(products(desc)):
+                            with m.Case(k):
+                                if target is not None:
+                                    m.d.sync += target.eq(acc_next[:len(target)])
+                                if k + 1 < count:
+                                    m.d.sync += [product.eq(k + 1),
+                                                 *start_product(k + 1, desc)]
+                                else:
+                                    m.next = "START"
                 stop_on_abort()
             with m.State("START"):
                 m.d.sync += [*first_lane(), pending.eq(1)]
@@ -462,32 +564,15 @@ class Im2colWalker(wiring.Component):
             with m.State("WALK"):
                 with m.If(load & last_in_row):
                     m.d.sync += [*first_lane(), i.eq(i + 1), row.eq(row + 1)]
-                    with m.If(q + 1 < desc.out_width):
-                        m.d.sync += [q.eq(q + 1), wq.eq(wq + desc.conv_stride), ro.eq(ro + csw)]
-                    with m.Else():
-                        m.d.sync += [q.eq(0), wq.eq(-desc.padding)]
-                        with m.If(p + 1 < desc.out_height):
-                            m.d.sync += [p.eq(p + 1), hp.eq(hp + desc.conv_stride),
-                                         ro_p.eq(ro_p + csh), ro.eq(ro_p + csh)]
-                        with m.Else():
-                            m.d.sync += [p.eq(0), hp.eq(-desc.padding), n.eq(n + 1),
-                                         ro_n.eq(ro_n + desc.stride_n),
-                                         ro_p.eq(ro_n + desc.stride_n),
-                                         ro.eq(ro_n + desc.stride_n)]
+                    advance([(q, desc.out_width, wq, desc.conv_stride, -desc.padding, [ro], csw),
+                             (p, desc.out_height, hp, desc.conv_stride, -desc.padding,
+                              [ro_p, ro], csh),
+                             (n, None, None, 0, 0, [ro_n, ro_p, ro], _offset(desc.stride_n))])
                 with m.Elif(load):
                     m.d.sync += j.eq(j + 1)
-                    with m.If(s + 1 < desc.kernel_w):
-                        m.d.sync += [s.eq(s + 1), ws.eq(ws + desc.dilation), lo.eq(lo + dsw)]
-                    with m.Else():
-                        m.d.sync += [s.eq(0), ws.eq(0)]
-                        with m.If(r + 1 < desc.kernel_h):
-                            m.d.sync += [r.eq(r + 1), hr.eq(hr + desc.dilation),
-                                         lo_r.eq(lo_r + dsh), lo.eq(lo_r + dsh)]
-                        with m.Else():
-                            m.d.sync += [r.eq(0), hr.eq(0), c.eq(c + 1),
-                                         lo_c.eq(lo_c + desc.stride_c),
-                                         lo_r.eq(lo_c + desc.stride_c),
-                                         lo.eq(lo_c + desc.stride_c)]
+                    advance([(s, desc.kernel_w, ws, desc.dilation, 0, [lo], dsw),
+                             (r, desc.kernel_h, hr, desc.dilation, 0, [lo_r, lo], dsh),
+                             (c, None, None, 0, 0, [lo_c, lo_r, lo], _offset(desc.stride_c))])
                 with m.If(self.elements.valid & self.elements.ready & self.elements.payload.last):
                     m.next = "IDLE"
                 stop_on_abort()

@@ -408,6 +408,35 @@ def walk_steps(desc, elem_log2, beat_bytes):
     return steps
 
 
+def walked(walker, desc, ready_seed=0, cycles=400):
+    """The steps ``walker`` (a TileWalker or Im2colWalker) gives for ``desc``, every field,
+    with random backpressure; it must be idle again after ``cycles``."""
+    seen = []
+
+    async def testbench(ctx):
+        ctx.set(walker.descriptor.payload, desc)
+        ctx.set(walker.descriptor.valid, 1)
+        await ctx.tick().until(walker.descriptor.ready)
+        ctx.set(walker.descriptor.valid, 0)
+        rng = np.random.default_rng(ready_seed)
+        fields = [name for name, _ in walker.elements.payload.shape() if name != "coords"]
+        for _ in range(cycles):
+            ready = bool(rng.integers(0, 2))
+            ctx.set(walker.elements.ready, ready)
+            _, _, valid, element = await ctx.tick().sample(walker.elements.valid,
+                                                           walker.elements.payload)
+            if valid and ready:
+                seen.append({"coords": [element.coords[d] for d in range(4)],
+                             **{k: int(getattr(element, k)) for k in fields}})
+        assert ctx.get(walker.descriptor.ready)
+
+    sim = Simulator(walker)
+    sim.add_clock(1e-6)
+    sim.add_testbench(testbench)
+    sim.run()
+    return seen
+
+
 @pytest.mark.parametrize("walk", WALKS)
 def test_walker_elements(walk):
     # Every field of every step against walk_steps, with backpressure.
@@ -416,29 +445,36 @@ def test_walker_elements(walk):
     expected = walk_steps(desc, elem_log2, beat_bytes)
     assert any(e["overflow"] for e in expected) or walk != "overflow"
     assert any(e["count"] > 1 for e in expected) == walk.startswith(("contiguous", "padding"))
-    seen = []
+    assert walked(walker, desc) == expected
 
-    async def testbench(ctx):
-        ctx.set(walker.descriptor.payload, desc)
-        ctx.set(walker.descriptor.valid, 1)
-        await ctx.tick().until(walker.descriptor.ready)
-        ctx.set(walker.descriptor.valid, 0)
-        rng = np.random.default_rng(0)
-        for _ in range(400):
-            ready = bool(rng.integers(0, 2))
-            ctx.set(walker.elements.ready, ready)
-            _, _, valid, element = await ctx.tick().sample(walker.elements.valid,
-                                                           walker.elements.payload)
-            if valid and ready:
-                seen.append({"coords": [element.coords[d] for d in range(4)],
-                             **{k: int(getattr(element, k)) for k in expected[0] if k != "coords"}})
-        assert ctx.get(walker.descriptor.ready)
 
-    sim = Simulator(walker)
-    sim.add_clock(1e-6)
-    sim.add_testbench(testbench)
-    sim.run()
-    assert seen == expected
+@pytest.mark.parametrize("seed", range(4))
+def test_walker_random_addresses(seed):
+    # Tiles with padding on both sides, one stride up to 2**32 and the base placed so that the
+    # in-bounds addresses straddle 2**32: the 32-bit address and overflow flag of every step
+    # (padding ones too) against walk_steps (exact integers).
+    rng = np.random.default_rng(100 + seed)
+    elem_log2 = [0, 2, 0, 2][seed]
+    big = seed  # the dim with a stride of 2**28..2**31
+    dims = []
+    for d in range(4):
+        extent = int(rng.integers(2, [6, 3, 3, 2][d] + 1))
+        start = int(rng.integers(-1, 2))
+        bound = start + extent - int(rng.integers(0, 2))  # padding: start < 0, this cut
+        stride = int(rng.integers(1 << 28, 1 << 31) if d == big else rng.integers(0, 1 << 16))
+        dims.append((extent, start, bound, stride >> elem_log2 << elem_log2))
+    if seed >= 2:
+        dims[0] = (dims[0][0], dims[0][1], dims[0][2], 1 << elem_log2)  # contiguous rows
+    in_bounds = itertools.product(*[range(max(st, 0), min(st + e, b)) for e, st, b, _ in dims])
+    offsets = {sum(c * s for c, (_, _, _, s) in zip(coords, dims)) for coords in in_bounds}
+    offsets = sorted(o for o in offsets if 0 < o < 1 << 32)
+    base = ((1 << 32) - offsets[len(offsets) // 2]) >> elem_log2 << elem_log2
+    desc = descriptor(base, dims)
+    expected = walk_steps(desc, elem_log2, 8)
+    flags = {e["overflow"] for e in expected if e["in_bounds"]}
+    assert flags == {0, 1}
+    walker = TileWalker(lanes=6, rows=64, elem_log2=elem_log2, beat_bytes=8)
+    assert walked(walker, desc, ready_seed=seed, cycles=300) == expected
 
 
 def test_walker_abort():

@@ -7,7 +7,9 @@ from tpugen.isa import ErrorCode, Opcode, encode
 from tpugen.sim.golden import im2col
 from tpugen.sim.pysim_axi import AxiMemory
 
-from test_dma_pysim import ERROR_ALLOWED, ERROR_WINDOWS, MEM_SIZE, run, windows
+from tpugen.hdl.walker import Im2colWalker
+
+from test_dma_pysim import ERROR_ALLOWED, ERROR_WINDOWS, MEM_SIZE, run, walked, windows
 
 CONFIG = CoreConfig(rows=8, cols=8, scratchpad_kib=1, accumulator_kib=1)  # 8 lanes, 128 rows
 
@@ -116,6 +118,69 @@ def test_im2col_whole_matrix():
 def good_instruction(**fields):
     conv = ((1, 2, 4, 4), (3, 3), 1, 1, 1, 0x10, strides((1, 2, 4, 4), "nchw"), (4, 4))
     return instruction(conv, (5, 3, 4, 8), **{"sram_row": 9, **fields})
+
+
+def im2col_steps(d, wrap=2**32):
+    """Every element of an im2col walk of descriptor ``d`` (a dict) as ``Im2colWalker`` gives
+    it, from the definition in ``Im2colDescriptor`` (exact integers; addresses modulo
+    ``wrap``)."""
+    steps, (n, p, q) = [], (d["n0"], d["p0"], d["q0"])
+    for i in range(d["rows"]):
+        c, r, s = d["c0"], d["r0"], d["s0"]
+        for j in range(d["lanes"]):
+            h = p * d["conv_stride"] + r * d["dilation"] - d["padding"]
+            w = q * d["conv_stride"] + s * d["dilation"] - d["padding"]
+            in_bounds = (n < d["batch"] and c < d["channels"] and 0 <= h < d["height"] and
+                         0 <= w < d["width"])
+            addr = (d["base"] + n * d["stride_n"] + c * d["stride_c"] + h * d["stride_h"] +
+                    w * d["stride_w"])
+            last_in_row = j == d["lanes"] - 1
+            steps.append({"coords": [0] * 4, "in_bounds": int(in_bounds),
+                          "addr": addr % wrap if wrap else addr,
+                          "overflow": int(in_bounds and addr >= 2**32), "lane": j, "count": 1,
+                          "row": d["sram_row"] + i, "last_in_row": int(last_in_row),
+                          "last": int(last_in_row and i == d["rows"] - 1)})
+            s, r, c = ((s + 1, r, c) if s + 1 < d["kernel_w"] else
+                       (0, r + 1, c) if r + 1 < d["kernel_h"] else (0, 0, c + 1))
+        q, p, n = ((q + 1, p, n) if q + 1 < d["out_width"] else
+                   (0, p + 1, n) if p + 1 < d["out_height"] else (0, 0, n + 1))
+    return steps
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_im2col_walker_offsets(seed):
+    # Large strides, steps and padding (offsets far below 0 and past 2**32) with the base
+    # placed so that the in-bounds addresses straddle 2**32: every element's 32-bit address
+    # and overflow flag against im2col_steps.
+    rng = np.random.default_rng(200 + seed)
+    cs, dil, pad = (1, 1, 255) if seed == 2 else (int(v) for v in rng.integers(1, 256, 3))
+    hw_bits = 32 if seed == 2 else 20  # seed 2: padding offsets down to -2**41
+    d = {"sram_row": 1, "rows": 7, "lanes": 5, "batch": 2, "channels": 3,
+         "height": 65535, "width": 65535, "out_height": 2, "out_width": 3,
+         "kernel_h": 2, "kernel_w": 3, "conv_stride": cs, "dilation": dil, "padding": pad,
+         "n0": int(rng.integers(0, 2)), "p0": -(-pad // cs) - 1, "q0": -(-pad // cs) - 1,
+         "c0": int(rng.integers(0, 3)), "r0": int(rng.integers(0, 2)),
+         "s0": int(rng.integers(0, 3)), "base": 0,
+         **{f"stride_{k}": int(rng.integers(1, 1 << bits))
+            for k, bits in (("n", 30), ("c", 29), ("h", hw_bits), ("w", hw_bits))}}
+    offsets = sorted({e["addr"] for e in im2col_steps(d, wrap=None)
+                      if e["in_bounds"] and 0 < e["addr"] < 1 << 32})
+    d["base"] = (1 << 32) - offsets[len(offsets) // 2]
+    expected = im2col_steps(d)
+    assert {e["overflow"] for e in expected if e["in_bounds"]} == {0, 1}
+    assert walked(Im2colWalker(lanes=5, rows=16), d, ready_seed=seed, cycles=300) == expected
+
+
+def test_im2col_walker_saturated():
+    # Offsets far past 2**42 (n0 * stride_n, c0 * stride_c), saturated: still flagged.
+    d = {"sram_row": 0, "rows": 3, "lanes": 4, "batch": 65535, "channels": 65535,
+         "height": 3, "width": 3, "out_height": 3, "out_width": 3, "kernel_h": 1,
+         "kernel_w": 2, "conv_stride": 1, "dilation": 1, "padding": 1, "n0": 20000, "p0": 0,
+         "q0": 1, "c0": 20000, "r0": 0, "s0": 0, "base": 0xFFFF_FFFF,
+         "stride_n": 0xFFFF_FFFF, "stride_c": 0xFFFF_FFF0, "stride_h": 3, "stride_w": 1}
+    expected = im2col_steps(d)
+    assert {e["overflow"] for e in expected if e["in_bounds"]} == {1}
+    assert walked(Im2colWalker(lanes=4, rows=8), d) == expected
 
 
 IM2COL_ERRORS = {
