@@ -37,7 +37,7 @@ class LaneParams(wiring.Component):
             "clearing": Out(1, init=1),
             "read": In(1),
             "lane": In(range(cols)),
-            "params": Out(data.ArrayLayout(EpilogueParams, units)),
+            "params": Out(EpilogueParams.size * units),
         })
 
     def elaborate(self, platform):
@@ -112,9 +112,9 @@ class EpilogueDatapath(wiring.Component):
             "advance": In(1),
             "options": In(Epilogue),
             "first": In(1),
-            "acc": In(data.ArrayLayout(signed(32), units)),
-            "params": In(data.ArrayLayout(EpilogueParams, units)),
-            "y": Out(data.ArrayLayout(signed(32), units)),
+            "acc": In(32 * units),
+            "params": In(EpilogueParams.size * units),
+            "y": Out(32 * units),
         })
 
     def elaborate(self, platform):
@@ -124,8 +124,12 @@ class EpilogueDatapath(wiring.Component):
         def stage(value, name):
             return pipeline_register(m, self.advance, value, name)
 
-        for u in range(self.units):
-            acc, params = self.acc[u], self.params[u]
+        units = self.units
+        acc_in = data.View(data.ArrayLayout(signed(32), units), self.acc)
+        params_in = data.View(data.ArrayLayout(EpilogueParams, units), self.params)
+        y_out = data.View(data.ArrayLayout(signed(32), units), self.y)
+        for u in range(units):
+            acc, params = acc_in[u], params_in[u]
             # 1: pool max, bias.
             peak = Signal(signed(32), name=f"peak{u}")  # the maximum of a pooled step so far
             pooled = Mux(self.first | (acc > peak), acc, peak)
@@ -170,7 +174,7 @@ class EpilogueDatapath(wiring.Component):
             bottom = Mux(relu, 0, Mux(int8, -128, -2**31))
             y = Mux(rounded > top, top, Mux(rounded < bottom, bottom, rounded))
             with m.If(self.advance):
-                m.d.sync += self.y[u].eq(y)
+                m.d.sync += y_out[u].eq(y)
         return m
 
 

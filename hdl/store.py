@@ -127,7 +127,7 @@ class StoreEngine(wiring.Component):
         ]
         d_valid = Signal()
         d_step = Signal(step_layout(cols, rows, beat_bytes))
-        d_y = datapath.y
+        d_y = data.View(data.ArrayLayout(signed(32), units), datapath.y)
         emit = d_step.in_bounds & d_step.end_of_beat
         build = d_valid & (~emit | beats.w_rdy)
         advance = ~d_valid | build

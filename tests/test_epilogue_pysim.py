@@ -10,8 +10,9 @@ from amaranth.lib.wiring import Out
 from amaranth.sim import Simulator
 
 from tpugen import CoreConfig
+from tpugen.hdl.epilogue import EpilogueDatapath
 from tpugen.hdl.store import StoreEngine
-from tpugen.isa import PARAMS_PER_INSTRUCTION, ErrorCode, Opcode, decode, encode
+from tpugen.isa import PARAMS_PER_INSTRUCTION, EpilogueParams, ErrorCode, Opcode, decode, encode
 from tpugen.sim.golden import epilogue, maxpool2x2, round_half_even_shift
 from tpugen.sim.pysim_axi import AxiMemory
 
@@ -344,6 +345,64 @@ def test_back_pressure(width):
     for stall in ((pooled_beats // 3, 400), (pooled_beats + 100, 60)):
         _, full = back_to_back(config, program, acc, seed=width, stall=stall)
         assert full > 30
+
+
+def boundary_products(rng):
+    """(t, multiplier, shift) with t * multiplier next to where the result saturates (int8, and
+    the 16-bit quotient the datapath clamps to) or rounds (ties of both parities), for every
+    shift; t next to the int32 limits; random ones."""
+    cases = [(t, 1, 0) for t in (2**31 - 1, 2**31, -2**31, -2**31 - 1, 2**32 - 2, -2**32)]
+    for shift in range(64):
+        half = 1 << max(shift - 1, 0)
+        for q in (1, 2, 127, 128, -128, -129, 2**15 - 1, 2**15, -2**15, -2**15 - 1):
+            for off in (0, -1, half - 1, half, half + 1):
+                target = (q << shift) + off
+                m = int(rng.choice([1, 3, 65535, rng.integers(1, 65536)]))
+                cases += [(t, m, shift) for t in (target // m, target // m + 1)
+                          if -2**32 <= t <= 2**32 - 2]
+    for _ in range(2000):
+        cases.append((int(rng.integers(-2**32, 2**32 - 1)), int(rng.integers(0, 65536)),
+                      int(rng.integers(0, 64))))
+    return cases
+
+
+@pytest.mark.parametrize("requant,relu", [(1, 0), (1, 1), (0, 0), (0, 1)])
+def test_datapath(requant, relu):
+    # EpilogueDatapath alone, one lane, a value a cycle: t = acc + bias over the whole 33-bit
+    # range, products next to every saturation and rounding boundary of every shift, against
+    # the golden model.
+    rng = np.random.default_rng(requant * 2 + relu)
+    cases = boundary_products(rng)
+    t, mult, shift = (np.array(c, dtype=np.int64) for c in zip(*cases))
+    acc = np.clip(t, -2**31, 2**31 - 1)
+    bias = t - acc
+    expected = epilogue(acc, bias, mult, shift, requant=bool(requant), relu=bool(relu))
+    dut = EpilogueDatapath(1)
+    lane_acc, lane_y = (data.View(data.ArrayLayout(signed(32), 1), v)[0] for v in (dut.acc, dut.y))
+    lane_params = data.View(data.ArrayLayout(EpilogueParams, 1), dut.params)[0]
+    got = []
+
+    async def testbench(ctx):
+        ctx.set(dut.advance, 1)
+        ctx.set(dut.first, 1)
+        ctx.set(dut.options, {"bias": 1, "requant": requant, "relu": relu})
+        for n in range(len(cases) + dut.LATENCY):
+            if n < len(cases):
+                ctx.set(lane_acc, int(acc[n]))
+                ctx.set(lane_params, {"bias": int(bias[n]), "multiplier": int(mult[n]),
+                                      "shift": int(shift[n])})
+            await ctx.tick()
+            if n >= dut.LATENCY - 1:
+                got.append(ctx.get(lane_y))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(testbench)
+    sim.run()
+    got = np.array(got[:len(cases)])
+    mismatch = np.flatnonzero(got != expected)
+    assert not mismatch.size, [(cases[i], int(got[i]), int(expected[i])) for i in mismatch[:5]]
+    assert len({int(v) for v in expected}) > (60 if requant else 1000)  # not all saturated
 
 
 EPILOGUES = {
