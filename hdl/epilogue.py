@@ -19,15 +19,15 @@ def pipeline_register(m, enable, value, name):
 
 
 class LaneParams(wiring.Component):
-    """The per-lane `EpilogueParams` in ``units`` memory banks (LUT RAM where the FPGA has it):
-    lane ``l`` is row ``l // units`` of bank ``l % units``, so the ``units`` lanes from any
-    first lane are one row of each bank.
+    """The per-lane `EpilogueParams` in ``units`` memory banks read asynchronously (LUT RAM
+    where the FPGA has it, never block RAM): lane ``l`` is row ``l // units`` of bank
+    ``l % units``, so the ``units`` lanes from any first lane are one row of each bank.
 
     ``instr``: a PARAMS, taken (``ready``) in the cycle of its last write, one entry a cycle: 8
     cycles, or with ``broadcast`` one cycle per row of the banks. After reset the banks are
     swept to ``PARAMS_RESET`` the same way, ``clearing`` meanwhile: nothing may read them then.
-    ``params``: lanes ``lane .. lane + units - 1`` (those past ``cols`` unspecified) one cycle
-    after ``read``, held while ``read`` is low.
+    ``params``: lanes ``lane .. lane + units - 1`` (those past ``cols`` unspecified), from a
+    registered ``lane`` in the same cycle.
     """
 
     def __init__(self, cols, units):
@@ -35,7 +35,6 @@ class LaneParams(wiring.Component):
         super().__init__({
             "instr": In(stream.Signature(ParamsInstruction)),
             "clearing": Out(1, init=1),
-            "read": In(1),
             "lane": In(range(cols)),
             "params": Out(EpilogueParams.size * units),
         })
@@ -69,7 +68,7 @@ class LaneParams(wiring.Component):
         for b in range(units):
             bank = memory.Memory(shape=EpilogueParams, depth=rows, init=[PARAMS_RESET] * rows)
             m.submodules[f"bank{b}"] = bank
-            write, read = bank.write_port(), bank.read_port(transparent_for=())
+            write, read = bank.write_port(), bank.read_port(domain="comb")
             if select:
                 ours = (lane[:bank_bits] == b) & (lane < cols)
                 m.d.comb += [write.addr.eq(Mux(every_row, k, lane[bank_bits:])),
@@ -77,14 +76,10 @@ class LaneParams(wiring.Component):
             else:
                 ours = lane == b
             m.d.comb += [write.en.eq(writing & (every_row | ours)),
-                         write.data.eq(entry),
-                         read.en.eq(self.read)]
+                         write.data.eq(entry)]
             outputs.append(read.data)
         if select:
-            rotation = Signal(bank_bits)
-            with m.If(self.read):
-                m.d.sync += rotation.eq(self.lane[:bank_bits])
-            m.d.comb += self.params.eq(select_units(Cat(outputs), rotation, units,
+            m.d.comb += self.params.eq(select_units(Cat(outputs), self.lane[:bank_bits], units,
                                                     EpilogueParams.size))
         else:
             m.d.comb += self.params.eq(Cat(outputs))

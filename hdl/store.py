@@ -104,7 +104,7 @@ class StoreEngine(wiring.Component):
         m.submodules.datapath = datapath = EpilogueDatapath(units)
         m.d.comb += lane_params.instr.payload.eq(params_instr)
 
-        # Planned steps -> accumulator and parameter reads -> A: the epilogue datapath's
+        # Planned steps -> accumulator read -> A: parameter read, the epilogue datapath's
         # stages -> D: beat builder -> W FIFO; the stages move together.
         planned = planner.steps.payload
         read = Signal(2)  # which of the four rows of a pooled step
@@ -136,8 +136,6 @@ class StoreEngine(wiring.Component):
             planner.steps.ready.eq(fetch & last_read & last_part),
             self.acc_read.en.eq(fetch),
             self.acc_read.addr.eq(step.row + Mux(read[1], epilogue.pool_pitch, 0) + read[0]),
-            lane_params.read.eq(fetch),
-            lane_params.lane.eq(step.lane),
         ]
         with m.If(fetch):
             m.d.sync += read.eq(Mux(last_read, 0, read + 1))
@@ -153,7 +151,8 @@ class StoreEngine(wiring.Component):
         acc = self.acc_read.data.as_value()
         if select:  # the step's lanes, from unit 0 on
             acc = select_units(acc, a_step.lane, units, 32)
-        m.d.comb += [datapath.advance.eq(advance), datapath.options.eq(epilogue),
+        m.d.comb += [lane_params.lane.eq(a_step.lane),
+                     datapath.advance.eq(advance), datapath.options.eq(epilogue),
                      datapath.first.eq(a_read == 0), datapath.acc.eq(acc),
                      datapath.params.eq(lane_params.params)]
         valid, late_step = a_valid & a_last, a_step
