@@ -30,20 +30,20 @@ W_DEPTH = 16
 class StoreEngine(wiring.Component):
     """Executes STORE and PARAMS instructions: accumulator rows -> epilogue -> external memory.
 
-    PARAMS sets the per-lane epilogue parameters in one cycle. A STORE writes tile element
-    ``(i0, i1, i2, i3)`` from lane ``i0`` of its accumulator row through the epilogue (see
-    ``Epilogue``): int32 elements, or int8 with ``requant``. With ``pool`` the epilogue is
-    applied once, to the maximum of the four accumulators (the same as the maximum of their
-    epilogues, which are monotonic non-decreasing for multipliers >= 0). Out-of-bounds elements
-    are skipped (their bytes are not strobed). Walked steps flow one per cycle (four accumulator
-    reads per in-bounds pooled step) through the pipeline read -> pool max and bias ->
-    multiply -> round and saturate -> beat builder; a step is up to a beat of elements for
-    contiguous rows (dim-0 stride the element size), else one. The epilogue is
-    ``min(cols, beat bytes / 4)`` lanes wide (a beat of int32 elements a cycle): an int8 step
-    wider than that passes in parts. The W beats of a burst go from the cycle its
-    AW is presented, whether or not AWREADY has come. On an error nothing more is issued, every
-    presented AW is held until accepted and gets its W beats and its B response, then ``error``
-    is raised and held.
+    PARAMS writes the per-lane epilogue parameters (`LaneParams`), an entry a cycle. A STORE
+    writes tile element ``(i0, i1, i2, i3)`` from lane ``i0`` of its accumulator row through the
+    epilogue (see ``Epilogue``): int32 elements, or int8 with ``requant``. With ``pool`` the
+    epilogue is applied once, to the maximum of the four accumulators (the same as the maximum
+    of their epilogues, which are monotonic non-decreasing for multipliers >= 0). Out-of-bounds
+    elements are skipped (their bytes are not strobed). Walked steps flow one per cycle (four
+    accumulator reads per in-bounds pooled step) through the pipeline read -> the epilogue
+    (`EpilogueDatapath`: pool max and bias, multiply, shift, round, saturate) -> beat builder;
+    a step is up to a beat of elements for contiguous rows (dim-0 stride the element size),
+    else one. The epilogue is ``min(cols, beat bytes / 4)`` lanes wide (a beat of int32 elements
+    a cycle): an int8 step wider than that passes in parts. The W beats of a burst go from the
+    cycle its AW is presented, whether or not AWREADY has come. On an error nothing more is
+    issued, every presented AW is held until accepted and gets its W beats and its B response,
+    then ``error`` is raised and held.
     """
 
     def __init__(self, config):
