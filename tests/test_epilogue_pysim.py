@@ -330,8 +330,8 @@ def test_params_then_store(width):
 @pytest.mark.parametrize("width", [32, 64])
 def test_back_pressure(width):
     # The memory stops taking write beats in the middle of a requantized, pooled stream and of
-    # an int32 one: the W FIFO fills and the epilogue pipeline stalls with steps in every stage,
-    # then resumes; nothing is lost or repeated.
+    # an int32 one: the W FIFO fills (seen full for over 30 cycles), the epilogue pipeline
+    # stalls, then resumes; nothing is lost or repeated.
     config = with_width(TALL, width)
     rng = np.random.default_rng(width + 9)
     lanes = random_lanes(rng, 16)
