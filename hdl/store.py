@@ -1,13 +1,14 @@
 """STORE engine: accumulator tiles through the fused epilogue into external memory over AXI4."""
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
+from amaranth.hdl import Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, fifo, memory, wiring
 from amaranth.lib.wiring import In
 from amaranth.utils import ceil_log2
 
-from ..isa import (PARAMS_PER_INSTRUCTION, PARAMS_RESET, Epilogue, EpilogueParams, ErrorCode, Header,
-                   Opcode, ParamsInstruction, StoreInstruction, TensorDescriptor)
+from ..isa import (Epilogue, ErrorCode, Header, Opcode, ParamsInstruction, StoreInstruction,
+                   TensorDescriptor)
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_write_signature
 from .engine import dma_engine_members
+from .epilogue import EpilogueDatapath, LaneParams, pipeline_register
 from ..config import check_config
 from .load import MAX_OUTSTANDING
 from .walker import BurstPlanner, TileCheck, TileWalker, move_units, select_units, step_layout
@@ -29,20 +30,20 @@ W_DEPTH = 16
 class StoreEngine(wiring.Component):
     """Executes STORE and PARAMS instructions: accumulator rows -> epilogue -> external memory.
 
-    PARAMS sets the per-lane epilogue parameters in one cycle. A STORE writes tile element
-    ``(i0, i1, i2, i3)`` from lane ``i0`` of its accumulator row through the epilogue (see
-    ``Epilogue``): int32 elements, or int8 with ``requant``. With ``pool`` the epilogue is
-    applied once, to the maximum of the four accumulators (the same as the maximum of their
-    epilogues, which are monotonic non-decreasing for multipliers >= 0). Out-of-bounds elements
-    are skipped (their bytes are not strobed). Walked steps flow one per cycle (four accumulator
-    reads per in-bounds pooled step) through the pipeline read -> pool max and bias ->
-    multiply -> round and saturate -> beat builder; a step is up to a beat of elements for
-    contiguous rows (dim-0 stride the element size), else one. The epilogue is
-    ``min(cols, beat bytes / 4)`` lanes wide (a beat of int32 elements a cycle): an int8 step
-    wider than that passes in parts. The W beats of a burst go from the cycle its
-    AW is presented, whether or not AWREADY has come. On an error nothing more is issued, every
-    presented AW is held until accepted and gets its W beats and its B response, then ``error``
-    is raised and held.
+    PARAMS writes the per-lane epilogue parameters (`LaneParams`), an entry a cycle. A STORE
+    writes tile element ``(i0, i1, i2, i3)`` from lane ``i0`` of its accumulator row through the
+    epilogue (see ``Epilogue``): int32 elements, or int8 with ``requant``. With ``pool`` the
+    epilogue is applied once, to the maximum of the four accumulators (the same as the maximum
+    of their epilogues, which are monotonic non-decreasing for multipliers >= 0). Out-of-bounds
+    elements are skipped (their bytes are not strobed). Walked steps flow one per cycle (four
+    accumulator reads per in-bounds pooled step) through the pipeline read -> the epilogue
+    (`EpilogueDatapath`: pool max and bias, multiply, shift, round, saturate) -> beat builder;
+    a step is up to a beat of elements for contiguous rows (dim-0 stride the element size),
+    else one. The epilogue is ``min(cols, beat bytes / 4)`` lanes wide (a beat of int32 elements
+    a cycle): an int8 step wider than that passes in parts. The W beats of a burst go from the
+    cycle its AW is presented, whether or not AWREADY has come. On an error nothing more is
+    issued, every presented AW is held until accepted and gets its W beats and its B response,
+    then ``error`` is raised and held.
     """
 
     def __init__(self, config):
@@ -99,19 +100,12 @@ class StoreEngine(wiring.Component):
             walker.abort.eq(stopped),
         ]
 
-        # Per-lane parameters, written by PARAMS.
-        params = Signal(data.ArrayLayout(EpilogueParams, cols), init=[PARAMS_RESET] * cols)
-        write_params = Signal()
-        first_lane = params_instr.first_lane
-        for lane in range(cols):
-            entry = (lane - first_lane)[:ceil_log2(PARAMS_PER_INSTRUCTION)]
-            hit = (first_lane <= lane) & (lane < first_lane + PARAMS_PER_INSTRUCTION)
-            with m.If(write_params & (params_instr.broadcast | hit)):
-                m.d.sync += params[lane].eq(
-                    params_instr.entries[Mux(params_instr.broadcast, 0, entry)])
+        m.submodules.lane_params = lane_params = LaneParams(cols, units)
+        m.submodules.datapath = datapath = EpilogueDatapath(units)
+        m.d.comb += lane_params.instr.payload.eq(params_instr)
 
-        # Planned steps -> accumulator read -> A: pool max, bias -> B: multiply -> C: round,
-        # saturate -> D: beat builder -> W FIFO; the stages move together.
+        # Planned steps -> accumulator read -> A: parameter read, the epilogue datapath's
+        # stages -> D: beat builder -> W FIFO; the stages move together.
         planned = planner.steps.payload
         read = Signal(2)  # which of the four rows of a pooled step
         last_read = ~(epilogue.pool & planned.in_bounds) | (read == 3)
@@ -133,7 +127,7 @@ class StoreEngine(wiring.Component):
         ]
         d_valid = Signal()
         d_step = Signal(step_layout(cols, rows, beat_bytes))
-        d_y = Signal(data.ArrayLayout(signed(32), units))
+        d_y = data.View(data.ArrayLayout(signed(32), units), datapath.y)
         emit = d_step.in_bounds & d_step.end_of_beat
         build = d_valid & (~emit | beats.w_rdy)
         advance = ~d_valid | build
@@ -149,64 +143,23 @@ class StoreEngine(wiring.Component):
                 m.d.sync += done_lanes.eq(Mux(last_part, 0, done_lanes + units))
 
         def stage(value, name):
-            """``value`` one stage later."""
-            reg = Signal.like(value, name=name)
-            with m.If(advance):
-                m.d.sync += reg.eq(value)
-            return reg
+            return pipeline_register(m, advance, value, name)
 
         a_valid, a_step = stage(fetch, "a_valid"), stage(step, "a_step")
         a_read, a_last = stage(read, "a_read"), stage(last_read, "a_last")
 
-        def by_unit(lanes, shape):
-            """``lanes`` (of ``shape``) by unit: the step's lanes from unit 0 on if ``select``,
-            else as they are."""
-            width = data.ArrayLayout(shape, 1).size
-            if select:
-                lanes = select_units(lanes, a_step.lane, units, width)
-            return data.View(data.ArrayLayout(shape, units), lanes)
-
-        acc = by_unit(self.acc_read.data.as_value(), signed(32))
-        a_params = by_unit(params.as_value(), EpilogueParams)
-        peak = Signal(data.ArrayLayout(signed(32), units))  # the max of a pooled step so far
-        pooled = Signal.like(peak)
-        t = Signal(data.ArrayLayout(signed(33), units))
-        for u in range(units):
-            m.d.comb += [
-                pooled[u].eq(Mux((a_read == 0) | (acc[u] > peak[u]), acc[u], peak[u])),
-                t[u].eq(pooled[u] + Mux(epilogue.bias, a_params[u].bias, 0)),
-            ]
+        acc = self.acc_read.data.as_value()
+        if select:  # the step's lanes, from unit 0 on
+            acc = select_units(acc, a_step.lane, units, 32)
+        m.d.comb += [lane_params.lane.eq(a_step.lane),
+                     datapath.advance.eq(advance), datapath.options.eq(epilogue),
+                     datapath.first.eq(a_read == 0), datapath.acc.eq(acc),
+                     datapath.params.eq(lane_params.params)]
+        valid, late_step = a_valid & a_last, a_step
+        for n in range(1, EpilogueDatapath.LATENCY):
+            valid, late_step = stage(valid, f"valid{n}"), stage(late_step, f"step{n}")
         with m.If(advance):
-            m.d.sync += peak.eq(pooled)
-
-        b_valid, b_step = stage(a_valid & a_last, "b_valid"), stage(a_step, "b_step")
-        b_t = stage(t, "b_t")
-        b_params = stage(a_params, "b_params") if select else a_params
-        product = Signal(data.ArrayLayout(signed(50), units))
-        for u in range(units):
-            m.d.comb += product[u].eq(b_t[u] * Mux(int8, b_params[u].multiplier, 1))
-
-        c_valid, c_step = stage(b_valid, "c_valid"), stage(b_step, "c_step")
-        c_product = stage(product, "c_product")
-        c_params = stage(b_params, "c_params") if select else a_params
-        high, low = Signal(signed(32)), Signal(signed(32))
-        m.d.comb += [high.eq(Mux(int8, 127, 2**31 - 1)),
-                     low.eq(Mux(epilogue.relu, 0, Mux(int8, -128, -2**31)))]
-        y = Signal.like(d_y)
-        for u in range(units):
-            # round_half_even(p / 2**shift): v = floor(2p / 2**shift) is the quotient and the
-            # half bit; the bits of 2p below the shift tell a tie from more than half.
-            shift = Signal(6, name=f"shift{u}")
-            m.d.comb += shift.eq(Mux(int8, c_params[u].shift, 0))
-            twice = Cat(Const(0, 1), c_product[u]).as_signed()
-            v, rounded = Signal(signed(len(twice))), Signal(signed(len(twice)))
-            quotient = v[1:].as_signed()
-            sticky = (twice.as_unsigned() & Cat(shift > b for b in range(len(twice)))).any()
-            m.d.comb += [v.eq(twice >> shift),
-                         rounded.eq(quotient + (v[0] & (sticky | quotient[0]))),
-                         y[u].eq(Mux(rounded > high, high, Mux(rounded < low, low, rounded)))]
-        with m.If(advance):
-            m.d.sync += [d_valid.eq(c_valid), d_step.eq(c_step), d_y.eq(y)]
+            m.d.sync += [d_valid.eq(valid), d_step.eq(late_step)]
 
         # D: the step's elements, int32 or int8, into their bytes of the beat.
         beat = Signal(beat_layout)
@@ -264,12 +217,14 @@ class StoreEngine(wiring.Component):
         m.d.sync += self.done.eq(0)
         with m.FSM():
             with m.State("IDLE"):
-                store = self.instr.valid & ~is_params & element_ok
-                m.d.comb += [self.instr.ready.eq(1),
+                take = self.instr.valid & self.instr.ready
+                store = take & ~is_params & element_ok
+                m.d.comb += [self.instr.ready.eq(Mux(is_params, lane_params.instr.ready,
+                                                     ~lane_params.clearing)),
                              check.descriptor.valid.eq(store),
                              walker.descriptor.valid.eq(store),
-                             write_params.eq(self.instr.valid & is_params)]
-                with m.If(self.instr.valid):
+                             lane_params.instr.valid.eq(self.instr.valid & is_params)]
+                with m.If(take):
                     with m.If(is_params):
                         m.d.sync += self.done.eq(1)
                     with m.Elif(element_ok):

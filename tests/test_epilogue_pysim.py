@@ -4,12 +4,19 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from amaranth.hdl import Elaboratable, Module, Signal, signed
+from amaranth.lib import data, memory
+from amaranth.lib.wiring import Out
+from amaranth.sim import Simulator
+
 from tpugen import CoreConfig
-from tpugen.isa import PARAMS_PER_INSTRUCTION, ErrorCode, Opcode, decode, encode
+from tpugen.hdl.epilogue import EpilogueDatapath
+from tpugen.hdl.store import StoreEngine
+from tpugen.isa import PARAMS_PER_INSTRUCTION, EpilogueParams, ErrorCode, Opcode, decode, encode
 from tpugen.sim.golden import epilogue, maxpool2x2, round_half_even_shift
 from tpugen.sim.pysim_axi import AxiMemory
 
-from test_dma_pysim import (ERROR_ALLOWED, ERROR_WINDOWS, MEM_SIZE, RW_ALL, descriptor, run,
+from test_dma_pysim import (ERROR_ALLOWED, ERROR_WINDOWS, MEM_SIZE, RW_ALL, Bench, descriptor, run,
                             tensor_addresses)
 
 SMALL = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1)    # 64 rows
@@ -78,9 +85,10 @@ def scatter(mem, desc, tile, elem_bytes):
             mem[addrs + byte] = values[..., byte]
 
 
-def program_case(config, program, acc, seed, **axi):
-    """Runs ``program`` (PARAMS bytes and (descriptor, epilogue fields) STOREs) on ``acc`` and
-    compares memory with the golden model; returns [(error, cycles)] and the golden tiles."""
+def golden_program(config, program, acc, seed, **axi):
+    """A random AXI memory for ``program`` (PARAMS bytes and (descriptor, epilogue fields)
+    STOREs) and what the golden model leaves in it; returns the memory, the expected bytes, the
+    encoded instructions and the golden tiles."""
     rng = np.random.default_rng(seed)
     axi_mem = AxiMemory(MEM_SIZE, config.axi_data_width, allowed=[(0, MEM_SIZE)], seed=seed,
                         **axi)
@@ -98,10 +106,104 @@ def program_case(config, program, acc, seed, **axi):
             scatter(expected, desc, tile, 1 if fields.get("requant") else 4)
             tiles.append(tile)
             instructions.append(store(desc, **fields))
+    return axi_mem, expected, instructions, tiles
+
+
+def program_case(config, program, acc, seed, **axi):
+    """Runs ``program`` on ``acc`` (see `golden_program`) and compares memory with the golden
+    model; returns [(error, cycles)] and the golden tiles."""
+    axi_mem, expected, instructions, tiles = golden_program(config, program, acc, seed, **axi)
     outcomes, _ = run("store", config, instructions, axi_mem, RW_ALL, acc)
     assert [o[0] for o in outcomes] == [ErrorCode.NONE] * len(program)
     np.testing.assert_array_equal(np.frombuffer(axi_mem.mem, dtype=np.uint8), expected)
     return outcomes, tiles
+
+
+class WatchedStore(StoreEngine):
+    """A store engine whose W FIFO (``beats``) a testbench can watch."""
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        self.beats = m.submodules.beats
+        return m
+
+
+class WStallBench(Elaboratable):
+    """`Bench` with the store engine's AXI write channels passed on as ``bus``, with W held
+    (neither valid nor ready) while ``stall`` is high."""
+
+    def __init__(self, engine, sram):
+        self.engine, self.sram = engine, sram
+        self.stall = Signal()
+        self.bus = engine.axi.signature.create()
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.bench = Bench(self.engine, self.sram)
+        up = self.engine.axi
+        for name, member in up.signature.members.items():
+            source, sink = (up, self.bus) if member.flow == Out else (self.bus, up)
+            if name not in ("wvalid", "wready"):
+                m.d.comb += getattr(sink, name).eq(getattr(source, name))
+        m.d.comb += [self.bus.wvalid.eq(up.wvalid & ~self.stall),
+                     up.wready.eq(self.bus.wready & ~self.stall)]
+        return m
+
+
+def back_to_back(config, program, acc, seed, stall=None, timeout=4000):
+    """Runs ``program`` (see `golden_program`) from reset, each instruction presented in the
+    cycle after the one before was taken, and compares memory with the golden model. ``stall``:
+    (beats, cycles): once that many W beats were written, no W beat is taken for that many
+    cycles. Returns the cycles each instruction waited for ``ready`` and the cycles the W FIFO
+    was full."""
+    axi_mem, expected, instructions, _ = golden_program(config, program, acc, seed, ready=1.0,
+                                                        valid=1.0, latency=0)
+    engine = WatchedStore(config)
+    sram = memory.Memory(shape=data.ArrayLayout(signed(32), config.cols),
+                         depth=config.accumulator_rows, init=[[int(v) for v in r] for r in acc])
+    bench = WStallBench(engine, sram)
+    waits, seen = [], {"done": 0, "full": 0}
+
+    async def testbench(ctx):
+        ctx.set(engine.windows, RW_ALL)
+        bits = engine.instr.payload.as_value()
+        for instruction in instructions:
+            ctx.set(bits, int.from_bytes(instruction, "little") & ((1 << len(bits)) - 1))
+            ctx.set(engine.instr.valid, 1)
+            waits.append(0)
+            while not ctx.get(engine.instr.ready):
+                await ctx.tick()
+                waits[-1] += 1
+            await ctx.tick()
+        ctx.set(engine.instr.valid, 0)
+        for _ in range(timeout):
+            if seen["done"] == len(instructions):
+                break
+            await ctx.tick()
+        assert seen["done"] == len(instructions), "hang"
+        assert ctx.get(engine.error) == ErrorCode.NONE
+
+    async def monitor(ctx):
+        stalled = None
+        async for _, _, done, w_rdy in ctx.tick().sample(engine.done, engine.beats.w_rdy):
+            seen["done"] += done
+            seen["full"] += not w_rdy
+            if stall and stalled is None and axi_mem.writes >= stall[0]:
+                stalled = 0
+                ctx.set(bench.stall, 1)
+            if stalled is not None:
+                stalled += 1
+                if stalled == stall[1]:
+                    ctx.set(bench.stall, 0)
+
+    sim = Simulator(bench)
+    sim.add_clock(1e-6)
+    sim.add_testbench(axi_mem.write_process(bench.bus), background=True)
+    sim.add_testbench(monitor, background=True)
+    sim.add_testbench(testbench)
+    sim.run()
+    np.testing.assert_array_equal(np.frombuffer(axi_mem.mem, dtype=np.uint8), expected)
+    return waits, seen["full"]
 
 
 def random_lanes(rng, cols):
@@ -184,6 +286,123 @@ def test_params(width):
     outcomes, tiles = program_case(config, program, acc, seed=width)
     assert [cycles for _, cycles in outcomes[1:2] + outcomes[3:6]] == [1] * 4
     assert len({t.tobytes() for t in tiles[:3]}) == 3
+
+
+@pytest.mark.parametrize("width", [32, 64, 128])
+def test_params_then_store(width):
+    # From reset: the engine takes nothing while it sets every lane to the reset values; a
+    # PARAMS writes an entry a cycle (taken in its 8th cycle; with broadcast, one cycle per row
+    # of lanes / units); a STORE presented in the cycle after the last PARAMS was taken uses
+    # every lane's new parameters, on 16 lanes with 1, 2 and 4 units (units start at any lane).
+    config = with_width(WIDE, width)
+    rows = 16 // min(16, width // 32)
+    rng = np.random.default_rng(width + 5)
+    # Two sets of parameters that give every lane other int8 results than the set before.
+    lanes = [(100 * j - 700, 1000 + 37 * j, 16) for j in range(16)]
+    again = [(-50 * j, 3000 - 91 * j, 17 + j % 2) for j in range(16)]
+    acc = rng.integers(-3000, 3000, (config.accumulator_rows, 16))
+    int8 = descriptor(64, [(15, 0, 15, 1), (6, 0, 6, 15)], sram_row=3)
+    int32 = descriptor(512, [(16, 0, 16, 4), (5, 0, 5, 64)], sram_row=2, elem_log2=2)
+    every = {"requant": 1, "bias": 1}
+    broadcast = (9, 2, 1)
+    program = [params([broadcast], first_lane=4, broadcast=1),
+               (int32, {"bias": 1}),
+               params(lanes[:1]),
+               params(lanes[1:9], first_lane=1),
+               params(lanes[9:], first_lane=9),
+               (int8, every),
+               params(again[:8]),
+               params(again[8:], first_lane=8),
+               (int8, every),
+               (int32, {"bias": 1, "relu": 1})]
+    waits, _ = back_to_back(config, program, acc, seed=width)
+    eight = PARAMS_PER_INSTRUCTION - 1
+    assert waits[0] == rows + rows - 1                    # the sweep, then a broadcast
+    assert [waits[3], waits[4], waits[7]] == [eight] * 3  # PARAMS after PARAMS
+    # Each int8 STORE saw every lane's new parameters (the old ones give other results).
+    values = acc[3:3 + 6, :15]
+    for old, new in (([broadcast] * 16, lanes), (lanes, again)):
+        results = [epilogue(values, *(np.array(x)[:15] for x in zip(*p)), requant=True)
+                   for p in (old, new)]
+        assert (results[0] != results[1]).any(axis=0).all()
+
+
+@pytest.mark.parametrize("width", [32, 64])
+def test_back_pressure(width):
+    # The memory stops taking write beats in the middle of a requantized, pooled stream and of
+    # an int32 one: the W FIFO fills (seen full for over 30 cycles), the epilogue pipeline
+    # stalls, then resumes; nothing is lost or repeated.
+    config = with_width(TALL, width)
+    rng = np.random.default_rng(width + 9)
+    lanes = random_lanes(rng, 16)
+    acc = conv_image(rng, 6, 8, 16, 4, config.accumulator_rows)
+    pooled = descriptor(0, [(16, 0, 16, 1), (4, 0, 4, 16), (3, 0, 3, 64)], sram_row=4)
+    int32 = descriptor(1024, [(16, 0, 16, 4), (40, 0, 40, 64)], sram_row=4, elem_log2=2)
+    program = [params(lanes[:8]), params(lanes[8:], first_lane=8),
+               (pooled, {"requant": 1, "bias": 1, "relu": 1, "pool": 1, "pool_pitch": 8}),
+               (int32, {"bias": 1})]
+    pooled_beats = 192 // (width // 8)  # a beat per 16 cycles: a long stall fills the FIFO
+    for stall in ((pooled_beats // 3, 400), (pooled_beats + 100, 60)):
+        _, full = back_to_back(config, program, acc, seed=width, stall=stall)
+        assert full > 30
+
+
+def boundary_products(rng):
+    """(t, multiplier, shift) with t * multiplier next to where the result saturates (int8, and
+    the 16-bit quotient the datapath clamps to) or rounds (ties of both parities), for every
+    shift; t next to the int32 limits; random ones."""
+    cases = [(t, 1, 0) for t in (2**31 - 1, 2**31, -2**31, -2**31 - 1, 2**32 - 2, -2**32)]
+    for shift in range(64):
+        half = 1 << max(shift - 1, 0)
+        for q in (1, 2, 127, 128, -128, -129, 2**15 - 1, 2**15, -2**15, -2**15 - 1):
+            for off in (0, -1, half - 1, half, half + 1):
+                target = (q << shift) + off
+                m = int(rng.choice([1, 3, 65535, rng.integers(1, 65536)]))
+                cases += [(t, m, shift) for t in (target // m, target // m + 1)
+                          if -2**32 <= t <= 2**32 - 2]
+    for _ in range(2000):
+        cases.append((int(rng.integers(-2**32, 2**32 - 1)), int(rng.integers(0, 65536)),
+                      int(rng.integers(0, 64))))
+    return cases
+
+
+@pytest.mark.parametrize("requant,relu", [(1, 0), (1, 1), (0, 0), (0, 1)])
+def test_datapath(requant, relu):
+    # EpilogueDatapath alone, one lane, a value a cycle: t = acc + bias over the whole 33-bit
+    # range, products next to every saturation and rounding boundary of every shift, against
+    # the golden model.
+    rng = np.random.default_rng(requant * 2 + relu)
+    cases = boundary_products(rng)
+    t, mult, shift = (np.array(c, dtype=np.int64) for c in zip(*cases))
+    acc = np.clip(t, -2**31, 2**31 - 1)
+    bias = t - acc
+    expected = epilogue(acc, bias, mult, shift, requant=bool(requant), relu=bool(relu))
+    dut = EpilogueDatapath(1)
+    lane_acc, lane_y = (data.View(data.ArrayLayout(signed(32), 1), v)[0] for v in (dut.acc, dut.y))
+    lane_params = data.View(data.ArrayLayout(EpilogueParams, 1), dut.params)[0]
+    got = []
+
+    async def testbench(ctx):
+        ctx.set(dut.advance, 1)
+        ctx.set(dut.first, 1)
+        ctx.set(dut.options, {"bias": 1, "requant": requant, "relu": relu})
+        for n in range(len(cases) + dut.LATENCY):
+            if n < len(cases):
+                ctx.set(lane_acc, int(acc[n]))
+                ctx.set(lane_params, {"bias": int(bias[n]), "multiplier": int(mult[n]),
+                                      "shift": int(shift[n])})
+            await ctx.tick()
+            if n >= dut.LATENCY - 1:
+                got.append(ctx.get(lane_y))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(testbench)
+    sim.run()
+    got = np.array(got[:len(cases)])
+    mismatch = np.flatnonzero(got != expected)
+    assert not mismatch.size, [(cases[i], int(got[i]), int(expected[i])) for i in mismatch[:5]]
+    assert len({int(v) for v in expected}) > (60 if requant else 1000)  # not all saturated
 
 
 EPILOGUES = {

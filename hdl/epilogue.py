@@ -1,0 +1,178 @@
+"""The store engine's fused epilogue: the per-lane parameter table and the pipelined datapath."""
+from amaranth.hdl import Cat, Module, Mux, Signal, signed
+from amaranth.lib import data, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
+
+from ..isa import PARAMS_PER_INSTRUCTION, PARAMS_RESET, Epilogue, EpilogueParams, ParamsInstruction
+from .walker import select_units
+
+__all__ = ["EpilogueDatapath", "LaneParams", "pipeline_register"]
+
+
+def pipeline_register(m, enable, value, name):
+    """``value`` one stage later: a register of ``m`` loaded when ``enable`` is high."""
+    reg = Signal.like(value, name=name)
+    with m.If(enable):
+        m.d.sync += reg.eq(value)
+    return reg
+
+
+class LaneParams(wiring.Component):
+    """The per-lane `EpilogueParams` in ``units`` memory banks read asynchronously (LUT RAM
+    where the FPGA has it, never block RAM): lane ``l`` is row ``l // units`` of bank
+    ``l % units``, so the ``units`` lanes from any first lane are one row of each bank.
+
+    ``instr``: a PARAMS, taken (``ready``) in the cycle of its last write, one entry a cycle: 8
+    cycles, or with ``broadcast`` one cycle per row of the banks. After reset the banks are
+    swept to ``PARAMS_RESET`` the same way, ``clearing`` meanwhile: nothing may read them then.
+    ``params``: lanes ``lane .. lane + units - 1`` (those past ``cols`` unspecified), from a
+    registered ``lane`` in the same cycle.
+    """
+
+    def __init__(self, cols, units):
+        self.cols, self.units = cols, units
+        super().__init__({
+            "instr": In(stream.Signature(ParamsInstruction)),
+            "clearing": Out(1, init=1),
+            "lane": In(range(cols)),
+            "params": Out(EpilogueParams.size * units),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cols, units = self.cols, self.units
+        select = cols > units  # units, a power of two, banks of lanes l % units; else a lane each
+        rows = -(-cols // units)
+        bank_bits = ceil_log2(units) if select else 0
+
+        # Entry k of a PARAMS to lane first_lane + k; with broadcast (and in the sweep after
+        # reset) entry 0 (PARAMS_RESET) to row k of every bank.
+        instr = self.instr.payload
+        k = Signal(range(max(rows, PARAMS_PER_INSTRUCTION)))
+        every_row = self.clearing | instr.broadcast
+        writing = self.clearing | self.instr.valid
+        last = k == Mux(every_row, rows - 1, PARAMS_PER_INSTRUCTION - 1)
+        entry = Signal(EpilogueParams)
+        m.d.comb += [entry.eq(Mux(self.clearing, EpilogueParams.const(PARAMS_RESET),
+                                  instr.entries[Mux(instr.broadcast, 0, k)])),
+                     self.instr.ready.eq(~self.clearing & last)]
+        m.d.sync += k.eq(Mux(writing & ~last, k + 1, 0))
+        with m.If(self.clearing & last):
+            m.d.sync += self.clearing.eq(0)
+        lane = instr.first_lane + k  # not truncated: lanes >= cols are not written
+
+        # Reads: bank b holds lane `lane` + u for u = (b - lane) % units, in the row of `lane`
+        # or the next; unit u takes bank (lane + u) % units.
+        outputs = []
+        for b in range(units):
+            bank = memory.Memory(shape=EpilogueParams, depth=rows, init=[PARAMS_RESET] * rows)
+            m.submodules[f"bank{b}"] = bank
+            write, read = bank.write_port(), bank.read_port(domain="comb")
+            if select:
+                ours = (lane[:bank_bits] == b) & (lane < cols)
+                m.d.comb += [write.addr.eq(Mux(every_row, k, lane[bank_bits:])),
+                             read.addr.eq((self.lane >> bank_bits) + (b < self.lane[:bank_bits]))]
+            else:
+                ours = lane == b
+            m.d.comb += [write.en.eq(writing & (every_row | ours)),
+                         write.data.eq(entry)]
+            outputs.append(read.data)
+        if select:
+            m.d.comb += self.params.eq(select_units(Cat(outputs), self.lane[:bank_bits], units,
+                                                    EpilogueParams.size))
+        else:
+            m.d.comb += self.params.eq(Cat(outputs))
+        return m
+
+
+class EpilogueDatapath(wiring.Component):
+    """``units`` lanes of the epilogue, a pipeline of ``LATENCY`` stages that move together
+    when ``advance`` is high.
+
+    Stage 1 takes an accumulator value per lane (``acc``) and its `EpilogueParams`: the maximum
+    with the values since ``first`` (pooling), plus the bias. Stage 2 multiplies (registered
+    inputs and output, for the FPGAs' DSP blocks). Stage 3 shifts by the high three bits of the
+    shift (by bytes), keeping a guard bit and a sticky bit, and clamps the quotient to what
+    can still come back into range: int8 or int32. Stage 4 shifts by the low three bits and
+    rounds half to even; stage 5 saturates and applies ReLU. ``y``: the int32 or int8 (sign
+    extended) results, ``LATENCY`` advances after their ``acc``.
+    """
+
+    LATENCY = 5
+
+    def __init__(self, units):
+        self.units = units
+        super().__init__({
+            "advance": In(1),
+            "options": In(Epilogue),
+            "first": In(1),
+            "acc": In(32 * units),
+            "params": In(EpilogueParams.size * units),
+            "y": Out(32 * units),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        int8, relu = self.options.requant, self.options.relu
+
+        def stage(value, name):
+            return pipeline_register(m, self.advance, value, name)
+
+        units = self.units
+        acc_in = data.View(data.ArrayLayout(signed(32), units), self.acc)
+        params_in = data.View(data.ArrayLayout(EpilogueParams, units), self.params)
+        y_out = data.View(data.ArrayLayout(signed(32), units), self.y)
+        for u in range(units):
+            acc, params = acc_in[u], params_in[u]
+            # 1: pool max, bias.
+            peak = Signal(signed(32), name=f"peak{u}")  # the maximum of a pooled step so far
+            pooled = Mux(self.first | (acc > peak), acc, peak)
+            with m.If(self.advance):
+                m.d.sync += peak.eq(pooled)
+            t = stage(pooled + Mux(self.options.bias, params.bias, 0), f"t{u}")
+            multiplier = stage(Mux(int8, params.multiplier, 1), f"multiplier{u}")
+            shift = stage(Mux(int8, params.shift, 0), f"shift{u}")
+            # 2: t * multiplier, at most 50 bits.
+            product = stage(t * multiplier, f"product{u}")
+            shift = stage(shift, f"shift{u}_2")
+            # 3: twice = 2 * product, shifted right by 8 * high (the bit below the quotient is
+            # the guard bit); sticky: any bit shifted out. The quotient, clamped to 16 bits
+            # (int8: the low shift of at most 7 still saturates) or 32 bits (int32, no shift).
+            twice = Cat(0, product).as_signed()
+            high, low = shift[3:], shift[:3]
+            sign = twice[-1]
+            padded = Cat(twice, sign.replicate(8 * 7 + 17 - len(twice)))
+            shifted = Cat(padded[8 * g:8 * g + 17] for g in range(8)).word_select(high, 17)
+            below = [Cat(twice[:8 * g]).any() for g in range(8)]
+            sticky = Cat(below).bit_select(high, 1)
+            fits16 = Cat(_same_bits(twice[8 * g + 16:]) for g in range(8)).bit_select(high, 1)
+            fits32 = _same_bits(twice[32:])
+            clamped = Signal(signed(33), name=f"clamped{u}")  # guard bit and quotient
+            with m.If(int8):
+                m.d.comb += clamped.eq(Mux(fits16, shifted.as_signed(),
+                                           Mux(sign, -2**16, 2**16 - 2)))
+            with m.Else():
+                m.d.comb += clamped.eq(Mux(fits32, twice[:33].as_signed(),
+                                           Mux(sign, -2**32, 2**32 - 2)))
+            clamped, sticky = stage(clamped, f"clamped{u}"), stage(sticky, f"sticky{u}")
+            low = stage(low, f"low{u}")
+            # 4: shift right by low (int8 only: 18 bits), round half to even.
+            value = clamped[:18].as_signed()
+            v = value >> low
+            sticky = sticky | (value.as_unsigned() & Cat(low > b for b in range(18))).any()
+            quotient = v[1:].as_signed()
+            rounded = quotient + (v[0] & (sticky | quotient[0]))
+            rounded = stage(Mux(int8, rounded, clamped[1:].as_signed()), f"rounded{u}")
+            # 5: saturate (int8), ReLU.
+            top = Mux(int8, 127, 2**31 - 1)
+            bottom = Mux(relu, 0, Mux(int8, -128, -2**31))
+            y = Mux(rounded > top, top, Mux(rounded < bottom, bottom, rounded))
+            with m.If(self.advance):
+                m.d.sync += y_out[u].eq(y)
+        return m
+
+
+def _same_bits(value):
+    """Whether all bits of ``value`` are equal (a sign extension)."""
+    return (value == 0) | (value.as_unsigned() == (1 << len(value)) - 1)
