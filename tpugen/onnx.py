@@ -98,51 +98,88 @@ class CoreLayer:
         q = (w + left + right - self.dilation * (s - 1) - 1) // self.stride + 1
         return n * k * p * q * c * r * s
 
+    def _padding(self):
+        """(the padding the core applies, the (top, left, bottom, right) pads the host applies
+        first with ``input_zero``, or None) of a conv."""
+        top, left, bottom, right = self.pads
+        padding = top if self.input_zero == 0 and top == left == bottom == right else 0
+        return padding, (self.pads if any(self.pads) and not padding else None)
+
+    @property
+    def chainable(self):
+        """Whether the core can read this layer's input as another layer left it in device
+        memory: constant weights, and no padding on the host."""
+        return self.weights is not None and (self.op != "conv" or self._padding()[1] is None)
+
+    def core_input(self, x):
+        """The model's input ``x`` as the int8 operand the device reads (constant weights)."""
+        xi = _int8(x, self.input_offset)
+        if self.op == "matmul":
+            return xi.reshape(-1, xi.shape[-1])
+        pads = self._padding()[1]
+        if pads is None:
+            return xi
+        top, left, bottom, right = pads
+        return np.pad(xi, ((0, 0), (0, 0), (top, bottom), (left, right)),
+                      constant_values=self.input_zero)
+
+    def output_shape(self, x_shape, core_shape):
+        """The model's shape of the output, for the model's input shape and the core's output
+        shape."""
+        return core_shape if self.op == "conv" else (*x_shape[:-1], core_shape[-1])
+
+    def model_output(self, y):
+        """The core's result ``y`` (already in the model's shape) as the model's tensor."""
+        if self.multiplier is None:
+            channel_shape = (-1, 1, 1) if self.op == "conv" else (-1,)
+            return y.astype(np.float32) * self.output_scale.reshape(channel_shape)
+        return _from_int8(y, self.output_offset)
+
+    def _options(self):
+        requant = None if self.multiplier is None else (self.multiplier, self.shift)
+        if self.op == "conv":
+            return {"stride": self.stride, "padding": self._padding()[0],
+                    "dilation": self.dilation, "pool": self.pool, "bias": self.bias,
+                    "requant": requant}
+        return {"bias": self.bias, "requant": requant}
+
+    def prepare(self, device, core_shape, input=None):
+        """This layer (constant weights) made resident on ``device`` for a core input of
+        ``core_shape`` (read from `Resident` ``input`` when given): a `PreparedCall`."""
+        operation = device.prepare_conv2d if self.op == "conv" else device.prepare_matmul
+        return operation(tuple(int(d) for d in core_shape), self.weights, input=input,
+                         **self._options())
+
     def run(self, device, x, b=None):
         """This layer on ``device`` for the model's input ``x`` (and B ``b`` of a MatMul of two
-        activations): (the model's output, the int8 weights, [(bytes written to the device,
-        `Stats`) per call])."""
-        xi = _int8(x, self.input_offset)
-        requant = None if self.multiplier is None else (self.multiplier, self.shift)
+        activations), one call per operation with its operands: (the model's output, the int8
+        weights, [(bytes written to the device, `Stats`) per call])."""
         calls = []
 
         def call(operation, *operands, **options):
-            result = operation(*operands, requant=requant, **options)
+            result = operation(*operands, **options)
             calls.append((sum(o.nbytes for o in operands), device.stats))
             return result
 
-        if self.op == "conv":
+        if self.weights is not None:
             w = self.weights
-            top, left, bottom, right = self.pads
-            padding = top if self.input_zero == 0 and top == left == bottom == right else 0
-            if any(self.pads) and not padding:
-                xi = np.pad(xi, ((0, 0), (0, 0), (top, bottom), (left, right)),
-                            constant_values=self.input_zero)
-            y = call(device.conv2d, xi, w, stride=self.stride, padding=padding,
-                     dilation=self.dilation, pool=self.pool, bias=self.bias)
-            channel_shape = (-1, 1, 1)
-        elif self.weights is not None:
-            w = self.weights
-            y = call(device.matmul, xi.reshape(-1, xi.shape[-1]), w, bias=self.bias)
-            y = y.reshape(*xi.shape[:-1], -1)
-            channel_shape = (-1,)
+            operation = device.conv2d if self.op == "conv" else device.matmul
+            y = call(operation, self.core_input(x), w, **self._options())
+            return self.model_output(y.reshape(self.output_shape(x.shape, y.shape))), w, calls
+        xi = _int8(x, self.input_offset)
+        w = _int8(b, self.weight_offset)
+        if w.ndim == 2:
+            xi, w_batch = xi.reshape(1, -1, xi.shape[-1]), w[None]
+        elif w.shape[:-2] == xi.shape[:-2]:
+            xi, w_batch = xi.reshape(-1, *xi.shape[-2:]), w.reshape(-1, *w.shape[-2:])
         else:
-            w = _int8(b, self.weight_offset)
-            if w.ndim == 2:
-                xi, w_batch = xi.reshape(1, -1, xi.shape[-1]), w[None]
-            elif w.shape[:-2] == xi.shape[:-2]:
-                xi, w_batch = xi.reshape(-1, *xi.shape[-2:]), w.reshape(-1, *w.shape[-2:])
-            else:
-                raise ValueError(f"node {self.name!r}: A {x.shape} and B {b.shape} need the "
-                                 "same leading (batch) dimensions")
-            y = np.stack([call(device.matmul, a, m, bias=self.bias - self.input_zero *
-                               m.astype(np.int64).sum(axis=0))
-                          for a, m in zip(xi, w_batch)])
-            y = y.reshape(*x.shape[:-1], -1)
-            channel_shape = (-1,)
-        if self.multiplier is None:
-            return y.astype(np.float32) * self.output_scale.reshape(channel_shape), w, calls
-        return _from_int8(y, self.output_offset), w, calls
+            raise ValueError(f"node {self.name!r}: A {x.shape} and B {b.shape} need the "
+                             "same leading (batch) dimensions")
+        requant = self._options()["requant"]
+        y = np.stack([call(device.matmul, a, m, requant=requant, bias=self.bias -
+                           self.input_zero * m.astype(np.int64).sum(axis=0))
+                      for a, m in zip(xi, w_batch)])
+        return self.model_output(y.reshape(*x.shape[:-1], -1)), w, calls
 
 
 def _int8(values, offset):
