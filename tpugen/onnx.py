@@ -530,7 +530,11 @@ class NodeReport:
     mac_utilization: float = 0.0
     """The node's own MACs / (cycles * rows * cols)."""
     bytes_to_device: int = 0
+    """Operands the host wrote for this node; on the resident path also, at the node's first
+    run, its weights and program (0 input bytes when the layer before left them on the
+    device)."""
     bytes_from_device: int = 0
+    """What the host read back (0 when the output stays on the device for the next layer)."""
     core_bytes_read: int = 0
     core_bytes_written: int = 0
 
@@ -654,9 +658,20 @@ def _step_outputs(step):
 
 class InferenceSession:
     """An int8 ONNX model (path, bytes or `onnx.ModelProto`) run on ``device`` (a `Device`,
-    open), with onnxruntime's interface: ``run(output_names or None, {name: array})``."""
+    open), with onnxruntime's interface: ``run(output_names or None, {name: array})``.
 
-    def __init__(self, model, device):
+    ``resident`` (the default): each core layer with constant weights is prepared on the
+    device once per input shape (`Device.prepare_matmul` / `prepare_conv2d`: weights,
+    program with the epilogue, output region), and a layer whose output only the next core
+    layer reads leaves it in device memory as that layer's input (no host round trip).
+    ``resident=False``: one self-contained device call per layer and run (operands written,
+    output read back each time)."""
+
+    def __init__(self, model, device, *, resident=True):
+        if not isinstance(resident, bool):
+            raise ValueError(f"resident={resident!r} is invalid: allowed True or False")
+        self.resident = resident
+        self._prepared = {}
         if not isinstance(model, onnx.ModelProto):
             model = onnx.load_model_from_string(model) if isinstance(model, bytes) \
                 else onnx.load(str(model))
@@ -698,10 +713,15 @@ class InferenceSession:
             if needed.intersection(_step_outputs(step)):
                 live.append(step)
                 needed.update(step.inputs if isinstance(step, CoreLayer) else step.input)
-        reports = []
-        for step in reversed(live):
+        live.reverse()
+        on_device = self._chained(live, names) if self.resident else set()
+        reports, device_values = [], {}
+        for step in live:
             start = time.perf_counter()
-            if isinstance(step, CoreLayer):
+            if isinstance(step, CoreLayer) and self.resident and step.weights is not None:
+                reports.append(self._run_resident(step, values, device_values, on_device,
+                                                  start))
+            elif isinstance(step, CoreLayer):
                 reports.append(self._run_core(step, values, start))
             else:
                 results = self._host[step.name].run(None, {n: values[n] for n in step.input if n})
@@ -712,17 +732,67 @@ class InferenceSession:
         self._report = Report(nodes=tuple(reports), array_macs=self.device.config.macs)
         return [values[n] for n in names]
 
+    @staticmethod
+    def _chained(steps, names):
+        """The tensors that stay in device memory: the int8 output of a core layer that only
+        the next step reads, itself a core layer that can read it there (`CoreLayer.chainable`),
+        and that is not asked for."""
+        readers = {}
+        for step in steps:
+            for name in (step.inputs if isinstance(step, CoreLayer) else step.input):
+                readers.setdefault(name, []).append(step)
+        return {first.output for first, second in zip(steps, steps[1:])
+                if isinstance(first, CoreLayer) and isinstance(second, CoreLayer)
+                and first.weights is not None and first.multiplier is not None
+                and second.chainable and second.input == first.output
+                and [id(r) for r in readers[first.output]] == [id(second)]
+                and first.output not in names}
+
+    def _run_resident(self, layer, values, device_values, on_device, start):
+        """``layer`` as a `PreparedCall` (prepared at its first use for this input): its input
+        from device memory when the layer before left it there, else written from the host;
+        its output left there when in ``on_device``, else read back."""
+        source = device_values.get(layer.input)
+        if source is None:
+            x_shape = values[layer.input].shape
+            x = layer.core_input(values[layer.input])
+            core_shape, input_region, sent = x.shape, None, x.nbytes
+        else:
+            x_shape, previous = source
+            x, core_shape, input_region, sent = None, previous.shape, previous.output, 0
+        key = (layer.name, core_shape, input_region)
+        call = self._prepared.get(key)
+        if call is None:
+            call = self._prepared[key] = layer.prepare(self.device, core_shape, input_region)
+            sent += call.uploaded
+        self.device.launch(call, x)
+        shape = layer.output_shape(x_shape, call.shape)
+        received = 0
+        if layer.output in on_device:
+            device_values[layer.output] = (shape, call)
+        else:
+            y = self.device.download(call.output, call.dtype, call.shape)
+            values[layer.output] = layer.model_output(y.reshape(shape))
+            received = y.nbytes
+        return self._core_report(layer, start, layer.macs(x_shape, layer.weights.shape),
+                                 [(sent, self.device.stats)], received)
+
     def _run_core(self, layer, values, start):
         x = values[layer.input]
         y, weights, calls = layer.run(self.device, x, *(values[n] for n in layer.inputs[1:]))
         values[layer.output] = y
-        macs = layer.macs(x.shape, weights.shape)
+        return self._core_report(layer, start, layer.macs(x.shape, weights.shape), calls,
+                                 y.nbytes)
+
+    def _core_report(self, layer, start, macs, calls, received):
+        """The `NodeReport` of ``layer``: ``calls`` [(bytes written, `Stats`)], ``received``
+        bytes read back."""
         cycles = sum(stats.cycles for _, stats in calls)
         return NodeReport(
             name=layer.name, op=layer.op, where="core", nodes=layer.nodes,
             seconds=time.perf_counter() - start, cycles=cycles, macs=macs,
             mac_utilization=macs / max(1, cycles * self.device.config.macs),
-            bytes_to_device=sum(sent for sent, _ in calls), bytes_from_device=y.nbytes,
+            bytes_to_device=sum(sent for sent, _ in calls), bytes_from_device=received,
             core_bytes_read=sum(stats.bytes_read for _, stats in calls),
             core_bytes_written=sum(stats.bytes_written for _, stats in calls))
 
