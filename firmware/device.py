@@ -3,6 +3,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -49,8 +50,7 @@ class RunImage:
     windows: list
 
 
-@dataclass(frozen=True)
-class Resident:
+class Resident(NamedTuple):
     """A region of device memory that stays across calls: ``size`` bytes at ``address``."""
     address: int
     size: int

@@ -3,12 +3,13 @@
 The model is read with the `onnx` package, in either form that onnxruntime's
 ``quantize_static`` writes: QDQ (QuantizeLinear / DequantizeLinear around float Conv, MatMul,
 Gemm) or QOperator (QLinearConv, QLinearMatMul, com.microsoft QGemm). Each Conv / MatMul /
-Gemm with constant int8 weights becomes one `CoreLayer`: one ``device.conv2d`` or
-``device.matmul`` call whose store epilogue adds the bias (with the zero-point corrections
-folded in), requantizes with a 16-bit multiplier and a shift derived from the scales, and
-max-pools 2x2 when a MaxPool follows. Every other node runs on the host in numpy, by the
-`onnx.reference` evaluator. docs/onnx.md says what maps where and how outputs may differ
-from onnxruntime's.
+Gemm with constant int8 weights becomes one `CoreLayer`: one conv2d or matmul on the
+device whose store epilogue adds the bias (with the zero-point corrections folded in),
+requantizes with a 16-bit multiplier and a shift derived from the scales, and max-pools 2x2
+when a MaxPool follows. Its weights and program are made resident once per session, and a
+layer whose output only the next core layer reads leaves it in device memory for it. Every
+other node runs on the host in numpy, by the `onnx.reference` evaluator. docs/onnx.md says
+what maps where and how outputs may differ from onnxruntime's.
 """
 import json
 import math
