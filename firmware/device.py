@@ -349,10 +349,16 @@ class Device:
         """Page-aligned addresses from 0: inputs, then outputs (the program goes after them)."""
         addresses, end = operand_layout(input_sizes, output_sizes)
         if end > self._resident_floor:
-            raise ValueError(f"the operands need {end} bytes of memory: more than the "
-                             f"{self._resident_floor} below the resident regions "
-                             f"(memory_size={self.memory_size})")
+            raise ValueError(f"the operands need {end} bytes of memory: more than "
+                             f"{self._free_memory()}")
         return addresses
+
+    def _free_memory(self):
+        """The memory per-call operands may use, in words."""
+        if self._resident_floor == self.memory_size:
+            return f"memory_size={self.memory_size}"
+        return (f"the {self._resident_floor} bytes below the resident regions "
+                f"(memory_size={self.memory_size})")
 
     def _run(self, program, inputs, outputs):
         """Write ``inputs`` [(address, array)], run ``program`` in windows that admit exactly
@@ -365,9 +371,8 @@ class Device:
         program_address = program_placement(outputs)
         if program_address + len(code) > self._resident_floor:
             raise ValueError(f"the program ({len(program)} instructions) and its operands need "
-                             f"{program_address + len(code)} bytes of memory: more than the "
-                             f"{self._resident_floor} below the resident regions "
-                             f"(memory_size={self.memory_size})")
+                             f"{program_address + len(code)} bytes of memory: more than "
+                             f"{self._free_memory()}")
         windows = access_windows([(address, array.nbytes) for address, array in inputs], outputs,
                                  program_address, len(code))
         return RunImage(code, program_address, len(program),
