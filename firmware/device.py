@@ -3,6 +3,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -16,8 +17,8 @@ from .epilogue import Epilogue, output_dtype
 from .conv2d import compile_conv2d, conv2d_lowering, conv2d_output_shape, conv2d_weights
 from .matmul import compile_matmul
 
-__all__ = ["Device", "DeviceError", "RunImage", "SimDevice", "Stats", "access_windows",
-           "operand_layout", "program_placement"]
+__all__ = ["Device", "DeviceError", "PreparedCall", "Resident", "RunImage", "SimDevice", "Stats",
+           "access_windows", "operand_layout", "program_placement"]
 
 _PAGE = 4096
 
@@ -49,6 +50,36 @@ class RunImage:
     windows: list
 
 
+class Resident(NamedTuple):
+    """A region of device memory that stays across calls: ``size`` bytes at ``address``."""
+    address: int
+    size: int
+
+
+@dataclass(frozen=True)
+class PreparedCall:
+    """A matmul or conv2d resident on the device (`Device.prepare_matmul`,
+    `Device.prepare_conv2d`): its program, weights (with the epilogue's parameters in the
+    program) and output are written once; `Device.launch` runs it on what ``input`` holds.
+    ``uploaded``: the bytes written to prepare it; ``shape``/``dtype``: the output's."""
+    input: Resident
+    weights: Resident
+    output: Resident
+    program: Resident
+    program_length: int
+    shape: tuple
+    dtype: np.dtype
+    uploaded: int
+
+    @property
+    def windows(self):
+        """The program and the input and weights readable, the output writable, nothing else."""
+        return [(self.program.address, self.program.size, True, False),
+                (self.input.address, _round_up(self.input.size, 64), True, False),
+                (self.weights.address, _round_up(self.weights.size, 64), True, False),
+                (self.output.address, _round_up(self.output.size, 64), False, True)]
+
+
 class DeviceError(RuntimeError):
     """The core stopped with an error code (a bug in the firmware or the hardware)."""
 
@@ -62,6 +93,12 @@ def _check_int8(name, array, ndim):
         raise ValueError(f"{name} must have {ndim} dimensions, not {array.ndim} (shape {array.shape})")
     if 0 in array.shape:
         raise ValueError(f"{name} has an empty dimension: shape {array.shape}")
+
+
+def _check_shape(name, shape, ndim):
+    if (not isinstance(shape, tuple) or len(shape) != ndim
+            or not all(isinstance(d, int) and d > 0 for d in shape)):
+        raise ValueError(f"{name}={shape!r} is invalid: allowed a tuple of {ndim} positive ints")
 
 
 def _check_float(name, array):
@@ -114,6 +151,8 @@ class Device:
         self.memory_size = memory_size
         self.stats = None
         self._transport = None
+        self._resident_floor = memory_size
+        """Resident regions are allocated downwards from the top; per-call operands stay below."""
 
     def matmul(self, a, b, *, bias=None, requant=None, relu=False):
         """int8 (M, K) @ int8 (K, N) -> int32 (M, N), with int32 wrap-around.
@@ -123,19 +162,27 @@ class Device:
         ``relu``.
         """
         _check_int8("a", a, 2)
+        b, shape, dtype, compile_ = self._matmul(a.shape, b, bias, requant, relu)
+        out_bytes = dtype.itemsize * int(np.prod(shape))
+        (a_addr, b_addr), (c_addr,) = self._layout([a.nbytes, b.nbytes], [out_bytes])
+        (c,) = self._run(compile_(a_addr, b_addr, c_addr), [(a_addr, a), (b_addr, b)],
+                         [(c_addr, out_bytes)])
+        return _array(c, dtype, shape)
+
+    def _matmul(self, a_shape, b, bias, requant, relu):
+        """(b as it goes to memory, output shape, dtype, compile(a_addr, b_addr, c_addr)) of
+        `matmul` for an ``a`` of ``a_shape``."""
         _check_int8("b", b, 2)
-        if a.shape[1] != b.shape[0]:
-            raise ValueError(f"a {a.shape} and b {b.shape}: inner dimensions differ")
-        m, k = a.shape
+        if a_shape[1] != b.shape[0]:
+            raise ValueError(f"a {a_shape} and b {b.shape}: inner dimensions differ")
+        m, k = a_shape
         n = b.shape[1]
         epilogue = Epilogue.from_options(n, bias=bias, requant=requant, relu=relu)
-        dtype = output_dtype(epilogue)
-        out_bytes = dtype.itemsize * m * n
-        (a_addr, b_addr), (c_addr,) = self._layout([a.nbytes, b.nbytes], [out_bytes])
-        program = compile_matmul(self.config, m, k, n, a_addr=a_addr, b_addr=b_addr,
-                                 c_addr=c_addr, epilogue=epilogue)
-        (c,) = self._run(program, [(a_addr, a), (b_addr, b)], [(c_addr, out_bytes)])
-        return _array(c, dtype, (m, n))
+
+        def compile_(a_addr, b_addr, c_addr):
+            return compile_matmul(self.config, m, k, n, a_addr=a_addr, b_addr=b_addr,
+                                  c_addr=c_addr, epilogue=epilogue)
+        return b, (m, n), output_dtype(epilogue), compile_
 
     def conv2d(self, x, w, stride=1, padding=0, dilation=1, *, bias=None, requant=None,
                relu=False, pool=False):
@@ -145,22 +192,95 @@ class Device:
         and ``pool``: 2x2 / stride-2 max pooling, giving (N, K, P // 2, Q // 2).
         """
         _check_int8("x", x, 4)
+        weights, out_shape, dtype, compile_ = self._conv2d(
+            x.shape, w, stride, padding, dilation, bias, requant, relu, pool)
+        out_bytes = dtype.itemsize * int(np.prod(out_shape))
+        (x_addr, w_addr), (y_addr,) = self._layout([x.nbytes, weights.nbytes], [out_bytes])
+        (y,) = self._run(compile_(x_addr, w_addr, y_addr), [(x_addr, x), (w_addr, weights)],
+                         [(y_addr, out_bytes)])
+        return _array(y, dtype, out_shape)
+
+    def _conv2d(self, x_shape, w, stride, padding, dilation, bias, requant, relu, pool):
+        """(w as it goes to memory, output shape, dtype, compile(x_addr, w_addr, y_addr)) of
+        `conv2d` for an ``x`` of ``x_shape``."""
         _check_int8("w", w, 4)
         _check_option("stride", stride, 1, 255)
         _check_option("padding", padding, 0, 255)
         _check_option("dilation", dilation, 1, 255)
         epilogue = Epilogue.from_options(w.shape[0], bias=bias, requant=requant, relu=relu,
                                          pool=pool)
-        dtype = output_dtype(epilogue)
-        out_shape = conv2d_output_shape(x.shape, w.shape, stride, padding, dilation, pool)
-        out_bytes = dtype.itemsize * int(np.prod(out_shape))
-        weights = conv2d_weights(w, conv2d_lowering(self.config, x.shape, w.shape, epilogue))
-        (x_addr, w_addr), (y_addr,) = self._layout([x.nbytes, w.nbytes], [out_bytes])
-        program = compile_conv2d(self.config, x.shape, w.shape, stride=stride, padding=padding,
-                                 dilation=dilation, x_addr=x_addr, w_addr=w_addr, y_addr=y_addr,
-                                 epilogue=epilogue)
-        (y,) = self._run(program, [(x_addr, x), (w_addr, weights)], [(y_addr, out_bytes)])
-        return _array(y, dtype, out_shape)
+        out_shape = conv2d_output_shape(x_shape, w.shape, stride, padding, dilation, pool)
+        weights = conv2d_weights(w, conv2d_lowering(self.config, x_shape, w.shape, epilogue))
+
+        def compile_(x_addr, w_addr, y_addr):
+            return compile_conv2d(self.config, x_shape, w.shape, stride=stride, padding=padding,
+                                  dilation=dilation, x_addr=x_addr, w_addr=w_addr,
+                                  y_addr=y_addr, epilogue=epilogue)
+        return weights, out_shape, output_dtype(epilogue), compile_
+
+    def prepare_matmul(self, a_shape, b, *, bias=None, requant=None, relu=False, input=None):
+        """`matmul` of an int8 ``a_shape`` a with ``b`` made resident: b, the program and an
+        output region are written once. ``input``: the `Resident` a is read from (another
+        call's ``output``: the two chain in device memory), else a new region."""
+        _check_shape("a_shape", a_shape, 2)
+        return self._prepare(a_shape, input, *self._matmul(a_shape, b, bias, requant, relu))
+
+    def prepare_conv2d(self, x_shape, w, stride=1, padding=0, dilation=1, *, bias=None,
+                       requant=None, relu=False, pool=False, input=None):
+        """`conv2d` of an int8 ``x_shape`` x made resident, as `prepare_matmul`."""
+        _check_shape("x_shape", x_shape, 4)
+        return self._prepare(x_shape, input, *self._conv2d(
+            x_shape, w, stride, padding, dilation, bias, requant, relu, pool))
+
+    def _prepare(self, input_shape, input, weights, shape, dtype, compile_):
+        input_bytes = int(np.prod(input_shape))
+        if input is None:
+            input = self._allocate(input_bytes)
+        elif not isinstance(input, Resident) or input.size != input_bytes:
+            raise ValueError(f"input={input!r} is invalid: allowed None or a Resident of "
+                             f"{input_bytes} bytes")
+        stored = self.upload(weights)
+        output = self._allocate(dtype.itemsize * int(np.prod(shape)))
+        compiled = compile_(input.address, stored.address, output.address)
+        code = compiled.to_bytes()
+        program = self._allocate(len(code))
+        self._write(program, code)
+        return PreparedCall(input, stored, output, program, len(compiled), tuple(shape),
+                            dtype, stored.size + program.size)
+
+    def upload(self, array):
+        """``array``'s bytes written to a new `Resident` region (once, kept across calls)."""
+        data = np.ascontiguousarray(array).tobytes()
+        region = self._allocate(len(data))
+        self._write(region, data)
+        return region
+
+    def download(self, region, dtype, shape):
+        """What `Resident` ``region`` holds, as a ``dtype`` array of ``shape``."""
+        return _array(self._link().read_memory(region.address, region.size), dtype, shape)
+
+    def launch(self, call, x=None):
+        """Run `PreparedCall` ``call``, first writing int8 ``x`` to its input when given; the
+        output stays in ``call.output`` (`download` reads it)."""
+        if x is not None:
+            if x.dtype != np.int8 or x.nbytes != call.input.size:
+                raise ValueError(f"x ({x.dtype}, {x.nbytes} bytes) does not fit the call's "
+                                 f"int8 input of {call.input.size} bytes")
+            self._write(call.input, np.ascontiguousarray(x).tobytes())
+        self._start(call.windows, call.program.address, call.program_length)
+
+    def _allocate(self, size):
+        """A new page-aligned `Resident` of ``size`` bytes below the others."""
+        address = self._resident_floor - _pages(size)
+        if address < 0:
+            raise ValueError(f"resident regions need more than memory_size={self.memory_size} "
+                             "bytes")
+        self._resident_floor = address
+        return Resident(address, size)
+
+    def _write(self, region, data):
+        assert len(data) == region.size
+        self._link().write_memory(region.address, data)
 
     def attention(self, q, k, v, causal=False):
         """Fused attention ``softmax(q k^T / sqrt(d)) v``: float32 (L, d), (S, d), (S, d) ->
@@ -228,10 +348,17 @@ class Device:
     def _layout(self, input_sizes, output_sizes):
         """Page-aligned addresses from 0: inputs, then outputs (the program goes after them)."""
         addresses, end = operand_layout(input_sizes, output_sizes)
-        if end > self.memory_size:
+        if end > self._resident_floor:
             raise ValueError(f"the operands need {end} bytes of memory: more than "
-                             f"memory_size={self.memory_size}")
+                             f"{self._free_memory()}")
         return addresses
+
+    def _free_memory(self):
+        """The memory per-call operands may use, in words."""
+        if self._resident_floor == self.memory_size:
+            return f"memory_size={self.memory_size}"
+        return (f"the {self._resident_floor} bytes below the resident regions "
+                f"(memory_size={self.memory_size})")
 
     def _run(self, program, inputs, outputs):
         """Write ``inputs`` [(address, array)], run ``program`` in windows that admit exactly
@@ -242,10 +369,10 @@ class Device:
         """The `RunImage` of ``program`` with ``inputs`` and ``outputs`` (as in `_run`)."""
         code = program.to_bytes()
         program_address = program_placement(outputs)
-        if program_address + len(code) > self.memory_size:
+        if program_address + len(code) > self._resident_floor:
             raise ValueError(f"the program ({len(program)} instructions) and its operands need "
                              f"{program_address + len(code)} bytes of memory: more than "
-                             f"memory_size={self.memory_size}")
+                             f"{self._free_memory()}")
         windows = access_windows([(address, array.nbytes) for address, array in inputs], outputs,
                                  program_address, len(code))
         return RunImage(code, program_address, len(program),
@@ -254,14 +381,22 @@ class Device:
 
     def _execute(self, image, timeout_cycles=200_000_000):
         """Run ``image`` through the transport; the outputs' bytes."""
-        if self._transport is None:
-            raise RuntimeError(f"{type(self).__name__} is not open: use it in a `with` block")
-        link = self._transport
+        link = self._link()
         for address, data in image.inputs:
             link.write_memory(address, data)
         link.write_memory(image.program_address, image.program)
-        run = drive(link, run_program(image.windows, image.program_address,
-                                      image.program_length, timeout_cycles))
+        self._start(image.windows, image.program_address, image.program_length, timeout_cycles)
+        return [link.read_memory(address, size) for address, size in image.outputs]
+
+    def _link(self):
+        if self._transport is None:
+            raise RuntimeError(f"{type(self).__name__} is not open: use it in a `with` block")
+        return self._transport
+
+    def _start(self, windows, program_address, program_length, timeout_cycles=200_000_000):
+        """Run the program in memory in ``windows``; set `stats`; `DeviceError` if it fails."""
+        run = drive(self._link(), run_program(windows, program_address, program_length,
+                                              timeout_cycles))
         counters = run.counters
         self.stats = Stats(
             cycles=counters["cycles"], macs=counters["macs"],
@@ -275,7 +410,6 @@ class Device:
                 raise DeviceError(f"the core did not finish within {timeout_cycles} cycles")
             raise DeviceError(f"the core stopped with {run.error.name} at "
                               f"instruction {run.error_index}")
-        return [link.read_memory(address, size) for address, size in image.outputs]
 
     def _soft_reset(self):
         self._transport.write_register(register("CONTROL").offset,

@@ -1,5 +1,6 @@
 """ONNX import (tpugen.onnx): quantized models from onnxruntime's quantizer, run on the core
 (and on a numpy stand-in for it), against onnxruntime on the same quantized model."""
+import itertools
 import json
 import os
 from types import SimpleNamespace
@@ -12,6 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
 from tpugen import CoreConfig
+from tpugen.firmware.device import Resident
 from tpugen.onnx import InferenceSession, lower, requant_multiplier
 from tpugen.sim.golden import apply_epilogue, conv2d_int32, matmul_int32
 
@@ -26,6 +28,8 @@ class NumpyDevice:
     def __init__(self, config=CORE):
         self.config = config
         self.stats = None
+        self.memory = {}
+        self._regions = itertools.count()
 
     def _done(self, macs, result):
         self.stats = SimpleNamespace(cycles=max(1, macs // self.config.macs), bytes_read=0,
@@ -42,6 +46,29 @@ class NumpyDevice:
         acc = conv2d_int32(x, w, stride, padding, dilation)
         y = apply_epilogue(acc, 1, (2, 3), bias=bias, requant=requant, relu=relu, pool=pool)
         return self._done(acc.size * int(np.prod(w.shape[1:])), y)
+
+    def prepare_matmul(self, a_shape, b, *, input=None, **options):
+        return self._prepare(a_shape, b, input, lambda a: self.matmul(a, b, **options))
+
+    def prepare_conv2d(self, x_shape, w, *args, input=None, **options):
+        return self._prepare(x_shape, w, input, lambda x: self.conv2d(x, w, *args, **options))
+
+    def _prepare(self, shape, weights, input, operation):
+        """A prepared call whose regions are keys of ``memory`` (numbered, not addresses)."""
+        y = operation(np.zeros(shape, np.int8))
+        input = input or Resident(next(self._regions), int(np.prod(shape)))
+        output = Resident(next(self._regions), y.nbytes)
+        return SimpleNamespace(input=input, output=output, input_shape=shape, shape=y.shape,
+                               dtype=y.dtype, uploaded=weights.nbytes, run=operation)
+
+    def launch(self, call, x=None):
+        if x is not None:
+            self.memory[call.input] = x
+        self.memory[call.output] = call.run(self.memory[call.input].reshape(call.input_shape))
+
+    def download(self, region, dtype, shape):
+        assert self.memory[region].dtype == dtype
+        return self.memory[region].reshape(shape)
 
 
 def _model(nodes, inputs, outputs, weights, opset=17):
@@ -257,6 +284,70 @@ def test_cnn_mlp_and_attention_on_the_simulated_core(tmp_path):
             assert totals["mac_utilization"] == pytest.approx(
                 sum(n.macs for n in core) / (totals["cycles"] * CORE.macs))
             assert "total" in str(report) and str(report).count("\n") == len(report.nodes) + 1
+        model = models[0][0]
+        chained = _check_resident_matches_per_call(model, device, _feeds(model, 6))
+        assert chained == {"conv1_quant"}
+        _check_prepared_call_windows(device)
+
+
+def _check_resident_matches_per_call(model, device, feeds):
+    """Two runs of ``model`` on the resident path equal the per-call path bit for bit; the
+    second writes no weights, and a chained layer's output is neither read back nor written
+    again. The names of the layers whose output stayed on the device."""
+    per_call = InferenceSession(model, device, resident=False)
+    (expected,) = per_call.run(None, feeds)
+    before = {n.name: n for n in per_call.report().nodes if n.where == "core"}
+    session = InferenceSession(model, device)
+    for _ in range(2):
+        (output,) = session.run(None, feeds)
+        np.testing.assert_array_equal(output, expected)
+    after = {n.name: n for n in session.report().nodes if n.where == "core"}
+    assert after.keys() == before.keys()
+    chained = {name for name, n in after.items() if n.bytes_from_device == 0}
+    steps = [s for s in session.steps if not isinstance(s, onnx.NodeProto)]
+    for layer, next_layer in zip(steps, steps[1:]):
+        if layer.name in chained:
+            assert after[next_layer.name].bytes_to_device == 0
+    for name, n in after.items():
+        assert n.cycles == before[name].cycles
+        weights = next(s.weights for s in steps if s.name == name)
+        assert (n.bytes_to_device <= before[name].bytes_to_device - weights.nbytes
+                if weights is not None else n.bytes_to_device == before[name].bytes_to_device)
+    return chained
+
+
+def _check_prepared_call_windows(device):
+    """A prepared call's windows admit its program, input, weights and output and nothing
+    else: the program reading weights or writing its output elsewhere stops with a window
+    error."""
+    from dataclasses import replace
+
+    from tpugen.firmware import DeviceError
+
+    rng = np.random.default_rng(11)
+    a, b = (rng.integers(-128, 128, size=s, dtype=np.int8) for s in ((6, 5), (5, 7)))
+    call = device.prepare_matmul(a.shape, b, requant=(3, 4))
+    elsewhere = device.upload(np.zeros(64, np.int8))
+    for field, error in (("weights", "LOAD_WINDOW"), ("output", "STORE_WINDOW")):
+        moved = replace(call, **{field: Resident(elsewhere.address, getattr(call, field).size)})
+        with pytest.raises(DeviceError, match=error):
+            device.launch(moved, a)
+    device.launch(call, a)
+    np.testing.assert_array_equal(device.download(call.output, np.int8, (6, 7)),
+                                  device.matmul(a, b, requant=(3, 4)))
+
+
+@pytest.mark.parametrize("form", [QuantFormat.QDQ, QuantFormat.QOperator])
+def test_resident_chained_path_matches_per_call_path(tmp_path, form):
+    """On the numpy stand-in: conv1 -> pool -> conv2 chains in device memory (conv2's padding
+    is none); the MLP's Relu and the CNN's Flatten run on the host, so those do not."""
+    for model, chained, symmetric in ((cnn(batch=2), {"conv1"}, False), (mlp(), set(), False),
+                                      (attention(batch=1), set(), True)):
+        quantized = quantize(model, tmp_path, form, ActivationSymmetric=symmetric)
+        names = _check_resident_matches_per_call(quantized, NumpyDevice(), _feeds(model, 8))
+        assert {name.removesuffix("_quant") for name in names} == chained
+    with pytest.raises(ValueError, match="resident"):
+        InferenceSession(quantized, NumpyDevice(), resident=1)
 
 
 def test_report_plot_has_a_bar_per_node(tmp_path):

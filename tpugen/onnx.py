@@ -3,12 +3,13 @@
 The model is read with the `onnx` package, in either form that onnxruntime's
 ``quantize_static`` writes: QDQ (QuantizeLinear / DequantizeLinear around float Conv, MatMul,
 Gemm) or QOperator (QLinearConv, QLinearMatMul, com.microsoft QGemm). Each Conv / MatMul /
-Gemm with constant int8 weights becomes one `CoreLayer`: one ``device.conv2d`` or
-``device.matmul`` call whose store epilogue adds the bias (with the zero-point corrections
-folded in), requantizes with a 16-bit multiplier and a shift derived from the scales, and
-max-pools 2x2 when a MaxPool follows. Every other node runs on the host in numpy, by the
-`onnx.reference` evaluator. docs/onnx.md says what maps where and how outputs may differ
-from onnxruntime's.
+Gemm with constant int8 weights becomes one `CoreLayer`: one conv2d or matmul on the
+device whose store epilogue adds the bias (with the zero-point corrections folded in),
+requantizes with a 16-bit multiplier and a shift derived from the scales, and max-pools 2x2
+when a MaxPool follows. Its weights and program are made resident once per session, and a
+layer whose output only the next core layer reads leaves it in device memory for it. Every
+other node runs on the host in numpy, by the `onnx.reference` evaluator. docs/onnx.md says
+what maps where and how outputs may differ from onnxruntime's.
 """
 import json
 import math
@@ -98,51 +99,88 @@ class CoreLayer:
         q = (w + left + right - self.dilation * (s - 1) - 1) // self.stride + 1
         return n * k * p * q * c * r * s
 
+    def _padding(self):
+        """(the padding the core applies, the (top, left, bottom, right) pads the host applies
+        first with ``input_zero``, or None) of a conv."""
+        top, left, bottom, right = self.pads
+        padding = top if self.input_zero == 0 and top == left == bottom == right else 0
+        return padding, (self.pads if any(self.pads) and not padding else None)
+
+    @property
+    def chainable(self):
+        """Whether the core can read this layer's input as another layer left it in device
+        memory: constant weights, and no padding on the host."""
+        return self.weights is not None and (self.op != "conv" or self._padding()[1] is None)
+
+    def core_input(self, x):
+        """The model's input ``x`` as the int8 operand the device reads (constant weights)."""
+        xi = _int8(x, self.input_offset)
+        if self.op == "matmul":
+            return xi.reshape(-1, xi.shape[-1])
+        pads = self._padding()[1]
+        if pads is None:
+            return xi
+        top, left, bottom, right = pads
+        return np.pad(xi, ((0, 0), (0, 0), (top, bottom), (left, right)),
+                      constant_values=self.input_zero)
+
+    def output_shape(self, x_shape, core_shape):
+        """The model's shape of the output, for the model's input shape and the core's output
+        shape."""
+        return core_shape if self.op == "conv" else (*x_shape[:-1], core_shape[-1])
+
+    def model_output(self, y):
+        """The core's result ``y`` (already in the model's shape) as the model's tensor."""
+        if self.multiplier is None:
+            channel_shape = (-1, 1, 1) if self.op == "conv" else (-1,)
+            return y.astype(np.float32) * self.output_scale.reshape(channel_shape)
+        return _from_int8(y, self.output_offset)
+
+    def _options(self):
+        requant = None if self.multiplier is None else (self.multiplier, self.shift)
+        if self.op == "conv":
+            return {"stride": self.stride, "padding": self._padding()[0],
+                    "dilation": self.dilation, "pool": self.pool, "bias": self.bias,
+                    "requant": requant}
+        return {"bias": self.bias, "requant": requant}
+
+    def prepare(self, device, core_shape, input=None):
+        """This layer (constant weights) made resident on ``device`` for a core input of
+        ``core_shape`` (read from `Resident` ``input`` when given): a `PreparedCall`."""
+        operation = device.prepare_conv2d if self.op == "conv" else device.prepare_matmul
+        return operation(tuple(int(d) for d in core_shape), self.weights, input=input,
+                         **self._options())
+
     def run(self, device, x, b=None):
         """This layer on ``device`` for the model's input ``x`` (and B ``b`` of a MatMul of two
-        activations): (the model's output, the int8 weights, [(bytes written to the device,
-        `Stats`) per call])."""
-        xi = _int8(x, self.input_offset)
-        requant = None if self.multiplier is None else (self.multiplier, self.shift)
+        activations), one call per operation with its operands: (the model's output, the int8
+        weights, [(bytes written to the device, `Stats`) per call])."""
         calls = []
 
         def call(operation, *operands, **options):
-            result = operation(*operands, requant=requant, **options)
+            result = operation(*operands, **options)
             calls.append((sum(o.nbytes for o in operands), device.stats))
             return result
 
-        if self.op == "conv":
+        if self.weights is not None:
             w = self.weights
-            top, left, bottom, right = self.pads
-            padding = top if self.input_zero == 0 and top == left == bottom == right else 0
-            if any(self.pads) and not padding:
-                xi = np.pad(xi, ((0, 0), (0, 0), (top, bottom), (left, right)),
-                            constant_values=self.input_zero)
-            y = call(device.conv2d, xi, w, stride=self.stride, padding=padding,
-                     dilation=self.dilation, pool=self.pool, bias=self.bias)
-            channel_shape = (-1, 1, 1)
-        elif self.weights is not None:
-            w = self.weights
-            y = call(device.matmul, xi.reshape(-1, xi.shape[-1]), w, bias=self.bias)
-            y = y.reshape(*xi.shape[:-1], -1)
-            channel_shape = (-1,)
+            operation = device.conv2d if self.op == "conv" else device.matmul
+            y = call(operation, self.core_input(x), w, **self._options())
+            return self.model_output(y.reshape(self.output_shape(x.shape, y.shape))), w, calls
+        xi = _int8(x, self.input_offset)
+        w = _int8(b, self.weight_offset)
+        if w.ndim == 2:
+            xi, w_batch = xi.reshape(1, -1, xi.shape[-1]), w[None]
+        elif w.shape[:-2] == xi.shape[:-2]:
+            xi, w_batch = xi.reshape(-1, *xi.shape[-2:]), w.reshape(-1, *w.shape[-2:])
         else:
-            w = _int8(b, self.weight_offset)
-            if w.ndim == 2:
-                xi, w_batch = xi.reshape(1, -1, xi.shape[-1]), w[None]
-            elif w.shape[:-2] == xi.shape[:-2]:
-                xi, w_batch = xi.reshape(-1, *xi.shape[-2:]), w.reshape(-1, *w.shape[-2:])
-            else:
-                raise ValueError(f"node {self.name!r}: A {x.shape} and B {b.shape} need the "
-                                 "same leading (batch) dimensions")
-            y = np.stack([call(device.matmul, a, m, bias=self.bias - self.input_zero *
-                               m.astype(np.int64).sum(axis=0))
-                          for a, m in zip(xi, w_batch)])
-            y = y.reshape(*x.shape[:-1], -1)
-            channel_shape = (-1,)
-        if self.multiplier is None:
-            return y.astype(np.float32) * self.output_scale.reshape(channel_shape), w, calls
-        return _from_int8(y, self.output_offset), w, calls
+            raise ValueError(f"node {self.name!r}: A {x.shape} and B {b.shape} need the "
+                             "same leading (batch) dimensions")
+        requant = self._options()["requant"]
+        y = np.stack([call(device.matmul, a, m, requant=requant, bias=self.bias -
+                           self.input_zero * m.astype(np.int64).sum(axis=0))
+                      for a, m in zip(xi, w_batch)])
+        return self.model_output(y.reshape(*x.shape[:-1], -1)), w, calls
 
 
 def _int8(values, offset):
@@ -493,7 +531,11 @@ class NodeReport:
     mac_utilization: float = 0.0
     """The node's own MACs / (cycles * rows * cols)."""
     bytes_to_device: int = 0
+    """Operands the host wrote for this node; on the resident path also, at the node's first
+    run, its weights and program (0 input bytes when the layer before left them on the
+    device)."""
     bytes_from_device: int = 0
+    """What the host read back (0 when the output stays on the device for the next layer)."""
     core_bytes_read: int = 0
     core_bytes_written: int = 0
 
@@ -617,9 +659,20 @@ def _step_outputs(step):
 
 class InferenceSession:
     """An int8 ONNX model (path, bytes or `onnx.ModelProto`) run on ``device`` (a `Device`,
-    open), with onnxruntime's interface: ``run(output_names or None, {name: array})``."""
+    open), with onnxruntime's interface: ``run(output_names or None, {name: array})``.
 
-    def __init__(self, model, device):
+    ``resident`` (the default): each core layer with constant weights is prepared on the
+    device once per input shape (`Device.prepare_matmul` / `prepare_conv2d`: weights,
+    program with the epilogue, output region), and a layer whose output only the next core
+    layer reads leaves it in device memory as that layer's input (no host round trip).
+    ``resident=False``: one self-contained device call per layer and run (operands written,
+    output read back each time)."""
+
+    def __init__(self, model, device, *, resident=True):
+        if not isinstance(resident, bool):
+            raise ValueError(f"resident={resident!r} is invalid: allowed True or False")
+        self.resident = resident
+        self._prepared = {}
         if not isinstance(model, onnx.ModelProto):
             model = onnx.load_model_from_string(model) if isinstance(model, bytes) \
                 else onnx.load(str(model))
@@ -661,10 +714,15 @@ class InferenceSession:
             if needed.intersection(_step_outputs(step)):
                 live.append(step)
                 needed.update(step.inputs if isinstance(step, CoreLayer) else step.input)
-        reports = []
-        for step in reversed(live):
+        live.reverse()
+        on_device = self._chained(live, names) if self.resident else set()
+        reports, device_values = [], {}
+        for step in live:
             start = time.perf_counter()
-            if isinstance(step, CoreLayer):
+            if isinstance(step, CoreLayer) and self.resident and step.weights is not None:
+                reports.append(self._run_resident(step, values, device_values, on_device,
+                                                  start))
+            elif isinstance(step, CoreLayer):
                 reports.append(self._run_core(step, values, start))
             else:
                 results = self._host[step.name].run(None, {n: values[n] for n in step.input if n})
@@ -675,17 +733,67 @@ class InferenceSession:
         self._report = Report(nodes=tuple(reports), array_macs=self.device.config.macs)
         return [values[n] for n in names]
 
+    @staticmethod
+    def _chained(steps, names):
+        """The tensors that stay in device memory: the int8 output of a core layer that only
+        the next step reads, itself a core layer that can read it there (`CoreLayer.chainable`),
+        and that is not asked for."""
+        readers = {}
+        for step in steps:
+            for name in (step.inputs if isinstance(step, CoreLayer) else step.input):
+                readers.setdefault(name, []).append(step)
+        return {first.output for first, second in zip(steps, steps[1:])
+                if isinstance(first, CoreLayer) and isinstance(second, CoreLayer)
+                and first.weights is not None and first.multiplier is not None
+                and second.chainable and second.input == first.output
+                and [id(r) for r in readers[first.output]] == [id(second)]
+                and first.output not in names}
+
+    def _run_resident(self, layer, values, device_values, on_device, start):
+        """``layer`` as a `PreparedCall` (prepared at its first use for this input): its input
+        from device memory when the layer before left it there, else written from the host;
+        its output left there when in ``on_device``, else read back."""
+        source = device_values.get(layer.input)
+        if source is None:
+            x_shape = values[layer.input].shape
+            x = layer.core_input(values[layer.input])
+            core_shape, input_region, sent = x.shape, None, x.nbytes
+        else:
+            x_shape, previous = source
+            x, core_shape, input_region, sent = None, previous.shape, previous.output, 0
+        key = (layer.name, core_shape, input_region)
+        call = self._prepared.get(key)
+        if call is None:
+            call = self._prepared[key] = layer.prepare(self.device, core_shape, input_region)
+            sent += call.uploaded
+        self.device.launch(call, x)
+        shape = layer.output_shape(x_shape, call.shape)
+        received = 0
+        if layer.output in on_device:
+            device_values[layer.output] = (shape, call)
+        else:
+            y = self.device.download(call.output, call.dtype, call.shape)
+            values[layer.output] = layer.model_output(y.reshape(shape))
+            received = y.nbytes
+        return self._core_report(layer, start, layer.macs(x_shape, layer.weights.shape),
+                                 [(sent, self.device.stats)], received)
+
     def _run_core(self, layer, values, start):
         x = values[layer.input]
         y, weights, calls = layer.run(self.device, x, *(values[n] for n in layer.inputs[1:]))
         values[layer.output] = y
-        macs = layer.macs(x.shape, weights.shape)
+        return self._core_report(layer, start, layer.macs(x.shape, weights.shape), calls,
+                                 y.nbytes)
+
+    def _core_report(self, layer, start, macs, calls, received):
+        """The `NodeReport` of ``layer``: ``calls`` [(bytes written, `Stats`)], ``received``
+        bytes read back."""
         cycles = sum(stats.cycles for _, stats in calls)
         return NodeReport(
             name=layer.name, op=layer.op, where="core", nodes=layer.nodes,
             seconds=time.perf_counter() - start, cycles=cycles, macs=macs,
             mac_utilization=macs / max(1, cycles * self.device.config.macs),
-            bytes_to_device=sum(sent for sent, _ in calls), bytes_from_device=y.nbytes,
+            bytes_to_device=sum(sent for sent, _ in calls), bytes_from_device=received,
             core_bytes_read=sum(stats.bytes_read for _, stats in calls),
             core_bytes_written=sum(stats.bytes_written for _, stats in calls))
 
