@@ -104,7 +104,7 @@ def test_store_engine_covers(tmp_path):
     waited for AWREADY first: none of these was reached.) Reached under this slave, each is
     reachable under any."""
     check(prove(StoreEngineHarness(ENGINES, w_first=True), "store_cover", tmp_path,
-                mode="cover", depth=depth(18)))
+                mode="cover", depth=depth(24)))
 
 
 PLANNERS = {"load": dict(max_steps=PLAN_DEPTH // 4, max_beats=256, permission="read"),
