@@ -91,7 +91,12 @@ class Board:
                             accumulator_kib=self.accumulator_kib,
                             axi_data_width=self.axi_data_width, softmax=self.softmax,
                             im2col=self.im2col)
-        return replace(config, lut_multipliers=max(0, rows * cols - self.dsp_pes(config)))
+        return self.with_dsp_pes(config)
+
+    def with_dsp_pes(self, config):
+        """``config`` with as many PEs on DSP blocks as `dsp_pes` allows, the rest on LUTs."""
+        config = replace(config, lut_multipliers=0)
+        return replace(config, lut_multipliers=max(0, config.macs - self.dsp_pes(config)))
 
     def dsp_pes(self, config):
         """How many of ``config``'s PEs fit in the DSP blocks the rest of its core leaves free."""

@@ -116,9 +116,7 @@ def grid(boards, sizes, vary=None, *, place_and_route=False):
         for rows, cols in sizes:
             for changes in combinations:
                 config = replace(board.default_config(rows, cols), lut_multipliers=0, **changes)
-                config = replace(config, lut_multipliers=max(0, config.macs
-                                                             - board.dsp_pes(config)))
-                points.append(Point(name, config, place_and_route))
+                points.append(Point(name, board.with_dsp_pes(config), place_and_route))
     return points
 
 
