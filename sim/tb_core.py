@@ -21,6 +21,7 @@ from ..isa import ErrorCode, SoftmaxMode
 from .core_driver import CoreDriver, exact_matmul
 from .golden import conv2d_int32, matmul_int32
 from .hostile_ram import HostileAxiRam
+from .testbench import UNKNOWN_INSTRUCTION
 
 PROGRAM, A, B, C = 0x0000, 0x10000, 0x30000, 0x50000
 
@@ -124,7 +125,7 @@ def _error_programs(cfg):
         cases.append((name, program, code, index))
 
     case("unknown opcode", ErrorCode.UNKNOWN_OPCODE, 1,
-         lambda p: (p.load(ok_load), p.instructions.append(bytes([0x0F]) + bytes(63))))
+         lambda p: (p.load(ok_load), p.instructions.append(UNKNOWN_INSTRUCTION)))
     case("load outside windows", ErrorCode.LOAD_WINDOW, 0,
          lambda p: p.load(tensor_fields(0x90000, 1, 0, [Dim(extent=4, bound=4, stride=1)])))
     case("store to a read-only window", ErrorCode.STORE_WINDOW, 0,
