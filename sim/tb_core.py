@@ -18,10 +18,11 @@ from ..firmware.matmul import compile_matmul
 from ..firmware.program import Deps, Dim, Program
 from ..firmware.program import tensor as tensor_fields
 from ..isa import ErrorCode, SoftmaxMode
-from .core_driver import CoreDriver, exact_matmul
+from .axi_checker import AxiChecker
+from .core_driver import CoreDriver
 from .golden import conv2d_int32, matmul_int32
 from .hostile_ram import HostileAxiRam
-from .testbench import UNKNOWN_INSTRUCTION
+from .testbench import UNKNOWN_INSTRUCTION, exact_matmul
 
 PROGRAM, A, B, C = 0x0000, 0x10000, 0x30000, 0x50000
 
@@ -33,7 +34,7 @@ async def _start(dut):
     seed = params["seed"]
     ram_class = partial(HostileAxiRam, seed=seed) if params.get("hostile") else AxiRam
     core = CoreDriver(dut, cfg, backpressure=params.get("backpressure", False), seed=seed,
-                      ram_class=ram_class)
+                      checker=AxiChecker, ram_class=ram_class)
     await core.reset()
     return cfg, params, core, np.random.default_rng(seed)
 

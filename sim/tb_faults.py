@@ -21,6 +21,7 @@ from ..firmware.matmul import compile_matmul
 from ..firmware.program import Deps, Dim, Program, tensor
 from ..isa import INSTRUCTION_BYTES, ErrorCode, Opcode, decode
 from ..registers import register
+from .axi_checker import AxiChecker
 from .core_driver import CoreDriver
 from .fault_memory import Fault, FaultyAxiRam
 from .golden import apply_epilogue, matmul_int32
@@ -36,7 +37,8 @@ class FaultyCoreDriver(CoreDriver):
     """A CoreDriver whose memory is a `FaultyAxiRam` (``ram.faults``)."""
 
     def __init__(self, dut, config, *, backpressure, seed):
-        super().__init__(dut, config, backpressure=backpressure, seed=seed, ram_class=FaultyAxiRam)
+        super().__init__(dut, config, backpressure=backpressure, seed=seed, checker=AxiChecker,
+                         ram_class=FaultyAxiRam)
 
 
 class _Job:

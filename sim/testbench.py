@@ -1,15 +1,19 @@
 """Helpers the testbenches share: stream handshakes for amaranth.sim (after the Amaranth
-guide's and glasgow's ``stream_put`` / ``stream_get``) and instruction bits.
+guide's and glasgow's ``stream_put`` / ``stream_get``), instruction bits, and a matmul that
+checks a `CoreDriver`'s core still works.
 
 Verification only: the simulation backend of `SimDevice` does not import this module.
 """
+import numpy as np
 from amaranth.hdl import Shape
 
 from ..arch import OPCODE_BITS
+from ..firmware.matmul import compile_matmul
 from ..isa import INSTRUCTION_BYTES, Opcode
+from .golden import matmul_int32
 
-__all__ = ["UNKNOWN_INSTRUCTION", "instruction_payload", "put_instruction", "stream_get",
-           "stream_put"]
+__all__ = ["UNKNOWN_INSTRUCTION", "exact_matmul", "instruction_payload", "put_instruction",
+           "stream_get", "stream_put"]
 
 
 async def stream_put(ctx, stream, payload):
@@ -47,3 +51,18 @@ async def put_instruction(ctx, stream, raw):
 UNKNOWN_INSTRUCTION = bytes([max(set(range(2 ** OPCODE_BITS)) - set(Opcode))]) + bytes(
     INSTRUCTION_BYTES - 1)
 """An instruction whose opcode is none of `Opcode` (the core stops with UNKNOWN_OPCODE)."""
+
+
+async def exact_matmul(core, rng, windows, *, program, a_addr, b_addr, c_addr):
+    """(outcome, exact): a random 6x5x3 matmul run by ``core`` in ``windows``, as a check that
+    the core works (reads and writes memory) after whatever ran before."""
+    await core.set_windows(windows)
+    m, k, n = 6, 5, 3
+    a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+    b = rng.integers(-128, 128, (k, n), dtype=np.int8)
+    core.ram.write(a_addr, a.tobytes())
+    core.ram.write(b_addr, b.tobytes())
+    code = compile_matmul(core.config, m, k, n, a_addr=a_addr, b_addr=b_addr, c_addr=c_addr)
+    result = await core.run(code.to_bytes(), program, timeout_cycles=100_000)
+    got = np.frombuffer(core.ram.read(c_addr, 4 * m * n), dtype="<i4").reshape(m, n)
+    return result, np.array_equal(got, matmul_int32(a, b))

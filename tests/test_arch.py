@@ -114,6 +114,20 @@ def test_the_fuzz_model_needs_no_hypothesis():
     assert _loaded_after(["tpugen.sim.fuzz_model"], ["hypothesis"]) == "[]"
 
 
+def test_the_simulation_backend_loads_no_verification_code():
+    """Every module of sim/ is either backend or verification (`tpugen.sim`); the runtime,
+    the CLI, the demo, the benchmarks and the backend load none of the verification modules
+    (nor hypothesis)."""
+    from tpugen import sim
+    modules = {path.stem for path in (ROOT / "sim").glob("*.py")} - {"__init__"}
+    assert sorted(sim.BACKEND + sim.VERIFICATION) == sorted(modules)
+    product = ["tpugen.firmware", "tpugen.cli", "tpugen.bench", "tpugen.demo"]
+    verification = [f"tpugen.sim.{name}" for name in sim.VERIFICATION]
+    assert _loaded_after(product + [f"tpugen.sim.{name}" for name in sim.BACKEND],
+                         verification + ["hypothesis"]) == "[]"
+    assert _loaded_after(["tpugen.sim.tb_core"], verification) != "[]"  # the check sees them
+
+
 PACKAGES = {"hdl": "tpugen.hdl", "firmware": "tpugen.firmware"}
 """Folder of the repository -> the package it is installed as (pyproject.toml)."""
 
