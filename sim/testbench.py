@@ -13,7 +13,7 @@ from ..isa import INSTRUCTION_BYTES, Opcode
 from .golden import matmul_int32
 
 __all__ = ["UNKNOWN_INSTRUCTION", "exact_matmul", "instruction_payload", "put_instruction",
-           "stream_get", "stream_put"]
+           "stream_get", "stream_put", "stream_take"]
 
 
 async def stream_put(ctx, stream, payload):
@@ -34,6 +34,20 @@ async def stream_get(ctx, stream):
     if has_ready:
         ctx.set(stream.ready, 0)
     return payload
+
+
+async def stream_take(ctx, stream, cycles, rng):
+    """The payloads ``stream`` hands over in ``cycles`` cycles, with ready raised in a random
+    half of them (``rng``, a numpy Generator): backpressure."""
+    taken = []
+    for _ in range(cycles):
+        ready = bool(rng.integers(0, 2))
+        ctx.set(stream.ready, ready)
+        _, _, valid, payload = await ctx.tick().sample(stream.valid, stream.payload)
+        if valid and ready:
+            taken.append(payload)
+    ctx.set(stream.ready, 0)
+    return taken
 
 
 def instruction_payload(layout, raw):

@@ -15,6 +15,7 @@ from tpugen.arch import (ENGINE_OPCODES, OPCODE_ENGINE, OPCODE_MASK, PENDING_DEP
 from tpugen.firmware.program import Deps
 from tpugen.hdl.controller import ENGINES, Controller
 from tpugen.isa import Header, Opcode, encode
+from tpugen.sim.testbench import UNKNOWN_INSTRUCTION
 
 ROOT = Path(__file__).parent.parent
 SMALL = CoreConfig(rows=2, cols=2, scratchpad_kib=1, accumulator_kib=1, axi_data_width=32)
@@ -46,7 +47,7 @@ def test_header_fields_come_from_the_layout():
     for opcode in Opcode:
         raw = encode(opcode)
         assert opcode_of(raw) == opcode and raw[0] & ~OPCODE_MASK == 0
-    assert opcode_of(bytes(64)) is None
+    assert opcode_of(bytes(64)) is None and opcode_of(UNKNOWN_INSTRUCTION) is None
     for flag in TOKEN_FLAGS:
         raw = encode(Opcode.MATMUL, header=Deps(**{flag: True}).fields())
         assert int.from_bytes(raw, "little") & ~OPCODE_MASK == 1 << token_flag_bit(flag)
