@@ -18,7 +18,7 @@ from .conv2d import compile_conv2d, conv2d_lowering, conv2d_output_shape, conv2d
 from .matmul import compile_matmul
 
 __all__ = ["Device", "DeviceError", "PreparedCall", "Resident", "RunImage", "SimDevice", "Stats",
-           "access_windows", "operand_layout", "program_placement"]
+           "access_windows", "operand_layout", "program_placement", "program_windows"]
 
 _PAGE = 4096
 
@@ -74,10 +74,7 @@ class PreparedCall:
     @property
     def windows(self):
         """The program and the input and weights readable, the output writable, nothing else."""
-        return [(self.program.address, self.program.size, True, False),
-                (self.input.address, _round_up(self.input.size, 64), True, False),
-                (self.weights.address, _round_up(self.weights.size, 64), True, False),
-                (self.output.address, _round_up(self.output.size, 64), False, True)]
+        return program_windows(self.program, [self.input, self.weights], [self.output])
 
 
 class DeviceError(RuntimeError):
@@ -441,15 +438,23 @@ def program_placement(outputs):
     return max(address + _pages(size) for address, size in outputs)
 
 
+def program_windows(program, readable, writable):
+    """The windows [(base, size, readable, writable)] of a program: ``program`` (address,
+    bytes) and the ``readable`` regions [(address, size)] readable, the ``writable`` regions
+    writable, nothing else; a region's window is rounded up to whole 64 bytes."""
+    return ([(*program, True, False)]
+            + [(address, _round_up(size, 64), True, False) for address, size in readable]
+            + [(address, _round_up(size, 64), False, True) for address, size in writable])
+
+
 def access_windows(inputs, outputs, program_address, program_bytes):
-    """The windows of a run: the program and the inputs [(address, size)] readable, the outputs
-    writable, nothing else."""
+    """The `program_windows` of a run: one window from 0 over the inputs [(address, size)], one
+    over the outputs."""
     inputs_end = max(address + size for address, size in inputs)
     outputs_start = min(address for address, _ in outputs)
     outputs_end = max(address + size for address, size in outputs)
-    return [(program_address, program_bytes, True, False),
-            (0, _round_up(inputs_end, 64), True, False),
-            (outputs_start, _round_up(outputs_end - outputs_start, 64), False, True)]
+    return program_windows((program_address, program_bytes), [(0, inputs_end)],
+                           [(outputs_start, outputs_end - outputs_start)])
 
 
 class SimDevice(Device):

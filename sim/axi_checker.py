@@ -21,7 +21,7 @@ from collections import deque
 import cocotb
 from cocotb.triggers import FallingEdge, RisingEdge
 
-from ..hdl.load import MAX_OUTSTANDING
+from ..arch import MAX_OUTSTANDING
 
 __all__ = ["AxiChecker", "AxiRules"]
 

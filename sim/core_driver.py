@@ -3,27 +3,24 @@ import json
 import random
 
 import cocotb
-import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge, SimTimeoutError, with_timeout
 from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam
 
-from ..firmware.matmul import compile_matmul
 from ..isa import INSTRUCTION_BYTES
 from ..registers import register, window_writes
 from ..run_protocol import drive_async, finish_program, prepare_program, run_program, start
-from .axi_checker import AxiChecker
-from .golden import matmul_int32
-from .hostile_ram import random_pauses
+from .axi_bursts import random_pauses
 
-__all__ = ["CoreDriver", "exact_matmul"]
+__all__ = ["CoreDriver"]
 
 
 class CoreDriver:
     """The host's view of one core: memory, registers, and running programs.
 
-    ``backpressure`` pauses every AXI channel of the memory at random (fixed seed); ``checker``
-    checks the AXI4 master on every cycle (`AxiChecker`) at some cost in simulation speed;
+    ``backpressure`` pauses every AXI channel of the memory at random (fixed seed); ``checker``,
+    a class taking ``dut`` (`AxiChecker`, which the testbenches pass), checks the AXI4 master on
+    every cycle at some cost in simulation speed, None checks nothing;
     ``ram_class``: the memory model (AxiRam's constructor; `HostileAxiRam` has its own pauses).
     """
 
@@ -31,13 +28,13 @@ class CoreDriver:
     """Clock period."""
 
     def __init__(self, dut, config, *, memory_size=1 << 20, backpressure=False, seed=0,
-                 checker=True, ram_class=AxiRam):
+                 checker=None, ram_class=AxiRam):
         self.dut = dut
         self.config = config
         self.ram = ram_class(AxiBus.from_prefix(dut, "m_axi"), dut.clk, dut.rst, size=memory_size)
         self.lite = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), dut.clk, dut.rst)
         self.windows = []
-        self.checker = AxiChecker(dut) if checker else None
+        self.checker = checker(dut) if checker else None
         for log in (self.ram.write_if.log, self.ram.read_if.log, self.lite.write_if.log,
                     self.lite.read_if.log):
             log.setLevel("WARNING")
@@ -135,18 +132,3 @@ class CoreDriver:
 
     async def soft_reset(self):
         await self.write("CONTROL", register("CONTROL").value(soft_reset=1))
-
-
-async def exact_matmul(core, rng, windows, *, program, a_addr, b_addr, c_addr):
-    """(outcome, exact): a random 6x5x3 matmul run by ``core`` in ``windows``, as a check that
-    the core works (reads and writes memory) after whatever ran before."""
-    await core.set_windows(windows)
-    m, k, n = 6, 5, 3
-    a = rng.integers(-128, 128, (m, k), dtype=np.int8)
-    b = rng.integers(-128, 128, (k, n), dtype=np.int8)
-    core.ram.write(a_addr, a.tobytes())
-    core.ram.write(b_addr, b.tobytes())
-    code = compile_matmul(core.config, m, k, n, a_addr=a_addr, b_addr=b_addr, c_addr=c_addr)
-    result = await core.run(code.to_bytes(), program, timeout_cycles=100_000)
-    got = np.frombuffer(core.ram.read(c_addr, 4 * m * n), dtype="<i4").reshape(m, n)
-    return result, np.array_equal(got, matmul_int32(a, b))

@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from cocotb.triggers import Event
 from cocotbext.axi import AxiResp
 from cocotbext.axi.axi_ram import AxiRamRead, AxiRamWrite
-from cocotbext.axi.constants import AxiBurstType
 from cocotbext.axi.memory import Memory
 
-__all__ = ["Fault", "FaultyAxiRam", "beat_word", "incr_beats", "read_beats", "write_beat"]
+from .axi_bursts import beat_word, incr_beats, read_beats, write_beat
+
+__all__ = ["Fault", "FaultyAxiRam"]
 
 
 @dataclass(frozen=True)
@@ -51,48 +52,15 @@ async def _hang():
     await Event().wait()
 
 
-def incr_beats(transaction, prefix, byte_lanes):
-    """(beats, bytes per beat, first beat-aligned address) of an INCR burst (the only kind the
-    core issues)."""
-    burst = AxiBurstType(int(getattr(transaction, f"{prefix}burst")))
-    if burst != AxiBurstType.INCR:
-        raise AssertionError(f"{prefix.upper()} burst type {burst.name}: only INCR is modelled")
-    size = 1 << int(getattr(transaction, f"{prefix}size"))
-    assert size <= byte_lanes
-    address = int(getattr(transaction, f"{prefix}addr"))
-    return int(getattr(transaction, f"{prefix}len")) + 1, size, address - address % size
+class _WithFaults:
+    """A burst process that answers with ``faults`` (its first argument)."""
 
-
-def beat_word(address, size, n, byte_lanes):
-    """The bus-word address of beat ``n`` of an INCR burst from ``address`` of ``size`` bytes a beat."""
-    return (address + n * size) // byte_lanes * byte_lanes
-
-
-def read_beats(ram, ar):
-    """The R beats of INCR burst ``ar`` on AxiRamRead ``ram``: (word address, R transaction with
-    its ID and RLAST set; the caller sets RRESP and RDATA)."""
-    beats, size, address = incr_beats(ar, "ar", ram.byte_lanes)
-    for n in range(beats):
-        r = ram.r_channel._transaction_obj()
-        r.rid = int(ar.arid)
-        r.rlast = n == beats - 1
-        yield beat_word(address, size, n, ram.byte_lanes), r
-
-
-def write_beat(memory, word, w, byte_lanes):
-    """Write the lanes of W beat ``w`` that its WSTRB enables into ``memory`` at ``word``."""
-    data = int(w.wdata).to_bytes(byte_lanes, "little")
-    merged = bytearray(memory.read(word, byte_lanes))
-    for lane in range(byte_lanes):
-        if int(w.wstrb) >> lane & 1:
-            merged[lane] = data[lane]
-    memory.write(word, bytes(merged))
-
-
-class _FaultyRead(AxiRamRead):
     def __init__(self, faults, *args, **kwargs):
         self.faults = faults
         super().__init__(*args, **kwargs)
+
+
+class _FaultyRead(_WithFaults, AxiRamRead):
 
     async def _process_read(self):
         while True:
@@ -107,10 +75,7 @@ class _FaultyRead(AxiRamRead):
                 await self.r_channel.send(r)
 
 
-class _FaultyWrite(AxiRamWrite):
-    def __init__(self, faults, *args, **kwargs):
-        self.faults = faults
-        super().__init__(*args, **kwargs)
+class _FaultyWrite(_WithFaults, AxiRamWrite):
 
     async def _process_write(self):
         while True:

@@ -26,6 +26,7 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
+from ..arch import MAX_OUTSTANDING, TOKEN_BITS
 from ..config import check_config
 from ..hdl.axi import (AXI_BURST_INCR, AXI_RESP_SLVERR, axi_lite_signature, axi_read_signature,
                        axi_write_signature, flat_ports)
@@ -33,7 +34,7 @@ from ..hdl.controller import ENGINES, FETCH_ID, Controller, engine_signature
 from ..hdl.core import TpuCore, run_wiring
 from ..hdl.csr import ControlRegisters
 from ..hdl.emitter import memories_start_at_zero
-from ..hdl.load import MAX_OUTSTANDING, LoadEngine
+from ..hdl.load import LoadEngine
 from ..hdl.store import StoreEngine
 from ..isa import NUM_WINDOWS, ErrorCode, Opcode, Window
 from ..registers import ADDR_WIDTH as CSR_ADDR_WIDTH
@@ -53,8 +54,9 @@ slower than native Yices."""
 SCRIPT = ("memory_map", "opt -fast")
 """Yosys commands after ``prep``: the FIFOs' memories become registers, which Yices handles far
 better than SMT arrays (the store engine's BMC to depth 16: 12 s of CPU instead of 40 s)."""
-TOKEN_CAPACITY = 2 ** 8 - 1
-"""Tokens one dependency semaphore of the controller can hold (its counters are 8 bits)."""
+TOKEN_CAPACITY = 2 ** TOKEN_BITS - 1
+"""Tokens one dependency semaphore of the controller can hold (its counters are
+`arch.TOKEN_BITS` wide)."""
 
 
 # Building blocks of the rules.

@@ -15,23 +15,14 @@ more than the protocol promises.
 
 All randomness comes from ``seed``.
 """
-import itertools
 import random
 
 from cocotbext.axi.memory import Memory
 
+from .axi_bursts import random_pauses
 from .latency_ram import _LatencyRead, _LatencyWrite
 
-__all__ = ["HostileAxiRam", "random_pauses"]
-
-_PAUSE_PERIOD = 997
-"""Random pauses repeat after this many cycles (a prime: no beat with any burst length)."""
-
-
-def random_pauses(rng, probability):
-    """A pause generator for a cocotbext-axi channel: paused with ``probability`` a cycle."""
-    return itertools.cycle([rng.random() < probability for _ in range(_PAUSE_PERIOD)])
-
+__all__ = ["HostileAxiRam"]
 
 def _latency(name, value):
     """(least, most) clock cycles, checked."""

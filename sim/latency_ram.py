@@ -19,7 +19,7 @@ from cocotbext.axi import AxiResp
 from cocotbext.axi.axi_ram import AxiRamRead, AxiRamWrite
 from cocotbext.axi.memory import Memory
 
-from .fault_memory import beat_word, incr_beats, read_beats, write_beat
+from .axi_bursts import beat_word, incr_beats, read_beats, write_beat
 
 __all__ = ["LatencyAxiRam"]
 

@@ -22,6 +22,7 @@ from ..firmware.program import Program
 from ..registers import register, window_writes
 from ..isa import NUM_WINDOWS, ErrorCode
 from .attention_model import attention_int8_model
+from .axi_checker import AxiChecker
 from .core_driver import CoreDriver
 from .golden import conv2d_int32, matmul_int32
 from .hostile_ram import HostileAxiRam
@@ -102,7 +103,8 @@ async def _start(dut):
     """Parameters, a reset core on `HostileAxiRam` with the watchdog set, a seeded rng."""
     params = json.loads(os.environ["TPUGEN_TB"])
     cfg = CoreConfig.from_json(params["config"])
-    core = CoreDriver(dut, cfg, ram_class=partial(HostileAxiRam, seed=params["seed"]))
+    core = CoreDriver(dut, cfg, checker=AxiChecker,
+                      ram_class=partial(HostileAxiRam, seed=params["seed"]))
     await core.reset()
     await core.write("WATCHDOG", WATCHDOG)
     return cfg, params, core, np.random.default_rng(params["seed"])

@@ -18,9 +18,11 @@ from ..firmware.matmul import compile_matmul
 from ..firmware.program import Deps, Dim, Program
 from ..firmware.program import tensor as tensor_fields
 from ..isa import ErrorCode, SoftmaxMode
-from .core_driver import CoreDriver, exact_matmul
+from .axi_checker import AxiChecker
+from .core_driver import CoreDriver
 from .golden import conv2d_int32, matmul_int32
 from .hostile_ram import HostileAxiRam
+from .testbench import UNKNOWN_INSTRUCTION, exact_matmul
 
 PROGRAM, A, B, C = 0x0000, 0x10000, 0x30000, 0x50000
 
@@ -32,7 +34,7 @@ async def _start(dut):
     seed = params["seed"]
     ram_class = partial(HostileAxiRam, seed=seed) if params.get("hostile") else AxiRam
     core = CoreDriver(dut, cfg, backpressure=params.get("backpressure", False), seed=seed,
-                      ram_class=ram_class)
+                      checker=AxiChecker, ram_class=ram_class)
     await core.reset()
     return cfg, params, core, np.random.default_rng(seed)
 
@@ -124,7 +126,7 @@ def _error_programs(cfg):
         cases.append((name, program, code, index))
 
     case("unknown opcode", ErrorCode.UNKNOWN_OPCODE, 1,
-         lambda p: (p.load(ok_load), p.instructions.append(bytes([0x0F]) + bytes(63))))
+         lambda p: (p.load(ok_load), p.instructions.append(UNKNOWN_INSTRUCTION)))
     case("load outside windows", ErrorCode.LOAD_WINDOW, 0,
          lambda p: p.load(tensor_fields(0x90000, 1, 0, [Dim(extent=4, bound=4, stride=1)])))
     case("store to a read-only window", ErrorCode.STORE_WINDOW, 0,

@@ -27,7 +27,7 @@ async def serve(dut):
         ram_class = partial(LatencyAxiRam, read_latency=latency) if latency else AxiRam
         core = CoreDriver(dut, cfg, memory_size=params["memory_size"],
                           backpressure=params["backpressure"], seed=params["seed"],
-                          checker=False, ram_class=ram_class)
+                          ram_class=ram_class)
     await core.reset()
 
     with connection:

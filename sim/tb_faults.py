@@ -21,9 +21,11 @@ from ..firmware.matmul import compile_matmul
 from ..firmware.program import Deps, Dim, Program, tensor
 from ..isa import INSTRUCTION_BYTES, ErrorCode, Opcode, decode
 from ..registers import register
+from .axi_checker import AxiChecker
 from .core_driver import CoreDriver
 from .fault_memory import Fault, FaultyAxiRam
 from .golden import apply_epilogue, matmul_int32
+from .testbench import UNKNOWN_INSTRUCTION
 
 PROGRAM, A, B, C = 0x0000, 0x10000, 0x30000, 0x50000
 WINDOWS = [(PROGRAM, A - PROGRAM, True, False), (A, C - A, True, False), (C, 0x10000, False, True)]
@@ -35,7 +37,8 @@ class FaultyCoreDriver(CoreDriver):
     """A CoreDriver whose memory is a `FaultyAxiRam` (``ram.faults``)."""
 
     def __init__(self, dut, config, *, backpressure, seed):
-        super().__init__(dut, config, backpressure=backpressure, seed=seed, ram_class=FaultyAxiRam)
+        super().__init__(dut, config, backpressure=backpressure, seed=seed, checker=AxiChecker,
+                         ram_class=FaultyAxiRam)
 
 
 class _Job:
@@ -199,12 +202,14 @@ async def interrupt(dut):
     rises = [0]
     cocotb.start_soon(_count_rises(dut.irq, rises))
     unknown = Program()
-    unknown.instructions.append(bytes([0x0F]) + bytes(63))
+    unknown.instructions.append(UNKNOWN_INSTRUCTION)
+    irq_status = register("IRQ_STATUS")
     stats = []
     for enabled in (True, False):
         await core.write("IRQ_ENABLE", int(enabled))
         for job in (_Job(core, rng, 9, 7, 5), None):
-            program, cause = (job.program, 0b01) if job else (unknown, 0b10)
+            program, cause = ((job.program, irq_status.value(done=1)) if job
+                              else (unknown, irq_status.value(error=1)))
             before = rises[0]
             await core.start(program.to_bytes(), PROGRAM)
             await _wait_not_busy(core, 100_000)
@@ -220,7 +225,7 @@ async def interrupt(dut):
                 await core.write("IRQ_ENABLE", 1)
                 assert int(dut.irq.value) == 1, "enabling the interrupt with a cause pending"
                 await core.write("IRQ_ENABLE", 0)
-            await core.write("IRQ_STATUS", register("IRQ_STATUS").mask)
+            await core.write("IRQ_STATUS", irq_status.mask)
             await ClockCycles(dut.clk, 20)
             assert int(dut.irq.value) == 0 and await core.read("IRQ_STATUS") == 0
             if job:

@@ -26,6 +26,7 @@ from tpugen import CoreConfig
 
 from ..registers import register
 from ..isa import ErrorCode
+from .axi_checker import AxiChecker
 from .core_driver import CoreDriver
 from .fuzz_model import MEMORY_SIZE
 from .latency_ram import LatencyAxiRam
@@ -96,7 +97,8 @@ async def fuzz(dut):
     config = CoreConfig.from_json(params["config"])
     cases = json.loads(Path(params["cases"]).read_text())
     core = CoreDriver(dut, config, memory_size=MEMORY_SIZE, backpressure=params["backpressure"],
-                      seed=params["seed"], ram_class=partial(LatencyAxiRam, read_latency=0))
+                      seed=params["seed"], checker=AxiChecker,
+                      ram_class=partial(LatencyAxiRam, read_latency=0))
     rng = random.Random(params["seed"])
     await core.reset()
     await core.write("IRQ_ENABLE", 1)

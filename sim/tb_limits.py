@@ -21,9 +21,11 @@ from tpugen import CoreConfig
 from ..firmware.matmul import compile_matmul
 from ..firmware.program import Deps, Dim, Program, tensor
 from ..isa import INSTRUCTION_BYTES, PARAMS_RESET, Opcode, encode
-from .core_driver import CoreDriver, exact_matmul
+from .axi_checker import AxiChecker
+from .core_driver import CoreDriver
 from .golden import matmul_int32
 from .latency_ram import LatencyAxiRam
+from .testbench import exact_matmul
 
 PROGRAM, A, B, C = 0x0000, 0x10000, 0x30000, 0x50000
 MEMORY_SIZE = 1 << 20
@@ -39,7 +41,8 @@ async def _start(dut):
     ram_class = AxiRam
     if "latency" in params:
         ram_class = partial(LatencyAxiRam, read_latency=0)
-    core = CoreDriver(dut, cfg, memory_size=MEMORY_SIZE, seed=params["seed"], ram_class=ram_class)
+    core = CoreDriver(dut, cfg, memory_size=MEMORY_SIZE, seed=params["seed"], checker=AxiChecker,
+                      ram_class=ram_class)
     if "latency" in params:
         core.ram.read_if.latency = core.ram.write_if.latency = tuple(params["latency"])
     await core.reset()

@@ -7,6 +7,7 @@ from amaranth.sim import Simulator
 from tpugen import CoreConfig
 from tpugen.hdl import ProcessingElement, SystolicArray
 from tpugen.hdl.array import psum_width
+from tpugen.sim.testbench import stream_get, stream_put
 
 
 class _Ice40Model:
@@ -71,27 +72,18 @@ def run_array(cfg, tiles, acts, multiplier="mul"):
     async def feed_weights(ctx):
         for tile in tiles:
             for k in range(rows):
-                ctx.set(dut.weights.payload, [int(x) for x in tile[k]])
-                ctx.set(dut.weights.valid, 1)
-                await ctx.tick().until(dut.weights.ready)
-        ctx.set(dut.weights.valid, 0)
+                await stream_put(ctx, dut.weights, [int(x) for x in tile[k]])
 
     async def feed_acts(ctx):
         for block in acts:
             for m, vector in enumerate(block):
-                ctx.set(dut.acts.payload, {"data": [int(x) for x in vector],
-                                           "last": m == len(block) - 1})
-                ctx.set(dut.acts.valid, 1)
-                await ctx.tick().until(dut.acts.ready)
-        ctx.set(dut.acts.valid, 0)
+                await stream_put(ctx, dut.acts, {"data": [int(x) for x in vector],
+                                                 "last": m == len(block) - 1})
 
     async def collect(ctx):
-        expected = sum(len(block) for block in acts)
-        while len(results) < expected:
-            await ctx.tick()
-            if ctx.get(dut.results.valid):
-                payload = ctx.get(dut.results.payload)
-                results.append(([payload.data[c] for c in range(cols)], payload.last))
+        for _ in range(sum(len(block) for block in acts)):
+            payload = await stream_get(ctx, dut.results)
+            results.append(([payload.data[c] for c in range(cols)], payload.last))
 
     sim = Simulator(MULTIPLIERS[multiplier](dut))
     sim.add_clock(1e-6)

@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tpugen.hdl.load import MAX_OUTSTANDING
+from tpugen.arch import MAX_OUTSTANDING
 from tpugen.sim.axi_checker import AxiRules
 
 BEAT = 8

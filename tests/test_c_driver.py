@@ -29,6 +29,8 @@ pytestmark = pytest.mark.skipif(GCC is None,
                                 reason="gcc not found: these tests compile the C driver")
 
 DRIVER = Path(__file__).parent.parent / "firmware" / "c"
+IRQ_DONE = register("IRQ_STATUS").value(done=1)
+SOFT_RESET = register("CONTROL").value(soft_reset=1)
 CFLAGS = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic"]
 CONFIG = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1, axi_data_width=64,
                     counter_width=64)  # 64-bit counters: the driver reads LO/HI pairs
@@ -261,14 +263,14 @@ def test_init_checks_the_core_and_leaves_it_clean(driver):
     model.stored.update({f"WINDOW{i}_{part}": 0x40 * (i + 1) | 3 for i in range(NUM_WINDOWS)
                          for part in ("BASE", "SIZE", "FLAGS")})
     model.stored["IRQ_ENABLE"] = 1
-    model.done, model.pending = True, 0b01
+    model.done, model.pending = True, IRQ_DONE
     assert dev.call("tpu_init") == Result.TPU_OK
     assert not (model.busy or model.done or model.pending)
     assert model.stored["IRQ_ENABLE"] == 0
     for i in range(NUM_WINDOWS):
         assert [model.stored[f"WINDOW{i}_{part}"] for part in ("BASE", "SIZE", "FLAGS")] \
             == [0, 0, 0]
-    assert (register("CONTROL").offset, 0b10) in dev.writes()
+    assert (register("CONTROL").offset, SOFT_RESET) in dev.writes()
 
 
 @pytest.mark.parametrize("header", sorted(MISMATCHED))
@@ -369,7 +371,7 @@ def test_waiting_for_the_irq(driver):
     assert dev.run(0x80, 2, irq_wait=irq_wait(10)) == TIMEOUT
     assert dev.wait(irq_wait=lambda _: None) == TIMEOUT, "a spurious wake-up is not an end"
     assert dev.wait(irq_wait=irq_wait(60)) == Result.TPU_OK
-    assert dev.call("tpu_irq_ack") == 0b01 and dev.call("tpu_irq_ack") == 0
+    assert dev.call("tpu_irq_ack") == IRQ_DONE and dev.call("tpu_irq_ack") == 0
 
 
 def test_counters_read_as_64_bits(driver):
@@ -390,7 +392,7 @@ def test_counters_read_as_64_bits(driver):
 def test_start_acknowledges_stale_interrupts(driver):
     dev = driver(run_ticks=5)
     dev.call("tpu_irq_enable", 1)
-    dev.model.pending = 0b11
+    dev.model.pending = register("IRQ_STATUS").mask
     assert dev.call("tpu_start") == Result.TPU_OK
     assert dev.model.pending == 0 and not dev.model.irq
 
@@ -423,7 +425,7 @@ def test_memory_mapped_access(libraries):
     regs[register("MACS_HI").offset // 4] = 0x01234567
     dev = lib.shim_open(regs)
     assert lib.tpu_init(dev) == Result.TPU_OK
-    assert regs[register("CONTROL").offset // 4] == 0b10
+    assert regs[register("CONTROL").offset // 4] == SOFT_RESET
     assert lib.tpu_set_window(dev, 3, 0x1000_0000, 0x2000, 3) == Result.TPU_OK
     assert [regs[register(f"WINDOW3_{part}").offset // 4] for part in ("BASE", "SIZE", "FLAGS")] \
         == [0x1000_0000, 0x2000, 3]

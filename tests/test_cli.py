@@ -112,7 +112,7 @@ def test_output_that_is_a_directory_is_refused(tmp_path, capsys):
     (["demo", "--waves", "x.vcd", "--waves-from", "9", "--waves-until", "3"],
      "waves_until=3 is before waves_from=9"),
     (["compile", "attention", "--preset", "micro"], "attention needs the softmax unit"),
-    (["compile", "matmul", "--m", "4096", "--k", "4096", "--memory-size", "65536"],
+    (["compile", "matmul", "--m", "512", "--k", "512", "--memory-size", "65536"],
      "more than memory_size=65536"),
     (["run", "softmax"], "argument op: invalid choice: 'softmax'"),
     (["build", "--board", "icebreaker", "--synth-only", "-o", "x"],

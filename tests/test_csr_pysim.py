@@ -20,6 +20,7 @@ RW = [reg for reg in REGISTERS if reg.access == "rw"]
 RO = [reg for reg in REGISTERS if reg.access == "ro"]
 UNMAPPED = [0x018, 0x038, 0x04C, 0x08C, 0x0FC, 0x150, 0xFFC]
 MAX_CYCLES = 20_000
+CONTROL, STATUS, IRQ_STATUS = (register(name) for name in ("CONTROL", "STATUS", "IRQ_STATUS"))
 
 
 def offset(name):
@@ -261,21 +262,22 @@ def test_unmapped_and_unaligned_addresses():
 
 
 def test_control_pulses_last_one_cycle():
-    writes = [0b01, 0b00, 0b10, 0b11, 0b01]
+    writes = [{"start": 1}, {}, {"soft_reset": 1}, {"start": 1, "soft_reset": 1}, {"start": 1}]
     trace = []
 
     async def body(ctx, dut, axi):
         for value in writes:
-            assert await axi.write(ctx, offset("CONTROL"), value, resp_delay=2) == OKAY
+            assert await axi.write(ctx, offset("CONTROL"), CONTROL.value(**value),
+                                   resp_delay=2) == OKAY
             for _ in range(3):
                 await ctx.tick()
         assert await read_ok(ctx, axi, "CONTROL") == 0
 
     simulate(body, trace=trace)
-    for bit in (0, 1):
+    for bit, name in enumerate(("start", "soft_reset")):
         highs = [cycle for cycle, sample in enumerate(trace) if sample[bit]]
-        assert len(highs) == sum(value >> bit & 1 for value in writes), (bit, highs)
-        assert all(b - a > 1 for a, b in zip(highs, highs[1:])), (bit, highs)
+        assert len(highs) == sum(name in value for value in writes), (name, highs)
+        assert all(b - a > 1 for a, b in zip(highs, highs[1:])), (name, highs)
     both = [cycle for cycle, sample in enumerate(trace) if sample[0] and sample[1]]
     assert len(both) == 1
 
@@ -284,36 +286,36 @@ def test_irq_and_status():
     async def body(ctx, dut, axi):
         irq_status = offset("IRQ_STATUS")
         ctx.set(dut.busy, 1)
-        assert await read_ok(ctx, axi, "STATUS") == 0b001
+        assert await read_ok(ctx, axi, "STATUS") == STATUS.value(busy=1)
         ctx.set(dut.busy, 0)
         await pulse(ctx, dut.done_event)
-        assert await read_ok(ctx, axi, "STATUS") == 0b010
-        assert await read_ok(ctx, axi, "IRQ_STATUS") == 0b01
+        assert await read_ok(ctx, axi, "STATUS") == STATUS.value(done=1)
+        assert await read_ok(ctx, axi, "IRQ_STATUS") == IRQ_STATUS.value(done=1)
         assert not ctx.get(dut.irq)
         await axi.write(ctx, offset("IRQ_ENABLE"), 1)
         assert ctx.get(dut.irq)
-        await axi.write(ctx, irq_status, 0b10)
+        await axi.write(ctx, irq_status, IRQ_STATUS.value(error=1))
         assert ctx.get(dut.irq)
-        await axi.write(ctx, irq_status, 0b01, strb=0b0010)
+        await axi.write(ctx, irq_status, IRQ_STATUS.value(done=1), strb=0b0010)
         assert ctx.get(dut.irq)
-        await axi.write(ctx, irq_status, 0b01)
+        await axi.write(ctx, irq_status, IRQ_STATUS.value(done=1))
         assert not ctx.get(dut.irq)
         assert await read_ok(ctx, axi, "IRQ_STATUS") == 0
-        assert await read_ok(ctx, axi, "STATUS") == 0b010
+        assert await read_ok(ctx, axi, "STATUS") == STATUS.value(done=1)
 
         await pulse(ctx, dut.error_event)
         assert ctx.get(dut.irq)
-        assert await read_ok(ctx, axi, "IRQ_STATUS") == 0b10
+        assert await read_ok(ctx, axi, "IRQ_STATUS") == IRQ_STATUS.value(error=1)
         await axi.write(ctx, offset("IRQ_ENABLE"), 0)
         assert not ctx.get(dut.irq)
-        await axi.write(ctx, irq_status, 0b11)
+        await axi.write(ctx, irq_status, IRQ_STATUS.mask)
         await axi.write(ctx, offset("IRQ_ENABLE"), 1)
         assert not ctx.get(dut.irq)
 
         # An event in the cycle its acknowledge is written stays pending.
         bus = dut.bus
         ctx.set(bus.awaddr, irq_status)
-        ctx.set(bus.wdata, 0b11)
+        ctx.set(bus.wdata, IRQ_STATUS.mask)
         ctx.set(bus.wstrb, 0xF)
         await axi.handshake(ctx, (bus.awvalid, bus.awready), (bus.wvalid, bus.wready))
         await pulse(ctx, dut.done_event)
@@ -321,7 +323,7 @@ def test_irq_and_status():
         await ctx.tick().until(bus.bvalid)
         ctx.set(bus.bready, 0)
         assert ctx.get(dut.irq)
-        assert await read_ok(ctx, axi, "IRQ_STATUS") == 0b01
+        assert await read_ok(ctx, axi, "IRQ_STATUS") == IRQ_STATUS.value(done=1)
 
     simulate(body)
 
@@ -339,21 +341,21 @@ def test_error_latch_start_and_soft_reset():
         ctx.set(dut.error_index, 0)
         assert await read_ok(ctx, axi, "ERROR_CODE") == ErrorCode.STORE_WINDOW.value
         assert await read_ok(ctx, axi, "ERROR_INDEX") == 0xDEAD_0007
-        assert await read_ok(ctx, axi, "STATUS") == 0b100
+        assert await read_ok(ctx, axi, "STATUS") == STATUS.value(error=1)
 
-        await axi.write(ctx, offset("CONTROL"), 0b01)
+        await axi.write(ctx, offset("CONTROL"), CONTROL.value(start=1))
         assert await read_ok(ctx, axi, "STATUS") == 0
         assert await read_ok(ctx, axi, "ERROR_CODE") == 0
         assert await read_ok(ctx, axi, "ERROR_INDEX") == 0
-        assert await read_ok(ctx, axi, "IRQ_STATUS") == 0b10
+        assert await read_ok(ctx, axi, "IRQ_STATUS") == IRQ_STATUS.value(error=1)
         assert ctx.get(dut.irq)
 
         ctx.set(dut.error_code, ErrorCode.WATCHDOG)
         ctx.set(dut.error_index, 3)
         await pulse(ctx, dut.error_event)
         await pulse(ctx, dut.done_event)
-        assert await read_ok(ctx, axi, "STATUS") == 0b110
-        await axi.write(ctx, offset("CONTROL"), 0b10)
+        assert await read_ok(ctx, axi, "STATUS") == STATUS.value(done=1, error=1)
+        await axi.write(ctx, offset("CONTROL"), CONTROL.value(soft_reset=1))
         for name in ("STATUS", "IRQ_STATUS", "ERROR_CODE", "ERROR_INDEX"):
             assert await read_ok(ctx, axi, name) == 0, name
         assert not ctx.get(dut.irq)

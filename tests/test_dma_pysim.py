@@ -13,6 +13,7 @@ from tpugen.hdl.store import StoreEngine
 from tpugen.hdl.walker import BurstPlanner, TileCheck, TileWalker
 from tpugen.isa import NUM_WINDOWS, ErrorCode, Opcode, decode
 from tpugen.sim.pysim_axi import AxiMemory
+from tpugen.sim.testbench import put_instruction, stream_put, stream_take
 
 CONFIG = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1)
 MEM_SIZE = 1 << 14
@@ -86,13 +87,9 @@ def run(kind, config, descs, axi_mem, wins, sram_init, timeout=4000):
         ctx.set(engine.windows, wins)
         for desc in descs:
             if isinstance(desc, bytes):  # an encoded instruction
-                bits = engine.instr.payload.as_value()
-                ctx.set(bits, int.from_bytes(desc, "little") & ((1 << len(bits)) - 1))
+                await put_instruction(ctx, engine.instr, desc)
             else:
-                ctx.set(engine.instr.payload, {"header": {"opcode": opcode}, "tensor": desc})
-            ctx.set(engine.instr.valid, 1)
-            await ctx.tick().until(engine.instr.ready)
-            ctx.set(engine.instr.valid, 0)
+                await stream_put(ctx, engine.instr, {"header": {"opcode": opcode}, "tensor": desc})
             progress = 0
             for cycles in range(1, timeout):
                 _, _, done, error, busy, pulse = await ctx.tick().sample(
@@ -414,20 +411,12 @@ def walked(walker, desc, ready_seed=0, cycles=400):
     seen = []
 
     async def testbench(ctx):
-        ctx.set(walker.descriptor.payload, desc)
-        ctx.set(walker.descriptor.valid, 1)
-        await ctx.tick().until(walker.descriptor.ready)
-        ctx.set(walker.descriptor.valid, 0)
-        rng = np.random.default_rng(ready_seed)
+        await stream_put(ctx, walker.descriptor, desc)
         fields = [name for name, _ in walker.elements.payload.shape() if name != "coords"]
-        for _ in range(cycles):
-            ready = bool(rng.integers(0, 2))
-            ctx.set(walker.elements.ready, ready)
-            _, _, valid, element = await ctx.tick().sample(walker.elements.valid,
-                                                           walker.elements.payload)
-            if valid and ready:
-                seen.append({"coords": [element.coords[d] for d in range(4)],
-                             **{k: int(getattr(element, k)) for k in fields}})
+        taken = await stream_take(ctx, walker.elements, cycles,
+                                  np.random.default_rng(ready_seed))
+        seen.extend({"coords": [element.coords[d] for d in range(4)],
+                     **{k: int(getattr(element, k)) for k in fields}} for element in taken)
         assert ctx.get(walker.descriptor.ready)
 
     sim = Simulator(walker)
@@ -481,10 +470,7 @@ def test_walker_abort():
     walker = TileWalker(lanes=4, rows=16, elem_log2=0, beat_bytes=8)
 
     async def testbench(ctx):
-        ctx.set(walker.descriptor.payload, descriptor(0, [(4, 0, 4, 1), (4, 0, 4, 4)]))
-        ctx.set(walker.descriptor.valid, 1)
-        await ctx.tick().until(walker.descriptor.ready)
-        ctx.set(walker.descriptor.valid, 0)
+        await stream_put(ctx, walker.descriptor, descriptor(0, [(4, 0, 4, 1), (4, 0, 4, 4)]))
         await ctx.tick().until(walker.elements.valid)
         ctx.set(walker.abort, 1)
         await ctx.tick()

@@ -20,7 +20,7 @@ def _has_init(init):
 
 def test_other_designs_in_the_process_keep_their_memory_init():
     generate_verilog(CoreConfig(rows=2, cols=2, scratchpad_kib=1, accumulator_kib=1,
-                                axi_data_width=32), "tpu_core")
+                                axi_data_width=32), "systolic_array")
     assert rtlil.ModuleEmitter.emit_memory is ORIGINAL
     assert _has_init([0, 0, 0, 0])
 

@@ -5,11 +5,11 @@ from amaranth.lib import memory, wiring
 from amaranth.sim import Simulator
 
 from tpugen import CoreConfig
-from tpugen.hdl.execute import (EXECUTE_INSTRUCTION, ExecuteEngine, accumulator_row,
-                                probability_row, scratchpad_row)
+from tpugen.hdl.execute import ExecuteEngine, accumulator_row, probability_row, scratchpad_row
 from tpugen.isa import ErrorCode, Opcode, SoftmaxMode, encode
 from tpugen.sim.golden import matmul_int32
 from tpugen.sim.softmax_model import block
+from tpugen.sim.testbench import put_instruction
 
 
 class _Bench(wiring.Component):
@@ -43,11 +43,9 @@ class _Bench(wiring.Component):
 
 
 def _instruction(fields):
-    """The engine's payload: an encoded MATMUL (the default) or SOFTMAX."""
+    """The instruction bytes of ``fields``: a MATMUL (the default) or a SOFTMAX."""
     fields = dict(fields)
-    opcode = fields.pop("opcode", Opcode.MATMUL)
-    bits = int.from_bytes(encode(opcode, **fields), "little")
-    return EXECUTE_INSTRUCTION.from_bits(bits & ((1 << EXECUTE_INSTRUCTION.size) - 1))
+    return encode(fields.pop("opcode", Opcode.MATMUL), **fields)
 
 
 def _run(cfg, scratchpad, instructions, max_cycles=4000, probabilities=()):
@@ -59,10 +57,7 @@ def _run(cfg, scratchpad, instructions, max_cycles=4000, probabilities=()):
 
     async def testbench(ctx):
         for fields in instructions:
-            ctx.set(engine.instr.payload, _instruction(fields))
-            ctx.set(engine.instr.valid, 1)
-            await ctx.tick().until(engine.instr.ready)
-        ctx.set(engine.instr.valid, 0)
+            await put_instruction(ctx, engine.instr, _instruction(fields))
         for cycle in range(max_cycles):
             if not ctx.get(engine.busy):
                 break

@@ -14,9 +14,9 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from tpugen import PRESETS, CoreConfig
+from tpugen.arch import PLAN_DEPTH
 from tpugen.hdl.axi import (AXI_BURST_INCR, axi_lite_signature, axi_read_signature,
                             axi_write_signature)
-from tpugen.hdl.load import PLAN_DEPTH
 from tpugen.hdl.store import W_DEPTH
 from tpugen.sim.formal import (AxiLiteSlaveRules, AxiReadRules, AxiWriteRules,
                                BurstPlannerHarness, ConfigFreezeHarness, ControllerHarness,

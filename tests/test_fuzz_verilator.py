@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from tpugen import CoreConfig
 from tpugen.firmware.program import Program
 from tpugen.isa import ErrorCode
+from tpugen.registers import register
 from tpugen.sim.fuzz import KINDS
 from tpugen.sim.fuzz_model import DONE, MEMORY_SIZE, predict
 
@@ -94,7 +95,7 @@ def _problems(case, outcome):
     if (outcome["done"], outcome["error_bit"], outcome["busy"]) != (done, not done, 0):
         problems.append(f"STATUS done={outcome['done']} error={outcome['error_bit']} "
                         f"busy={outcome['busy']} after the interrupt")
-    if outcome["irq_status"] != (0b01 if done else 0b10):
+    if outcome["irq_status"] != register("IRQ_STATUS").value(done=done, error=not done):
         problems.append(f"IRQ_STATUS {outcome['irq_status']:#b}")
     if outcome["irq_before"] or outcome["irq_after_ack"]:
         problems.append(f"irq high before the start ({outcome['irq_before']}) or after the "

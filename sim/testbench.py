@@ -1,0 +1,82 @@
+"""Helpers the testbenches share: stream handshakes for amaranth.sim (after the Amaranth
+guide's and glasgow's ``stream_put`` / ``stream_get``), instruction bits, and a matmul that
+checks a `CoreDriver`'s core still works.
+
+Verification only: the simulation backend of `SimDevice` does not import this module.
+"""
+import numpy as np
+from amaranth.hdl import Shape
+
+from ..arch import OPCODE_BITS
+from ..firmware.matmul import compile_matmul
+from ..isa import INSTRUCTION_BYTES, Opcode
+from .golden import matmul_int32
+
+__all__ = ["UNKNOWN_INSTRUCTION", "exact_matmul", "instruction_payload", "put_instruction",
+           "stream_get", "stream_put", "stream_take"]
+
+
+async def stream_put(ctx, stream, payload):
+    """Offer ``payload`` on ``stream`` until it is taken; valid is low again on return."""
+    ctx.set(stream.payload, payload)
+    ctx.set(stream.valid, 1)
+    await ctx.tick().until(stream.ready)
+    ctx.set(stream.valid, 0)
+
+
+async def stream_get(ctx, stream):
+    """Take the next payload of ``stream``, with ready high until then (a stream without
+    ``ready`` cannot be held back: the next valid payload)."""
+    has_ready = hasattr(stream, "ready")
+    if has_ready:
+        ctx.set(stream.ready, 1)
+    payload, = await ctx.tick().sample(stream.payload).until(stream.valid)
+    if has_ready:
+        ctx.set(stream.ready, 0)
+    return payload
+
+
+async def stream_take(ctx, stream, cycles, rng):
+    """The payloads ``stream`` hands over in ``cycles`` cycles, with ready raised in a random
+    half of them (``rng``, a numpy Generator): backpressure."""
+    taken = []
+    for _ in range(cycles):
+        ready = bool(rng.integers(0, 2))
+        ctx.set(stream.ready, ready)
+        _, _, valid, payload = await ctx.tick().sample(stream.valid, stream.payload)
+        if valid and ready:
+            taken.append(payload)
+    ctx.set(stream.ready, 0)
+    return taken
+
+
+def instruction_payload(layout, raw):
+    """Instruction bytes ``raw`` (`isa.encode`) as a constant of ``layout``, an engine's
+    instruction payload: the bits beyond its width are dropped."""
+    bits = int.from_bytes(raw, "little")
+    return layout.from_bits(bits & ((1 << Shape.cast(layout).width) - 1))
+
+
+async def put_instruction(ctx, stream, raw):
+    """`stream_put` of instruction bytes ``raw`` on an engine's instruction ``stream``."""
+    await stream_put(ctx, stream, instruction_payload(stream.payload.shape(), raw))
+
+
+UNKNOWN_INSTRUCTION = bytes([max(set(range(2 ** OPCODE_BITS)) - set(Opcode))]) + bytes(
+    INSTRUCTION_BYTES - 1)
+"""An instruction whose opcode is none of `Opcode` (the core stops with UNKNOWN_OPCODE)."""
+
+
+async def exact_matmul(core, rng, windows, *, program, a_addr, b_addr, c_addr):
+    """(outcome, exact): a random 6x5x3 matmul run by ``core`` in ``windows``, as a check that
+    the core works (reads and writes memory) after whatever ran before."""
+    await core.set_windows(windows)
+    m, k, n = 6, 5, 3
+    a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+    b = rng.integers(-128, 128, (k, n), dtype=np.int8)
+    core.ram.write(a_addr, a.tobytes())
+    core.ram.write(b_addr, b.tobytes())
+    code = compile_matmul(core.config, m, k, n, a_addr=a_addr, b_addr=b_addr, c_addr=c_addr)
+    result = await core.run(code.to_bytes(), program, timeout_cycles=100_000)
+    got = np.frombuffer(core.ram.read(c_addr, 4 * m * n), dtype="<i4").reshape(m, n)
+    return result, np.array_equal(got, matmul_int32(a, b))
