@@ -361,6 +361,22 @@ def test_report_plot_has_a_bar_per_node(tmp_path):
         InferenceSession(quantize(mlp(), tmp_path, QuantFormat.QDQ), NumpyDevice()).report()
 
 
+@pytest.mark.parametrize("name", ["mlp", "cnn"])
+def test_committed_digits_models_classify_as_onnxruntime(name):
+    """The committed models (no training): on the numpy stand-in of the default 8x8 core,
+    both forms give onnxruntime's top-1 class on the first 24 test images."""
+    from tpugen.examples.digits_onnx import FORMS, evaluate, float_model_path, model_path
+
+    for form in FORMS:
+        path = model_path(name, form)
+        assert float_model_path(path) == model_path(name)
+        result = evaluate(path, NumpyDevice(CoreConfig()), 24, model_path(name))
+        assert result.samples == 24 and result.same_predictions == 1.0
+        assert result.core_accuracy == result.onnxruntime_accuracy >= 0.85
+        assert result.float_accuracy >= 0.85
+        assert sum(n.where == "core" for n in result.report.nodes) == (2 if name == "mlp" else 3)
+
+
 @pytest.mark.verilator
 @pytest.mark.skipif(not os.environ.get("TPUGEN_ONNX_DIGITS"),
                     reason="opt-in (the CNN: ~5 CPU minutes): TPUGEN_ONNX_DIGITS=1")
@@ -369,6 +385,7 @@ def test_digits_accuracy_equals_onnxruntime(model, form):
     from tpugen.examples.digits_onnx import run_digits_onnx
 
     result = run_digits_onnx(model, form)
+    assert result.samples == 360
     assert result.core_accuracy == result.onnxruntime_accuracy
     assert result.same_predictions == 1.0
     assert result.core_accuracy >= result.float_accuracy - 0.02
