@@ -361,8 +361,8 @@ def test_report_plot_has_a_bar_per_node(tmp_path):
         InferenceSession(quantize(mlp(), tmp_path, QuantFormat.QDQ), NumpyDevice()).report()
 
 
-@pytest.mark.parametrize("name", ["mlp", "cnn"])
-def test_committed_digits_models_classify_as_onnxruntime(name):
+@pytest.mark.parametrize("name, core_layers", [("mlp", 2), ("cnn", 3), ("transformer", 10)])
+def test_committed_digits_models_classify_as_onnxruntime(name, core_layers):
     """The committed models (no training): on the numpy stand-in of the default 8x8 core,
     both forms give onnxruntime's top-1 class on the first 24 test images."""
     from tpugen.examples.digits_onnx import FORMS, evaluate, float_model_path, model_path
@@ -374,7 +374,7 @@ def test_committed_digits_models_classify_as_onnxruntime(name):
         assert result.samples == 24 and result.same_predictions == 1.0
         assert result.core_accuracy == result.onnxruntime_accuracy >= 0.85
         assert result.float_accuracy >= 0.85
-        assert sum(n.where == "core" for n in result.report.nodes) == (2 if name == "mlp" else 3)
+        assert sum(n.where == "core" for n in result.report.nodes) == core_layers
 
 
 @pytest.mark.verilator

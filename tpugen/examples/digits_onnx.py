@@ -18,6 +18,7 @@ import numpy as np
 
 from ..config import CoreConfig
 from .digits import split_digits, train_mlp
+from .digits_transformer_onnx import digits_transformer
 
 __all__ = ["DIGITS_CONFIG", "DigitsOnnxResult", "FORMS", "MODELS", "MODEL_DIR", "describe",
            "digits_cnn", "digits_mlp", "digits_test_set", "evaluate", "float_model_path",
@@ -43,13 +44,16 @@ class DigitsOnnxResult:
     report: object
 
 
-def _onnx_model(nodes, weights, input_shape, output="logits"):
+def onnx_model(nodes, weights, input_shape, output="logits"):
+    """A float model of ``nodes``, initializers ``weights`` (floats as float32), the graph's
+    input "input" of ``input_shape`` and output ``output``, opset 17."""
     from onnx import TensorProto, helper, numpy_helper
 
     graph = helper.make_graph(
         nodes, "digits", [helper.make_tensor_value_info("input", TensorProto.FLOAT, input_shape)],
         [helper.make_tensor_value_info(output, TensorProto.FLOAT, None)],
-        [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in weights.items()])
+        [numpy_helper.from_array(np.asarray(v, np.float32 if np.asarray(v).dtype.kind == "f"
+                                     else None), k) for k, v in weights.items()])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model
@@ -72,7 +76,7 @@ def digits_mlp(samples=360, seed=0):
         if gemm != "logits":
             previous = f"relu{index}"
             nodes.append(helper.make_node("Relu", [gemm], [previous], name=previous))
-    return _onnx_model(nodes, weights, [None, 64]), split
+    return onnx_model(nodes, weights, [None, 64]), split
 
 
 def digits_cnn(samples=360, seed=0, channels=(8, 32)):
@@ -96,18 +100,21 @@ def digits_cnn(samples=360, seed=0, channels=(8, 32)):
         previous = f"p{index}"
     nodes.append(helper.make_node("Flatten", [previous], ["features"], name="flatten"))
     features = onnxruntime.InferenceSession(
-        _onnx_model(nodes, weights, [None, 1, 8, 8], "features").SerializeToString(),
+        onnx_model(nodes, weights, [None, 1, 8, 8], "features").SerializeToString(),
         providers=["CPUExecutionProvider"])
     classifier = RidgeClassifier().fit(
         features.run(None, {"input": x_train.astype(np.float32)})[0], y_train)
     weights.update(g=classifier.coef_, gb=classifier.intercept_)
     nodes.append(helper.make_node("Gemm", ["features", "g", "gb"], ["logits"], transB=1,
                                   name="fc"))
-    return _onnx_model(nodes, weights, [None, 1, 8, 8]), (x_train, x_test, y_train, y_test)
+    return onnx_model(nodes, weights, [None, 1, 8, 8]), (x_train, x_test, y_train, y_test)
 
 
-MODELS = {"mlp": digits_mlp, "cnn": digits_cnn}
+MODELS = {"mlp": digits_mlp, "cnn": digits_cnn, "transformer": digits_transformer}
 """The model builders (each returns (float ONNX model, split)), by name."""
+QUANTIZE_OPTIONS = {"transformer": {"ActivationSymmetric": True}}
+"""onnxruntime quantizer extra_options by model: the transformer's activations symmetric (zero
+points 0), so that without a softmax unit its q k^T and probs v still run on the core."""
 FORMS = ("QDQ", "QOperator")
 MODEL_DIR = Path(__file__).parent / "models"
 """The committed models: ``digits_<name>.onnx`` (float) and ``digits_<name>.<form>.onnx``."""
@@ -141,8 +148,8 @@ def write_models(names=tuple(MODELS), seed=0):
         float_model, (x_train, *_) = MODELS[name](DIGITS_TEST_SAMPLES, seed)
         onnx.save(float_model, model_path(name))
         for form in FORMS:
-            onnx.save(quantize_digits(float_model, x_train.astype(np.float32), form),
-                      model_path(name, form))
+            onnx.save(quantize_digits(float_model, x_train.astype(np.float32), form,
+                                      **QUANTIZE_OPTIONS.get(name, {})), model_path(name, form))
 
 
 def quantize_digits(onnx_model, calibration, form="QDQ", **extra):
