@@ -22,13 +22,20 @@ from onnx import numpy_helper
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 
-__all__ = ["CoreLayer", "InferenceSession", "NodeReport", "Report", "lower", "requant_multiplier"]
+from .arch import SOFTMAX_OUT_FRAC
+from .firmware.attention import attention_operands, plan_attention
+from .isa import SoftmaxInstruction
+
+__all__ = ["AttentionLayer", "CoreLayer", "InferenceSession", "NodeReport", "Report", "lower",
+           "requant_multiplier"]
 
 _MULTIPLIER_BITS = 16
 """The epilogue multiplies by an unsigned 16-bit integer (`Epilogue`), then shifts right."""
 _MAX_SHIFT = 63
 _UINT8_OFFSET = 128
 """uint8 activations run as int8 ``value - 128`` (their zero point moves by the same)."""
+_SOFTMAX_FRAC_MAX = 2 ** SoftmaxInstruction["frac"].width - 1
+"""The most fractional bits of the scores the softmax unit takes."""
 
 
 def requant_multiplier(scale, node="requant"):
@@ -205,6 +212,9 @@ class _Graph:
             if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
                 self.constants[node.output[0]] = ReferenceEvaluator(node).run(None, {})[0]
         self.outputs = {o.name for o in graph.output}
+        self.node_named = {node.name: node for node in self.nodes}
+        self.notes = {}
+        """Why a node that could have run on the core runs on the host, by node name."""
         self.producer = {name: node for node in self.nodes for name in node.output}
         self.consumers = {}
         for node in self.nodes:
@@ -493,18 +503,243 @@ def _bias_in_accumulator_units(graph, dequantize, x, w):
     return np.rint(values * bias.scale / (x.scale * w.scale.reshape(-1))).astype(np.int64)
 
 
+@dataclass(frozen=True)
+class AttentionLayer:
+    """The attention pattern ``MatMul(q, Transpose(k)) -> Mul/Div by a constant -> Softmax
+    -> MatMul(probs, v)`` (with its QuantizeLinear/DequantizeLinear pairs, or as QOperator
+    nodes) as one `Device.attention_int8` call: the scores stay on the core, the softmax is
+    the softmax unit's (not onnxruntime's: docs/onnx.md gives the tolerance).
+
+    ``q``/``k``/``v``: the model's int8 (uint8) tensors, (..., L, d), (..., S, d), (..., S, d),
+    the leading axes the heads. Each is centred on its zero point and multiplied by its
+    ``*_factor`` on the host: q's so that ``q k^T / 2**frac`` are the scores in log2 units
+    (``alpha * sq * sk * log2(e)``, no power of two in general, rounded into q), k's and v's
+    (1 unless ``value - zero`` leaves int8) to fit int8. ``output_unit``: the real value of
+    one unit of the unit's int32 output; ``output``: requantized to ``output_quant`` (scale,
+    int8 zero point, dtype), or float when None.
+    """
+    name: str
+    nodes: tuple
+    q: str
+    k: str
+    v: str
+    output: str
+    offsets: tuple
+    """(q, k, v): 128 for a uint8 tensor, else 0."""
+    zeros: tuple
+    """(q, k, v) zero points on the int8 scale."""
+    factors: tuple
+    """(q, k, v) multipliers of the centred values."""
+    frac: int
+    output_unit: float
+    output_quant: tuple | None
+    op = "attention"
+
+    @property
+    def inputs(self):
+        return [self.q, self.k, self.v]
+
+    def core_operands(self, q, k, v):
+        """The model's q, k, v as `Device.attention_int8`'s int8 (heads, L, d), (heads, S, d),
+        (heads, S, d)."""
+        operands = []
+        for x, offset, zero, factor in zip((q, k, v), self.offsets, self.zeros, self.factors):
+            centred = _int8(x, offset).astype(np.int32) - zero
+            scaled = centred * factor if factor != 1 else centred
+            operands.append(np.clip(np.rint(scaled), -128, 127).astype(np.int8)
+                            .reshape(-1, *x.shape[-2:]))
+        return operands
+
+    def macs(self, q_shape, k_shape):
+        """q k^T and probs v: 2 L S d per head."""
+        return 2 * int(np.prod(q_shape[:-1])) * k_shape[-2] * q_shape[-1]
+
+    def model_output(self, o, q_shape):
+        """The unit's int32 output ``o`` as the model's tensor of shape ``q_shape``."""
+        real = (o.astype(np.float64) * self.output_unit).reshape(q_shape)
+        if self.output_quant is None:
+            return real.astype(np.float32)
+        scale, zero, dtype = self.output_quant
+        return _requantize(real, scale, np.asarray(zero, dtype))
+
+
+def _centred_bound(zero):
+    """The largest ``|value - zero|`` of an int8 value."""
+    return max(127 - zero, zero + 128)
+
+
+def _fit_factor(zero):
+    """1 when int8 values less ``zero`` stay int8 (``zero`` 0), else the factor that brings
+    them into -127..127."""
+    return 1.0 if zero == 0 else 127 / _centred_bound(zero)
+
+
+def _attention_layer(graph, softmax, nodes, tensors, alpha, output, y):
+    """An `AttentionLayer`, or None when a tensor inside the pattern is read outside it;
+    ValueError when the scores' scale does not fit the softmax unit. ``tensors``: ((name, `_Quant`) of q, k, v); ``y``: the output `_Quant` or None."""
+    covered = set(nodes)
+    for name in nodes[:-1]:
+        for tensor in graph.node_named[name].output:
+            if tensor in graph.outputs or any(c.name not in covered
+                                              for c in graph.consumers.get(tensor, [])):
+                return None
+    (sq, zq, oq), (sk, zk, ok), (sv, zv, ov) = (
+        _activation(softmax, quant, what) for (_, quant), what in zip(tensors, "qkv"))
+    k_factor, v_factor = _fit_factor(zk), _fit_factor(zv)
+    step = alpha * sq * sk * math.log2(math.e) / k_factor
+    frac = min(_SOFTMAX_FRAC_MAX, math.floor(math.log2(127 / (step * _centred_bound(zq))))) \
+        if step > 0 else -1
+    if frac < 0:
+        raise ValueError(f"the scores' step {step:.3g} (log2 units per q k^T unit) is out of "
+                         "the softmax unit's range")
+    output_quant = None
+    if y is not None:
+        y_scale, _, _ = _activation(softmax, y, "output")
+        output_quant = (y_scale, y.zero_point.reshape(()).item(), y.dtype)
+    return AttentionLayer(
+        name=softmax.name, nodes=tuple(nodes), q=tensors[0][0], k=tensors[1][0],
+        v=tensors[2][0], output=output, offsets=(oq, ok, ov), zeros=(zq, zk, zv),
+        factors=(step * 2 ** frac, k_factor, v_factor), frac=frac,
+        output_unit=sv / v_factor / 2 ** SOFTMAX_OUT_FRAC, output_quant=output_quant)
+
+
+def _scalar(graph, node, index):
+    """Input ``index`` of ``node`` as a float when it is a one-element constant, directly or
+    through a DequantizeLinear of one; else None."""
+    value = graph.constant(node, index)
+    if value is None:
+        dq = _dequantized(graph, node, index, True)
+        if dq is None:
+            return None
+        quant = _quant(graph, dq, 1, 2, "scale")
+        value = (graph.constant(dq, 0).astype(np.float64) - quant.zero_point) * quant.scale
+    return float(value.reshape(-1)[0]) if value.size == 1 else None
+
+
+def _qdq_copy(graph, name):
+    """(the float tensor that ``name`` is a QuantizeLinear -> DequantizeLinear copy of, [the
+    two nodes]), or (``name``, []) when it is not one."""
+    dq = graph.producer.get(name)
+    q = dq is not None and dq.op_type == "DequantizeLinear" and graph.producer.get(dq.input[0])
+    if not q or q.op_type != "QuantizeLinear":
+        return name, []
+    return q.input[0], [q.name, dq.name]
+
+
+def _swaps_last_axes(transpose):
+    perm = list(_attributes(transpose).get("perm", []))
+    return len(perm) >= 2 and perm == [*range(len(perm) - 2), len(perm) - 1, len(perm) - 2]
+
+
+def _qdq_attention(graph, softmax):
+    """`_attention_layer` of the QDQ pattern ending in Softmax node ``softmax``, or None."""
+    if softmax.op_type != "Softmax" or softmax.domain not in ("", "ai.onnx") \
+            or _attributes(softmax).get("axis", -1) != -1:
+        return None
+    scaled, before_softmax = _qdq_copy(graph, softmax.input[0])
+    scale, alpha = graph.producer.get(scaled), 1.0
+    nodes = before_softmax
+    if scale is not None and scale.op_type in ("Mul", "Div"):
+        index = next((i for i in (1, 0) if _scalar(graph, scale, i) is not None), None)
+        if index is None or (scale.op_type == "Div" and index == 0):
+            return None
+        value = _scalar(graph, scale, index)
+        alpha = value if scale.op_type == "Mul" else 1 / value
+        scores, around_scores = _qdq_copy(graph, scale.input[1 - index])
+        nodes = around_scores + [scale.name] + nodes
+    else:
+        scores = scaled
+    matmul = graph.producer.get(scores)
+    if matmul is None or matmul.op_type != "MatMul":
+        return None
+    q_dq = _dequantized(graph, matmul, 0, False)
+    key, around_key = _qdq_copy(graph, matmul.input[1])
+    transpose = graph.producer.get(key)
+    if q_dq is None or transpose is None or transpose.op_type != "Transpose" \
+            or not _swaps_last_axes(transpose):
+        return None
+    k_dq = _dequantized(graph, transpose, 0, False)
+    if k_dq is None or (around_key and not _same_quant(
+            graph, k_dq, graph.node_named[around_key[0]])):
+        return None
+    probs_q = graph.sole_consumer(softmax.output[0], "QuantizeLinear")
+    probs_dq = probs_q and graph.sole_consumer(probs_q.output[0], "DequantizeLinear")
+    context = probs_dq and graph.sole_consumer(probs_dq.output[0], "MatMul")
+    if not context or context.input[0] != probs_dq.output[0]:
+        return None
+    v_dq = _dequantized(graph, context, 1, False)
+    if v_dq is None:
+        return None
+    tail, output, y = _quantized_output(graph, context)
+    nodes = [matmul.name] + nodes + [softmax.name, probs_q.name, probs_dq.name] + tail
+    tensors = [(dq.input[0], _quant(graph, dq, 1, 2, what))
+               for dq, what in ((q_dq, "q"), (k_dq, "k"), (v_dq, "v"))]
+    return _attention_layer(graph, softmax, nodes, tensors, alpha, output, y)
+
+
+def _qoperator_attention(graph, softmax):
+    """`_attention_layer` of the QOperator pattern (QLinearMatMul, QLinearMul,
+    QLinearSoftmax, QLinearMatMul) ending in ``softmax``, or None."""
+    if softmax.op_type != "QLinearSoftmax" or _attributes(softmax).get("axis", -1) != -1:
+        return None
+    scale, alpha, nodes = graph.producer.get(softmax.input[0]), 1.0, [softmax.name]
+    if scale is not None and scale.op_type == "QLinearMul":
+        index = next((i for i in (3, 0) if graph.constant(scale, i) is not None), None)
+        if index is None or graph.constant(scale, index).size != 1:
+            return None
+        factor = _quant(graph, scale, index + 1, index + 2, "scale")
+        alpha = float(((graph.constant(scale, index).astype(np.float64) - factor.zero_point)
+                       * factor.scale).reshape(-1)[0])
+        nodes.insert(0, scale.name)
+        scale = graph.producer.get(scale.input[3 - index])
+    matmul, transpose = scale, None
+    if matmul is not None and matmul.op_type == "QLinearMatMul":
+        transpose = graph.producer.get(matmul.input[3])
+    context = graph.sole_consumer(softmax.output[0], "QLinearMatMul")
+    if (transpose is None or transpose.op_type != "Transpose" or not _swaps_last_axes(transpose)
+            or not context or context.input[0] != softmax.output[0]):
+        return None
+    tensors = [(matmul.input[0], _quant(graph, matmul, 1, 2, "q")),
+               (transpose.input[0], _quant(graph, matmul, 4, 5, "k")),
+               (context.input[3], _quant(graph, context, 4, 5, "v"))]
+    return _attention_layer(graph, softmax, [matmul.name] + nodes + [context.name], tensors,
+                            alpha, context.output[0], _quant(graph, context, 6, 7, "output"))
+
+
 def _same_quant(graph, first, second):
     return all(np.array_equal(graph.constant(first, i), graph.constant(second, i)) for i in (1, 2))
 
 
-def lower(model):
-    """([step], graph): each step a `CoreLayer` or an ONNX node run on the host, in an order
-    that computes every input before its use."""
+_NO_SOFTMAX_UNIT = ("attention on the host: the core has no softmax unit "
+                    "(CoreConfig.softmax=False)")
+
+
+def lower(model, softmax=True):
+    """([step], graph): each step a `CoreLayer`, an `AttentionLayer` (when ``softmax``: the
+    core has the softmax unit) or an ONNX node run on the host, in an order that computes
+    every input before its use. ``graph.notes`` says why a pattern the core could run did
+    not go to it."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     graph = _Graph(copy)
     layers, covered = {}, {}
     for node in graph.nodes:
+        if node.op_type not in ("Softmax", "QLinearSoftmax"):
+            continue
+        if not softmax:
+            graph.notes[node.name] = _NO_SOFTMAX_UNIT
+            continue
+        try:
+            attention = _qdq_attention(graph, node) or _qoperator_attention(graph, node)
+        except ValueError as error:  # a quantization the unit cannot take: on the host
+            graph.notes[node.name] = f"attention on the host: {error}"
+            continue
+        if attention is not None:
+            layers[attention.nodes[-1]] = attention
+            covered.update(dict.fromkeys(attention.nodes, attention))
+    for node in graph.nodes:
+        if node.name in covered:
+            continue
         layer = _qoperator_layer(graph, node) or _qdq_layer(graph, node)
         if layer is not None and not any(name in covered for name in layer.nodes):
             layers[layer.nodes[-1]] = layer
@@ -538,6 +773,8 @@ class NodeReport:
     """What the host read back (0 when the output stays on the device for the next layer)."""
     core_bytes_read: int = 0
     core_bytes_written: int = 0
+    note: str = ""
+    """Why a node the core could run ran on the host (e.g. no softmax unit)."""
 
 
 @dataclass(frozen=True)
@@ -654,7 +891,11 @@ def _host_evaluator(node, opsets):
 
 
 def _step_outputs(step):
-    return [step.output] if isinstance(step, CoreLayer) else list(step.output)
+    return list(step.output) if isinstance(step, onnx.NodeProto) else [step.output]
+
+
+def _step_inputs(step):
+    return list(step.input) if isinstance(step, onnx.NodeProto) else step.inputs
 
 
 class InferenceSession:
@@ -678,7 +919,7 @@ class InferenceSession:
                 else onnx.load(str(model))
         self.model = model
         self.device = device
-        self.steps, self._graph = lower(model)
+        self.steps, self._graph = lower(model, softmax=device.config.softmax)
         opsets = {o.domain or "": o.version for o in model.opset_import}
         self._host = {}
         for step in self.steps:
@@ -713,7 +954,7 @@ class InferenceSession:
         for step in reversed(self.steps):
             if needed.intersection(_step_outputs(step)):
                 live.append(step)
-                needed.update(step.inputs if isinstance(step, CoreLayer) else step.input)
+                needed.update(_step_inputs(step))
         live.reverse()
         on_device = self._chained(live, names) if self.resident else set()
         reports, device_values = [], {}
@@ -724,12 +965,15 @@ class InferenceSession:
                                                   start))
             elif isinstance(step, CoreLayer):
                 reports.append(self._run_core(step, values, start))
+            elif isinstance(step, AttentionLayer):
+                reports.append(self._run_attention(step, values, start))
             else:
                 results = self._host[step.name].run(None, {n: values[n] for n in step.input if n})
                 values.update(zip(step.output, results))
                 reports.append(NodeReport(name=step.name, op=step.op_type, where="host",
                                           nodes=(step.name,),
-                                          seconds=time.perf_counter() - start))
+                                          seconds=time.perf_counter() - start,
+                                          note=self._graph.notes.get(step.name, "")))
         self._report = Report(nodes=tuple(reports), array_macs=self.device.config.macs)
         return [values[n] for n in names]
 
@@ -740,7 +984,7 @@ class InferenceSession:
         and that is not asked for."""
         readers = {}
         for step in steps:
-            for name in (step.inputs if isinstance(step, CoreLayer) else step.input):
+            for name in _step_inputs(step):
                 readers.setdefault(name, []).append(step)
         return {first.output for first, second in zip(steps, steps[1:])
                 if isinstance(first, CoreLayer) and isinstance(second, CoreLayer)
@@ -784,6 +1028,19 @@ class InferenceSession:
         values[layer.output] = y
         return self._core_report(layer, start, layer.macs(x.shape, weights.shape), calls,
                                  y.nbytes)
+
+    def _run_attention(self, layer, values, start):
+        """``layer`` as one `Device.attention_int8` call, its operands written from the host
+        (padded as the program reads them) and its output read back."""
+        q, k, v = (values[name] for name in layer.inputs)
+        operands = layer.core_operands(q, k, v)
+        o = self.device.attention_int8(*operands, layer.frac)
+        values[layer.output] = layer.model_output(o, q.shape)
+        plan = plan_attention(self.device.config, *operands[0].shape[1:2],
+                              *operands[1].shape[1:3])
+        sent = sum(a.nbytes for a in attention_operands(plan, *operands))
+        return self._core_report(layer, start, layer.macs(q.shape, k.shape),
+                                 [(sent, self.device.stats)], o.nbytes)
 
     def _core_report(self, layer, start, macs, calls, received):
         """The `NodeReport` of ``layer``: ``calls`` [(bytes written, `Stats`)], ``received``
