@@ -3,6 +3,7 @@
 import itertools
 import json
 import os
+import re
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -49,6 +50,12 @@ class NumpyDevice:
         acc = conv2d_int32(x, w, stride, padding, dilation)
         y = apply_epilogue(acc, 1, (2, 3), bias=bias, requant=requant, relu=relu, pool=pool)
         return self._done(acc.size * int(np.prod(w.shape[1:])), y)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exception):
+        return False
 
     def attention_int8(self, q, k, v, frac, causal=False):
         o = attention_int8_model(self.config, q, k, v, frac, causal)
@@ -446,6 +453,7 @@ def test_attention_matmuls_of_two_activations(tmp_path, form):
         assert sum(n.where == "core" for n in report.nodes) == on_core
         (softmax,) = [n for n in report.nodes if "Softmax" in n.op]
         assert "no softmax unit" in softmax.note
+        assert str(report).endswith(f"{softmax.name}: {softmax.note}")
         hosts = {n.name for n in report.nodes if n.where == "host"}
         assert symmetric or {"scores", "context"} <= {name.removesuffix("_quant")
                                                       for name in hosts}
@@ -482,3 +490,51 @@ def test_attention_pattern_runs_on_the_softmax_unit(tmp_path, form, symmetric):
     report = session.report()
     (node,) = [n for n in report.nodes if n.op == "attention"]
     assert node.macs == 2 * 4 * 7 * 7 * 6 and node.cycles > 0
+
+
+def test_run_model_rejects_bad_paths_and_models_in_one_line(tmp_path, capsys):
+    """tpugen run-model: a missing file, a file that is not ONNX, a model whose input is not
+    a digits image, a bad --samples: one line on stderr, exit status 2, before any
+    simulation."""
+    from tpugen.cli import main
+    from tpugen.examples.digits_onnx import model_path
+
+    garbage = tmp_path / "garbage.onnx"
+    garbage.write_bytes(b"not a model")
+    other = tmp_path / "other.onnx"
+    onnx.save(quantize(mlp(), tmp_path, QuantFormat.QDQ), other)
+    for argv, message in (
+            ([str(tmp_path / "missing.onnx")], "cannot read MODEL .*missing.onnx"),
+            ([str(garbage)], "garbage.onnx is not a valid ONNX model"),
+            ([str(other)], r"model input 'input' \['N', 9\] does not hold an 8x8 digits image"),
+            ([str(model_path("mlp", "QDQ")), "--samples", "0"], "samples=0 is invalid"),
+            ([str(model_path("mlp", "QDQ")), "--json", str(tmp_path)], "--json .* is a "
+                                                                        "directory")):
+        assert main(["run-model", *argv]) == 2
+        error = capsys.readouterr().err
+        assert error.count("\n") == 1 and error.startswith("tpugen: error: ")
+        assert re.search(message, error), error
+
+
+def test_run_model_prints_accuracy_and_report(tmp_path, capsys, monkeypatch):
+    """tpugen run-model on the committed MLP, 3 test images, the numpy stand-in in place of
+    SimDevice (the simulated core is tested above): the accuracies beside onnxruntime's, the
+    table, the JSON report."""
+    from tpugen import firmware
+    from tpugen.cli import main
+    from tpugen.examples.digits_onnx import model_path
+
+    monkeypatch.setattr(firmware, "SimDevice", lambda config, memory: NumpyDevice(config))
+
+    report = tmp_path / "report.json"
+    assert main(["run-model", str(model_path("mlp", "QOperator")), "--samples", "3",
+                 "--rows", "4", "--cols", "4", "--scratchpad-kib", "1", "--accumulator-kib", "1",
+                 "--axi-data-width", "64", "--json", str(report)]) == 0
+    out = capsys.readouterr().out
+    assert "on the simulated 4x4 core: 3 digits test images" in out
+    for line in ("float model on onnxruntime", "int8 on onnxruntime",
+                 "int8 on the core (tpugen)", "same prediction as onnxruntime on 100.0%"):
+        assert line in out
+    totals = json.loads(report.read_text())["totals"]
+    assert totals["core_nodes"] == 2 and totals["cycles"] > 0
+    assert f"{totals['cycles']}" in out

@@ -814,9 +814,9 @@ class Report:
             f"{t['mac_utilization']:.1%}", t["bytes_to_device"], t["bytes_from_device"],
             t["core_bytes_read"], t["core_bytes_written"], f"{t['seconds'] * 1e3:.1f}")))]
         widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-        return "\n".join("  ".join(c.ljust(w) if i < 3 else c.rjust(w)
-                                   for i, (c, w) in enumerate(zip(r, widths))).rstrip()
-                         for r in rows)
+        return "\n".join(["  ".join(c.ljust(w) if i < 3 else c.rjust(w)
+                                    for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+                          for r in rows] + [f"{n.name}: {n.note}" for n in self.nodes if n.note])
 
     def plot(self, path):
         """Bars of each node's time: core cycles, and host wall-clock milliseconds

@@ -21,7 +21,7 @@ from .digits import split_digits, train_mlp
 from .digits_transformer_onnx import digits_transformer
 
 __all__ = ["DIGITS_CONFIG", "DigitsOnnxResult", "FORMS", "MODELS", "MODEL_DIR", "describe",
-           "digits_cnn", "digits_mlp", "digits_test_set", "evaluate", "float_model_path",
+           "digits_cnn", "digits_feeds", "digits_mlp", "digits_test_set", "evaluate", "float_model_path",
            "model_path", "quantize_digits", "run_digits_onnx", "write_models"]
 
 DIGITS_TEST_SAMPLES = 360
@@ -199,13 +199,22 @@ def _input_shape(model, count):
 
 
 def classify_onnxruntime(model, images):
-    """The top-1 classes onnxruntime gives ``model`` (`onnx.ModelProto`) for ``images``."""
+    """The top-1 classes onnxruntime gives ``model`` (`onnx.ModelProto`) for ``images`` (any
+    shape with 64 values an image)."""
     import onnxruntime
 
     name, shape = _input_shape(model, len(images))
     session = onnxruntime.InferenceSession(model.SerializeToString(),
                                            providers=["CPUExecutionProvider"])
     return session.run(None, {name: images.reshape(shape)})[0].argmax(axis=-1)
+
+
+def digits_feeds(model, samples=None):
+    """(the feeds of the first ``samples`` digits test images for ``model``, their labels):
+    ValueError before any work when ``samples`` or the model's input does not fit."""
+    images, labels = digits_test_set(samples)
+    name, shape = _input_shape(model, len(images))
+    return {name: images.reshape(shape)}, labels
 
 
 def evaluate(model, device, samples=None, float_model=None):
@@ -218,10 +227,10 @@ def evaluate(model, device, samples=None, float_model=None):
 
     load = lambda m: m if isinstance(m, onnx.ModelProto) else onnx.load(str(m))  # noqa: E731
     model = load(model)
-    images, labels = digits_test_set(samples)
-    name, shape = _input_shape(model, len(images))
+    feeds, labels = digits_feeds(model, samples)
+    images = next(iter(feeds.values()))
     session = InferenceSession(model, device)
-    ours = session.run(None, {name: images.reshape(shape)})[0].argmax(axis=-1)
+    ours = session.run(None, feeds)[0].argmax(axis=-1)
     theirs = classify_onnxruntime(model, images)
     accuracy = lambda predicted: float(np.mean(predicted == labels))  # noqa: E731
     return DigitsOnnxResult(
