@@ -16,7 +16,8 @@ from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantTy
 
 from tpugen import CoreConfig
 from tpugen.firmware.device import Resident
-from tpugen.onnx import AttentionLayer, InferenceSession, lower, requant_multiplier
+from tpugen.onnx import (AttentionLayer, CoreLayer, InferenceSession, View, lower,
+                         requant_multiplier)
 from tpugen.sim.attention_model import attention_int8_model
 from tpugen.sim.golden import apply_epilogue, conv2d_int32, matmul_int32
 
@@ -183,7 +184,7 @@ def core_outputs(model, softmax=True):
     """The quantized output tensor of every core layer of ``model`` (on a core with the softmax
     unit or not)."""
     return [step.output for step in lower(model, softmax)[0]
-            if not isinstance(step, onnx.NodeProto)]
+            if isinstance(step, (CoreLayer, AttentionLayer))]
 
 
 def compare(model, device, feeds):
@@ -287,7 +288,7 @@ def test_cnn_mlp_and_attention_on_the_simulated_core(tmp_path):
             session, ours, theirs = compare(model, device, feeds)
             _, numpy_ours, _ = compare(model, NumpyDevice(), feeds)
             # The fused attention's softmax is the unit's own: from there on, not to 1 LSB.
-            layers = [s for s in session.steps if not isinstance(s, onnx.NodeProto)]
+            layers = [s for s in session.steps if isinstance(s, (CoreLayer, AttentionLayer))]
             exact = itertools.takewhile(lambda s: not isinstance(s, AttentionLayer), layers)
             for layer, mine, stand_in, reference in itertools.zip_longest(
                     exact, ours, numpy_ours, theirs):
@@ -309,7 +310,7 @@ def test_cnn_mlp_and_attention_on_the_simulated_core(tmp_path):
             assert "total" in str(report) and str(report).count("\n") == len(report.nodes) + 1
         model = models[0][0]
         chained = _check_resident_matches_per_call(model, device, _feeds(model, 6))
-        assert chained == {"conv1_quant"}
+        assert chained == {"conv1_quant", "conv2_quant"}
         _check_prepared_call_windows(device)
 
 
@@ -327,7 +328,7 @@ def _check_resident_matches_per_call(model, device, feeds):
     after = {n.name: n for n in session.report().nodes if n.where == "core"}
     assert after.keys() == before.keys()
     chained = {name for name, n in after.items() if n.bytes_from_device == 0}
-    steps = [s for s in session.steps if not isinstance(s, onnx.NodeProto)]
+    steps = [s for s in session.steps if isinstance(s, (CoreLayer, AttentionLayer))]
     for layer, next_layer in zip(steps, steps[1:]):
         if layer.name in chained:
             assert after[next_layer.name].bytes_to_device == 0
@@ -363,12 +364,20 @@ def _check_prepared_call_windows(device):
 @pytest.mark.parametrize("form", [QuantFormat.QDQ, QuantFormat.QOperator])
 def test_resident_chained_path_matches_per_call_path(tmp_path, form):
     """On the numpy stand-in: conv1 -> pool -> conv2 chains in device memory (conv2's padding
-    is none); the MLP's Relu and the CNN's Flatten run on the host, so those do not."""
-    for model, chained, symmetric in ((cnn(batch=2), {"conv1"}, False), (mlp(), set(), False),
+    is none), and conv2 -> Flatten -> fc (the Flatten a new shape of the int8 buffer, nothing
+    moved); the MLP's Relu runs on the host, so that does not."""
+    for model, chained, symmetric in ((cnn(batch=2), {"conv1", "conv2"}, False),
+                                      (mlp(), set(), False),
                                       (attention(batch=1), set(), True)):
         quantized = quantize(model, tmp_path, form, ActivationSymmetric=symmetric)
-        names = _check_resident_matches_per_call(quantized, NumpyDevice(), _feeds(model, 8))
+        device = NumpyDevice()
+        names = _check_resident_matches_per_call(quantized, device, _feeds(model, 8))
         assert {name.removesuffix("_quant") for name in names} == chained
+        session = InferenceSession(quantized, device)
+        session.run(None, _feeds(model, 8))
+        views = {n.name: n.where for n in session.report().nodes if n.op in ("Flatten",
+                                                                             "Reshape")}
+        assert views == ({"flatten": "device"} if "conv2" in chained else {})
     with pytest.raises(ValueError, match="resident"):
         InferenceSession(quantized, NumpyDevice(), resident=1)
 

@@ -26,8 +26,8 @@ from .arch import SOFTMAX_OUT_FRAC
 from .firmware.attention import attention_operands, plan_attention
 from .isa import SoftmaxInstruction
 
-__all__ = ["AttentionLayer", "CoreLayer", "InferenceSession", "NodeReport", "Report", "lower",
-           "requant_multiplier"]
+__all__ = ["AttentionLayer", "CoreLayer", "InferenceSession", "NodeReport", "Report", "View",
+           "lower", "requant_multiplier"]
 
 _MULTIPLIER_BITS = 16
 """The epilogue multiplies by an unsigned 16-bit integer (`Epilogue`), then shifts right."""
@@ -118,6 +118,11 @@ class CoreLayer:
         """Whether the core can read this layer's input as another layer left it in device
         memory: constant weights, and no padding on the host."""
         return self.weights is not None and (self.op != "conv" or self._padding()[1] is None)
+
+    def core_shape(self, shape):
+        """The shape of the operand the device reads for a model input of ``shape``, as it
+        lies in device memory after another layer (no host padding: `chainable`)."""
+        return (int(np.prod(shape[:-1])), shape[-1]) if self.op == "matmul" else tuple(shape)
 
     def core_input(self, x):
         """The model's input ``x`` as the int8 operand the device reads (constant weights)."""
@@ -577,12 +582,8 @@ def _fit_factor(zero):
 def _attention_layer(graph, softmax, nodes, tensors, alpha, output, y):
     """An `AttentionLayer`, or None when a tensor inside the pattern is read outside it;
     ValueError when the scores' scale does not fit the softmax unit. ``tensors``: ((name, `_Quant`) of q, k, v); ``y``: the output `_Quant` or None."""
-    covered = set(nodes)
-    for name in nodes[:-1]:
-        for tensor in graph.node_named[name].output:
-            if tensor in graph.outputs or any(c.name not in covered
-                                              for c in graph.consumers.get(tensor, [])):
-                return None
+    if not _exclusive(graph, nodes):
+        return None
     (sq, zq, oq), (sk, zk, ok), (sv, zv, ov) = (
         _activation(softmax, quant, what) for (_, quant), what in zip(tensors, "qkv"))
     k_factor, v_factor = _fit_factor(zk), _fit_factor(zv)
@@ -706,6 +707,71 @@ def _qoperator_attention(graph, softmax):
                             alpha, context.output[0], _quant(graph, context, 6, 7, "output"))
 
 
+@dataclass(frozen=True)
+class View:
+    """A Flatten or Reshape (with a constant shape) of an int8 tensor, also in QDQ form
+    between a DequantizeLinear and a QuantizeLinear of the same scale and zero point (which
+    then cancel exactly): a relabeling of the tensor's row-major bytes. On the host a
+    reshape of the int8 array; between two core layers nothing at all (the next layer reads
+    the first one's output region as it lies)."""
+    name: str
+    op: str
+    nodes: tuple
+    input: str
+    output: str
+    axis: int = 1
+    """Flatten's."""
+    shape: tuple | None = None
+    """Reshape's target (0: the input's dimension, -1: the rest), None for Flatten."""
+
+    @property
+    def inputs(self):
+        return [self.input]
+
+    def output_shape(self, shape):
+        if self.shape is None:
+            axis = self.axis % len(shape) if self.axis < 0 else self.axis
+            return (int(np.prod(shape[:axis])), int(np.prod(shape[axis:])))
+        target = [shape[i] if d == 0 else d for i, d in enumerate(self.shape)]
+        return np.empty(shape, np.int8).reshape(target).shape
+
+
+def _exclusive(graph, nodes):
+    """Whether every output of ``nodes`` but the last node's is read only by ``nodes`` and is
+    not a graph output."""
+    covered = set(nodes)
+    return not any(tensor in graph.outputs or any(c.name not in covered
+                                                  for c in graph.consumers.get(tensor, []))
+                   for name in nodes[:-1] for tensor in graph.node_named[name].output)
+
+
+def _view(graph, node, int8_tensors):
+    """A `View` of a Flatten / Reshape ``node``: of an int8 tensor (one of ``int8_tensors``,
+    the QOperator form) or as DequantizeLinear -> node -> QuantizeLinear with one scale and
+    zero point (QDQ); else None."""
+    if node.op_type not in ("Flatten", "Reshape") or node.domain not in ("", "ai.onnx"):
+        return None
+    a = _attributes(node)
+    options = {"axis": a.get("axis", 1)}
+    if node.op_type == "Reshape":
+        shape = graph.constant(node, 1)
+        if shape is None or a.get("allowzero", 0):
+            return None
+        options = {"shape": tuple(int(d) for d in shape)}
+    if node.input[0] in int8_tensors:
+        return View(name=node.name, op=node.op_type, nodes=(node.name,), input=node.input[0],
+                    output=node.output[0], **options)
+    dq = _dequantized(graph, node, 0, False)
+    q = graph.sole_consumer(node.output[0], "QuantizeLinear")
+    if dq is None or q is None or not _same_quant(graph, dq, q):
+        return None
+    nodes = (dq.name, node.name, q.name)
+    if not _exclusive(graph, nodes):
+        return None
+    return View(name=node.name, op=node.op_type, nodes=nodes, input=dq.input[0],
+                output=q.output[0], **options)
+
+
 def _same_quant(graph, first, second):
     return all(np.array_equal(graph.constant(first, i), graph.constant(second, i)) for i in (1, 2))
 
@@ -716,7 +782,7 @@ _NO_SOFTMAX_UNIT = ("attention on the host: the core has no softmax unit "
 
 def lower(model, softmax=True):
     """([step], graph): each step a `CoreLayer`, an `AttentionLayer` (when ``softmax``: the
-    core has the softmax unit) or an ONNX node run on the host, in an order that computes
+    core has the softmax unit), a `View` or an ONNX node run on the host, in an order that computes
     every input before its use. ``graph.notes`` says why a pattern the core could run did
     not go to it."""
     copy = onnx.ModelProto()
@@ -744,6 +810,16 @@ def lower(model, softmax=True):
         if layer is not None and not any(name in covered for name in layer.nodes):
             layers[layer.nodes[-1]] = layer
             covered.update(dict.fromkeys(layer.nodes, layer))
+    int8_tensors = {layer.output for layer in layers.values()
+                    if isinstance(layer, CoreLayer) and layer.multiplier is not None}
+    for node in graph.nodes:
+        if node.op_type == "QuantizeLinear":
+            int8_tensors.add(node.output[0])
+        view = None if node.name in covered else _view(graph, node, int8_tensors)
+        if view is not None and not any(name in covered for name in view.nodes):
+            layers[view.nodes[-1]] = view
+            covered.update(dict.fromkeys(view.nodes, view))
+            int8_tensors.add(view.output)
     steps = []
     for node in graph.nodes:
         if node.name in layers:
@@ -967,6 +1043,8 @@ class InferenceSession:
                 reports.append(self._run_core(step, values, start))
             elif isinstance(step, AttentionLayer):
                 reports.append(self._run_attention(step, values, start))
+            elif isinstance(step, View):
+                reports.append(self._run_view(step, values, device_values, start))
             else:
                 results = self._host[step.name].run(None, {n: values[n] for n in step.input if n})
                 values.update(zip(step.output, results))
@@ -980,18 +1058,45 @@ class InferenceSession:
     @staticmethod
     def _chained(steps, names):
         """The tensors that stay in device memory: the int8 output of a core layer that only
-        the next step reads, itself a core layer that can read it there (`CoreLayer.chainable`),
-        and that is not asked for."""
+        the next step reads, through any `View`s each read only by the next, up to a core
+        layer that can read it there (`CoreLayer.chainable`); none of them asked for."""
         readers = {}
         for step in steps:
             for name in _step_inputs(step):
                 readers.setdefault(name, []).append(step)
-        return {first.output for first, second in zip(steps, steps[1:])
-                if isinstance(first, CoreLayer) and isinstance(second, CoreLayer)
-                and first.weights is not None and first.multiplier is not None
-                and second.chainable and second.input == first.output
-                and [id(r) for r in readers[first.output]] == [id(second)]
-                and first.output not in names}
+
+        def only_reader(name, step):
+            return name not in names and [id(r) for r in readers[name]] == [id(step)]
+
+        kept = set()
+        for index, first in enumerate(steps):
+            if not (isinstance(first, CoreLayer) and first.weights is not None
+                    and first.multiplier is not None):
+                continue
+            path = [first.output]
+            following = steps[index + 1:] + [None]
+            while isinstance(following[0], View) and only_reader(path[-1], following[0]):
+                path.append(following.pop(0).output)
+            second = following[0]
+            if (isinstance(second, CoreLayer) and second.chainable and second.input == path[-1]
+                    and only_reader(path[-1], second)):
+                kept.update(path)
+        return kept
+
+    def _run_view(self, view, values, device_values, start):
+        """``view`` as a new shape of its input: in device memory (nothing moves) when the
+        layer before left it there, else a reshape of the host's int8 array."""
+        source = device_values.get(view.input)
+        if source is None:
+            x = values[view.input]
+            values[view.output] = x.reshape(view.output_shape(x.shape))
+            where, note = "host", ""
+        else:
+            shape, region = source
+            device_values[view.output] = (view.output_shape(shape), region)
+            where, note = "device", "a new shape of the int8 tensor in device memory"
+        return NodeReport(name=view.name, op=view.op, where=where, nodes=view.nodes,
+                          seconds=time.perf_counter() - start, note=note)
 
     def _run_resident(self, layer, values, device_values, on_device, start):
         """``layer`` as a `PreparedCall` (prepared at its first use for this input): its input
@@ -1003,8 +1108,8 @@ class InferenceSession:
             x = layer.core_input(values[layer.input])
             core_shape, input_region, sent = x.shape, None, x.nbytes
         else:
-            x_shape, previous = source
-            x, core_shape, input_region, sent = None, previous.shape, previous.output, 0
+            x_shape, input_region = source
+            x, core_shape, sent = None, layer.core_shape(x_shape), 0
         key = (layer.name, core_shape, input_region)
         call = self._prepared.get(key)
         if call is None:
@@ -1014,7 +1119,7 @@ class InferenceSession:
         shape = layer.output_shape(x_shape, call.shape)
         received = 0
         if layer.output in on_device:
-            device_values[layer.output] = (shape, call)
+            device_values[layer.output] = (shape, call.output)
         else:
             y = self.device.download(call.output, call.dtype, call.shape)
             values[layer.output] = layer.model_output(y.reshape(shape))
