@@ -16,8 +16,7 @@ from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantTy
 
 from tpugen import CoreConfig
 from tpugen.firmware.device import Resident
-from tpugen.onnx import (AttentionLayer, CoreLayer, InferenceSession, View, lower,
-                         requant_multiplier)
+from tpugen.onnx import AttentionLayer, CoreLayer, InferenceSession, lower, requant_multiplier
 from tpugen.sim.attention_model import attention_int8_model
 from tpugen.sim.golden import apply_epilogue, conv2d_int32, matmul_int32
 

@@ -581,7 +581,8 @@ def _fit_factor(zero):
 
 def _attention_layer(graph, softmax, nodes, tensors, alpha, output, y):
     """An `AttentionLayer`, or None when a tensor inside the pattern is read outside it;
-    ValueError when the scores' scale does not fit the softmax unit. ``tensors``: ((name, `_Quant`) of q, k, v); ``y``: the output `_Quant` or None."""
+    ValueError when the scores' scale does not fit the softmax unit. ``tensors``: ((name,
+    `_Quant`) of q, k, v); ``y``: the output `_Quant` or None."""
     if not _exclusive(graph, nodes):
         return None
     (sq, zq, oq), (sk, zk, ok), (sv, zv, ov) = (

@@ -20,9 +20,10 @@ from ..config import CoreConfig
 from .digits import split_digits, train_mlp
 from .digits_transformer_onnx import digits_transformer
 
-__all__ = ["DIGITS_CONFIG", "DigitsOnnxResult", "FORMS", "MODELS", "MODEL_DIR", "describe",
-           "digits_cnn", "digits_feeds", "digits_mlp", "digits_test_set", "evaluate", "float_model_path",
-           "model_path", "quantize_digits", "run_digits_onnx", "write_models"]
+__all__ = ["DIGITS_CONFIG", "DigitsOnnxResult", "FORMS", "MODELS", "MODEL_DIR", "QUANTIZE_OPTIONS",
+           "classify_onnxruntime", "describe", "digits_cnn", "digits_feeds", "digits_mlp",
+           "digits_test_set", "evaluate", "float_model_path", "model_path", "onnx_model",
+           "quantize_digits", "run_digits_onnx", "write_models"]
 
 DIGITS_TEST_SAMPLES = 360
 """Test images of the split the models are fitted beside (the rest are for training)."""
