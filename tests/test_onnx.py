@@ -126,20 +126,25 @@ def mlp(seed=0, batch=5):
     return _model(nodes, [("input", [batch, 9])], ["output"], weights)
 
 
-def attention(seed=0, batch=2, tokens=5, dim=6):
-    """Self-attention of one head: q, k, v projections, softmax(q k^T / sqrt(d)) v, and an
-    output projection: two MatMuls of two activations."""
+def attention(seed=0, batch=2, tokens=5, dim=6, causal=False):
+    """Self-attention of one head: q, k, v projections, softmax(q k^T / sqrt(d)) v (with
+    ``causal`` an Add of -1e4 where key j > query i), and an output projection: two MatMuls
+    of two activations."""
     rng = np.random.default_rng(seed)
     f = lambda *shape: (rng.normal(size=shape) / np.sqrt(dim)).astype(np.float32)  # noqa: E731
     nodes = [helper.make_node("MatMul", ["input", f"w{n}"], [n], name=f"proj_{n}") for n in "qkv"]
     nodes += [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1], name="transpose"),
               helper.make_node("MatMul", ["q", "kt"], ["scores"], name="scores"),
               helper.make_node("Mul", ["scores", "scale"], ["scaled"], name="scale"),
-              helper.make_node("Softmax", ["scaled"], ["probs"], axis=-1, name="softmax"),
+              helper.make_node("Softmax", ["masked" if causal else "scaled"], ["probs"],
+                               axis=-1, name="softmax"),
               helper.make_node("MatMul", ["probs", "v"], ["context"], name="context"),
               helper.make_node("MatMul", ["context", "wo"], ["output"], name="proj_out")]
     weights = {**{f"w{n}": f(dim, dim) * 2 for n in "qkvo"},
                "scale": np.array(1 / np.sqrt(dim), np.float32)}
+    if causal:
+        nodes.insert(6, helper.make_node("Add", ["scaled", "mask"], ["masked"], name="mask"))
+        weights["mask"] = np.triu(np.full((tokens, tokens), -1e4, np.float32), 1)
     return _model(nodes, [("input", [batch, tokens, dim])], ["output"], weights)
 
 
@@ -546,3 +551,25 @@ def test_run_model_prints_accuracy_and_report(tmp_path, capsys, monkeypatch):
     totals = json.loads(report.read_text())["totals"]
     assert totals["core_nodes"] == 2 and totals["cycles"] > 0
     assert f"{totals['cycles']}" in out
+
+
+@pytest.mark.parametrize("form", [QuantFormat.QDQ, QuantFormat.QOperator])
+def test_causal_mask_add_is_the_units_causal_mode(tmp_path, form):
+    """An Add of a constant causal mask (-1e4 above the diagonal) between the scale and the
+    Softmax is matched as the unit's causal mode. onnxruntime quantizes the masked scores
+    with the mask's range (scale ~ 1e4 / 255), which leaves nothing of the unmasked scores;
+    the fused call keeps them: its output is nearer the float model than onnxruntime's."""
+    model = attention(batch=3, tokens=6, causal=True)
+    quantized = quantize(model, tmp_path, form, ActivationSymmetric=True)
+    feeds = _feeds(model, 4)
+    session, ours, theirs = compare(quantized, NumpyDevice(), feeds)
+    (layer,) = [s for s in session.steps if isinstance(s, AttentionLayer)]
+    assert layer.causal and any(name.startswith("mask") for name in layer.nodes)
+    index = core_outputs(quantized).index(layer.output)
+    (reference,) = onnxruntime_run(model, ["context"], feeds)
+    scale = layer.output_quant[0]
+    errors = [np.abs(x.astype(np.float64) * scale - reference).mean()
+              for x in (ours[index], theirs[index])]
+    assert errors[0] < errors[1] and errors[0] < 3 * scale, errors
+    unmasked = quantize(attention(batch=3, tokens=6), tmp_path, form, ActivationSymmetric=True)
+    assert not [s for s in lower(unmasked)[0] if isinstance(s, AttentionLayer)][0].causal

@@ -510,8 +510,8 @@ def _bias_in_accumulator_units(graph, dequantize, x, w):
 
 @dataclass(frozen=True)
 class AttentionLayer:
-    """The attention pattern ``MatMul(q, Transpose(k)) -> Mul/Div by a constant -> Softmax
-    -> MatMul(probs, v)`` (with its QuantizeLinear/DequantizeLinear pairs, or as QOperator
+    """The attention pattern ``MatMul(q, Transpose(k)) -> Mul/Div by a constant -> Add of a
+    constant causal mask -> Softmax -> MatMul(probs, v)`` (the Mul and the Add optional; with its QuantizeLinear/DequantizeLinear pairs, or as QOperator
     nodes) as one `Device.attention_int8` call: the scores stay on the core, the softmax is
     the softmax unit's (not onnxruntime's: docs/onnx.md gives the tolerance).
 
@@ -538,6 +538,8 @@ class AttentionLayer:
     frac: int
     output_unit: float
     output_quant: tuple | None
+    causal: bool = False
+    """A constant causal mask was added to the scores: the unit's causal mode."""
     op = "attention"
 
     @property
@@ -579,10 +581,11 @@ def _fit_factor(zero):
     return 1.0 if zero == 0 else 127 / _centred_bound(zero)
 
 
-def _attention_layer(graph, softmax, nodes, tensors, alpha, output, y):
+def _attention_layer(graph, softmax, nodes, tensors, alpha, output, y, causal=False):
     """An `AttentionLayer`, or None when a tensor inside the pattern is read outside it;
     ValueError when the scores' scale does not fit the softmax unit. ``tensors``: ((name,
-    `_Quant`) of q, k, v); ``y``: the output `_Quant` or None."""
+    `_Quant`) of q, k, v); ``y``: the output `_Quant` or None; ``causal``: the pattern's
+    mask is the unit's causal mode."""
     if not _exclusive(graph, nodes):
         return None
     (sq, zq, oq), (sk, zk, ok), (sv, zv, ov) = (
@@ -601,21 +604,43 @@ def _attention_layer(graph, softmax, nodes, tensors, alpha, output, y):
     return AttentionLayer(
         name=softmax.name, nodes=tuple(nodes), q=tensors[0][0], k=tensors[1][0],
         v=tensors[2][0], output=output, offsets=(oq, ok, ov), zeros=(zq, zk, zv),
-        factors=(step * 2 ** frac, k_factor, v_factor), frac=frac,
+        factors=(step * 2 ** frac, k_factor, v_factor), frac=frac, causal=causal,
         output_unit=sv / v_factor / 2 ** SOFTMAX_OUT_FRAC, output_quant=output_quant)
 
 
-def _scalar(graph, node, index):
-    """Input ``index`` of ``node`` as a float when it is a one-element constant, directly or
+def _real_constant(graph, node, index):
+    """Input ``index`` of ``node`` as a float64 array when it is a constant, directly or
     through a DequantizeLinear of one; else None."""
     value = graph.constant(node, index)
-    if value is None:
-        dq = _dequantized(graph, node, index, True)
-        if dq is None:
-            return None
-        quant = _quant(graph, dq, 1, 2, "scale")
-        value = (graph.constant(dq, 0).astype(np.float64) - quant.zero_point) * quant.scale
-    return float(value.reshape(-1)[0]) if value.size == 1 else None
+    if value is not None:
+        return value.astype(np.float64)
+    dq = _dequantized(graph, node, index, True)
+    if dq is None:
+        return None
+    quant = _quant(graph, dq, 1, 2, "constant")
+    return (graph.constant(dq, 0).astype(np.float64) - quant.zero_point) * quant.scale
+
+
+def _scalar(graph, node, index):
+    """Input ``index`` of ``node`` as a float when it is a one-element constant (directly or
+    through a DequantizeLinear), else None."""
+    value = _real_constant(graph, node, index)
+    return float(value.reshape(-1)[0]) if value is not None and value.size == 1 else None
+
+
+_MASKED = -1e3
+"""A mask value at most this (or -inf) removes the key: exp(-1000) is 0 in float32."""
+
+
+def _is_causal(mask):
+    """Whether constant ``mask`` (..., L, S), any leading axes 1, is the unit's causal mode: 0
+    where key j <= query i + S - L, at most `_MASKED` elsewhere."""
+    if mask is None or mask.ndim < 2 or any(d != 1 for d in mask.shape[:-2]):
+        return False
+    mask = mask.reshape(mask.shape[-2:])
+    seq, kv = mask.shape
+    masked = np.arange(kv)[None, :] > np.arange(seq)[:, None] + kv - seq
+    return seq <= kv and bool(np.all(mask[~masked] == 0) and np.all(mask[masked] <= _MASKED))
 
 
 def _qdq_copy(graph, name):
@@ -638,9 +663,15 @@ def _qdq_attention(graph, softmax):
     if softmax.op_type != "Softmax" or softmax.domain not in ("", "ai.onnx") \
             or _attributes(softmax).get("axis", -1) != -1:
         return None
-    scaled, before_softmax = _qdq_copy(graph, softmax.input[0])
+    scaled, nodes = _qdq_copy(graph, softmax.input[0])
+    mask, causal = graph.producer.get(scaled), False
+    if mask is not None and mask.op_type == "Add":
+        index = next((i for i in (1, 0) if _is_causal(_real_constant(graph, mask, i))), None)
+        if index is None:
+            return None
+        scaled, around_mask = _qdq_copy(graph, mask.input[1 - index])
+        nodes, causal = around_mask + [mask.name] + nodes, True
     scale, alpha = graph.producer.get(scaled), 1.0
-    nodes = before_softmax
     if scale is not None and scale.op_type in ("Mul", "Div"):
         index = next((i for i in (1, 0) if _scalar(graph, scale, i) is not None), None)
         if index is None or (scale.op_type == "Div" and index == 0):
@@ -676,7 +707,7 @@ def _qdq_attention(graph, softmax):
     nodes = [matmul.name] + nodes + [softmax.name, probs_q.name, probs_dq.name] + tail
     tensors = [(dq.input[0], _quant(graph, dq, 1, 2, what))
                for dq, what in ((q_dq, "q"), (k_dq, "k"), (v_dq, "v"))]
-    return _attention_layer(graph, softmax, nodes, tensors, alpha, output, y)
+    return _attention_layer(graph, softmax, nodes, tensors, alpha, output, y, causal)
 
 
 def _qoperator_attention(graph, softmax):
@@ -685,13 +716,19 @@ def _qoperator_attention(graph, softmax):
     if softmax.op_type != "QLinearSoftmax" or _attributes(softmax).get("axis", -1) != -1:
         return None
     scale, alpha, nodes = graph.producer.get(softmax.input[0]), 1.0, [softmax.name]
+    causal = scale is not None and scale.op_type == "QLinearAdd"
+    if causal:
+        index = next((i for i in (3, 0) if _is_causal(_qlinear_constant(graph, scale, i))),
+                     None)
+        if index is None:
+            return None
+        nodes.insert(0, scale.name)
+        scale = graph.producer.get(scale.input[3 - index])
     if scale is not None and scale.op_type == "QLinearMul":
         index = next((i for i in (3, 0) if graph.constant(scale, i) is not None), None)
         if index is None or graph.constant(scale, index).size != 1:
             return None
-        factor = _quant(graph, scale, index + 1, index + 2, "scale")
-        alpha = float(((graph.constant(scale, index).astype(np.float64) - factor.zero_point)
-                       * factor.scale).reshape(-1)[0])
+        alpha = float(_qlinear_constant(graph, scale, index).reshape(-1)[0])
         nodes.insert(0, scale.name)
         scale = graph.producer.get(scale.input[3 - index])
     matmul, transpose = scale, None
@@ -705,7 +742,18 @@ def _qoperator_attention(graph, softmax):
                (transpose.input[0], _quant(graph, matmul, 4, 5, "k")),
                (context.input[3], _quant(graph, context, 4, 5, "v"))]
     return _attention_layer(graph, softmax, [matmul.name] + nodes + [context.name], tensors,
-                            alpha, context.output[0], _quant(graph, context, 6, 7, "output"))
+                            alpha, context.output[0], _quant(graph, context, 6, 7, "output"),
+                            causal)
+
+
+def _qlinear_constant(graph, node, index):
+    """Input ``index`` of a QLinearAdd / QLinearMul (its scale and zero point the next two
+    inputs) dequantized, when it is a constant; else None."""
+    value = graph.constant(node, index)
+    if value is None:
+        return None
+    quant = _quant(graph, node, index + 1, index + 2, "constant")
+    return (value.astype(np.float64) - quant.zero_point) * quant.scale
 
 
 @dataclass(frozen=True)
@@ -1140,7 +1188,7 @@ class InferenceSession:
         (padded as the program reads them) and its output read back."""
         q, k, v = (values[name] for name in layer.inputs)
         operands = layer.core_operands(q, k, v)
-        o = self.device.attention_int8(*operands, layer.frac)
+        o = self.device.attention_int8(*operands, layer.frac, causal=layer.causal)
         values[layer.output] = layer.model_output(o, q.shape)
         plan = plan_attention(self.device.config, *operands[0].shape[1:2],
                               *operands[1].shape[1:3])
