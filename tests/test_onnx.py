@@ -382,6 +382,9 @@ def test_resident_chained_path_matches_per_call_path(tmp_path, form):
         views = {n.name: n.where for n in session.report().nodes if n.op in ("Flatten",
                                                                              "Reshape")}
         assert views == ({"flatten": "device"} if "conv2" in chained else {})
+        totals = session.report().totals
+        assert totals["device_views"] == len(views)
+        assert totals["nodes"] == totals["core_nodes"] + totals["host_nodes"] + len(views)
     with pytest.raises(ValueError, match="resident"):
         InferenceSession(quantized, NumpyDevice(), resident=1)
 

@@ -914,7 +914,9 @@ class Report:
         cycles = sum(n.cycles for n in core)
         macs = sum(n.macs for n in core)
         return {"nodes": len(self.nodes), "core_nodes": len(core),
-                "host_nodes": len(self.nodes) - len(core), "cycles": cycles, "macs": macs,
+                "host_nodes": sum(n.where == "host" for n in self.nodes),
+                "device_views": sum(n.where == "device" for n in self.nodes),
+                "cycles": cycles, "macs": macs,
                 "mac_utilization": macs / max(1, cycles * self.array_macs),
                 "seconds": sum(n.seconds for n in self.nodes),
                 **{key: sum(getattr(n, key) for n in self.nodes)
@@ -934,8 +936,10 @@ class Report:
                     n.bytes_to_device, n.bytes_from_device, n.core_bytes_read,
                     n.core_bytes_written, f"{n.seconds * 1e3:.1f}")
         t = self.totals
+        where = f"{t['core_nodes']} core, {t['host_nodes']} host" + (
+            f", {t['device_views']} device" if t["device_views"] else "")
         rows = [header] + [tuple(map(str, row(n))) for n in self.nodes] + [tuple(map(str, (
-            "total", f"{t['core_nodes']} core, {t['host_nodes']} host", "", t["cycles"], t["macs"],
+            "total", where, "", t["cycles"], t["macs"],
             f"{t['mac_utilization']:.1%}", t["bytes_to_device"], t["bytes_from_device"],
             t["core_bytes_read"], t["core_bytes_written"], f"{t['seconds'] * 1e3:.1f}")))]
         widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
