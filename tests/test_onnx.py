@@ -418,15 +418,23 @@ def test_committed_digits_models_classify_as_onnxruntime(name, core_layers):
 
 @pytest.mark.verilator
 @pytest.mark.skipif(not os.environ.get("TPUGEN_ONNX_DIGITS"),
-                    reason="opt-in (the CNN: ~5 CPU minutes): TPUGEN_ONNX_DIGITS=1")
-@pytest.mark.parametrize("model, form", [("mlp", "QDQ"), ("mlp", "QOperator"), ("cnn", "QDQ")])
+                    reason="opt-in (the four: ~3 minutes): TPUGEN_ONNX_DIGITS=1")
+@pytest.mark.parametrize("model, form", [("mlp", "QDQ"), ("mlp", "QOperator"), ("cnn", "QDQ"),
+                                         ("transformer", "QDQ")])
 def test_digits_accuracy_equals_onnxruntime(model, form):
+    """The committed models on the simulated default 8x8 core, all 360 test images: the
+    core's predictions are onnxruntime's (the transformer's attention runs on the softmax
+    unit, which is not onnxruntime's softmax: measured 100% alike, asserted 99%)."""
     from tpugen.examples.digits_onnx import run_digits_onnx
 
     result = run_digits_onnx(model, form)
     assert result.samples == 360
-    assert result.core_accuracy == result.onnxruntime_accuracy
-    assert result.same_predictions == 1.0
+    if model == "transformer":
+        assert result.same_predictions >= 0.99
+        assert abs(result.core_accuracy - result.onnxruntime_accuracy) <= 0.01
+    else:
+        assert result.core_accuracy == result.onnxruntime_accuracy
+        assert result.same_predictions == 1.0
     assert result.core_accuracy >= result.float_accuracy - 0.02
 
 
