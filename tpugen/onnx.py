@@ -7,9 +7,12 @@ Gemm with constant int8 weights becomes one `CoreLayer`: one conv2d or matmul on
 device whose store epilogue adds the bias (with the zero-point corrections folded in),
 requantizes with a 16-bit multiplier and a shift derived from the scales, and max-pools 2x2
 when a MaxPool follows. Its weights and program are made resident once per session, and a
-layer whose output only the next core layer reads leaves it in device memory for it. Every
-other node runs on the host in numpy, by the `onnx.reference` evaluator. docs/onnx.md says
-what maps where and how outputs may differ from onnxruntime's.
+layer whose output only the next core layer reads (through Flatten / Reshape `View`s, which
+are new shapes of the same bytes) leaves it in device memory for it. The attention pattern
+(MatMul(q, Transpose(k)), scale, causal mask, Softmax, MatMul(probs, v)) becomes one
+`AttentionLayer` on the softmax unit when the core has it. Every other node runs on the host
+in numpy, by the `onnx.reference` evaluator. docs/onnx.md says what maps where and how
+outputs may differ from onnxruntime's.
 """
 import json
 import math

@@ -1,13 +1,14 @@
 """Digits classifiers as ONNX models, quantized by onnxruntime's static quantizer and run by
 `tpugen.onnx.InferenceSession` on the simulated core, beside onnxruntime on the same model.
-``python -m tpugen.examples.digits_onnx [--model mlp|cnn] [--format QDQ|QOperator]`` runs the
-committed models (`MODEL_DIR`); ``--write-models`` trains, exports and quantizes them again
-(the same bytes: every step is seeded).
+``python -m tpugen.examples.digits_onnx [--model mlp|cnn|transformer] [--format QDQ|QOperator]``
+runs the committed models (`MODEL_DIR`); ``--write-models`` trains, exports and quantizes
+them again (the same bytes: every step is seeded).
 
 - mlp: `digits.train_mlp`'s 64-32-10 MLP as Gemm, Relu, Gemm.
 - cnn: Conv 3x3 (8 channels) + ReLU + 2x2 MaxPool, Conv 3x3 (32) + ReLU + MaxPool, Flatten,
   Gemm. The conv filters are fixed random (He scaled, seeded) and only the classifier is
   fitted, by sklearn's RidgeClassifier on their features: no training framework needed.
+- transformer: the encoder block of `digits_transformer_onnx`, trained in numpy.
 """
 import argparse
 import tempfile
