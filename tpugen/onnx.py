@@ -514,13 +514,14 @@ def _bias_in_accumulator_units(graph, dequantize, x, w):
 @dataclass(frozen=True)
 class AttentionLayer:
     """The attention pattern ``MatMul(q, Transpose(k)) -> Mul/Div by a constant -> Add of a
-    constant causal mask -> Softmax -> MatMul(probs, v)`` (the Mul and the Add optional; with its QuantizeLinear/DequantizeLinear pairs, or as QOperator
-    nodes) as one `Device.attention_int8` call: the scores stay on the core, the softmax is
-    the softmax unit's (not onnxruntime's: docs/onnx.md gives the tolerance).
+    constant causal mask -> Softmax -> MatMul(probs, v)`` (the Mul and the Add optional; with
+    its QuantizeLinear/DequantizeLinear pairs, or as QOperator nodes) as one
+    `Device.attention_int8` call: the scores stay on the core, the softmax is the softmax
+    unit's (not onnxruntime's: docs/onnx.md gives the tolerance).
 
     ``q``/``k``/``v``: the model's int8 (uint8) tensors, (..., L, d), (..., S, d), (..., S, d),
     the leading axes the heads. Each is centred on its zero point and multiplied by its
-    ``*_factor`` on the host: q's so that ``q k^T / 2**frac`` are the scores in log2 units
+    factor (``factors``) on the host: q's so that ``q k^T / 2**frac`` are the scores in log2 units
     (``alpha * sq * sk * log2(e)``, no power of two in general, rounded into q), k's and v's
     (1 unless ``value - zero`` leaves int8) to fit int8. ``output_unit``: the real value of
     one unit of the unit's int32 output; ``output``: requantized to ``output_quant`` (scale,
@@ -834,25 +835,22 @@ _NO_SOFTMAX_UNIT = ("attention on the host: the core has no softmax unit "
 
 def lower(model, softmax=True):
     """([step], graph): each step a `CoreLayer`, an `AttentionLayer` (when ``softmax``: the
-    core has the softmax unit), a `View` or an ONNX node run on the host, in an order that computes
-    every input before its use. ``graph.notes`` says why a pattern the core could run did
-    not go to it."""
+    core has the softmax unit), a `View` or an ONNX node run on the host, in an order that
+    computes every input before its use. ``graph.notes`` says why an attention pattern did
+    not go to the core."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     graph = _Graph(copy)
     layers, covered = {}, {}
     for node in graph.nodes:
-        if node.op_type not in ("Softmax", "QLinearSoftmax"):
-            continue
-        if not softmax:
-            graph.notes[node.name] = _NO_SOFTMAX_UNIT
-            continue
         try:
             attention = _qdq_attention(graph, node) or _qoperator_attention(graph, node)
         except ValueError as error:  # a quantization the unit cannot take: on the host
             graph.notes[node.name] = f"attention on the host: {error}"
             continue
-        if attention is not None:
+        if attention is not None and not softmax:
+            graph.notes[node.name] = _NO_SOFTMAX_UNIT
+        elif attention is not None:
             layers[attention.nodes[-1]] = attention
             covered.update(dict.fromkeys(attention.nodes, attention))
     for node in graph.nodes:
