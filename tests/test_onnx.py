@@ -416,6 +416,20 @@ def test_committed_digits_models_classify_as_onnxruntime(name, core_layers):
         assert sum(n.where == "core" for n in result.report.nodes) == core_layers
 
 
+@pytest.mark.skipif(not os.environ.get("TPUGEN_ONNX_REGENERATE"),
+                    reason="opt-in (trains the three models: ~20-40 s): TPUGEN_ONNX_REGENERATE=1")
+def test_committed_models_are_what_the_scripts_write(tmp_path):
+    """write_models (training, export, quantization) writes the committed files byte for
+    byte."""
+    from tpugen.examples.digits_onnx import FORMS, MODELS, model_path, write_models
+
+    write_models(directory=tmp_path)
+    for name in MODELS:
+        for form in (None, *FORMS):
+            assert model_path(name, form, tmp_path).read_bytes() == \
+                model_path(name, form).read_bytes(), (name, form)
+
+
 @pytest.mark.verilator
 @pytest.mark.skipif(not os.environ.get("TPUGEN_ONNX_DIGITS"),
                     reason="opt-in (the four: ~3 minutes): TPUGEN_ONNX_DIGITS=1")

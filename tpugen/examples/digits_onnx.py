@@ -122,13 +122,14 @@ MODEL_DIR = Path(__file__).parent / "models"
 """The committed models: ``digits_<name>.onnx`` (float) and ``digits_<name>.<form>.onnx``."""
 
 
-def model_path(name, form=None):
-    """The committed file of model ``name``: the float model, or quantized in ``form``."""
+def model_path(name, form=None, directory=MODEL_DIR):
+    """The file of model ``name`` in ``directory`` (the committed ones by default): the float
+    model, or quantized in ``form``."""
     if name not in MODELS:
         raise ValueError(f"model={name!r} is invalid: allowed {', '.join(MODELS)}")
     if form is not None and form not in FORMS:
         raise ValueError(f"form={form!r} is invalid: allowed {', '.join(FORMS)}")
-    return MODEL_DIR / f"digits_{name}{'' if form is None else '.' + form.lower()}.onnx"
+    return Path(directory) / f"digits_{name}{'' if form is None else '.' + form.lower()}.onnx"
 
 
 def float_model_path(path):
@@ -141,17 +142,19 @@ def float_model_path(path):
         else None
 
 
-def write_models(names=tuple(MODELS), seed=0):
-    """Train, export and quantize the ``names`` models and write them to `MODEL_DIR`."""
+def write_models(names=tuple(MODELS), seed=0, directory=MODEL_DIR):
+    """Train, export and quantize the ``names`` models and write them to ``directory`` (the
+    committed ones by default)."""
     import onnx
 
-    MODEL_DIR.mkdir(exist_ok=True)
+    Path(directory).mkdir(exist_ok=True)
     for name in names:
         float_model, (x_train, *_) = MODELS[name](DIGITS_TEST_SAMPLES, seed)
-        onnx.save(float_model, model_path(name))
+        onnx.save(float_model, model_path(name, directory=directory))
         for form in FORMS:
             onnx.save(quantize_digits(float_model, x_train.astype(np.float32), form,
-                                      **QUANTIZE_OPTIONS.get(name, {})), model_path(name, form))
+                                      **QUANTIZE_OPTIONS.get(name, {})),
+                      model_path(name, form, directory))
 
 
 def quantize_digits(onnx_model, calibration, form="QDQ", **extra):
