@@ -34,6 +34,7 @@ examples:
   tpugen build --board ulx3s-85f                  bitstream and report (Fmax, LUTs, DSPs)
   tpugen build --board icebreaker --preset micro --synth-only --per-block
   tpugen bench -o bench.json --plot bench.png     utilization against the ideal
+  tpugen run-model tpugen/examples/models/digits_cnn.qdq.onnx --samples 20
 
 exit status:
 """ + "\n".join(f"  {code}  {meaning}" for code, meaning in EXIT_CODES.items())
@@ -247,6 +248,43 @@ def _run(args):
     config = _config(args)
     _check_attention_core(args.op, config)
     return run_workloads(config, [workload], seed=args.seed, **_simulation_options(args))
+
+
+def _run_model(args):
+    """A quantized ONNX model on the digits test set: the simulated core beside onnxruntime."""
+    try:
+        import onnx
+        from google.protobuf.message import DecodeError
+
+        from .examples.digits_onnx import describe, digits_feeds, evaluate, float_model_path
+    except ImportError as error:
+        raise CommandError(f"run-model needs the onnx and examples extras ({error.name} is "
+                           "missing): pip install 'tpugen[onnx,examples]'", 2) from None
+    from .firmware import SimDevice
+
+    for path, option in ((args.json, "--json"), (args.plot, "--plot")):
+        if path:
+            _check_writable(path, option)
+    config = _config(args)
+    try:
+        model = onnx.load(str(args.model))
+        onnx.checker.check_model(model)
+    except OSError as error:
+        raise CommandError(f"cannot read MODEL {args.model}: {error.strerror or error}",
+                           2) from None
+    except (DecodeError, onnx.checker.ValidationError) as error:
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else "no detail"
+        raise CommandError(f"MODEL {args.model} is not a valid ONNX model: {first_line}",
+                           2) from None
+    digits_feeds(model, args.samples)  # a bad input shape or --samples before the simulator
+    with SimDevice(config, memory=args.memory) as device:
+        result = evaluate(model, device, args.samples, float_model_path(args.model))
+    print(describe(result, f"{args.model.name} on the simulated {config.rows}x{config.cols} "
+                           "core"))
+    if args.json:
+        args.json.write_text(result.report.to_json())
+    if args.plot:
+        result.report.plot(args.plot)
 
 
 def _compile(args):
@@ -542,6 +580,22 @@ def parser():
     _add_run_options(run)
     _add_config_options(run)
     _add_simulation_options(run)
+
+    run_model = command("run-model", "run a quantized ONNX model (QDQ or QOperator) on the "
+                                     "digits test set on the simulated core: per-node report "
+                                     "and top-1 accuracy beside onnxruntime's", _run_model)
+    run_model.add_argument("model", type=Path, metavar="MODEL.onnx",
+                           help="input: one digits image a sample (64 values in any shape), "
+                                "output: the 10 class scores; e.g. tpugen/examples/models/*")
+    run_model.add_argument("--samples", type=int, metavar="N",
+                           help="the first N test images (default: all 360)")
+    run_model.add_argument("--memory", choices=["rtl", "axiram"], default="rtl",
+                           help="the core's memory: inside the Verilator model or AxiRam")
+    run_model.add_argument("--json", type=Path, metavar="FILE.json",
+                           help="also write the per-node report as JSON")
+    run_model.add_argument("--plot", type=Path, metavar="FILE.png",
+                           help="also plot the time per node")
+    _add_config_options(run_model)
 
     compile_ = command("compile", "write one workload for the bare-metal C driver "
                                   "(firmware/c): program, operands, expected results, C files",

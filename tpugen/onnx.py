@@ -7,9 +7,12 @@ Gemm with constant int8 weights becomes one `CoreLayer`: one conv2d or matmul on
 device whose store epilogue adds the bias (with the zero-point corrections folded in),
 requantizes with a 16-bit multiplier and a shift derived from the scales, and max-pools 2x2
 when a MaxPool follows. Its weights and program are made resident once per session, and a
-layer whose output only the next core layer reads leaves it in device memory for it. Every
-other node runs on the host in numpy, by the `onnx.reference` evaluator. docs/onnx.md says
-what maps where and how outputs may differ from onnxruntime's.
+layer whose output only the next core layer reads (through Flatten / Reshape `View`s, which
+are new shapes of the same bytes) leaves it in device memory for it. The attention pattern
+(MatMul(q, Transpose(k)), scale, causal mask, Softmax, MatMul(probs, v)) becomes one
+`AttentionLayer` on the softmax unit when the core has it. Every other node runs on the host
+in numpy, by the `onnx.reference` evaluator. docs/onnx.md says what maps where and how
+outputs may differ from onnxruntime's.
 """
 import json
 import math
@@ -22,13 +25,20 @@ from onnx import numpy_helper
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 
-__all__ = ["CoreLayer", "InferenceSession", "NodeReport", "Report", "lower", "requant_multiplier"]
+from .arch import SOFTMAX_OUT_FRAC
+from .firmware.attention import attention_operands, plan_attention
+from .isa import SoftmaxInstruction
+
+__all__ = ["AttentionLayer", "CoreLayer", "InferenceSession", "NodeReport", "Report", "View",
+           "lower", "requant_multiplier"]
 
 _MULTIPLIER_BITS = 16
 """The epilogue multiplies by an unsigned 16-bit integer (`Epilogue`), then shifts right."""
 _MAX_SHIFT = 63
 _UINT8_OFFSET = 128
 """uint8 activations run as int8 ``value - 128`` (their zero point moves by the same)."""
+_SOFTMAX_FRAC_MAX = 2 ** SoftmaxInstruction["frac"].width - 1
+"""The most fractional bits of the scores the softmax unit takes."""
 
 
 def requant_multiplier(scale, node="requant"):
@@ -111,6 +121,11 @@ class CoreLayer:
         """Whether the core can read this layer's input as another layer left it in device
         memory: constant weights, and no padding on the host."""
         return self.weights is not None and (self.op != "conv" or self._padding()[1] is None)
+
+    def core_shape(self, shape):
+        """The shape of the operand the device reads for a model input of ``shape``, as it
+        lies in device memory after another layer (no host padding: `chainable`)."""
+        return (int(np.prod(shape[:-1])), shape[-1]) if self.op == "matmul" else tuple(shape)
 
     def core_input(self, x):
         """The model's input ``x`` as the int8 operand the device reads (constant weights)."""
@@ -205,6 +220,9 @@ class _Graph:
             if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
                 self.constants[node.output[0]] = ReferenceEvaluator(node).run(None, {})[0]
         self.outputs = {o.name for o in graph.output}
+        self.node_named = {node.name: node for node in self.nodes}
+        self.notes = {}
+        """Why a node that could have run on the core runs on the host, by node name."""
         self.producer = {name: node for node in self.nodes for name in node.output}
         self.consumers = {}
         for node in self.nodes:
@@ -493,22 +511,365 @@ def _bias_in_accumulator_units(graph, dequantize, x, w):
     return np.rint(values * bias.scale / (x.scale * w.scale.reshape(-1))).astype(np.int64)
 
 
+@dataclass(frozen=True)
+class AttentionLayer:
+    """The attention pattern ``MatMul(q, Transpose(k)) -> Mul/Div by a constant -> Add of a
+    constant causal mask -> Softmax -> MatMul(probs, v)`` (the Mul and the Add optional; with
+    its QuantizeLinear/DequantizeLinear pairs, or as QOperator nodes) as one
+    `Device.attention_int8` call: the scores stay on the core, the softmax is the softmax
+    unit's (not onnxruntime's: docs/onnx.md gives the tolerance).
+
+    ``q``/``k``/``v``: the model's int8 (uint8) tensors, (..., L, d), (..., S, d), (..., S, d),
+    the leading axes the heads. Each is centred on its zero point and multiplied by its
+    factor (``factors``) on the host: q's so that ``q k^T / 2**frac`` are the scores in log2 units
+    (``alpha * sq * sk * log2(e)``, no power of two in general, rounded into q), k's and v's
+    (1 unless ``value - zero`` leaves int8) to fit int8. ``output_unit``: the real value of
+    one unit of the unit's int32 output; ``output``: requantized to ``output_quant`` (scale,
+    int8 zero point, dtype), or float when None.
+    """
+    name: str
+    nodes: tuple
+    q: str
+    k: str
+    v: str
+    output: str
+    offsets: tuple
+    """(q, k, v): 128 for a uint8 tensor, else 0."""
+    zeros: tuple
+    """(q, k, v) zero points on the int8 scale."""
+    factors: tuple
+    """(q, k, v) multipliers of the centred values."""
+    frac: int
+    output_unit: float
+    output_quant: tuple | None
+    causal: bool = False
+    """A constant causal mask was added to the scores: the unit's causal mode."""
+    op = "attention"
+
+    @property
+    def inputs(self):
+        return [self.q, self.k, self.v]
+
+    def core_operands(self, q, k, v):
+        """The model's q, k, v as `Device.attention_int8`'s int8 (heads, L, d), (heads, S, d),
+        (heads, S, d)."""
+        operands = []
+        for x, offset, zero, factor in zip((q, k, v), self.offsets, self.zeros, self.factors):
+            centred = _int8(x, offset).astype(np.int32) - zero
+            scaled = centred * factor if factor != 1 else centred
+            operands.append(np.clip(np.rint(scaled), -128, 127).astype(np.int8)
+                            .reshape(-1, *x.shape[-2:]))
+        return operands
+
+    def macs(self, q_shape, k_shape):
+        """q k^T and probs v: 2 L S d per head."""
+        return 2 * int(np.prod(q_shape[:-1])) * k_shape[-2] * q_shape[-1]
+
+    def model_output(self, o, q_shape):
+        """The unit's int32 output ``o`` as the model's tensor of shape ``q_shape``."""
+        real = (o.astype(np.float64) * self.output_unit).reshape(q_shape)
+        if self.output_quant is None:
+            return real.astype(np.float32)
+        scale, zero, dtype = self.output_quant
+        return _requantize(real, scale, np.asarray(zero, dtype))
+
+
+def _centred_bound(zero):
+    """The largest ``|value - zero|`` of an int8 value."""
+    return max(127 - zero, zero + 128)
+
+
+def _fit_factor(zero):
+    """1 when int8 values less ``zero`` stay int8 (``zero`` 0), else the factor that brings
+    them into -127..127."""
+    return 1.0 if zero == 0 else 127 / _centred_bound(zero)
+
+
+def _attention_layer(graph, softmax, nodes, tensors, alpha, output, y, causal=False):
+    """An `AttentionLayer`, or None when a tensor inside the pattern is read outside it;
+    ValueError when the scores' scale does not fit the softmax unit. ``tensors``: ((name,
+    `_Quant`) of q, k, v); ``y``: the output `_Quant` or None; ``causal``: the pattern's
+    mask is the unit's causal mode."""
+    if not _exclusive(graph, nodes):
+        return None
+    (sq, zq, oq), (sk, zk, ok), (sv, zv, ov) = (
+        _activation(softmax, quant, what) for (_, quant), what in zip(tensors, "qkv"))
+    k_factor, v_factor = _fit_factor(zk), _fit_factor(zv)
+    step = alpha * sq * sk * math.log2(math.e) / k_factor
+    frac = min(_SOFTMAX_FRAC_MAX, math.floor(math.log2(127 / (step * _centred_bound(zq))))) \
+        if step > 0 else -1
+    if frac < 0:
+        raise ValueError(f"the scores' step {step:.3g} (log2 units per q k^T unit) is out of "
+                         "the softmax unit's range")
+    output_quant = None
+    if y is not None:
+        y_scale, _, _ = _activation(softmax, y, "output")
+        output_quant = (y_scale, y.zero_point.reshape(()).item(), y.dtype)
+    return AttentionLayer(
+        name=softmax.name, nodes=tuple(nodes), q=tensors[0][0], k=tensors[1][0],
+        v=tensors[2][0], output=output, offsets=(oq, ok, ov), zeros=(zq, zk, zv),
+        factors=(step * 2 ** frac, k_factor, v_factor), frac=frac, causal=causal,
+        output_unit=sv / v_factor / 2 ** SOFTMAX_OUT_FRAC, output_quant=output_quant)
+
+
+def _real_constant(graph, node, index):
+    """Input ``index`` of ``node`` as a float64 array when it is a constant, directly or
+    through a DequantizeLinear of one; else None."""
+    value = graph.constant(node, index)
+    if value is not None:
+        return value.astype(np.float64)
+    dq = _dequantized(graph, node, index, True)
+    if dq is None:
+        return None
+    quant = _quant(graph, dq, 1, 2, "constant")
+    return (graph.constant(dq, 0).astype(np.float64) - quant.zero_point) * quant.scale
+
+
+def _scalar(graph, node, index):
+    """Input ``index`` of ``node`` as a float when it is a one-element constant (directly or
+    through a DequantizeLinear), else None."""
+    value = _real_constant(graph, node, index)
+    return float(value.reshape(-1)[0]) if value is not None and value.size == 1 else None
+
+
+_MASKED = -1e3
+"""A mask value at most this (or -inf) removes the key: exp(-1000) is 0 in float32."""
+
+
+def _is_causal(mask):
+    """Whether constant ``mask`` (..., L, S), any leading axes 1, is the unit's causal mode: 0
+    where key j <= query i + S - L, at most `_MASKED` elsewhere."""
+    if mask is None or mask.ndim < 2 or any(d != 1 for d in mask.shape[:-2]):
+        return False
+    mask = mask.reshape(mask.shape[-2:])
+    seq, kv = mask.shape
+    masked = np.arange(kv)[None, :] > np.arange(seq)[:, None] + kv - seq
+    return seq <= kv and bool(np.all(mask[~masked] == 0) and np.all(mask[masked] <= _MASKED))
+
+
+def _qdq_copy(graph, name):
+    """(the float tensor that ``name`` is a QuantizeLinear -> DequantizeLinear copy of, [the
+    two nodes]), or (``name``, []) when it is not one."""
+    dq = graph.producer.get(name)
+    q = dq is not None and dq.op_type == "DequantizeLinear" and graph.producer.get(dq.input[0])
+    if not q or q.op_type != "QuantizeLinear":
+        return name, []
+    return q.input[0], [q.name, dq.name]
+
+
+def _swaps_last_axes(transpose):
+    perm = list(_attributes(transpose).get("perm", []))
+    return len(perm) >= 2 and perm == [*range(len(perm) - 2), len(perm) - 1, len(perm) - 2]
+
+
+def _qdq_attention(graph, softmax):
+    """`_attention_layer` of the QDQ pattern ending in Softmax node ``softmax``, or None."""
+    if softmax.op_type != "Softmax" or softmax.domain not in ("", "ai.onnx") \
+            or _attributes(softmax).get("axis", -1) != -1:
+        return None
+    scaled, nodes = _qdq_copy(graph, softmax.input[0])
+    mask, causal = graph.producer.get(scaled), False
+    if mask is not None and mask.op_type == "Add":
+        index = next((i for i in (1, 0) if _is_causal(_real_constant(graph, mask, i))), None)
+        if index is None:
+            return None
+        scaled, around_mask = _qdq_copy(graph, mask.input[1 - index])
+        nodes, causal = around_mask + [mask.name] + nodes, True
+    scale, alpha = graph.producer.get(scaled), 1.0
+    if scale is not None and scale.op_type in ("Mul", "Div"):
+        index = next((i for i in (1, 0) if _scalar(graph, scale, i) is not None), None)
+        if index is None or (scale.op_type == "Div" and index == 0):
+            return None
+        value = _scalar(graph, scale, index)
+        alpha = value if scale.op_type == "Mul" else 1 / value
+        scores, around_scores = _qdq_copy(graph, scale.input[1 - index])
+        nodes = around_scores + [scale.name] + nodes
+    else:
+        scores = scaled
+    matmul = graph.producer.get(scores)
+    if matmul is None or matmul.op_type != "MatMul":
+        return None
+    q_dq = _dequantized(graph, matmul, 0, False)
+    key, around_key = _qdq_copy(graph, matmul.input[1])
+    transpose = graph.producer.get(key)
+    if q_dq is None or transpose is None or transpose.op_type != "Transpose" \
+            or not _swaps_last_axes(transpose):
+        return None
+    k_dq = _dequantized(graph, transpose, 0, False)
+    if k_dq is None or (around_key and not _same_quant(
+            graph, k_dq, graph.node_named[around_key[0]])):
+        return None
+    probs_q = graph.sole_consumer(softmax.output[0], "QuantizeLinear")
+    probs_dq = probs_q and graph.sole_consumer(probs_q.output[0], "DequantizeLinear")
+    context = probs_dq and graph.sole_consumer(probs_dq.output[0], "MatMul")
+    if not context or context.input[0] != probs_dq.output[0]:
+        return None
+    v_dq = _dequantized(graph, context, 1, False)
+    if v_dq is None:
+        return None
+    tail, output, y = _quantized_output(graph, context)
+    nodes = [matmul.name] + nodes + [softmax.name, probs_q.name, probs_dq.name] + tail
+    tensors = [(dq.input[0], _quant(graph, dq, 1, 2, what))
+               for dq, what in ((q_dq, "q"), (k_dq, "k"), (v_dq, "v"))]
+    return _attention_layer(graph, softmax, nodes, tensors, alpha, output, y, causal)
+
+
+def _qoperator_attention(graph, softmax):
+    """`_attention_layer` of the QOperator pattern (QLinearMatMul, QLinearMul,
+    QLinearSoftmax, QLinearMatMul) ending in ``softmax``, or None."""
+    if softmax.op_type != "QLinearSoftmax" or _attributes(softmax).get("axis", -1) != -1:
+        return None
+    scale, alpha, nodes = graph.producer.get(softmax.input[0]), 1.0, [softmax.name]
+    causal = scale is not None and scale.op_type == "QLinearAdd"
+    if causal:
+        index = next((i for i in (3, 0) if _is_causal(_qlinear_constant(graph, scale, i))),
+                     None)
+        if index is None:
+            return None
+        nodes.insert(0, scale.name)
+        scale = graph.producer.get(scale.input[3 - index])
+    if scale is not None and scale.op_type == "QLinearMul":
+        index = next((i for i in (3, 0) if graph.constant(scale, i) is not None), None)
+        if index is None or graph.constant(scale, index).size != 1:
+            return None
+        alpha = float(_qlinear_constant(graph, scale, index).reshape(-1)[0])
+        nodes.insert(0, scale.name)
+        scale = graph.producer.get(scale.input[3 - index])
+    matmul, transpose = scale, None
+    if matmul is not None and matmul.op_type == "QLinearMatMul":
+        transpose = graph.producer.get(matmul.input[3])
+    context = graph.sole_consumer(softmax.output[0], "QLinearMatMul")
+    if (transpose is None or transpose.op_type != "Transpose" or not _swaps_last_axes(transpose)
+            or not context or context.input[0] != softmax.output[0]):
+        return None
+    tensors = [(matmul.input[0], _quant(graph, matmul, 1, 2, "q")),
+               (transpose.input[0], _quant(graph, matmul, 4, 5, "k")),
+               (context.input[3], _quant(graph, context, 4, 5, "v"))]
+    return _attention_layer(graph, softmax, [matmul.name] + nodes + [context.name], tensors,
+                            alpha, context.output[0], _quant(graph, context, 6, 7, "output"),
+                            causal)
+
+
+def _qlinear_constant(graph, node, index):
+    """Input ``index`` of a QLinearAdd / QLinearMul (its scale and zero point the next two
+    inputs) dequantized, when it is a constant; else None."""
+    value = graph.constant(node, index)
+    if value is None:
+        return None
+    quant = _quant(graph, node, index + 1, index + 2, "constant")
+    return (value.astype(np.float64) - quant.zero_point) * quant.scale
+
+
+@dataclass(frozen=True)
+class View:
+    """A Flatten or Reshape (with a constant shape) of an int8 tensor, also in QDQ form
+    between a DequantizeLinear and a QuantizeLinear of the same scale and zero point (which
+    then cancel exactly): a relabeling of the tensor's row-major bytes. On the host a
+    reshape of the int8 array; between two core layers nothing at all (the next layer reads
+    the first one's output region as it lies)."""
+    name: str
+    op: str
+    nodes: tuple
+    input: str
+    output: str
+    axis: int = 1
+    """Flatten's."""
+    shape: tuple | None = None
+    """Reshape's target (0: the input's dimension, -1: the rest), None for Flatten."""
+
+    @property
+    def inputs(self):
+        return [self.input]
+
+    def output_shape(self, shape):
+        if self.shape is None:
+            axis = self.axis % len(shape) if self.axis < 0 else self.axis
+            return (int(np.prod(shape[:axis])), int(np.prod(shape[axis:])))
+        target = [shape[i] if d == 0 else d for i, d in enumerate(self.shape)]
+        return np.empty(shape, np.int8).reshape(target).shape
+
+
+def _exclusive(graph, nodes):
+    """Whether every output of ``nodes`` but the last node's is read only by ``nodes`` and is
+    not a graph output."""
+    covered = set(nodes)
+    return not any(tensor in graph.outputs or any(c.name not in covered
+                                                  for c in graph.consumers.get(tensor, []))
+                   for name in nodes[:-1] for tensor in graph.node_named[name].output)
+
+
+def _view(graph, node, int8_tensors):
+    """A `View` of a Flatten / Reshape ``node``: of an int8 tensor (one of ``int8_tensors``,
+    the QOperator form) or as DequantizeLinear -> node -> QuantizeLinear with one scale and
+    zero point (QDQ); else None."""
+    if node.op_type not in ("Flatten", "Reshape") or node.domain not in ("", "ai.onnx"):
+        return None
+    a = _attributes(node)
+    options = {"axis": a.get("axis", 1)}
+    if node.op_type == "Reshape":
+        shape = graph.constant(node, 1)
+        if shape is None or a.get("allowzero", 0):
+            return None
+        options = {"shape": tuple(int(d) for d in shape)}
+    if node.input[0] in int8_tensors:
+        return View(name=node.name, op=node.op_type, nodes=(node.name,), input=node.input[0],
+                    output=node.output[0], **options)
+    dq = _dequantized(graph, node, 0, False)
+    q = graph.sole_consumer(node.output[0], "QuantizeLinear")
+    if dq is None or q is None or not _same_quant(graph, dq, q):
+        return None
+    nodes = (dq.name, node.name, q.name)
+    if not _exclusive(graph, nodes):
+        return None
+    return View(name=node.name, op=node.op_type, nodes=nodes, input=dq.input[0],
+                output=q.output[0], **options)
+
+
 def _same_quant(graph, first, second):
     return all(np.array_equal(graph.constant(first, i), graph.constant(second, i)) for i in (1, 2))
 
 
-def lower(model):
-    """([step], graph): each step a `CoreLayer` or an ONNX node run on the host, in an order
-    that computes every input before its use."""
+_NO_SOFTMAX_UNIT = ("attention on the host: the core has no softmax unit "
+                    "(CoreConfig.softmax=False)")
+
+
+def lower(model, softmax=True):
+    """([step], graph): each step a `CoreLayer`, an `AttentionLayer` (when ``softmax``: the
+    core has the softmax unit), a `View` or an ONNX node run on the host, in an order that
+    computes every input before its use. ``graph.notes`` says why an attention pattern did
+    not go to the core."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     graph = _Graph(copy)
     layers, covered = {}, {}
     for node in graph.nodes:
+        try:
+            attention = _qdq_attention(graph, node) or _qoperator_attention(graph, node)
+        except ValueError as error:  # a quantization the unit cannot take: on the host
+            graph.notes[node.name] = f"attention on the host: {error}"
+            continue
+        if attention is not None and not softmax:
+            graph.notes[node.name] = _NO_SOFTMAX_UNIT
+        elif attention is not None:
+            layers[attention.nodes[-1]] = attention
+            covered.update(dict.fromkeys(attention.nodes, attention))
+    for node in graph.nodes:
+        if node.name in covered:
+            continue
         layer = _qoperator_layer(graph, node) or _qdq_layer(graph, node)
         if layer is not None and not any(name in covered for name in layer.nodes):
             layers[layer.nodes[-1]] = layer
             covered.update(dict.fromkeys(layer.nodes, layer))
+    int8_tensors = {layer.output for layer in layers.values()
+                    if isinstance(layer, CoreLayer) and layer.multiplier is not None}
+    for node in graph.nodes:
+        if node.op_type == "QuantizeLinear":
+            int8_tensors.add(node.output[0])
+        view = None if node.name in covered else _view(graph, node, int8_tensors)
+        if view is not None and not any(name in covered for name in view.nodes):
+            layers[view.nodes[-1]] = view
+            covered.update(dict.fromkeys(view.nodes, view))
+            int8_tensors.add(view.output)
     steps = []
     for node in graph.nodes:
         if node.name in layers:
@@ -538,6 +899,8 @@ class NodeReport:
     """What the host read back (0 when the output stays on the device for the next layer)."""
     core_bytes_read: int = 0
     core_bytes_written: int = 0
+    note: str = ""
+    """Why a node the core could run ran on the host (e.g. no softmax unit)."""
 
 
 @dataclass(frozen=True)
@@ -552,7 +915,9 @@ class Report:
         cycles = sum(n.cycles for n in core)
         macs = sum(n.macs for n in core)
         return {"nodes": len(self.nodes), "core_nodes": len(core),
-                "host_nodes": len(self.nodes) - len(core), "cycles": cycles, "macs": macs,
+                "host_nodes": sum(n.where == "host" for n in self.nodes),
+                "device_views": sum(n.where == "device" for n in self.nodes),
+                "cycles": cycles, "macs": macs,
                 "mac_utilization": macs / max(1, cycles * self.array_macs),
                 "seconds": sum(n.seconds for n in self.nodes),
                 **{key: sum(getattr(n, key) for n in self.nodes)
@@ -572,14 +937,16 @@ class Report:
                     n.bytes_to_device, n.bytes_from_device, n.core_bytes_read,
                     n.core_bytes_written, f"{n.seconds * 1e3:.1f}")
         t = self.totals
+        where = f"{t['core_nodes']} core, {t['host_nodes']} host" + (
+            f", {t['device_views']} device" if t["device_views"] else "")
         rows = [header] + [tuple(map(str, row(n))) for n in self.nodes] + [tuple(map(str, (
-            "total", f"{t['core_nodes']} core, {t['host_nodes']} host", "", t["cycles"], t["macs"],
+            "total", where, "", t["cycles"], t["macs"],
             f"{t['mac_utilization']:.1%}", t["bytes_to_device"], t["bytes_from_device"],
             t["core_bytes_read"], t["core_bytes_written"], f"{t['seconds'] * 1e3:.1f}")))]
         widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-        return "\n".join("  ".join(c.ljust(w) if i < 3 else c.rjust(w)
-                                   for i, (c, w) in enumerate(zip(r, widths))).rstrip()
-                         for r in rows)
+        return "\n".join(["  ".join(c.ljust(w) if i < 3 else c.rjust(w)
+                                    for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+                          for r in rows] + [f"{n.name}: {n.note}" for n in self.nodes if n.note])
 
     def plot(self, path):
         """Bars of each node's time: core cycles, and host wall-clock milliseconds
@@ -654,7 +1021,11 @@ def _host_evaluator(node, opsets):
 
 
 def _step_outputs(step):
-    return [step.output] if isinstance(step, CoreLayer) else list(step.output)
+    return list(step.output) if isinstance(step, onnx.NodeProto) else [step.output]
+
+
+def _step_inputs(step):
+    return list(step.input) if isinstance(step, onnx.NodeProto) else step.inputs
 
 
 class InferenceSession:
@@ -678,7 +1049,7 @@ class InferenceSession:
                 else onnx.load(str(model))
         self.model = model
         self.device = device
-        self.steps, self._graph = lower(model)
+        self.steps, self._graph = lower(model, softmax=device.config.softmax)
         opsets = {o.domain or "": o.version for o in model.opset_import}
         self._host = {}
         for step in self.steps:
@@ -713,7 +1084,7 @@ class InferenceSession:
         for step in reversed(self.steps):
             if needed.intersection(_step_outputs(step)):
                 live.append(step)
-                needed.update(step.inputs if isinstance(step, CoreLayer) else step.input)
+                needed.update(_step_inputs(step))
         live.reverse()
         on_device = self._chained(live, names) if self.resident else set()
         reports, device_values = [], {}
@@ -724,30 +1095,62 @@ class InferenceSession:
                                                   start))
             elif isinstance(step, CoreLayer):
                 reports.append(self._run_core(step, values, start))
+            elif isinstance(step, AttentionLayer):
+                reports.append(self._run_attention(step, values, start))
+            elif isinstance(step, View):
+                reports.append(self._run_view(step, values, device_values, start))
             else:
                 results = self._host[step.name].run(None, {n: values[n] for n in step.input if n})
                 values.update(zip(step.output, results))
                 reports.append(NodeReport(name=step.name, op=step.op_type, where="host",
                                           nodes=(step.name,),
-                                          seconds=time.perf_counter() - start))
+                                          seconds=time.perf_counter() - start,
+                                          note=self._graph.notes.get(step.name, "")))
         self._report = Report(nodes=tuple(reports), array_macs=self.device.config.macs)
         return [values[n] for n in names]
 
     @staticmethod
     def _chained(steps, names):
         """The tensors that stay in device memory: the int8 output of a core layer that only
-        the next step reads, itself a core layer that can read it there (`CoreLayer.chainable`),
-        and that is not asked for."""
+        the next step reads, through any `View`s each read only by the next, up to a core
+        layer that can read it there (`CoreLayer.chainable`); none of them asked for."""
         readers = {}
         for step in steps:
-            for name in (step.inputs if isinstance(step, CoreLayer) else step.input):
+            for name in _step_inputs(step):
                 readers.setdefault(name, []).append(step)
-        return {first.output for first, second in zip(steps, steps[1:])
-                if isinstance(first, CoreLayer) and isinstance(second, CoreLayer)
-                and first.weights is not None and first.multiplier is not None
-                and second.chainable and second.input == first.output
-                and [id(r) for r in readers[first.output]] == [id(second)]
-                and first.output not in names}
+
+        def only_reader(name, step):
+            return name not in names and [id(r) for r in readers[name]] == [id(step)]
+
+        kept = set()
+        for index, first in enumerate(steps):
+            if not (isinstance(first, CoreLayer) and first.weights is not None
+                    and first.multiplier is not None):
+                continue
+            path = [first.output]
+            following = steps[index + 1:] + [None]
+            while isinstance(following[0], View) and only_reader(path[-1], following[0]):
+                path.append(following.pop(0).output)
+            second = following[0]
+            if (isinstance(second, CoreLayer) and second.chainable and second.input == path[-1]
+                    and only_reader(path[-1], second)):
+                kept.update(path)
+        return kept
+
+    def _run_view(self, view, values, device_values, start):
+        """``view`` as a new shape of its input: in device memory (nothing moves) when the
+        layer before left it there, else a reshape of the host's int8 array."""
+        source = device_values.get(view.input)
+        if source is None:
+            x = values[view.input]
+            values[view.output] = x.reshape(view.output_shape(x.shape))
+            where, note = "host", ""
+        else:
+            shape, region = source
+            device_values[view.output] = (view.output_shape(shape), region)
+            where, note = "device", "a new shape of the int8 tensor in device memory"
+        return NodeReport(name=view.name, op=view.op, where=where, nodes=view.nodes,
+                          seconds=time.perf_counter() - start, note=note)
 
     def _run_resident(self, layer, values, device_values, on_device, start):
         """``layer`` as a `PreparedCall` (prepared at its first use for this input): its input
@@ -759,8 +1162,8 @@ class InferenceSession:
             x = layer.core_input(values[layer.input])
             core_shape, input_region, sent = x.shape, None, x.nbytes
         else:
-            x_shape, previous = source
-            x, core_shape, input_region, sent = None, previous.shape, previous.output, 0
+            x_shape, input_region = source
+            x, core_shape, sent = None, layer.core_shape(x_shape), 0
         key = (layer.name, core_shape, input_region)
         call = self._prepared.get(key)
         if call is None:
@@ -770,7 +1173,7 @@ class InferenceSession:
         shape = layer.output_shape(x_shape, call.shape)
         received = 0
         if layer.output in on_device:
-            device_values[layer.output] = (shape, call)
+            device_values[layer.output] = (shape, call.output)
         else:
             y = self.device.download(call.output, call.dtype, call.shape)
             values[layer.output] = layer.model_output(y.reshape(shape))
@@ -784,6 +1187,19 @@ class InferenceSession:
         values[layer.output] = y
         return self._core_report(layer, start, layer.macs(x.shape, weights.shape), calls,
                                  y.nbytes)
+
+    def _run_attention(self, layer, values, start):
+        """``layer`` as one `Device.attention_int8` call, its operands written from the host
+        (padded as the program reads them) and its output read back."""
+        q, k, v = (values[name] for name in layer.inputs)
+        operands = layer.core_operands(q, k, v)
+        o = self.device.attention_int8(*operands, layer.frac, causal=layer.causal)
+        values[layer.output] = layer.model_output(o, q.shape)
+        plan = plan_attention(self.device.config, *operands[0].shape[1:2],
+                              *operands[1].shape[1:3])
+        sent = sum(a.nbytes for a in attention_operands(plan, *operands))
+        return self._core_report(layer, start, layer.macs(q.shape, k.shape),
+                                 [(sent, self.device.stats)], o.nbytes)
 
     def _core_report(self, layer, start, macs, calls, received):
         """The `NodeReport` of ``layer``: ``calls`` [(bytes written, `Stats`)], ``received``
