@@ -1,8 +1,5 @@
 """`SimDevice`: the Python API of a core, run on its Verilator model under cocotb."""
-import shutil
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -17,8 +14,9 @@ from .epilogue import Epilogue, output_dtype
 from .conv2d import compile_conv2d, conv2d_lowering, conv2d_output_shape, conv2d_weights
 from .matmul import compile_matmul
 
-__all__ = ["Device", "DeviceError", "PreparedCall", "Resident", "RunImage", "SimDevice", "Stats",
-           "access_windows", "operand_layout", "program_placement", "program_windows"]
+__all__ = ["Device", "DeviceError", "PreparedCall", "Resident", "RunImage", "Stats",
+           "access_windows", "check_option", "operand_layout", "program_placement",
+           "program_windows"]
 
 _PAGE = 4096
 
@@ -129,7 +127,7 @@ def _check_softmax_unit(config, operation):
                          "without it (CoreConfig.softmax=False)")
 
 
-def _check_option(name, value, low, high):
+def check_option(name, value, low, high):
     if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
         raise ValueError(f"{name}={value!r} is invalid: allowed an integer in {low}..{high}")
 
@@ -143,7 +141,7 @@ class Device:
 
     def __init__(self, config, memory_size):
         check_config(config)
-        _check_option("memory_size", memory_size, 1 << 14, 1 << 31)
+        check_option("memory_size", memory_size, 1 << 14, 1 << 31)
         self.config = config
         self.memory_size = memory_size
         self.stats = None
@@ -201,9 +199,9 @@ class Device:
         """(w as it goes to memory, output shape, dtype, compile(x_addr, w_addr, y_addr)) of
         `conv2d` for an ``x`` of ``x_shape``."""
         _check_int8("w", w, 4)
-        _check_option("stride", stride, 1, 255)
-        _check_option("padding", padding, 0, 255)
-        _check_option("dilation", dilation, 1, 255)
+        check_option("stride", stride, 1, 255)
+        check_option("padding", padding, 0, 255)
+        check_option("dilation", dilation, 1, 255)
         epilogue = Epilogue.from_options(w.shape[0], bias=bias, requant=requant, relu=relu,
                                          pool=pool)
         out_shape = conv2d_output_shape(x_shape, w.shape, stride, padding, dilation, pool)
@@ -311,7 +309,7 @@ class Device:
         kv = k.shape[1]
         if k.shape != (heads, kv, dim) or v.shape != k.shape:
             raise ValueError(f"q {q.shape}, k {k.shape}, v {v.shape} do not match")
-        _check_option("frac", frac, 0, 31)
+        check_option("frac", frac, 0, 31)
         _check_causal(causal, seq, kv)
         plan = plan_attention(self.config, seq, kv, dim)
         q_mem, kt_mem, v_mem = attention_operands(plan, q, k, v)
@@ -455,83 +453,3 @@ def access_windows(inputs, outputs, program_address, program_bytes):
     outputs_end = max(address + size for address, size in outputs)
     return program_windows((program_address, program_bytes), [(0, inputs_end)],
                            [(outputs_start, outputs_end - outputs_start)])
-
-
-class SimDevice(Device):
-    """A `tpu_core` for ``config`` on Verilator, with ``memory_size`` bytes of memory.
-
-    ``with SimDevice(cfg) as dev:`` builds the model (cached) and starts one simulation that
-    serves every call until the block ends. ``memory``: "rtl" (the default), `AxiMemory`
-    inside the model (`SimSystem`, ``memory_size`` a power of two): no Python runs per clock
-    cycle, 5-6 times faster; or "axiram", cocotbext-axi's AxiRam beside the model, for
-    bus-level testing (``backpressure``). ``backpressure`` ("axiram" only)
-    pauses the memory's AXI channels at random (fixed ``seed``). ``read_latency``: clock cycles
-    from a read request to its data, pipelined; with "axiram" also from a write burst to its
-    response (`LatencyAxiRam`), with "rtl" on top of the memory's own cycle (`AxiReadDelay`).
-    ``waves``: a path; the whole session is traced there as VCD, or only clock cycles
-    ``waves_from`` to ``waves_until`` of it (`sim.vcd_window`; cycle 0 starts with the clock).
-    """
-
-    def __init__(self, config=CoreConfig(), *, memory="rtl", memory_size=64 << 20,
-                 backpressure=False, seed=0, read_latency=0, waves=None, waves_from=None,
-                 waves_until=None, start_timeout=600.0):
-        from ..sim.vcd_window import check_window
-
-        super().__init__(config, memory_size)
-        check_window(waves_from, waves_until)
-        if waves is None and (waves_from, waves_until) != (None, None):
-            raise ValueError("waves_from and waves_until need waves (a path)")
-        _check_option("read_latency", read_latency, 0, 10_000)
-        if memory not in ("axiram", "rtl"):
-            raise ValueError(f'memory={memory!r} is invalid: allowed "axiram" or "rtl"')
-        if memory == "rtl" and backpressure:
-            raise ValueError('backpressure needs memory="axiram"')
-        if memory == "rtl" and memory_size & (memory_size - 1):
-            raise ValueError(f'memory_size={memory_size!r} is invalid with memory="rtl": '
-                             "allowed a power of two")
-        self.memory = memory
-        self.backpressure = backpressure
-        self.read_latency = read_latency
-        self.seed = seed
-        self.waves = Path(waves) if waves is not None else None
-        self.waves_window = (waves_from, waves_until)
-        self.start_timeout = start_timeout
-
-    def __enter__(self):
-        from ..sim.session import SimTransport, SimulationThread
-        from ..sim.verilator import build_model
-
-        waves = self.waves is not None
-        if self.memory == "rtl":
-            model = build_model(self.config, "sim_system", waves=waves,
-                                memory_kib=self.memory_size >> 10,
-                                read_latency=self.read_latency)
-        else:
-            model = build_model(self.config, "tpu_core", waves=waves)
-        self.build_seconds = model.build_seconds
-        self._tmp = tempfile.TemporaryDirectory(prefix="tpugen-device-")
-        self._simulation = SimulationThread(
-            model, "tpugen.sim.tb_device", Path(self._tmp.name),
-            {"config": self.config.to_json(), "memory_size": self.memory_size,
-             "backpressure": self.backpressure, "seed": self.seed,
-             "read_latency": self.read_latency, "memory": self.memory},
-            waves=waves)
-        self._transport = SimTransport(self._simulation.connect(self.start_timeout),
-                                       self._simulation)
-        return self
-
-    def __exit__(self, *exc_info):
-        if self._transport is not None:
-            self._transport.close()
-            self._transport = None
-        self._simulation.join()
-        trace = Path(self._tmp.name) / "sim" / "dump.vcd"
-        if self.waves is not None and self.waves_window == (None, None):
-            shutil.copyfile(trace, self.waves)
-        elif self.waves is not None:
-            from ..sim.vcd_window import window_vcd
-
-            window_vcd(trace, self.waves, *self.waves_window)
-        self._tmp.cleanup()
-        return False
-

@@ -7,8 +7,11 @@ fuzz model, the formal harnesses, the AXI checker, the fault, hostile and amaran
 memories, the testbenches). The backend never imports verification code:
 ``tests/test_arch.py`` checks both lists and that.
 """
+from .device import SimDevice
 
-BACKEND = ("attention_model", "axi_bursts", "board_sim", "core_driver", "golden", "gtkw",
+__all__ = ["BACKEND", "SimDevice", "VERIFICATION"]
+
+BACKEND = ("attention_model", "axi_bursts", "board_sim", "core_driver", "device", "golden", "gtkw",
            "latency_ram", "session", "softmax_model", "speed", "system_driver", "tb_board",
            "tb_device", "tb_speed", "vcd_window", "verilator")
 """Modules of the simulation backend."""

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from tpugen import CoreConfig
-from tpugen.firmware import SimDevice
+from tpugen.sim import SimDevice
 from tpugen.firmware.attention import quantize_attention, quantize_softmax
 from tpugen.sim.attention_model import attention_float, attention_int8_model, softmax_int8_model
 

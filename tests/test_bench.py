@@ -157,13 +157,12 @@ def test_bench_fails_on_a_wrong_answer(monkeypatch, capsys, wrong):
     """One element off by one (for attention: by one unit of the int8 output, far inside the
     float tolerance) fails that workload's check and the whole bench."""
     import tpugen.bench
-    import tpugen.firmware
     import tpugen.sim.speed
 
     def went_on(*args, **options):
         raise AssertionError("the bench went on after a wrong answer")
 
-    monkeypatch.setattr(tpugen.firmware, "SimDevice",
+    monkeypatch.setattr(tpugen.sim, "SimDevice",
                         lambda config, **options: _GoldenDevice(config, wrong))
     monkeypatch.setattr(tpugen.bench, "_speed", lambda results: None)
     monkeypatch.setattr(tpugen.sim.speed, "measure_sim_speed", went_on)

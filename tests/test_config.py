@@ -105,7 +105,7 @@ def test_isa_markdown_is_current():
 def test_one_config_check_everywhere():
     """Components and devices refuse what is not a CoreConfig with the same ValueError."""
     from tpugen.config import check_config
-    from tpugen.firmware import SimDevice
+    from tpugen.sim import SimDevice
     from tpugen.hdl.csr import ControlRegisters
 
     for make in (check_config, SimDevice, ControlRegisters):

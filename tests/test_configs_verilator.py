@@ -8,7 +8,7 @@ import pytest
 
 from tpugen import PRESETS, CoreConfig
 from tpugen.bench import MEMORY_SIZE, READ_LATENCY, measure_workloads
-from tpugen.firmware import SimDevice
+from tpugen.sim import SimDevice
 from tpugen.firmware.device import operand_layout
 from tpugen.firmware.program import Deps, Dim, Program, tensor
 from tpugen.sim.attention_model import attention_int8_model

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from tpugen import CoreConfig
-from tpugen.firmware import SimDevice
+from tpugen.sim import SimDevice
 from tpugen.sim.golden import apply_epilogue, conv2d_int32, matmul_int32
 
 SMALL = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1, axi_data_width=64)

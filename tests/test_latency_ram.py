@@ -2,7 +2,7 @@
 import numpy as np
 
 from tpugen import CoreConfig
-from tpugen.firmware import SimDevice
+from tpugen.sim import SimDevice
 from tpugen.sim.golden import conv2d_int32, matmul_int32
 
 SMALL = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1, axi_data_width=64)

@@ -9,7 +9,7 @@ from amaranth.lib import data
 
 from tpugen import CoreConfig
 from tpugen.arch import PENDING_DEPTH, TOKEN_BITS, TOKEN_LIMIT
-from tpugen.firmware import SimDevice
+from tpugen.sim import SimDevice
 from tpugen.firmware.attention import quantize_softmax
 from tpugen.firmware.epilogue import Epilogue
 from tpugen.firmware.conv2d import conv2d_lowering

@@ -273,7 +273,7 @@ def test_unsupported_schemes_and_nodes_are_named(tmp_path):
 def test_cnn_mlp_and_attention_on_the_simulated_core(tmp_path):
     """The core reproduces the numpy stand-in bit for bit and onnxruntime to 1 LSB; the report
     says where each node ran and counts what it moved."""
-    from tpugen.firmware import SimDevice
+    from tpugen.sim import SimDevice
 
     models = [
         (quantize(cnn(batch=2), tmp_path, QuantFormat.QOperator, per_channel=True),
@@ -561,11 +561,11 @@ def test_run_model_prints_accuracy_and_report(tmp_path, capsys, monkeypatch):
     """tpugen run-model on the committed MLP, 3 test images, the numpy stand-in in place of
     SimDevice (the simulated core is tested above): the accuracies beside onnxruntime's, the
     table, the JSON report."""
-    from tpugen import firmware
+    from tpugen import sim
     from tpugen.cli import main
     from tpugen.examples.digits_onnx import model_path
 
-    monkeypatch.setattr(firmware, "SimDevice", lambda config, memory: NumpyDevice(config))
+    monkeypatch.setattr(sim, "SimDevice", lambda config, memory: NumpyDevice(config))
 
     report = tmp_path / "report.json"
     assert main(["run-model", str(model_path("mlp", "QOperator")), "--samples", "3",

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tpugen import PRESETS, CoreConfig
-from tpugen.firmware import SimDevice
+from tpugen.sim import SimDevice
 from tpugen.firmware.attention import compile_softmax
 from tpugen.firmware.device import DeviceError
 from tpugen.firmware.conv2d import compile_conv2d

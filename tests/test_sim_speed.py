@@ -14,7 +14,7 @@ from amaranth.sim import Simulator
 
 from tpugen import CoreConfig
 from tpugen.cli import main
-from tpugen.firmware import SimDevice
+from tpugen.sim import SimDevice
 from tpugen.hdl.sim_system import AxiReadDelay, SimSystem
 from tpugen.sim.attention_model import attention_int8_model
 from tpugen.sim.golden import conv2d_int32, matmul_int32

@@ -307,7 +307,7 @@ def run_bench(quick=False, builds=False, configs=CONFIGS):
     run the board builds that are not cached yet). Every workload's output is checked against
     the golden model; if any is wrong, `BenchCheckError` (with the results so far) once all
     workloads have run."""
-    from .firmware import SimDevice
+    from .sim import SimDevice
 
     results = {}
     _speed(results)

@@ -260,7 +260,7 @@ def _run_model(args):
     except ImportError as error:
         raise CommandError(f"run-model needs the onnx and examples extras ({error.name} is "
                            "missing): pip install 'tpugen[onnx,examples]'", 2) from None
-    from .firmware import SimDevice
+    from .sim import SimDevice
 
     for path, option in ((args.json, "--json"), (args.plot, "--plot")):
         if path:

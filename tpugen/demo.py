@@ -155,7 +155,7 @@ def run_workloads(config, workloads, seed=0, waves=None, waves_window=(None, Non
     """Run (op, shape) workloads on one SimDevice with ``memory`` ("rtl" or "axiram"); print
     a table (or JSON with ``as_json``); 0 if all pass, else 1. ``waves``: trace to this VCD
     file, clock cycles ``waves_window`` (first, last; None: open) of the session."""
-    from .firmware import SimDevice
+    from .sim import SimDevice
 
     rng = np.random.default_rng(seed)
     results = []

@@ -55,7 +55,7 @@ def train_mlp(samples=360, hidden=32, seed=0):
 
 
 def run_digits(config=CoreConfig(), samples=360, hidden=32, seed=0):
-    from ..firmware import SimDevice
+    from ..sim import SimDevice
     from ..sim.golden import matmul_int32
 
     model, x_train, x_test, y_train, y_test = train_mlp(samples, hidden, seed)

@@ -249,7 +249,7 @@ def evaluate(model, device, samples=None, float_model=None):
 def run_digits_onnx(model="mlp", form="QDQ", samples=None, config=DIGITS_CONFIG):
     """The committed ``model`` of `MODELS`, quantized in ``form``, on onnxruntime and on a
     `SimDevice` of ``config``: a `DigitsOnnxResult`."""
-    from ..firmware import SimDevice
+    from ..sim import SimDevice
 
     with SimDevice(config) as device:
         return evaluate(model_path(model, form), device, samples, model_path(model))
