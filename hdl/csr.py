@@ -5,7 +5,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import check_config
 from ..isa import NUM_WINDOWS, ErrorCode, Window
-from ..registers import ADDR_WIDTH, COUNTERS, REGISTERS, constant_registers, register
+from ..registers import ADDR_WIDTH, COUNTERS, REGISTERS, constant_registers, counter_names, register
 from .axi import AXI_RESP_OKAY, AXI_RESP_SLVERR, axi_lite_signature
 
 __all__ = ["ControlRegisters"]
@@ -41,7 +41,7 @@ class ControlRegisters(wiring.Component):
             "error_event": In(1),
             "error_code": In(ErrorCode),
             "error_index": In(32),
-            **{name: In(config.counter_width) for name in COUNTERS},
+            **{name: In(config.counter_width) for name in counter_names(config)},
         })
 
     def elaborate(self, platform):
@@ -157,7 +157,11 @@ class ControlRegisters(wiring.Component):
             "ERROR_INDEX": error_index,
         }
         captures = {}
+        present = counter_names(self.config)
         for name in COUNTERS:
+            if name not in present:
+                values[f"{name.upper()}_LO"] = values[f"{name.upper()}_HI"] = Const(0, 32)
+                continue
             values[f"{name.upper()}_LO"] = getattr(self, name)[:32]
             if self.config.counter_width == 64:
                 high = Signal(32, name=f"{name}_hi")
