@@ -1,9 +1,10 @@
 """The fused store-path epilogue: checked options, and the PARAMS / STORE fields they become."""
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ..isa import PARAMS_RESET
+from ..sim.golden import apply_epilogue
 
 __all__ = ["Epilogue", "output_dtype"]
 
@@ -68,6 +69,28 @@ class Epilogue:
         """(bias, multiplier, shift) of channels ``first`` .. ``first + count - 1``."""
         return [(self.bias[c], self.multiplier[c], self.shift[c]) if c < len(self.bias)
                 else _RESET_ENTRY for c in range(first, first + count)]
+
+    def on_core(self, config):
+        """(the epilogue a core of ``config`` applies or None, the one the host applies to its
+        results or None). A core without the epilogue multiplier takes a power-of-two
+        multiplier (at most 2**shift) folded into the shift; any other requantization is left
+        to the host: the core stores the (pooled) accumulators as int32 (pooling them first is
+        the same, as the epilogue is monotonic)."""
+        if config.epilogue_multiplier or not self.requant or set(self.multiplier) == {1}:
+            return self, None
+        powers = [m.bit_length() - 1 for m in self.multiplier]
+        if all(m == 1 << k and k <= s for m, k, s in zip(self.multiplier, powers, self.shift)):
+            return replace(self, multiplier=(1,) * len(self.shift),
+                           shift=tuple(s - k for s, k in zip(self.shift, powers))), None
+        core = Epilogue.from_options(len(self.bias), pool=self.pool)
+        return core, replace(self, pool=False)
+
+    def apply(self, acc, channel_axis):
+        """This epilogue (without pooling) on the host, on int32 ``acc`` with its channels
+        along ``channel_axis``: the golden model the core is checked against."""
+        return apply_epilogue(acc, channel_axis, bias=self.bias if self.use_bias else None,
+                              requant=(self.multiplier, self.shift) if self.requant else None,
+                              relu=self.relu)
 
     def fields(self, pool_pitch=0):
         """The STORE instruction's `isa.Epilogue` fields."""
