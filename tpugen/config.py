@@ -139,7 +139,9 @@ PRESETS = {
     "tiny": CoreConfig(rows=2, cols=2, scratchpad_kib=4, accumulator_kib=4, axi_data_width=32),
     "default": CoreConfig(),
     "large": CoreConfig(rows=16, cols=16, scratchpad_kib=256, accumulator_kib=64, axi_data_width=128),
-    "micro": CoreConfig(rows=4, cols=4, scratchpad_kib=4, accumulator_kib=4, axi_data_width=32,
+    # The UP5K's 30 SB_RAM40_4K: the scratchpad and accumulator are each read through two
+    # copies; 2 KiB of scratchpad is 8 of them, 4 KiB of accumulator (128-bit rows) 16.
+    "micro": CoreConfig(rows=4, cols=4, scratchpad_kib=2, accumulator_kib=4, axi_data_width=32,
                         softmax=False, im2col=False, epilogue_multiplier=False, counters="basic"),
 }
 
