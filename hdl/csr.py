@@ -5,7 +5,8 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import check_config
 from ..isa import NUM_WINDOWS, ErrorCode, Window
-from ..registers import ADDR_WIDTH, COUNTERS, REGISTERS, constant_registers, counter_names, register
+from ..registers import (ADDR_WIDTH, COUNTERS, REGISTERS, constant_registers, counter_names,
+                         register)
 from .axi import AXI_RESP_OKAY, AXI_RESP_SLVERR, axi_lite_signature
 
 __all__ = ["ControlRegisters"]

@@ -92,8 +92,8 @@ class LaneParams(wiring.Component):
         return m
 
 
-_SHIFT_ONLY_PARAMS = data.StructLayout({name: shape for name, shape in EpilogueParams.members.items()
-                                        if name != "multiplier"})
+_SHIFT_ONLY_PARAMS = data.StructLayout({name: shape for name, shape
+                                        in EpilogueParams.members.items() if name != "multiplier"})
 """What `LaneParams` keeps of a lane's `EpilogueParams` on a core without the multiplier."""
 
 

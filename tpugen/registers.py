@@ -7,9 +7,9 @@ from amaranth.lib import data
 from .arch import Engine
 from .isa import NUM_WINDOWS
 
-__all__ = ["ACCESSES", "ADDR_WIDTH", "BASIC_COUNTERS", "COUNTERS", "CSR_VERSION", "ID_MAGIC", "REGISTERS", "BitField",
-           "Register", "constant_registers", "counter_names", "register", "register_span", "registers_markdown",
-           "window_writes"]
+__all__ = ["ACCESSES", "ADDR_WIDTH", "BASIC_COUNTERS", "COUNTERS", "CSR_VERSION", "ID_MAGIC",
+           "REGISTERS", "BitField", "Register", "constant_registers", "counter_names", "register",
+           "register_span", "registers_markdown", "window_writes"]
 
 ADDR_WIDTH = 12
 ID_MAGIC = 0x54505547
