@@ -177,7 +177,8 @@ class Device:
         says so), or ``y`` without one."""
         if host is None:
             return y
-        self.stats = replace(self.stats, host_epilogue=True)
+        if self.stats is not None:  # None where nothing ran (`ProgramExport`)
+            self.stats = replace(self.stats, host_epilogue=True)
         return host.apply(y, channel_axis)
 
     def _epilogue(self, epilogue):
