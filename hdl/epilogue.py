@@ -54,9 +54,13 @@ class LaneParams(wiring.Component):
         every_row = self.clearing | instr.broadcast
         writing = self.clearing | self.instr.valid
         last = k == Mux(every_row, rows - 1, PARAMS_PER_INSTRUCTION - 1)
+        # Entry k >= cols would go to a lane >= cols (not written): only the first cols are read.
+        useful = Cat(instr.entries[e].as_value()
+                     for e in range(min(cols, PARAMS_PER_INSTRUCTION)))
         entry = Signal(EpilogueParams)
         m.d.comb += [entry.eq(Mux(self.clearing, EpilogueParams.const(PARAMS_RESET),
-                                  instr.entries[Mux(instr.broadcast, 0, k)])),
+                                  useful.word_select(Mux(instr.broadcast, 0, k),
+                                                     EpilogueParams.size))),
                      self.instr.ready.eq(~self.clearing & last)]
         m.d.sync += k.eq(Mux(writing & ~last, k + 1, 0))
         with m.If(self.clearing & last):

@@ -454,7 +454,8 @@ def test_epilogue_options(name):
 def test_shift_only_epilogue():
     # A core without the epilogue multiplier (micro's), 5 lanes on a 32-bit bus: PARAMS'
     # multipliers (random, not 1) are ignored; bias, round-half-even shift, saturation, ReLU and
-    # pooling as the golden model with multiplier 1, int8 and int32, pooled and not.
+    # pooling as the golden model with multiplier 1, int8 and int32, pooled and not; a PARAMS
+    # from lane 3 (fewer lanes than entries).
     config = CoreConfig(rows=4, cols=5, scratchpad_kib=1, accumulator_kib=2, axi_data_width=32,
                         epilogue_multiplier=False)
     rng = np.random.default_rng(16)
@@ -471,8 +472,13 @@ def test_shift_only_epilogue():
                (descriptor(512, [(5, 0, 5, 4), (2, 0, 2, 20), (2, 0, 2, 40)], sram_row=base,
                            elem_log2=2), {**pool, "bias": 1, "relu": 1}),
                (descriptor(1024, [(5, 0, 5, 1), (2, 0, 2, 5), (2, 0, 2, 10)], sram_row=base),
-                {**pool, "requant": 1, "bias": 1})]
+                {**pool, "requant": 1, "bias": 1}),
+               # Entries 0 and 1 to lanes 3 and 4; entries 2.. past the 5 lanes change nothing.
+               params([(-77, 9, 2), (1000, 5, 3), (5, 5, 5)] * 2, first_lane=3),
+               (int8, {"requant": 1, "bias": 1})]
     _, tiles = program_case(config, program, acc, seed=16)
+    assert (tiles[4][..., :3] == tiles[0][..., :3]).all()
+    assert (tiles[4][..., 3:] != tiles[0][..., 3:]).any(axis=(0, 1, 2)).all()
     image = acc[base:base + h * w]
     b, _, shift = (np.array(x) for x in zip(*lanes))
     np.testing.assert_array_equal(tiles[0][0, 0], epilogue(image, b, 1, shift, requant=True))
