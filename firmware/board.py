@@ -28,7 +28,9 @@ def config_from_registers(read_register):
         scratchpad_kib=kib(read_register("SCRATCHPAD_ROWS"), lanes),
         accumulator_kib=kib(read_register("ACCUMULATOR_ROWS"), 4 * geometry.cols),
         softmax=bool(memory.softmax), im2col=bool(memory.im2col),
-        counter_width=64 if memory.wide_counters else 32)
+        counter_width=64 if memory.wide_counters else 32,
+        epilogue_multiplier=not memory.shift_only_epilogue,
+        counters="basic" if memory.basic_counters else "full")
 
 
 class BoardDevice(Device):

@@ -1,5 +1,6 @@
-"""`SimDevice`: the Python API of a core, run on its Verilator model under cocotb."""
-from dataclasses import dataclass
+"""`Device`: the Python API of a core (compile, lay out, run, read back); `SimDevice` (sim/) and
+`BoardDevice` (board.py) open its transport."""
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -33,6 +34,9 @@ class Stats:
     load_busy_cycles: int
     execute_busy_cycles: int
     store_busy_cycles: int
+    host_epilogue: bool = False
+    """The requantization ran on the host (a core without the epilogue multiplier,
+    `Epilogue.on_core`): the core stored int32."""
 
 
 @dataclass(frozen=True)
@@ -157,27 +161,41 @@ class Device:
         ``relu``.
         """
         _check_int8("a", a, 2)
-        b, shape, dtype, compile_ = self._matmul(a.shape, b, bias, requant, relu)
+        b, shape, dtype, compile_, host = self._matmul(a.shape, b, bias, requant, relu)
         out_bytes = dtype.itemsize * int(np.prod(shape))
         (a_addr, b_addr), (c_addr,) = self._layout([a.nbytes, b.nbytes], [out_bytes])
         (c,) = self._run(compile_(a_addr, b_addr, c_addr), [(a_addr, a), (b_addr, b)],
                          [(c_addr, out_bytes)])
-        return _array(c, dtype, shape)
+        return self._finish(_array(c, dtype, shape), host, channel_axis=1)
+
+    def _finish(self, y, host, channel_axis):
+        """The core's result ``y`` with the ``host`` part of the epilogue applied (`Stats`
+        says so), or ``y`` without one."""
+        if host is None:
+            return y
+        if self.stats is not None:  # None where nothing ran (`ProgramExport`)
+            self.stats = replace(self.stats, host_epilogue=True)
+        return host.apply(y, channel_axis)
+
+    def _epilogue(self, epilogue):
+        """(the core's part of ``epilogue``, the host's): `Epilogue.on_core`."""
+        return epilogue.on_core(self.config) if epilogue is not None else (None, None)
 
     def _matmul(self, a_shape, b, bias, requant, relu):
-        """(b as it goes to memory, output shape, dtype, compile(a_addr, b_addr, c_addr)) of
-        `matmul` for an ``a`` of ``a_shape``."""
+        """(b as it goes to memory, output shape, dtype, compile(a_addr, b_addr, c_addr), the
+        host's part of the epilogue) of `matmul` for an ``a`` of ``a_shape``."""
         _check_int8("b", b, 2)
         if a_shape[1] != b.shape[0]:
             raise ValueError(f"a {a_shape} and b {b.shape}: inner dimensions differ")
         m, k = a_shape
         n = b.shape[1]
-        epilogue = Epilogue.from_options(n, bias=bias, requant=requant, relu=relu)
+        epilogue, host = self._epilogue(Epilogue.from_options(n, bias=bias, requant=requant,
+                                                              relu=relu))
 
         def compile_(a_addr, b_addr, c_addr):
             return compile_matmul(self.config, m, k, n, a_addr=a_addr, b_addr=b_addr,
                                   c_addr=c_addr, epilogue=epilogue)
-        return b, (m, n), output_dtype(epilogue), compile_
+        return b, (m, n), output_dtype(epilogue), compile_, host
 
     def conv2d(self, x, w, stride=1, padding=0, dilation=1, *, bias=None, requant=None,
                relu=False, pool=False):
@@ -187,23 +205,23 @@ class Device:
         and ``pool``: 2x2 / stride-2 max pooling, giving (N, K, P // 2, Q // 2).
         """
         _check_int8("x", x, 4)
-        weights, out_shape, dtype, compile_ = self._conv2d(
+        weights, out_shape, dtype, compile_, host = self._conv2d(
             x.shape, w, stride, padding, dilation, bias, requant, relu, pool)
         out_bytes = dtype.itemsize * int(np.prod(out_shape))
         (x_addr, w_addr), (y_addr,) = self._layout([x.nbytes, weights.nbytes], [out_bytes])
         (y,) = self._run(compile_(x_addr, w_addr, y_addr), [(x_addr, x), (w_addr, weights)],
                          [(y_addr, out_bytes)])
-        return _array(y, dtype, out_shape)
+        return self._finish(_array(y, dtype, out_shape), host, channel_axis=1)
 
     def _conv2d(self, x_shape, w, stride, padding, dilation, bias, requant, relu, pool):
-        """(w as it goes to memory, output shape, dtype, compile(x_addr, w_addr, y_addr)) of
-        `conv2d` for an ``x`` of ``x_shape``."""
+        """(w as it goes to memory, output shape, dtype, compile(x_addr, w_addr, y_addr), the
+        host's part of the epilogue) of `conv2d` for an ``x`` of ``x_shape``."""
         _check_int8("w", w, 4)
         check_option("stride", stride, 1, 255)
         check_option("padding", padding, 0, 255)
         check_option("dilation", dilation, 1, 255)
-        epilogue = Epilogue.from_options(w.shape[0], bias=bias, requant=requant, relu=relu,
-                                         pool=pool)
+        epilogue, host = self._epilogue(Epilogue.from_options(
+            w.shape[0], bias=bias, requant=requant, relu=relu, pool=pool))
         out_shape = conv2d_output_shape(x_shape, w.shape, stride, padding, dilation, pool)
         weights = conv2d_weights(w, conv2d_lowering(self.config, x_shape, w.shape, epilogue))
 
@@ -211,7 +229,7 @@ class Device:
             return compile_conv2d(self.config, x_shape, w.shape, stride=stride, padding=padding,
                                   dilation=dilation, x_addr=x_addr, w_addr=w_addr,
                                   y_addr=y_addr, epilogue=epilogue)
-        return weights, out_shape, output_dtype(epilogue), compile_
+        return weights, out_shape, output_dtype(epilogue), compile_, host
 
     def prepare_matmul(self, a_shape, b, *, bias=None, requant=None, relu=False, input=None):
         """`matmul` of an int8 ``a_shape`` a with ``b`` made resident: b, the program and an
@@ -227,7 +245,12 @@ class Device:
         return self._prepare(x_shape, input, *self._conv2d(
             x_shape, w, stride, padding, dilation, bias, requant, relu, pool))
 
-    def _prepare(self, input_shape, input, weights, shape, dtype, compile_):
+    def _prepare(self, input_shape, input, weights, shape, dtype, compile_, host):
+        if host is not None:
+            raise ValueError(f"requant multipliers {host.multiplier} need the host epilogue on "
+                             "this core (CoreConfig.epilogue_multiplier=False), which a "
+                             "resident call cannot apply: use powers of two, or matmul / "
+                             "conv2d")
         input_bytes = int(np.prod(input_shape))
         if input is None:
             input = self._allocate(input_bytes)

@@ -1,11 +1,12 @@
 """The fused store-path epilogue: checked options, and the PARAMS / STORE fields they become."""
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ..isa import PARAMS_RESET
 
-__all__ = ["Epilogue", "output_dtype"]
+__all__ = ["Epilogue", "apply_epilogue", "epilogue", "maxpool2x2", "output_dtype",
+           "round_half_even_shift"]
 
 _RESET_ENTRY = (PARAMS_RESET["bias"], PARAMS_RESET["multiplier"], PARAMS_RESET["shift"])
 
@@ -69,6 +70,28 @@ class Epilogue:
         return [(self.bias[c], self.multiplier[c], self.shift[c]) if c < len(self.bias)
                 else _RESET_ENTRY for c in range(first, first + count)]
 
+    def on_core(self, config):
+        """(the epilogue a core of ``config`` applies or None, the one the host applies to its
+        results or None). A core without the epilogue multiplier takes a power-of-two
+        multiplier (at most 2**shift) folded into the shift; any other requantization is left
+        to the host: the core stores the (pooled) accumulators as int32 (pooling them first is
+        the same, as the epilogue is monotonic)."""
+        if config.epilogue_multiplier or not self.requant or set(self.multiplier) == {1}:
+            return self, None
+        powers = [m.bit_length() - 1 for m in self.multiplier]
+        if all(m == 1 << k and k <= s for m, k, s in zip(self.multiplier, powers, self.shift)):
+            return replace(self, multiplier=(1,) * len(self.shift),
+                           shift=tuple(s - k for s, k in zip(self.shift, powers))), None
+        core = Epilogue.from_options(len(self.bias), pool=self.pool)
+        return core, replace(self, pool=False)
+
+    def apply(self, acc, channel_axis):
+        """This epilogue (without pooling) on the host, on int32 ``acc`` with its channels
+        along ``channel_axis``: the golden model the core is checked against."""
+        return apply_epilogue(acc, channel_axis, bias=self.bias if self.use_bias else None,
+                              requant=(self.multiplier, self.shift) if self.requant else None,
+                              relu=self.relu)
+
     def fields(self, pool_pitch=0):
         """The STORE instruction's `isa.Epilogue` fields."""
         return {"bias": int(self.use_bias), "requant": int(self.requant), "relu": int(self.relu),
@@ -78,3 +101,53 @@ class Epilogue:
 def output_dtype(epilogue):
     """The elements an operation with ``epilogue`` (an `Epilogue` or None) stores."""
     return np.dtype(np.int8 if epilogue is not None and epilogue.requant else np.int32)
+
+
+def round_half_even_shift(values, shift):
+    """``values / 2**shift`` rounded to the nearest integer, ties to even (integers; ``shift``
+    in 0..63, broadcast against ``values``)."""
+    values = np.asarray(values, dtype=np.int64)
+    shift = np.asarray(shift, dtype=np.int64)
+    quotient = values >> shift
+    remainder = values - (quotient << shift)  # 0 <= remainder < 2**shift
+    half = np.int64(1) << np.maximum(shift - 1, 0)
+    up = (shift > 0) & ((remainder > half) | ((remainder == half) & (quotient % 2 == 1)))
+    return quotient + up
+
+
+def epilogue(acc, bias=None, multiplier=None, shift=None, requant=False, relu=False):
+    """The STORE epilogue (see ``tpugen.isa.Epilogue``) of int32 accumulator values ``acc``;
+    ``bias``, ``multiplier`` and ``shift`` are scalars or per-lane arrays (the last axis)."""
+    t = np.asarray(acc, dtype=np.int64)
+    if bias is not None:
+        t = t + np.asarray(bias, dtype=np.int64)
+    if requant:
+        product = t * (1 if multiplier is None else np.asarray(multiplier, dtype=np.int64))
+        y = np.clip(round_half_even_shift(product, 0 if shift is None else shift), -128, 127)
+    else:
+        y = np.clip(t, -2**31, 2**31 - 1)
+    return np.maximum(y, 0) if relu else y
+
+
+def maxpool2x2(y, axes=(0, 1)):
+    """2x2, stride-2 max pooling over ``axes`` (height, width) of ``y``; an odd last row or
+    column is dropped."""
+    y = np.moveaxis(np.asarray(y), axes, (0, 1))
+    h, w = y.shape[0] // 2, y.shape[1] // 2
+    y = y[:2 * h, :2 * w].reshape(h, 2, w, 2, *y.shape[2:]).max(axis=(1, 3))
+    return np.moveaxis(y, (0, 1), axes)
+
+
+def apply_epilogue(acc, channel_axis, spatial_axes=None, bias=None, requant=None, relu=False,
+                   pool=False):
+    """The runtime's epilogue options on an accumulator tensor: per-channel (or scalar) ``bias``
+    and ``requant=(multiplier, shift)`` along ``channel_axis``, ``relu``, and with ``pool`` 2x2
+    max pooling over ``spatial_axes``; int8 when requantized, else int32."""
+    moved = np.moveaxis(np.asarray(acc, dtype=np.int64), channel_axis, -1)
+    multiplier, shift = requant if requant is not None else (None, None)
+    y = epilogue(moved, bias=bias, multiplier=multiplier, shift=shift,
+                 requant=requant is not None, relu=relu)
+    y = np.moveaxis(y, -1, channel_axis)
+    if pool:
+        y = maxpool2x2(y, spatial_axes)
+    return y.astype(np.int8 if requant is not None else np.int32)

@@ -60,7 +60,10 @@ class Board:
     """PEs one DSP block holds: 2 on iCE40 (an SB_MAC16's two 8x8 halves, hdl/array.py)."""
     softmax: bool = True
     im2col: bool = True
-    """The feature profile of `default_config` (`CoreConfig.softmax`, `im2col`)."""
+    epilogue_multiplier: bool = True
+    counters: str = "full"
+    """The feature profile of `default_config` (`CoreConfig.softmax`, `im2col`,
+    `epilogue_multiplier`, `counters`)."""
 
     @property
     def device(self):
@@ -90,7 +93,8 @@ class Board:
         config = CoreConfig(rows=rows, cols=cols, scratchpad_kib=self.scratchpad_kib,
                             accumulator_kib=self.accumulator_kib,
                             axi_data_width=self.axi_data_width, softmax=self.softmax,
-                            im2col=self.im2col)
+                            im2col=self.im2col, epilogue_multiplier=self.epilogue_multiplier,
+                            counters=self.counters)
         return self.with_dsp_pes(config)
 
     def with_dsp_pes(self, config):
@@ -144,7 +148,7 @@ BOARDS = {board.name: board for board in (
         # are LUTs.
         # The micro profile (no softmax unit, no im2col walker), as the `micro` preset.
         scratchpad_kib=1, accumulator_kib=1, axi_data_width=32, pes_per_dsp=2, softmax=False,
-        im2col=False),
+        im2col=False, epilogue_multiplier=False, counters="basic"),
 )}
 """Boards by name."""
 

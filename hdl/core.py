@@ -4,7 +4,7 @@ from amaranth.lib import memory, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import Out
 
-from ..registers import ADDR_WIDTH
+from ..registers import ADDR_WIDTH, counter_names
 from .axi import (axi_lite_signature, axi_read_signature, axi_write_signature, connect_by_name,
                   flat_ports)
 from .controller import ENGINES, FETCH_ID, Controller
@@ -228,7 +228,8 @@ class TpuCore(wiring.Component):
         for name, engine in engines.items():
             events[f"{name}_busy_cycles"] = (engine.busy, 1)
             events[f"{name}_stall_cycles"] = (getattr(controller, name).stall, 1)
-        for name, (event, amount) in events.items():
+        for name in counter_names(cfg):
+            event, amount = events[name]
             counter = Signal(cfg.counter_width, name=f"counter_{name}")
             with m.If(controller.start):
                 m.d.sync += counter.eq(0)

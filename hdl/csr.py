@@ -1,11 +1,12 @@
 """Control/status registers: the AXI4-Lite slave of the register map (`tpugen.registers`)."""
-from amaranth.hdl import Cat, Const, Module, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import check_config
 from ..isa import NUM_WINDOWS, ErrorCode, Window
-from ..registers import ADDR_WIDTH, COUNTERS, REGISTERS, constant_registers, register
+from ..registers import (ADDR_WIDTH, COUNTERS, REGISTERS, constant_registers, counter_names,
+                         register)
 from .axi import AXI_RESP_OKAY, AXI_RESP_SLVERR, axi_lite_signature
 
 __all__ = ["ControlRegisters"]
@@ -41,7 +42,7 @@ class ControlRegisters(wiring.Component):
             "error_event": In(1),
             "error_code": In(ErrorCode),
             "error_index": In(32),
-            **{name: In(config.counter_width) for name in COUNTERS},
+            **{name: In(config.counter_width) for name in counter_names(config)},
         })
 
     def elaborate(self, platform):
@@ -157,7 +158,11 @@ class ControlRegisters(wiring.Component):
             "ERROR_INDEX": error_index,
         }
         captures = {}
+        present = counter_names(self.config)
         for name in COUNTERS:
+            if name not in present:
+                values[f"{name.upper()}_LO"] = values[f"{name.upper()}_HI"] = Const(0, 32)
+                continue
             values[f"{name.upper()}_LO"] = getattr(self, name)[:32]
             if self.config.counter_width == 64:
                 high = Signal(32, name=f"{name}_hi")
@@ -167,17 +172,32 @@ class ControlRegisters(wiring.Component):
                 values[f"{name.upper()}_HI"] = Const(0, 32)
         assert values.keys() == {reg.name for reg in REGISTERS}
 
+        # R from the AND-OR of the registers that can read other than 0, selected by the
+        # decoded address (SLVERR and 0 at an unmapped address).
+        sources = [reg for reg in REGISTERS if not (isinstance(values[reg.name], Const)
+                                                    and values[reg.name].value == 0)]
+        word = bus.araddr[2:]
+        selected = Cat(word == reg.offset // 4 for reg in sources)
         m.d.comb += bus.arready.eq(~bus.rvalid)
         with m.If(bus.rvalid & bus.rready):
             m.d.sync += bus.rvalid.eq(0)
         with m.If(bus.arvalid & bus.arready):
-            m.d.sync += [bus.rvalid.eq(1), bus.rdata.eq(0), bus.rresp.eq(AXI_RESP_SLVERR)]
-            with m.Switch(bus.araddr[2:]):
-                for reg in REGISTERS:
-                    with m.Case(reg.offset // 4):
-                        m.d.sync += [bus.rdata.eq(values[reg.name]),
-                                     bus.rresp.eq(AXI_RESP_OKAY)]
-                        if reg.name in captures:
-                            high, source = captures[reg.name]
-                            m.d.sync += high.eq(source)
+            mapped = _or(word == reg.offset // 4 for reg in REGISTERS)
+            m.d.sync += [bus.rvalid.eq(1),
+                         bus.rresp.eq(Mux(mapped, AXI_RESP_OKAY, AXI_RESP_SLVERR)),
+                         bus.rdata.eq(_or(selected[i].replicate(32) & values[reg.name]
+                                          for i, reg in enumerate(sources)))]
+            for i, reg in enumerate(sources):
+                if reg.name in captures:
+                    high, source = captures[reg.name]
+                    with m.If(selected[i]):
+                        m.d.sync += high.eq(source)
         return m
+
+
+def _or(values):
+    """The bitwise OR of ``values``."""
+    values = list(values)
+    while len(values) > 1:
+        values = [a | b for a, b in zip(values[::2], values[1::2])] + values[len(values) & ~1:]
+    return values[0]

@@ -27,11 +27,12 @@ class LaneParams(wiring.Component):
     cycles, or with ``broadcast`` one cycle per row of the banks. After reset the banks are
     swept to ``PARAMS_RESET`` the same way, ``clearing`` meanwhile: nothing may read them then.
     ``params``: lanes ``lane .. lane + units - 1`` (those past ``cols`` unspecified), from a
-    registered ``lane`` in the same cycle.
+    registered ``lane`` in the same cycle. Without ``multiplier`` the banks do not keep the
+    multiplier, and ``params`` has multiplier 1.
     """
 
-    def __init__(self, cols, units):
-        self.cols, self.units = cols, units
+    def __init__(self, cols, units, *, multiplier=True):
+        self.cols, self.units, self.multiplier = cols, units, multiplier
         super().__init__({
             "instr": In(stream.Signature(ParamsInstruction)),
             "clearing": Out(1, init=1),
@@ -53,9 +54,13 @@ class LaneParams(wiring.Component):
         every_row = self.clearing | instr.broadcast
         writing = self.clearing | self.instr.valid
         last = k == Mux(every_row, rows - 1, PARAMS_PER_INSTRUCTION - 1)
+        # Entry k >= cols would go to a lane >= cols (not written): only the first cols are read.
+        useful = Cat(instr.entries[e].as_value()
+                     for e in range(min(cols, PARAMS_PER_INSTRUCTION)))
         entry = Signal(EpilogueParams)
         m.d.comb += [entry.eq(Mux(self.clearing, EpilogueParams.const(PARAMS_RESET),
-                                  instr.entries[Mux(instr.broadcast, 0, k)])),
+                                  useful.word_select(Mux(instr.broadcast, 0, k),
+                                                     EpilogueParams.size))),
                      self.instr.ready.eq(~self.clearing & last)]
         m.d.sync += k.eq(Mux(writing & ~last, k + 1, 0))
         with m.If(self.clearing & last):
@@ -64,9 +69,11 @@ class LaneParams(wiring.Component):
 
         # Reads: bank b holds lane `lane` + u for u = (b - lane) % units, in the row of `lane`
         # or the next; unit u takes bank (lane + u) % units.
+        kept = EpilogueParams if self.multiplier else _SHIFT_ONLY_PARAMS
+        reset = {name: PARAMS_RESET[name] for name in kept.members}
         outputs = []
         for b in range(units):
-            bank = memory.Memory(shape=EpilogueParams, depth=rows, init=[PARAMS_RESET] * rows)
+            bank = memory.Memory(shape=kept, depth=rows, init=[reset] * rows)
             m.submodules[f"bank{b}"] = bank
             write, read = bank.write_port(), bank.read_port(domain="comb")
             if select:
@@ -75,15 +82,23 @@ class LaneParams(wiring.Component):
                              read.addr.eq((self.lane >> bank_bits) + (b < self.lane[:bank_bits]))]
             else:
                 ours = lane == b
-            m.d.comb += [write.en.eq(writing & (every_row | ours)),
-                         write.data.eq(entry)]
-            outputs.append(read.data)
+            params = Signal(EpilogueParams, init=PARAMS_RESET, name=f"params{b}")
+            m.d.comb += write.en.eq(writing & (every_row | ours))
+            for name in kept.members:  # without the multiplier it stays PARAMS_RESET's
+                m.d.comb += [getattr(write.data, name).eq(getattr(entry, name)),
+                             getattr(params, name).eq(getattr(read.data, name))]
+            outputs.append(params)
         if select:
             m.d.comb += self.params.eq(select_units(Cat(outputs), self.lane[:bank_bits], units,
                                                     EpilogueParams.size))
         else:
             m.d.comb += self.params.eq(Cat(outputs))
         return m
+
+
+_SHIFT_ONLY_PARAMS = data.StructLayout({name: shape for name, shape
+                                        in EpilogueParams.members.items() if name != "multiplier"})
+"""What `LaneParams` keeps of a lane's `EpilogueParams` on a core without the multiplier."""
 
 
 class EpilogueDatapath(wiring.Component):
@@ -96,13 +111,15 @@ class EpilogueDatapath(wiring.Component):
     shift (by bytes), keeping a guard bit and a sticky bit, and clamps the quotient to what
     can still come back into range: int8 or int32. Stage 4 shifts by the low three bits and
     rounds half to even; stage 5 saturates and applies ReLU. ``y``: the int32 or int8 (sign
-    extended) results, ``LATENCY`` advances after their ``acc``.
+    extended) results, ``LATENCY`` advances after their ``acc``. Without ``multiplier`` stage
+    2 only delays ``t`` (the multiplier of ``params`` is ignored, as if 1), and the later stages
+    are sized for ``t``: a bias, shift, ReLU and pool epilogue without a DSP or LUT multiplier.
     """
 
     LATENCY = 5
 
-    def __init__(self, units):
-        self.units = units
+    def __init__(self, units, *, multiplier=True):
+        self.units, self.multiplier = units, multiplier
         super().__init__({
             "advance": In(1),
             "options": In(Epilogue),
@@ -131,10 +148,13 @@ class EpilogueDatapath(wiring.Component):
             with m.If(self.advance):
                 m.d.sync += peak.eq(pooled)
             t = stage(pooled + Mux(self.options.bias, params.bias, 0), f"t{u}")
-            multiplier = stage(Mux(int8, params.multiplier, 1), f"multiplier{u}")
             shift = stage(Mux(int8, params.shift, 0), f"shift{u}")
-            # 2: t * multiplier, at most 50 bits.
-            product = stage(t * multiplier, f"product{u}")
+            # 2: t * multiplier, at most 50 bits (33 without the multiplier).
+            if self.multiplier:
+                multiplier = stage(Mux(int8, params.multiplier, 1), f"multiplier{u}")
+                product = stage(t * multiplier, f"product{u}")
+            else:
+                product = stage(t, f"product{u}")
             shift = stage(shift, f"shift{u}_2")
             # 3: twice = 2 * product, shifted right by 8 * high (the bit below the quotient is
             # the guard bit); sticky: any bit shifted out. The quotient, clamped to 16 bits

@@ -100,8 +100,9 @@ class StoreEngine(wiring.Component):
             walker.abort.eq(stopped),
         ]
 
-        m.submodules.lane_params = lane_params = LaneParams(cols, units)
-        m.submodules.datapath = datapath = EpilogueDatapath(units)
+        multiplier = config.epilogue_multiplier
+        m.submodules.lane_params = lane_params = LaneParams(cols, units, multiplier=multiplier)
+        m.submodules.datapath = datapath = EpilogueDatapath(units, multiplier=multiplier)
         m.d.comb += lane_params.instr.payload.eq(params_instr)
 
         # Planned steps -> accumulator read -> A: parameter read, the epilogue datapath's

@@ -99,6 +99,8 @@ def golden_program(config, program, acc, seed, **axi):
     for item in program:
         if isinstance(item, bytes):
             set_lanes(lanes, item)
+            if not config.epilogue_multiplier:  # the contract: PARAMS' multiplier is ignored
+                lanes["multiplier"][:] = 1
             instructions.append(item)
         else:
             desc, fields = item
@@ -366,18 +368,23 @@ def boundary_products(rng):
     return cases
 
 
-@pytest.mark.parametrize("requant,relu", [(1, 0), (1, 1), (0, 0), (0, 1)])
-def test_datapath(requant, relu):
+@pytest.mark.parametrize("requant,relu,multiplier", [(1, 0, True), (1, 1, True), (0, 0, True),
+                                                     (0, 1, True), (1, 0, False), (1, 1, False),
+                                                     (0, 0, False)])
+def test_datapath(requant, relu, multiplier):
     # EpilogueDatapath alone, one lane, a value a cycle: t = acc + bias over the whole 33-bit
     # range, products next to every saturation and rounding boundary of every shift, against
-    # the golden model.
+    # the golden model. Without the multiplier, the params' multiplier is ignored (as if 1).
     rng = np.random.default_rng(requant * 2 + relu)
     cases = boundary_products(rng)
     t, mult, shift = (np.array(c, dtype=np.int64) for c in zip(*cases))
+    if not multiplier:  # t itself next to the boundaries
+        t = np.clip(t * mult, -2**32, 2**32 - 2)
     acc = np.clip(t, -2**31, 2**31 - 1)
     bias = t - acc
-    expected = epilogue(acc, bias, mult, shift, requant=bool(requant), relu=bool(relu))
-    dut = EpilogueDatapath(1)
+    expected = epilogue(acc, bias, mult if multiplier else 1, shift, requant=bool(requant),
+                        relu=bool(relu))
+    dut = EpilogueDatapath(1, multiplier=multiplier)
     lane_acc, lane_y = (data.View(data.ArrayLayout(signed(32), 1), v)[0] for v in (dut.acc, dut.y))
     lane_params = data.View(data.ArrayLayout(EpilogueParams, 1), dut.params)[0]
     got = []
@@ -402,7 +409,8 @@ def test_datapath(requant, relu):
     got = np.array(got[:len(cases)])
     mismatch = np.flatnonzero(got != expected)
     assert not mismatch.size, [(cases[i], int(got[i]), int(expected[i])) for i in mismatch[:5]]
-    assert len({int(v) for v in expected}) > (60 if requant else 1000)  # not all saturated
+    distinct = (60 if multiplier else 25) if requant else 1000
+    assert len({int(v) for v in expected}) > distinct  # not all saturated
 
 
 EPILOGUES = {
@@ -441,6 +449,40 @@ def test_epilogue_options(name):
         if not fields.get("requant"):  # saturation of both signs happens
             assert (tile == 2**31 - 1).any() == bool(fields.get("bias"))
             assert (tile == -2**31).any() == (bool(fields.get("bias")) and not fields.get("relu"))
+
+
+def test_shift_only_epilogue():
+    # A core without the epilogue multiplier (micro's), 5 lanes on a 32-bit bus: PARAMS'
+    # multipliers (random, not 1) are ignored; bias, round-half-even shift, saturation, ReLU and
+    # pooling as the golden model with multiplier 1, int8 and int32, pooled and not; a PARAMS
+    # from lane 3 (fewer lanes than entries).
+    config = CoreConfig(rows=4, cols=5, scratchpad_kib=1, accumulator_kib=2, axi_data_width=32,
+                        epilogue_multiplier=False)
+    rng = np.random.default_rng(16)
+    lanes = [(int(rng.integers(-300, 300)), int(rng.integers(2, 65536)), shift)
+             for shift in (1, 4, 5, 6, 40)]
+    base, h, w = 3, 4, 5
+    acc = conv_image(rng, h, w, 5, base, config.accumulator_rows)
+    acc[base:base + h * w:3] = rng.integers(-2**31, 2**31, (7, 5))
+    pool = {"pool": 1, "pool_pitch": w}
+    int8 = descriptor(0, [(5, 0, 5, 1), (h * w, 0, h * w, 5)], sram_row=base)
+    program = [params(lanes),
+               (int8, {"requant": 1, "bias": 1}),
+               (int8, {"requant": 1, "relu": 1}),
+               (descriptor(512, [(5, 0, 5, 4), (2, 0, 2, 20), (2, 0, 2, 40)], sram_row=base,
+                           elem_log2=2), {**pool, "bias": 1, "relu": 1}),
+               (descriptor(1024, [(5, 0, 5, 1), (2, 0, 2, 5), (2, 0, 2, 10)], sram_row=base),
+                {**pool, "requant": 1, "bias": 1}),
+               # Entries 0 and 1 to lanes 3 and 4; entries 2.. past the 5 lanes change nothing.
+               params([(-77, 9, 2), (1000, 5, 3), (5, 5, 5)] * 2, first_lane=3),
+               (int8, {"requant": 1, "bias": 1})]
+    _, tiles = program_case(config, program, acc, seed=16)
+    assert (tiles[4][..., :3] == tiles[0][..., :3]).all()
+    assert (tiles[4][..., 3:] != tiles[0][..., 3:]).any(axis=(0, 1, 2)).all()
+    image = acc[base:base + h * w]
+    b, _, shift = (np.array(x) for x in zip(*lanes))
+    np.testing.assert_array_equal(tiles[0][0, 0], epilogue(image, b, 1, shift, requant=True))
+    assert len(np.unique(tiles[0])) > 20 and {-128, 127} <= set(tiles[0].flat)
 
 
 @pytest.mark.parametrize("width", [32, 64, 128])

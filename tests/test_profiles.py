@@ -10,15 +10,21 @@ from tpugen.sim import SimDevice
 from tpugen.firmware.attention import compile_softmax
 from tpugen.firmware.device import DeviceError
 from tpugen.firmware.conv2d import compile_conv2d
-from tpugen.sim.golden import conv2d_int32, matmul_int32
+from tpugen.firmware.board import config_from_registers
+from tpugen.registers import (BASIC_COUNTERS, COUNTERS, constant_registers, counter_names,
+                              register)
+from tpugen.sim.golden import apply_epilogue, conv2d_int32, matmul_int32
 
 MICRO = PRESETS["micro"]
-FULL = dataclasses.replace(MICRO, softmax=True, im2col=True)
+FULL = dataclasses.replace(MICRO, softmax=True, im2col=True, epilogue_multiplier=True,
+                           counters="full")
 """The same geometry with every feature: compiles the programs the micro core must refuse."""
 
 
 @pytest.mark.parametrize("field, value", [("softmax", 1), ("im2col", "yes"),
-                                          ("counter_width", 48), ("counter_width", True)])
+                                          ("counter_width", 48), ("counter_width", True),
+                                          ("epilogue_multiplier", 0), ("counters", "none"),
+                                          ("counters", True)])
 def test_bad_profile_fields_name_the_field(field, value):
     with pytest.raises(ValueError, match=f"CoreConfig.{field}="):
         CoreConfig(**{field: value})
@@ -55,3 +61,48 @@ def test_micro_core_computes_what_it_has_and_refuses_the_rest():
         with pytest.raises(DeviceError, match="UNKNOWN_OPCODE"):
             dev._run(im2col, [(0, x), (0x1000, w)], [(0x2000, 4 * 5 * 7 * 6)])
         np.testing.assert_array_equal(dev.matmul(a, b), matmul_int32(a, b))  # still usable
+        check_shift_only_epilogue(dev, rng)
+
+
+def check_shift_only_epilogue(dev, rng):
+    """On a core without the epilogue multiplier: power-of-two multipliers run on the core
+    (folded into the shift), any others on the host; bit-exact either way, awkward shapes."""
+    a = rng.integers(-128, 128, (11, 7), dtype=np.int8)
+    b = rng.integers(-128, 128, (7, 6), dtype=np.int8)
+    acc = matmul_int32(a, b)
+    bias = rng.integers(-3000, 3000, 6)
+    seen = set()
+    for requant, on_host in [(([1, 2, 4, 8, 16, 64], [9, 9, 10, 11, 12, 14]), False),
+                             ((rng.integers(1, 65536, 6), rng.integers(14, 26, 6)), True),
+                             ((3, 10), True), ((1 << 12, 11), True)]:
+        for relu in (False, True):
+            y = dev.matmul(a, b, bias=bias, requant=requant, relu=relu)
+            np.testing.assert_array_equal(
+                y, apply_epilogue(acc, 1, bias=bias, requant=requant, relu=relu))
+            assert y.dtype == np.int8 and dev.stats.host_epilogue == on_host, requant
+            seen |= set(y.flat)
+    assert len(seen) > 100  # not all saturated
+    x = rng.integers(-128, 128, (2, 3, 5, 7), dtype=np.int8)
+    w = rng.integers(-128, 128, (5, 3, 2, 3), dtype=np.int8)
+    requant = (rng.integers(1, 65536, 5), rng.integers(12, 22, 5))
+    y = dev.conv2d(x, w, stride=2, padding=1, bias=bias[:5], requant=requant, relu=True)
+    np.testing.assert_array_equal(y, apply_epilogue(
+        conv2d_int32(x, w, stride=2, padding=1, dilation=1), 1, bias=bias[:5], requant=requant,
+        relu=True))
+    assert dev.stats.host_epilogue and len(np.unique(y)) > 10
+    with pytest.raises(ValueError, match="requant multipliers.*epilogue_multiplier=False"):
+        dev.prepare_matmul(a.shape, b, requant=(3, 1))
+    call = dev.prepare_matmul(a.shape, b, requant=(2, 3))  # folded: resident calls run it
+    dev.launch(call, a)
+    np.testing.assert_array_equal(dev.download(call.output, call.dtype, call.shape),
+                                  apply_epilogue(acc, 1, requant=(2, 3)))
+
+
+def test_the_registers_describe_the_profile():
+    # CONFIG1 tells the runtime (BoardDevice) what the core has; an older core reads as full.
+    for config in (MICRO, FULL, PRESETS["default"]):
+        constants = constant_registers(config)
+        assert config_from_registers(constants.__getitem__) == config
+    fields = register("CONFIG1").fields_of(constant_registers(MICRO)["CONFIG1"])
+    assert (fields.shift_only_epilogue, fields.basic_counters) == (1, 1)
+    assert counter_names(MICRO) == BASIC_COUNTERS and counter_names(FULL) == tuple(COUNTERS)

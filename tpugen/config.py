@@ -41,6 +41,14 @@ class CoreConfig:
     im2col LOAD stops the core with UNKNOWN_OPCODE; conv2d then needs the pixels lowering."""
     counter_width: int = 32
     """Width of the performance counters, 32 or 64 bits (the ``_HI`` registers read 0 at 32)."""
+    # The feature profile of the store epilogue and the registers (the micro preset's savings).
+    epilogue_multiplier: bool = True
+    """The epilogue's per-lane requantize multiplier. Without it the core ignores the multiplier
+    of PARAMS (as if 1): the runtime folds a power-of-two multiplier into the shift and applies
+    any other requantization on the host (`Stats.host_epilogue`)."""
+    counters: str = "full"
+    """The performance counters: "full" (every one of ``registers.COUNTERS``) or "basic" (only
+    ``registers.BASIC_COUNTERS``, what `Stats` reports; the others read 0)."""
 
     def __post_init__(self):
         def check(name, ok, allowed):
@@ -61,11 +69,12 @@ class CoreConfig:
                   "a power of two in 1..1024")
         check("axi_data_width", lambda v: v in (32, 64, 128), "32, 64 or 128")
         check("lut_multipliers", integer_in(0, self.macs), f"an integer in 0..{self.macs} (rows*cols)")
-        for name in ("softmax", "im2col"):
+        for name in ("softmax", "im2col", "epilogue_multiplier"):
             value = getattr(self, name)
             if not isinstance(value, bool):
                 raise ValueError(f"CoreConfig.{name}={value!r} is invalid: allowed True or False")
         check("counter_width", lambda v: v in (32, 64), "32 or 64")
+        check("counters", lambda v: v in ("full", "basic"), '"full" or "basic"')
         if self.scratchpad_rows > 65536:
             raise ValueError(f"CoreConfig.scratchpad_kib={self.scratchpad_kib!r} is invalid: "
                              f"at most 65536 rows of {self.lanes} bytes")
@@ -130,8 +139,10 @@ PRESETS = {
     "tiny": CoreConfig(rows=2, cols=2, scratchpad_kib=4, accumulator_kib=4, axi_data_width=32),
     "default": CoreConfig(),
     "large": CoreConfig(rows=16, cols=16, scratchpad_kib=256, accumulator_kib=64, axi_data_width=128),
-    "micro": CoreConfig(rows=4, cols=4, scratchpad_kib=4, accumulator_kib=4, axi_data_width=32,
-                        softmax=False, im2col=False),
+    # The UP5K's 30 SB_RAM40_4K: the scratchpad and accumulator are each read through two
+    # copies; 2 KiB of scratchpad is 8 of them, 4 KiB of accumulator (128-bit rows) 16.
+    "micro": CoreConfig(rows=4, cols=4, scratchpad_kib=2, accumulator_kib=4, axi_data_width=32,
+                        softmax=False, im2col=False, epilogue_multiplier=False, counters="basic"),
 }
 
 

@@ -7,14 +7,14 @@ from amaranth.lib import data
 from .arch import Engine
 from .isa import NUM_WINDOWS
 
-__all__ = ["ACCESSES", "ADDR_WIDTH", "COUNTERS", "CSR_VERSION", "ID_MAGIC", "REGISTERS", "BitField",
-           "Register", "constant_registers", "register", "register_span", "registers_markdown",
-           "window_writes"]
+__all__ = ["ACCESSES", "ADDR_WIDTH", "BASIC_COUNTERS", "COUNTERS", "CSR_VERSION", "ID_MAGIC",
+           "REGISTERS", "BitField", "Register", "constant_registers", "counter_names", "register",
+           "register_span", "registers_markdown", "window_writes"]
 
 ADDR_WIDTH = 12
 ID_MAGIC = 0x54505547
 """Value of the ID register: "TPUG" in ASCII."""
-CSR_VERSION = (1, 0)
+CSR_VERSION = (1, 1)
 """Register map version (major, minor): major changes break software."""
 ACCESSES = {
     "ro": "read-only; writes are ignored",
@@ -34,6 +34,17 @@ COUNTERS = {
 }
 """Performance counters (``CoreConfig.counter_width`` bits): ``ControlRegisters`` input members
 and ``<NAME>_LO/_HI`` pairs."""
+
+BASIC_COUNTERS = ("cycles", "macs", "bytes_read", "bytes_written",
+                  *(f"{engine.name.lower()}_busy_cycles" for engine in Engine))
+"""The counters of ``CoreConfig.counters="basic"``: those the runtime's `Stats` reports (the
+stall counters are left out; their registers read 0)."""
+
+
+def counter_names(config):
+    """The counters a core of ``config`` has, in ``COUNTERS`` order."""
+    return tuple(name for name in COUNTERS
+                 if config.counters == "full" or name in BASIC_COUNTERS)
 
 
 @dataclass(frozen=True)
@@ -118,7 +129,11 @@ def _registers():
             BitField("windows", 16, 8, "Number of access windows."),
             BitField("softmax", 24, 1, "The softmax unit is present (SOFTMAX, fused attention)."),
             BitField("im2col", 25, 1, "The load engine's im2col walker is present."),
-            BitField("wide_counters", 26, 1, "Counters are 64 bits (else 32: _HI reads 0)."))),
+            BitField("wide_counters", 26, 1, "Counters are 64 bits (else 32: _HI reads 0)."),
+            BitField("shift_only_epilogue", 27, 1, "The epilogue has no multiplier: it ignores "
+                                                   "PARAMS' multiplier (as if 1)."),
+            BitField("basic_counters", 28, 1, "Only the basic counters (cycles, macs, bytes, "
+                                              "busy cycles): the stall counters read 0."))),
         Register("SCRATCHPAD_ROWS", 0x010, "ro", "Scratchpad rows (of `lanes` bytes)."),
         Register("ACCUMULATOR_ROWS", 0x014, "ro", "Accumulator rows (of `cols` int32)."),
         Register("CONTROL", 0x020, "w1s", "Commands.", (
@@ -218,7 +233,9 @@ def constant_registers(config):
                     "acc_width": config.acc_width},
         "CONFIG1": {"axi_data_width": config.axi_data_width, "lanes": config.lanes,
                     "windows": NUM_WINDOWS, "softmax": config.softmax, "im2col": config.im2col,
-                    "wide_counters": config.counter_width == 64},
+                    "wide_counters": config.counter_width == 64,
+                    "shift_only_epilogue": not config.epilogue_multiplier,
+                    "basic_counters": config.counters == "basic"},
     }
     return {
         "ID": ID_MAGIC,
