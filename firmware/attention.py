@@ -10,8 +10,8 @@ from ..arch import Engine, min_tile_length
 from ..isa import SoftmaxInstruction, SoftmaxMode
 from .program import LEAD, Deps, Dim, Op, Program, schedule, tensor
 
-__all__ = ["AttentionPlan", "attention_operands", "compile_attention", "compile_softmax",
-           "plan_attention", "quantize_attention", "quantize_int8", "quantize_log2",
+__all__ = ["AttentionPlan", "attention_macs", "attention_operands", "compile_attention",
+           "compile_softmax", "plan_attention", "quantize_attention", "quantize_int8", "quantize_log2",
            "quantize_softmax"]
 
 _MAX_TILES = 8
@@ -116,6 +116,13 @@ def _query_tiles(seq, m_tile):
     """Rows of the query tiles: as few as tiles of ``m_tile`` need, balanced."""
     tiles = -(-seq // m_tile)
     return [seq // tiles + (i < seq % tiles) for i in range(tiles)]
+
+
+def attention_macs(heads, seq, kv, dim, causal=False):
+    """The useful multiply-accumulates of attention: 2 * dim (q.k and p.v) per query-key pair
+    that is not masked (``causal``: key j of query i when j <= i + kv - seq)."""
+    pairs = sum(min(kv, i + kv - seq + 1) for i in range(seq)) if causal else seq * kv
+    return 2 * dim * pairs * heads
 
 
 def plan_attention(config, seq, kv, dim):

@@ -9,7 +9,7 @@ from ..arch import SOFTMAX_OUT_FRAC, Engine
 from ..config import CoreConfig, check_config
 from ..registers import register
 from ..run_protocol import drive, run_program
-from .attention import (attention_operands, compile_attention, compile_softmax, plan_attention,
+from .attention import (attention_macs, attention_operands, compile_attention, compile_softmax, plan_attention,
                         quantize_attention, quantize_softmax)
 from .epilogue import Epilogue, output_dtype
 from .conv2d import compile_conv2d, conv2d_lowering, conv2d_output_shape, conv2d_weights
@@ -24,11 +24,17 @@ _PAGE = 4096
 
 @dataclass(frozen=True)
 class Stats:
-    """Hardware performance counters of the last call."""
+    """Hardware performance counters of the last call, and the useful work it did."""
     cycles: int
     macs: int
+    """The operation's own multiply-accumulates: M*K*N (matmul), N*K*P*Q*C*R*S (conv2d, before
+    pooling), 2*d per unmasked query-key pair (attention), 0 (softmax)."""
     mac_utilization: float
-    """macs / (cycles * rows * cols)."""
+    """Useful work: macs / (cycles * rows * cols). A partial tile counts what it computes."""
+    issued_macs: int
+    """The array's counter: rows * cols per activation vector streamed, partial tiles in full."""
+    array_occupancy: float
+    """issued_macs / (cycles * rows * cols): how busy the array was, useful or not."""
     bytes_read: int
     bytes_written: int
     load_busy_cycles: int
@@ -63,7 +69,8 @@ class PreparedCall:
     """A matmul or conv2d resident on the device (`Device.prepare_matmul`,
     `Device.prepare_conv2d`): its program, weights (with the epilogue's parameters in the
     program) and output are written once; `Device.launch` runs it on what ``input`` holds.
-    ``uploaded``: the bytes written to prepare it; ``shape``/``dtype``: the output's."""
+    ``uploaded``: the bytes written to prepare it; ``shape``/``dtype``: the output's; ``macs``:
+    the useful MACs of one launch."""
     input: Resident
     weights: Resident
     output: Resident
@@ -72,6 +79,7 @@ class PreparedCall:
     shape: tuple
     dtype: np.dtype
     uploaded: int
+    macs: int
 
     @property
     def windows(self):
@@ -161,11 +169,12 @@ class Device:
         ``relu``.
         """
         _check_int8("a", a, 2)
-        b, shape, dtype, compile_, host = self._matmul(a.shape, b, bias, requant, relu)
+        b, shape, dtype, compile_, host, macs = self._matmul(a.shape, b, bias, requant, relu)
         out_bytes = dtype.itemsize * int(np.prod(shape))
         (a_addr, b_addr), (c_addr,) = self._layout([a.nbytes, b.nbytes], [out_bytes])
         (c,) = self._run(compile_(a_addr, b_addr, c_addr), [(a_addr, a), (b_addr, b)],
                          [(c_addr, out_bytes)])
+        self._count(macs)
         return self._finish(_array(c, dtype, shape), host, channel_axis=1)
 
     def _finish(self, y, host, channel_axis):
@@ -177,13 +186,19 @@ class Device:
             self.stats = replace(self.stats, host_epilogue=True)
         return host.apply(y, channel_axis)
 
+    def _count(self, macs):
+        """`stats` of the call that just ran with its useful ``macs``."""
+        if self.stats is not None:  # None where nothing ran (`ProgramExport`)
+            lanes = max(1, self.stats.cycles * self.config.macs)
+            self.stats = replace(self.stats, macs=macs, mac_utilization=macs / lanes)
+
     def _epilogue(self, epilogue):
         """(the core's part of ``epilogue``, the host's): `Epilogue.on_core`."""
         return epilogue.on_core(self.config) if epilogue is not None else (None, None)
 
     def _matmul(self, a_shape, b, bias, requant, relu):
         """(b as it goes to memory, output shape, dtype, compile(a_addr, b_addr, c_addr), the
-        host's part of the epilogue) of `matmul` for an ``a`` of ``a_shape``."""
+        host's part of the epilogue, useful MACs) of `matmul` for an ``a`` of ``a_shape``."""
         _check_int8("b", b, 2)
         if a_shape[1] != b.shape[0]:
             raise ValueError(f"a {a_shape} and b {b.shape}: inner dimensions differ")
@@ -195,7 +210,7 @@ class Device:
         def compile_(a_addr, b_addr, c_addr):
             return compile_matmul(self.config, m, k, n, a_addr=a_addr, b_addr=b_addr,
                                   c_addr=c_addr, epilogue=epilogue)
-        return b, (m, n), output_dtype(epilogue), compile_, host
+        return b, (m, n), output_dtype(epilogue), compile_, host, m * k * n
 
     def conv2d(self, x, w, stride=1, padding=0, dilation=1, *, bias=None, requant=None,
                relu=False, pool=False):
@@ -205,17 +220,18 @@ class Device:
         and ``pool``: 2x2 / stride-2 max pooling, giving (N, K, P // 2, Q // 2).
         """
         _check_int8("x", x, 4)
-        weights, out_shape, dtype, compile_, host = self._conv2d(
+        weights, out_shape, dtype, compile_, host, macs = self._conv2d(
             x.shape, w, stride, padding, dilation, bias, requant, relu, pool)
         out_bytes = dtype.itemsize * int(np.prod(out_shape))
         (x_addr, w_addr), (y_addr,) = self._layout([x.nbytes, weights.nbytes], [out_bytes])
         (y,) = self._run(compile_(x_addr, w_addr, y_addr), [(x_addr, x), (w_addr, weights)],
                          [(y_addr, out_bytes)])
+        self._count(macs)
         return self._finish(_array(y, dtype, out_shape), host, channel_axis=1)
 
     def _conv2d(self, x_shape, w, stride, padding, dilation, bias, requant, relu, pool):
         """(w as it goes to memory, output shape, dtype, compile(x_addr, w_addr, y_addr), the
-        host's part of the epilogue) of `conv2d` for an ``x`` of ``x_shape``."""
+        host's part of the epilogue, useful MACs) of `conv2d` for an ``x`` of ``x_shape``."""
         _check_int8("w", w, 4)
         check_option("stride", stride, 1, 255)
         check_option("padding", padding, 0, 255)
@@ -229,7 +245,9 @@ class Device:
             return compile_conv2d(self.config, x_shape, w.shape, stride=stride, padding=padding,
                                   dilation=dilation, x_addr=x_addr, w_addr=w_addr,
                                   y_addr=y_addr, epilogue=epilogue)
-        return weights, out_shape, output_dtype(epilogue), compile_, host
+        n, k, p, q = conv2d_output_shape(x_shape, w.shape, stride, padding, dilation, False)
+        macs = n * k * p * q * int(np.prod(w.shape[1:]))
+        return weights, out_shape, output_dtype(epilogue), compile_, host, macs
 
     def prepare_matmul(self, a_shape, b, *, bias=None, requant=None, relu=False, input=None):
         """`matmul` of an int8 ``a_shape`` a with ``b`` made resident: b, the program and an
@@ -245,7 +263,7 @@ class Device:
         return self._prepare(x_shape, input, *self._conv2d(
             x_shape, w, stride, padding, dilation, bias, requant, relu, pool))
 
-    def _prepare(self, input_shape, input, weights, shape, dtype, compile_, host):
+    def _prepare(self, input_shape, input, weights, shape, dtype, compile_, host, macs):
         if host is not None:
             raise ValueError(f"requant multipliers {host.multiplier} need the host epilogue on "
                              "this core (CoreConfig.epilogue_multiplier=False), which a "
@@ -264,7 +282,7 @@ class Device:
         program = self._allocate(len(code))
         self._write(program, code)
         return PreparedCall(input, stored, output, program, len(compiled), tuple(shape),
-                            dtype, stored.size + program.size)
+                            dtype, stored.size + program.size, macs)
 
     def upload(self, array):
         """``array``'s bytes written to a new `Resident` region (once, kept across calls)."""
@@ -286,6 +304,7 @@ class Device:
                                  f"int8 input of {call.input.size} bytes")
             self._write(call.input, np.ascontiguousarray(x).tobytes())
         self._start(call.windows, call.program.address, call.program_length)
+        self._count(call.macs)
 
     def _allocate(self, size):
         """A new page-aligned `Resident` of ``size`` bytes below the others."""
@@ -344,6 +363,7 @@ class Device:
                                     frac=frac)
         (o,) = self._run(program, [(q_addr, q_mem), (kt_addr, kt_mem), (v_addr, v_mem)],
                          [(o_addr, out_bytes)])
+        self._count(attention_macs(heads, seq, kv, dim, causal))
         return _array(o, np.int32, (heads, seq, dim))
 
     def softmax(self, x):
@@ -416,9 +436,10 @@ class Device:
         run = drive(self._link(), run_program(windows, program_address, program_length,
                                               timeout_cycles))
         counters = run.counters
+        lanes = max(1, counters["cycles"] * self.config.macs)
         self.stats = Stats(
-            cycles=counters["cycles"], macs=counters["macs"],
-            mac_utilization=counters["macs"] / max(1, counters["cycles"] * self.config.macs),
+            cycles=counters["cycles"], macs=0, mac_utilization=0.0,
+            issued_macs=counters["macs"], array_occupancy=counters["macs"] / lanes,
             bytes_read=counters["bytes_read"], bytes_written=counters["bytes_written"],
             **{f"{e}_busy_cycles": counters[f"{e}_busy_cycles"]
                for e in (engine.name.lower() for engine in Engine)})

@@ -199,13 +199,20 @@ def _error_line(err):
 
 
 def test_demo_counts_the_operations_own_macs():
+    """The demo's (and `Stats.macs`') useful MACs: a partial tile counts what it computes;
+    attention 2 d per query-key pair, the masked ones not; counted by hand."""
     from tpugen.demo import DEMO_WORKLOADS, useful_macs
+    from tpugen.firmware.attention import attention_macs
 
     shapes = {op + str(i): shape for i, (op, shape) in enumerate(DEMO_WORKLOADS)}
     assert useful_macs("matmul", shapes["matmul0"]) == 37 * 13 * 6
     # 2 x 8 x 9 x 9, 3x3 stride 2 no padding -> 4 x 4 pixels, 16 filters
     assert useful_macs("conv2d", shapes["conv2d4"]) == 2 * 4 * 4 * 8 * 3 * 3 * 16
-    assert useful_macs("attention", shapes["attention7"]) == 2 * 2 * 64 * 64 * 32
+    assert useful_macs("attention", shapes["attention7"]) == 2 * 2 * 32 * (64 * 65 // 2)
+    assert attention_macs(2, 64, 64, 32) == 2 * 2 * 64 * 64 * 32
+    assert attention_macs(2, 64, 64, 32, causal=True) == 2 * 2 * 32 * (64 * 65 // 2)
+    # L=3 queries, S=5 keys: query i sees keys 0 .. i + 2 -> 3, 4, 5 pairs
+    assert attention_macs(1, 3, 5, 4, causal=True) == 2 * 4 * (3 + 4 + 5)
 
 
 def test_bench_counts_macs_with_the_demos_function():

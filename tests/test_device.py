@@ -42,12 +42,17 @@ def test_matmul_and_conv2d_on_awkward_shapes():
             c = dev.matmul(a, b)
             assert c.dtype == np.int32 and c.shape == (m, n)
             assert np.array_equal(c, matmul_int32(a, b)), (m, k, n)
-            assert dev.stats.macs >= m * k * n and 0 < dev.stats.mac_utilization <= 1
+            stats = dev.stats
+            assert stats.macs == m * k * n and stats.issued_macs >= stats.macs
+            assert stats.mac_utilization == stats.macs / (stats.cycles * SMALL.macs)
+            assert 0 < stats.mac_utilization <= stats.array_occupancy <= 1
             assert dev.stats.bytes_written == 4 * m * n
         for x_shape, w_shape, stride, padding, dilation in convs:
             x, w = _int8(rng, x_shape), _int8(rng, w_shape)
             y = dev.conv2d(x, w, stride=stride, padding=padding, dilation=dilation)
             assert np.array_equal(y, conv2d_int32(x, w, stride, padding, dilation)), x_shape
+            p, q = y.shape[2:]
+            assert dev.stats.macs == x_shape[0] * w_shape[0] * p * q * int(np.prod(w_shape[1:]))
 
 
 def test_long_reduction_of_extreme_values():

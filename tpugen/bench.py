@@ -135,7 +135,7 @@ def _workload_entry(config, label, op, shape, useful_macs, ideal, stats, seconds
         "op": op, "shape": list(shape), "config": label, "read_latency": READ_LATENCY,
         "cycles": stats.cycles, "useful_macs": useful_macs,
         "mac_utilization": round(useful_macs / (stats.cycles * config.macs), 4),
-        "issued_mac_utilization": round(stats.mac_utilization, 4),
+        "issued_mac_utilization": round(stats.array_occupancy, 4),
         "ideal_utilization": round(ideal, 4),
         "bytes_read": stats.bytes_read, "bytes_written": stats.bytes_written,
         "load_busy_cycles": stats.load_busy_cycles,

@@ -136,7 +136,7 @@ def _attention_workload(config, rng, shape):
 
 def useful_macs(op, shape):
     """The operation's own multiply-accumulates for a `DEMO_WORKLOADS`-style shape (a partial
-    tile counts what it computes, not the lanes it occupies)."""
+    tile counts what it computes, not the lanes it occupies), as `Stats.macs` counts them."""
     if op == "matmul":
         return shape["m"] * shape["k"] * shape["n"]
     if op == "conv2d":
@@ -147,7 +147,10 @@ def useful_macs(op, shape):
             (shape["k"], shape["c"], shape["r"], shape["s"]),
             shape["stride"], shape["padding"], shape["dilation"])
         return shape["n"] * p * q * shape["c"] * shape["r"] * shape["s"] * shape["k"]
-    return 2 * shape["heads"] * shape["seq"] * shape["kv"] * shape["dim"]
+    from .firmware.attention import attention_macs
+
+    return attention_macs(shape["heads"], shape["seq"], shape["kv"], shape["dim"],
+                          shape.get("causal", False))
 
 
 def run_workloads(config, workloads, seed=0, waves=None, waves_window=(None, None),
@@ -173,9 +176,8 @@ def run_workloads(config, workloads, seed=0, waves=None, waves_window=(None, Non
             stats = dev.stats
             results.append({"op": op, "shape": label, "ok": ok, "check": check,
                             "cycles": stats.cycles,
-                            "mac_utilization": useful_macs(op, shape) / (stats.cycles
-                                                                         * config.macs),
-                            "array_occupancy": stats.mac_utilization,
+                            "mac_utilization": stats.mac_utilization,
+                            "array_occupancy": stats.array_occupancy,
                             "bytes_read": stats.bytes_read,
                             "bytes_written": stats.bytes_written})
     failed = sum(not result["ok"] for result in results)
