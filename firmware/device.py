@@ -169,13 +169,17 @@ class Device:
         ``relu``.
         """
         _check_int8("a", a, 2)
-        b, shape, dtype, compile_, host, macs = self._matmul(a.shape, b, bias, requant, relu)
+        return self._call(a, *self._matmul(a.shape, b, bias, requant, relu))
+
+    def _call(self, x, weights, shape, dtype, compile_, host, macs):
+        """Run a lowered matmul or conv2d (see `_matmul`) on input ``x``: its result, channels
+        on axis 1."""
         out_bytes = dtype.itemsize * int(np.prod(shape))
-        (a_addr, b_addr), (c_addr,) = self._layout([a.nbytes, b.nbytes], [out_bytes])
-        (c,) = self._run(compile_(a_addr, b_addr, c_addr), [(a_addr, a), (b_addr, b)],
-                         [(c_addr, out_bytes)])
+        (x_addr, w_addr), (y_addr,) = self._layout([x.nbytes, weights.nbytes], [out_bytes])
+        (y,) = self._run(compile_(x_addr, w_addr, y_addr), [(x_addr, x), (w_addr, weights)],
+                         [(y_addr, out_bytes)])
         self._count(macs)
-        return self._finish(_array(c, dtype, shape), host, channel_axis=1)
+        return self._finish(_array(y, dtype, shape), host, channel_axis=1)
 
     def _finish(self, y, host, channel_axis):
         """The core's result ``y`` with the ``host`` part of the epilogue applied (`Stats`
@@ -220,14 +224,8 @@ class Device:
         and ``pool``: 2x2 / stride-2 max pooling, giving (N, K, P // 2, Q // 2).
         """
         _check_int8("x", x, 4)
-        weights, out_shape, dtype, compile_, host, macs = self._conv2d(
-            x.shape, w, stride, padding, dilation, bias, requant, relu, pool)
-        out_bytes = dtype.itemsize * int(np.prod(out_shape))
-        (x_addr, w_addr), (y_addr,) = self._layout([x.nbytes, weights.nbytes], [out_bytes])
-        (y,) = self._run(compile_(x_addr, w_addr, y_addr), [(x_addr, x), (w_addr, weights)],
-                         [(y_addr, out_bytes)])
-        self._count(macs)
-        return self._finish(_array(y, dtype, out_shape), host, channel_axis=1)
+        return self._call(x, *self._conv2d(x.shape, w, stride, padding, dilation, bias, requant,
+                                           relu, pool))
 
     def _conv2d(self, x_shape, w, stride, padding, dilation, bias, requant, relu, pool):
         """(w as it goes to memory, output shape, dtype, compile(x_addr, w_addr, y_addr), the
