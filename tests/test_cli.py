@@ -223,3 +223,46 @@ def test_bench_counts_macs_with_the_demos_function():
     # 16 x 14 x 14, 3x3 stride 2 padding 1 -> 7 x 7 pixels, 32 filters
     assert workload_macs("conv2d", (1, 16, 14, 14, 32, 3, 3, 2, 1)) == 7 * 7 * 16 * 3 * 3 * 32
     assert workload_macs("attention", (64, 128, 32)) == 2 * 64 * 128 * 32
+
+
+def test_demo_json_is_valid_json(monkeypatch, capsys):
+    """`tpugen demo --json`: the results (a numpy bool among them once) serialize; the core is
+    a stand-in computing the golden models, so only the reporting is under test."""
+    from types import SimpleNamespace
+
+    import tpugen.sim
+    from tpugen.demo import DEMO_WORKLOADS, run_workloads
+    from tpugen.firmware.epilogue import apply_epilogue
+    from tpugen.sim.attention_model import attention_int8_model
+    from tpugen.sim.golden import conv2d_int32, matmul_int32
+
+    stats = SimpleNamespace(cycles=100, mac_utilization=0.25, array_occupancy=0.5,
+                            bytes_read=1, bytes_written=2)
+
+    class GoldenDevice:
+        build_seconds = 0
+
+        def __init__(self, config, **options):
+            self.stats = stats
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc_info):
+            return False
+
+        def matmul(self, a, b, **options):
+            return apply_epilogue(matmul_int32(a, b), 1, **options)
+
+        def conv2d(self, x, w, stride=1, padding=0, dilation=1, pool=False, **options):
+            return apply_epilogue(conv2d_int32(x, w, stride, padding, dilation), 1, (2, 3),
+                                  pool=pool, **options)
+
+        def attention_int8(self, q, k, v, frac, causal=False):
+            return attention_int8_model(CoreConfig(), q, k, v, frac, causal=causal)
+
+    monkeypatch.setattr(tpugen.sim, "SimDevice", GoldenDevice)
+    assert run_workloads(CoreConfig(), DEMO_WORKLOADS, as_json=True) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [w["ok"] for w in report["workloads"]] == [True] * len(DEMO_WORKLOADS)
+    assert report["workloads"][0]["mac_utilization"] == 0.25

@@ -174,7 +174,7 @@ def run_workloads(config, workloads, seed=0, waves=None, waves_window=(None, Non
             ok, check = workload.check(workload.call(dev))
             label = workload.label
             stats = dev.stats
-            results.append({"op": op, "shape": label, "ok": ok, "check": check,
+            results.append({"op": op, "shape": label, "ok": bool(ok), "check": check,
                             "cycles": stats.cycles,
                             "mac_utilization": stats.mac_utilization,
                             "array_occupancy": stats.array_occupancy,
