@@ -23,7 +23,8 @@ NORMALIZE's ``O * r``:
 - NORMALIZE: with b = bitlen(l), ``mant = l << (32 - b)``, ``r = 2**47 // mant`` (2**15 <= r <=
   2**16), sh = b - 1: ``O = sat_int32(rs(O * r, sh))``, i.e. ``O * 2**(OUT_FRAC + LF) / l``: the
   attention output in units of V / 256 (OUT_FRAC = 8). O = 0 where l = 0.
-- Errors, checked at accept (a bad instruction changes nothing): mode not BLOCK or NORMALIZE:
+- Errors, checked the cycle after accept, from the registered instruction (a bad one changes
+  nothing else): mode not BLOCK or NORMALIZE:
   UNKNOWN_OPCODE; count, o_tiles or (BLOCK) tiles 0: BAD_EXTENT; rows past the accumulator,
   probability buffer or state: SRAM_RANGE (NORMALIZE ignores tiles, keys, score_row, p_row).
 
@@ -44,8 +45,8 @@ query. The state is two memories, ``state_m`` (written by the max pass) and ``st
 Timing: the max pass of a query (``tiles`` score rows) runs up to 8 queries ahead of the exp
 pass (``tiles`` rows, writing P) and O rescale (``o_tiles`` rows; none with ``first``) of
 earlier queries, so the accumulator read port is busy every cycle: a BLOCK takes
-``count * (2 * tiles + o_tiles) + ~10`` cycles. NORMALIZE divides two quotient bits per cycle,
-overlapped with the O scaling of the previous query: ``count * max(o_tiles, 10) + ~10`` cycles.
+``count * (2 * tiles + o_tiles) + ~11`` cycles. NORMALIZE divides two quotient bits per cycle,
+overlapped with the O scaling of the previous query: ``count * max(o_tiles, 10) + ~11`` cycles.
 """
 from amaranth.hdl import Array, C, Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, enum, memory, wiring
@@ -186,35 +187,40 @@ class SoftmaxUnit(wiring.Component):
         m.d.comb += [m_read.en.eq(0), l_read.en.eq(0)]  # a read port's enable is 1 unless driven
         m.submodules.jobs = jobs = SyncFIFO(width=_JOB.size, depth=_JOBS)
 
-        # Accept and check an instruction; it stays in `ins` until done.
+        # Accept an instruction into `ins`, check it there the next cycle (`checking`: the
+        # checks' products and sums start from registers, not from the controller's queue),
+        # then start it; it stays in `ins` until done.
         ins = Signal(SoftmaxInstruction)
+        checking = Signal()
         active = Signal()
         block = ins.mode == SoftmaxMode.BLOCK
-        instr = self.instr.payload
-        is_block = instr.mode == SoftmaxMode.BLOCK
         bad = Signal(ErrorCode)
-        with m.If((instr.mode != SoftmaxMode.BLOCK) & (instr.mode != SoftmaxMode.NORMALIZE)):
+        with m.If((ins.mode != SoftmaxMode.BLOCK) & (ins.mode != SoftmaxMode.NORMALIZE)):
             m.d.comb += bad.eq(ErrorCode.UNKNOWN_OPCODE)
-        with m.Elif((instr.count == 0) | (instr.o_tiles == 0) | (is_block & (instr.tiles == 0))):
+        with m.Elif((ins.count == 0) | (ins.o_tiles == 0) | (block & (ins.tiles == 0))):
             m.d.comb += bad.eq(ErrorCode.BAD_EXTENT)
-        with m.Elif((instr.o_row + instr.o_tiles * instr.count > cfg.accumulator_rows)
-                    | (instr.state_row + instr.count > cfg.probability_rows)
-                    | (is_block & (
-                        (instr.score_row + instr.tiles * instr.count > cfg.accumulator_rows)
-                        | (instr.p_row + instr.tiles * instr.count > cfg.probability_rows)))):
+        with m.Elif((ins.o_row + ins.o_tiles * ins.count > cfg.accumulator_rows)
+                    | (ins.state_row + ins.count > cfg.probability_rows)
+                    | (block & (
+                        (ins.score_row + ins.tiles * ins.count > cfg.accumulator_rows)
+                        | (ins.p_row + ins.tiles * ins.count > cfg.probability_rows)))):
             m.d.comb += bad.eq(ErrorCode.SRAM_RANGE)
         accept = Signal()
         start = Signal()
         m.d.comb += [
-            self.instr.ready.eq((self.error == ErrorCode.NONE) & ~active),
+            self.instr.ready.eq((self.error == ErrorCode.NONE) & ~active & ~checking),
             accept.eq(self.instr.valid & self.instr.ready),
-            self.busy.eq(active),
+            self.busy.eq(active | checking),
         ]
-        with m.If(accept & (bad != ErrorCode.NONE)):
-            m.d.sync += self.error.eq(bad)
-        with m.Elif(accept):
-            m.d.sync += [ins.eq(instr), active.eq(1)]
-            m.d.comb += start.eq(1)
+        with m.If(accept):
+            m.d.sync += [ins.eq(self.instr.payload), checking.eq(1)]
+        with m.If(checking):
+            m.d.sync += checking.eq(0)
+            with m.If(bad != ErrorCode.NONE):
+                m.d.sync += self.error.eq(bad)
+            with m.Else():
+                m.d.sync += active.eq(1)
+                m.d.comb += start.eq(1)
 
         def valid_lanes(query, key):
             limit = Mux(ins.causal & (query + ins.causal_offset + 1 < ins.keys),
@@ -275,7 +281,7 @@ class SoftmaxUnit(wiring.Component):
         m.d.comb += self.acc_read.en.eq(op.valid)
 
         with m.If(start):
-            m.d.sync += [f_query.eq(0), f_tile.eq(0), f_addr.eq(instr.score_row), f_key.eq(0)]
+            m.d.sync += [f_query.eq(0), f_tile.eq(0), f_addr.eq(ins.score_row), f_key.eq(0)]
         with m.Elif(front & (f_tile + 1 == ins.tiles)):
             m.d.sync += [f_query.eq(f_query + 1), f_tile.eq(0),
                          f_addr.eq(ins.score_row + f_query + 1), f_key.eq(0)]
@@ -486,7 +492,7 @@ class SoftmaxUnit(wiring.Component):
         m.d.comb += [
             self.done.eq(active & ~b_have & (b_jobs == ins.count) & ~Cat(*stages).any()
                          & ~l_write.en),
-            self.progress.eq(accept | self.acc_read.en | self.acc_write.en | self.p_write.en
+            self.progress.eq(accept | checking | self.acc_read.en | self.acc_write.en | self.p_write.en
                              | m_read.en | l_read.en | m_write.en | l_write.en),
         ]
         with m.If(self.done):
