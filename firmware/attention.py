@@ -11,8 +11,8 @@ from ..isa import SoftmaxInstruction, SoftmaxMode
 from .program import LEAD, Deps, Dim, Op, Program, schedule, tensor
 
 __all__ = ["AttentionPlan", "attention_macs", "attention_operands", "compile_attention",
-           "compile_softmax", "plan_attention", "quantize_attention", "quantize_int8", "quantize_log2",
-           "quantize_softmax"]
+           "compile_softmax", "plan_attention", "quantize_attention", "quantize_int8",
+           "quantize_log2", "quantize_softmax"]
 
 _MAX_TILES = 8
 """Key tiles per block: one online-softmax step covers up to this many `cols`-wide tiles."""

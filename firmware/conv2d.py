@@ -11,7 +11,14 @@ from .gemm_plan import plan_gemm
 from .matmul import compile_gemm
 from .program import LEAD, Dim, Op, Program, schedule, tensor
 
-__all__ = ["compile_conv2d", "conv2d_lowering", "conv2d_output_shape", "conv2d_weights"]
+__all__ = ["compile_conv2d", "conv2d_lowering", "conv2d_macs", "conv2d_output_shape",
+           "conv2d_weights"]
+
+
+def conv2d_macs(x_shape, w_shape, stride, padding, dilation):
+    """The convolution's own multiply-accumulates, N*K*P*Q*C*R*S (before any pooling)."""
+    n, k, p, q = conv2d_output_shape(x_shape, w_shape, stride, padding, dilation)
+    return n * k * p * q * w_shape[1] * w_shape[2] * w_shape[3]
 
 
 def conv2d_output_shape(x_shape, w_shape, stride, padding, dilation, pool=False):

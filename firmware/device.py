@@ -9,10 +9,11 @@ from ..arch import SOFTMAX_OUT_FRAC, Engine
 from ..config import CoreConfig, check_config
 from ..registers import register
 from ..run_protocol import drive, run_program
-from .attention import (attention_macs, attention_operands, compile_attention, compile_softmax, plan_attention,
-                        quantize_attention, quantize_softmax)
+from .attention import (attention_macs, attention_operands, compile_attention, compile_softmax,
+                        plan_attention, quantize_attention, quantize_softmax)
 from .epilogue import Epilogue, output_dtype
-from .conv2d import compile_conv2d, conv2d_lowering, conv2d_output_shape, conv2d_weights
+from .conv2d import (compile_conv2d, conv2d_lowering, conv2d_macs, conv2d_output_shape,
+                     conv2d_weights)
 from .matmul import compile_matmul
 
 __all__ = ["Device", "DeviceError", "PreparedCall", "Resident", "RunImage", "Stats",
@@ -243,8 +244,7 @@ class Device:
             return compile_conv2d(self.config, x_shape, w.shape, stride=stride, padding=padding,
                                   dilation=dilation, x_addr=x_addr, w_addr=w_addr,
                                   y_addr=y_addr, epilogue=epilogue)
-        n, k, p, q = conv2d_output_shape(x_shape, w.shape, stride, padding, dilation, False)
-        macs = n * k * p * q * int(np.prod(w.shape[1:]))
+        macs = conv2d_macs(x_shape, w.shape, stride, padding, dilation)
         return weights, out_shape, output_dtype(epilogue), compile_, host, macs
 
     def prepare_matmul(self, a_shape, b, *, bias=None, requant=None, relu=False, input=None):

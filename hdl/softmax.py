@@ -492,8 +492,8 @@ class SoftmaxUnit(wiring.Component):
         m.d.comb += [
             self.done.eq(active & ~b_have & (b_jobs == ins.count) & ~Cat(*stages).any()
                          & ~l_write.en),
-            self.progress.eq(accept | checking | self.acc_read.en | self.acc_write.en | self.p_write.en
-                             | m_read.en | l_read.en | m_write.en | l_write.en),
+            self.progress.eq(accept | checking | self.acc_read.en | self.acc_write.en
+                             | self.p_write.en | m_read.en | l_read.en | m_write.en | l_write.en),
         ]
         with m.If(self.done):
             m.d.sync += active.eq(0)

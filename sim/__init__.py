@@ -11,8 +11,8 @@ from .device import SimDevice
 
 __all__ = ["BACKEND", "SimDevice", "VERIFICATION"]
 
-BACKEND = ("attention_model", "axi_bursts", "board_sim", "core_driver", "device", "golden", "gtkw",
-           "latency_ram", "session", "softmax_model", "speed", "system_driver", "tb_board",
+BACKEND = ("attention_model", "axi_bursts", "board_sim", "core_driver", "device", "golden",
+           "gtkw", "latency_ram", "session", "softmax_model", "speed", "system_driver", "tb_board",
            "tb_device", "tb_speed", "vcd_window", "verilator")
 """Modules of the simulation backend."""
 

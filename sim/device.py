@@ -85,4 +85,3 @@ class SimDevice(Device):
             window_vcd(trace, self.waves, *self.waves_window)
         self._tmp.cleanup()
         return False
-

@@ -140,13 +140,11 @@ def useful_macs(op, shape):
     if op == "matmul":
         return shape["m"] * shape["k"] * shape["n"]
     if op == "conv2d":
-        from .firmware.conv2d import conv2d_output_shape
+        from .firmware.conv2d import conv2d_macs
 
-        _, _, p, q = conv2d_output_shape(
-            (shape["n"], shape["c"], shape["h"], shape["w"]),
-            (shape["k"], shape["c"], shape["r"], shape["s"]),
-            shape["stride"], shape["padding"], shape["dilation"])
-        return shape["n"] * p * q * shape["c"] * shape["r"] * shape["s"] * shape["k"]
+        return conv2d_macs((shape["n"], shape["c"], shape["h"], shape["w"]),
+                           (shape["k"], shape["c"], shape["r"], shape["s"]),
+                           shape["stride"], shape["padding"], shape["dilation"])
     from .firmware.attention import attention_macs
 
     return attention_macs(shape["heads"], shape["seq"], shape["kv"], shape["dim"],
