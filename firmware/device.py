@@ -30,12 +30,10 @@ class Stats:
     macs: int
     """The operation's own multiply-accumulates: M*K*N (matmul), N*K*P*Q*C*R*S (conv2d, before
     pooling), 2*d per unmasked query-key pair (attention), 0 (softmax)."""
-    mac_utilization: float
-    """Useful work: macs / (cycles * rows * cols). A partial tile counts what it computes."""
     issued_macs: int
     """The array's counter: rows * cols per activation vector streamed, partial tiles in full."""
-    array_occupancy: float
-    """issued_macs / (cycles * rows * cols): how busy the array was, useful or not."""
+    array_macs: int
+    """The array's MACs per cycle: rows * cols."""
     bytes_read: int
     bytes_written: int
     load_busy_cycles: int
@@ -44,6 +42,16 @@ class Stats:
     host_epilogue: bool = False
     """The requantization ran on the host (a core without the epilogue multiplier,
     `Epilogue.on_core`): the core stored int32."""
+
+    @property
+    def mac_utilization(self):
+        """Useful work: macs / (cycles * rows * cols). A partial tile counts what it computes."""
+        return self.macs / max(1, self.cycles * self.array_macs)
+
+    @property
+    def array_occupancy(self):
+        """issued_macs / (cycles * rows * cols): how busy the array was, useful or not."""
+        return self.issued_macs / max(1, self.cycles * self.array_macs)
 
 
 @dataclass(frozen=True)
@@ -194,8 +202,7 @@ class Device:
     def _count(self, macs):
         """`stats` of the call that just ran with its useful ``macs``."""
         if self.stats is not None:  # None where nothing ran (`ProgramExport`)
-            lanes = max(1, self.stats.cycles * self.config.macs)
-            self.stats = replace(self.stats, macs=macs, mac_utilization=macs / lanes)
+            self.stats = replace(self.stats, macs=macs)
 
     def _epilogue(self, epilogue):
         """(the core's part of ``epilogue``, the host's): `Epilogue.on_core`."""
@@ -434,10 +441,9 @@ class Device:
         run = drive(self._link(), run_program(windows, program_address, program_length,
                                               timeout_cycles))
         counters = run.counters
-        lanes = max(1, counters["cycles"] * self.config.macs)
         self.stats = Stats(
-            cycles=counters["cycles"], macs=0, mac_utilization=0.0,
-            issued_macs=counters["macs"], array_occupancy=counters["macs"] / lanes,
+            cycles=counters["cycles"], macs=0, issued_macs=counters["macs"],
+            array_macs=self.config.macs,
             bytes_read=counters["bytes_read"], bytes_written=counters["bytes_written"],
             **{f"{e}_busy_cycles": counters[f"{e}_busy_cycles"]
                for e in (engine.name.lower() for engine in Engine)})

@@ -123,8 +123,8 @@ class _GoldenDevice(Device):
         return False
 
     def _answer(self, op, result):
-        self.stats = Stats(cycles=1000, macs=500, mac_utilization=0.5, issued_macs=500,
-                           array_occupancy=0.5, bytes_read=100,
+        self.stats = Stats(cycles=1000, macs=500, issued_macs=500, array_macs=1,
+                           bytes_read=100,
                            bytes_written=100, load_busy_cycles=300, execute_busy_cycles=600,
                            store_busy_cycles=100)
         result = np.array(result)

@@ -124,6 +124,15 @@ def test_workload_and_usage_errors_before_any_simulation(capsys, argv, message):
     assert message in _error(capsys)
 
 
+def test_compile_for_a_shift_only_core_keeps_the_whole_epilogue_on_the_core(tmp_path):
+    """The C driver has no host epilogue: on a core without the epilogue multiplier (micro),
+    `tpugen compile --requant` draws power-of-two multipliers, so the job's output is int8."""
+    job = tmp_path / "job"
+    assert main(["compile", "matmul", "--preset", "micro", "--m", "9", "--k", "7", "--n", "5",
+                 "--bias", "--requant", "--relu", "-o", str(job)]) == 0
+    assert (job / "expected0.bin").stat().st_size == 9 * 5
+
+
 def test_shape_flags_of_each_op_have_defaults():
     for op, options in SHAPE_OPTIONS.items():
         args = parser().parse_args(["run", op])

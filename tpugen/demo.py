@@ -42,16 +42,23 @@ def format_table(header, rows):
     return "\n".join(lines)
 
 
-def _epilogue_options(rng, shape, acc, channels):
-    """Random per-channel bias and requantization that keep int8 outputs in range, or {}."""
+def _epilogue_options(config, rng, shape, acc, channels):
+    """Random per-channel bias and requantization that keep int8 outputs in range, or {}. On a
+    core without the epilogue multiplier the multipliers are powers of two, which the runtime
+    folds into the shift: the whole epilogue runs on the core (as `tpugen compile`'s C driver,
+    which has no host epilogue, needs)."""
     options = {}
     if shape.get("bias"):
         options["bias"] = rng.integers(-2000, 2000, channels)
     if shape.get("requant"):
-        multiplier = rng.integers(1 << 14, 1 << 16, channels)
+        if config.epilogue_multiplier:
+            multiplier = rng.integers(1 << 14, 1 << 16, channels)
+        else:
+            multiplier = 1 << rng.integers(0, 16, channels)
         peak = max(1, int(np.abs(acc).max()))
         shift = int(np.ceil(np.log2(peak * multiplier.max() / 127)))
-        options["requant"] = (multiplier, np.full(channels, max(shift, 0)))
+        least = 0 if config.epilogue_multiplier else int(multiplier.max()).bit_length() - 1
+        options["requant"] = (multiplier, np.full(channels, max(shift, least)))
     if shape.get("relu"):
         options["relu"] = True
     if shape.get("pool"):
@@ -89,7 +96,7 @@ def prepare_workload(config, rng, op, shape):
         a = rng.integers(-128, 128, (shape["m"], shape["k"]), dtype=np.int8)
         b = rng.integers(-128, 128, (shape["k"], shape["n"]), dtype=np.int8)
         acc = matmul_int32(a, b)
-        options = _epilogue_options(rng, shape, acc, shape["n"])
+        options = _epilogue_options(config, rng, shape, acc, shape["n"])
         expected = apply_epilogue(acc, channel_axis=1, **options)
         label = f"{shape['m']}x{shape['k']}x{shape['n']}" + _epilogue_label(options)
         return Workload(label, lambda dev: dev.matmul(a, b, **options), expected,
@@ -101,7 +108,7 @@ def prepare_workload(config, rng, op, shape):
                          dtype=np.int8)
         conv = {key: shape[key] for key in ("stride", "padding", "dilation")}
         acc = conv2d_int32(x, w, **conv)
-        options = _epilogue_options(rng, shape, acc, shape["k"])
+        options = _epilogue_options(config, rng, shape, acc, shape["k"])
         expected = apply_epilogue(acc, channel_axis=1, spatial_axes=(2, 3), **options)
         label = (f"x{tuple(x.shape)} w{tuple(w.shape)} s{conv['stride']} p{conv['padding']}"
                  + (f" d{conv['dilation']}" if conv["dilation"] != 1 else "")
