@@ -1,20 +1,22 @@
 """The architecture contract (`tpugen.arch`): the hardware is what it says, no copy of it is
 written out elsewhere, and imports flow one way (the runtime never loads the HDL)."""
 import ast
+import random
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 from amaranth.back import rtlil
-from amaranth.hdl import Fragment
+from amaranth.hdl import Fragment, Shape
+from amaranth.lib import data, enum
 
 from tpugen import CoreConfig
 from tpugen.arch import (ENGINE_OPCODES, OPCODE_ENGINE, OPCODE_MASK, PENDING_DEPTH, QUEUE_DEPTH,
                          TOKEN_BITS, TOKEN_FLAGS, TOKEN_LIMIT, Engine, opcode_of, token_flag_bit)
 from tpugen.firmware.program import Deps
 from tpugen.hdl.controller import ENGINES, Controller
-from tpugen.isa import Header, Opcode, encode
+from tpugen.isa import Header, Opcode, encode, instruction_layout, pack
 from tpugen.sim.testbench import UNKNOWN_INSTRUCTION
 
 ROOT = Path(__file__).parent.parent
@@ -80,6 +82,32 @@ CONTRACT = {"tpugen/arch.py", "tpugen/isa.py", "tpugen/registers.py", "tpugen/wi
 
 RUNTIME_ONLY = {r"read_registers\(.*, (?:[2-9]|[1-9][0-9]+)\)"}
 """Patterns not checked in tests/ (the link tests read any number of words on purpose)."""
+
+
+def _random_init(layout, rng):
+    """A mapping (most fields) or a list (every element) for ``layout``, some values past
+    their field's width."""
+    def value(shape):
+        if isinstance(shape, data.Layout):
+            return _random_init(shape, rng)
+        if isinstance(shape, enum.EnumMeta):
+            return rng.choice(list(shape))
+        width = Shape.cast(shape).width
+        return rng.randrange(-2 ** width, 2 ** (width + 1))
+    if isinstance(layout, data.ArrayLayout):
+        return [value(field.shape) for _, field in layout]
+    return {key: value(field.shape) for key, field in layout if rng.random() < 0.8}
+
+
+def test_pack_is_amaranths_const():
+    """`isa.pack` (the compilers' fast encoder) gives the bits of ``layout.const(init)`` for
+    every instruction layout, with fields left out and values out of range."""
+    rng = random.Random(5)
+    layouts = {instruction_layout(op) for op in Opcode} | {instruction_layout(Opcode.LOAD, True)}
+    for layout in layouts:
+        for _ in range(50):
+            init = _random_init(layout, rng)
+            assert pack(layout, init) == layout.const(init).as_bits(), (layout, init)
 
 
 def test_no_copy_of_the_contract():

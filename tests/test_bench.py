@@ -62,9 +62,10 @@ def test_limiting_factor_names_the_largest_loss(entry, expected):
     assert limiting_factor(LARGE, entry).startswith(expected)
 
 
-def _workload(op, shape, util):
+def _workload(op, shape, util, seconds=1.0):
     cycles = 100_000
     return {"op": op, "shape": list(shape), "config": "16x16", "cycles": cycles,
+            "sim_seconds": seconds, "sim_cycles_per_second": round(cycles / seconds),
             "mac_utilization": util, "ideal_utilization": 0.999, "roofline_utilization": 0.99,
             "program_roofline_utilization": 0.97, "limit": "something", "bytes_read": 300_000,
             "bytes_written": 131_072, "score_matrix_bytes": 4 * 512 * 512,
@@ -74,7 +75,7 @@ def _workload(op, shape, util):
 def test_target_rows_from_results(tmp_path):
     results = {
         "workloads": [_workload("matmul", (512, 512, 512), 0.96),
-                      _workload("attention", LARGE_ATTENTIONS[0], 0.61)],
+                      _workload("attention", LARGE_ATTENTIONS[0], 0.61, seconds=3.0)],
         "boards": [{"board": "icebreaker", "rows": 4, "cols": 4, "target_mhz": 25.0,
                     "report": {"overflow": ["luts"], "fmax_mhz": None,
                                "resources": {"luts": {"percent": 1122.0}}}},
@@ -96,6 +97,10 @@ def test_target_rows_from_results(tmp_path):
     assert "tpugen build --board ulx3s-85f --rows 16 --cols 16" in rows["16x16 on ulx3s-85f"]["limit"]
     assert rows["8x8 core under cocotb + Verilator"]["met"] is True
     assert rows["tpugen generate 16x16"]["met"] is False
+    sim_16x16 = rows["SimDevice 16x16, one call each (compile, write, run, read back)"]
+    assert sim_16x16["met"] is True and sim_16x16["measured"].startswith("50,000 cycles/s")
+    assert "(slowest 33,333)" in sim_16x16["measured"]
+    assert rows["SimDevice 8x8, one call each (compile, write, run, read back)"]["met"] is None
     json.dumps(rows)
 
     plot = tmp_path / "bench.png"

@@ -29,14 +29,17 @@ Policies of every core (pinned by tests/test_limits_verilator.py):
   window covers it there, else the core stops with PROGRAM_WINDOW at that ``pc``. DMA element
   addresses do not wrap: an element past 2**32 is ADDRESS_OVERFLOW.
 """
-from amaranth.hdl import signed
+import functools
+from collections.abc import Mapping
+
+from amaranth.hdl import Shape, signed
 from amaranth.lib import data, enum
 
 __all__ = [
     "INSTRUCTION_BITS", "INSTRUCTION_BYTES", "DIMS", "ErrorCode", "Opcode", "Header", "Dim",
     "TensorDescriptor", "Im2colDescriptor", "LoadInstruction", "LoadIm2colInstruction",
     "MatmulInstruction", "StoreInstruction", "Epilogue", "EpilogueParams", "ParamsInstruction",
-    "PARAMS_PER_INSTRUCTION", "PARAMS_RESET", "SoftmaxMode", "SoftmaxInstruction", "decode", "encode",
+    "PARAMS_PER_INSTRUCTION", "PARAMS_RESET", "SoftmaxMode", "SoftmaxInstruction", "decode", "encode", "pack",
     "instruction_layout",
     "NUM_WINDOWS", "Window",
 ]
@@ -232,8 +235,31 @@ def encode(opcode, **fields):
     opcode = Opcode(opcode)
     fields.setdefault("header", {})
     fields["header"] = {**fields["header"], "opcode": opcode}
-    bits = instruction_layout(opcode, fields["header"].get("im2col")).const(fields).as_bits()
+    bits = pack(instruction_layout(opcode, fields["header"].get("im2col")), fields)
     return bits.to_bytes(INSTRUCTION_BYTES, "little")
+
+
+def pack(layout, init):
+    """The bits of ``layout.const(init).as_bits()`` (nested mappings or sequences; fields not
+    named are zero, values are truncated to their field), without building Amaranth constants:
+    the compilers encode an instruction in microseconds rather than a third of a millisecond."""
+    bits = 0
+    for key, value in init.items() if isinstance(init, Mapping) else enumerate(init):
+        offset, width, shape = _fields(layout)[key]
+        if isinstance(shape, data.Layout):
+            value = pack(shape, value)
+        elif isinstance(shape, enum.EnumMeta):
+            value = shape(value).value
+        mask = ((1 << width) - 1) << offset
+        bits = (bits & ~mask) | ((int(value) << offset) & mask)
+    return bits
+
+
+@functools.cache
+def _fields(layout):
+    """{key: (offset, width, shape)} of the fields of ``layout``."""
+    return {key: (field.offset, Shape.cast(field.shape).width, field.shape)
+            for key, field in layout}
 
 
 def decode(raw):
