@@ -19,10 +19,10 @@ demo: install
 	$(VENV)/bin/tpugen demo
 
 test: install
-	$(VENV)/bin/python -m pytest -n $(JOBS)
+	$(VENV)/bin/python -m pytest -n $(JOBS) --durations=20
 
 bench: install
-	$(VENV)/bin/tpugen bench -o bench.json --plot bench.png
+	$(VENV)/bin/tpugen bench -o docs/bench/bench.json --plot docs/bench/bench.png --markdown docs/bench/bench.md
 
 # docs/area.md and docs/area/*.json: cells per block of the reference cores, from yosys alone
 # (one synthesis after another, each 5 to 15 minutes on 2 cores).

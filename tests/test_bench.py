@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tpugen.bench import (LARGE_ATTENTIONS, LARGE_CONVS, READ_LATENCY, BenchCheckError,
-                          compulsory_bytes, limiting_factor, measure_workloads, plot_bench,
+                          bench_markdown, compulsory_bytes, limiting_factor, measure_workloads, plot_bench,
                           roofline_utilization, run_bench, target_rows)
 from tpugen.cli import main
 from tpugen.config import PRESETS, CoreConfig
@@ -69,7 +69,7 @@ def _workload(op, shape, util, seconds=1.0):
             "mac_utilization": util, "ideal_utilization": 0.999, "roofline_utilization": 0.99,
             "program_roofline_utilization": 0.97, "limit": "something", "bytes_read": 300_000,
             "bytes_written": 131_072, "score_matrix_bytes": 4 * 512 * 512,
-            "issued_mac_utilization": util, "read_latency": READ_LATENCY}
+            "issued_mac_utilization": util, "read_latency": READ_LATENCY, "check": "exact"}
 
 
 def test_target_rows_from_results(tmp_path):
@@ -102,6 +102,10 @@ def test_target_rows_from_results(tmp_path):
     assert "(slowest 33,333)" in sim_16x16["measured"]
     assert rows["SimDevice 8x8, one call each (compile, write, run, read back)"]["met"] is None
     json.dumps(rows)
+    results["targets"] = target_rows(results)
+    markdown = bench_markdown(results)
+    assert "| matmul 512^3 on 16x16, read latency 20 | >= 95% | 96.0% (100,000 cycles)" in markdown
+    assert markdown.count("\n| 16x16 | ") == 2  # a row per workload
 
     plot = tmp_path / "bench.png"
     plot_bench(results, plot)

@@ -348,12 +348,14 @@ def _sim(args):
 
 
 def _bench(args):
-    from .bench import BenchCheckError, plot_bench, run_bench
+    from .bench import BenchCheckError, bench_markdown, plot_bench, run_bench
     from .demo import format_table
 
     _check_writable(args.output)
     if args.plot:
         _check_writable(args.plot, "--plot")
+    if args.markdown:
+        _check_writable(args.markdown, "--markdown")
     try:
         results = run_bench(quick=args.quick, builds=args.builds)
     except BenchCheckError as error:
@@ -379,6 +381,9 @@ def _bench(args):
           {True: "yes", False: "NO", None: "-"}[t["met"]], t["limit"])
          for t in results["targets"]]))
     print(f"wrote {args.output}", file=sys.stderr)
+    if args.markdown:
+        args.markdown.write_text(bench_markdown(results))
+        print(f"wrote {args.markdown}", file=sys.stderr)
     if args.plot:
         plot_bench(results, args.plot)
         print(f"wrote {args.plot}", file=sys.stderr)
@@ -627,6 +632,8 @@ def parser():
                        help="results as JSON")
     bench.add_argument("--plot", type=Path, metavar="FILE.png",
                        help="utilization against the ideal")
+    bench.add_argument("--markdown", type=Path, metavar="FILE.md",
+                       help="the targets and workloads as markdown tables (docs/bench/bench.md)")
     bench.add_argument("--quick", action="store_true",
                        help="leave out the large workloads of the targets (512-cube matmul, "
                             "56x56 conv, L=512 attention on 16x16)")
