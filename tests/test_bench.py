@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from tpugen.bench import (LARGE_ATTENTIONS, LARGE_CONVS, READ_LATENCY, BenchCheckError,
-                          bench_markdown, compulsory_bytes, limiting_factor, measure_workloads, plot_bench,
-                          roofline_utilization, run_bench, target_rows)
+                          bench_markdown, compulsory_bytes, limiting_factor, measure_workloads,
+                          plot_bench, roofline_utilization, run_bench, target_rows)
 from tpugen.cli import main
 from tpugen.config import PRESETS, CoreConfig
 from tpugen.firmware.device import Device, Stats
