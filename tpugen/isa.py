@@ -39,8 +39,8 @@ __all__ = [
     "INSTRUCTION_BITS", "INSTRUCTION_BYTES", "DIMS", "ErrorCode", "Opcode", "Header", "Dim",
     "TensorDescriptor", "Im2colDescriptor", "LoadInstruction", "LoadIm2colInstruction",
     "MatmulInstruction", "StoreInstruction", "Epilogue", "EpilogueParams", "ParamsInstruction",
-    "PARAMS_PER_INSTRUCTION", "PARAMS_RESET", "SoftmaxMode", "SoftmaxInstruction", "decode", "encode", "pack",
-    "instruction_layout",
+    "PARAMS_PER_INSTRUCTION", "PARAMS_RESET", "SoftmaxMode", "SoftmaxInstruction", "decode", "encode",
+    "instruction_layout", "pack",
     "NUM_WINDOWS", "Window",
 ]
 
