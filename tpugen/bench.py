@@ -405,10 +405,14 @@ def _board_target(board):
                        met=fmax is not None and fmax >= board["target_mhz"])
 
 
-WORKLOAD_TARGETS = [  # (what, op, shape, utilization), all on the 16x16 preset
-    (f"matmul 512^3 on 16x16, read latency {READ_LATENCY}", "matmul", LARGE_MATMULS[0], 0.95),
-    ("conv2d 3x3 64->64 56x56 pad 1 on 16x16", "conv2d", LARGE_CONVS[0], 0.85),
-    ("fused attention L=S=512 d=64 on 16x16", "attention", LARGE_ATTENTIONS[0], 0.70),
+WORKLOAD_TARGETS = [  # (what, op, shape, core, utilization)
+    (f"matmul 512^3 on 16x16, read latency {READ_LATENCY}", "matmul", LARGE_MATMULS[0], "16x16",
+     0.95),
+    ("conv2d 3x3 64->64 56x56 pad 1 on 16x16", "conv2d", LARGE_CONVS[0], "16x16", 0.95),
+    ("fused attention L=S=512 d=64 on 16x16", "attention", LARGE_ATTENTIONS[0], "16x16", 0.85),
+    ("matmul 64^3 on 16x16", "matmul", (64, 64, 64), "16x16", 0.75),
+    ("skinny matmul 256x16x256 on 8x8", "matmul", (256, 16, 256), "8x8", 0.70),
+    ("skinny matmul 16x256x256 on 8x8", "matmul", (16, 256, 256), "8x8", 0.70),
 ]
 """Utilization targets of docs/DESIGN.md (Targets) (dashed lines on the plot)."""
 
@@ -416,8 +420,8 @@ WORKLOAD_TARGETS = [  # (what, op, shape, utilization), all on the 16x16 preset
 def target_rows(results):
     """The rows of docs/DESIGN.md (Targets): target, measured, ideal, roofline, limit."""
     rows = []
-    for what, op, shape, target in WORKLOAD_TARGETS:
-        entry = _find(results, op, shape)
+    for what, op, shape, core, target in WORKLOAD_TARGETS:
+        entry = _find(results, op, shape, core)
         row = _workload_target(what, entry, target)
         if op == "attention" and entry is not None:
             seq, _, dim = shape
@@ -480,8 +484,8 @@ def plot_bench(results, path):
         axis.bar(x + 0.27, [w["mac_utilization"] for w in entries], 0.27,
                  label=f"measured (read latency {READ_LATENCY})")
         for i, w in enumerate(entries):
-            target = next((t for _, op, shape, t in WORKLOAD_TARGETS
-                           if (op, list(shape), "16x16") == (w["op"], w["shape"], w["config"])),
+            target = next((t for _, op, shape, core, t in WORKLOAD_TARGETS
+                           if (op, list(shape), core) == (w["op"], w["shape"], w["config"])),
                           None)
             if target:
                 axis.plot([i - 0.45, i + 0.45], [target, target], "k--", linewidth=1,
