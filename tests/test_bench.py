@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from tpugen.bench import (LARGE_ATTENTIONS, LARGE_CONVS, READ_LATENCY, BenchCheckError,
-                          bench_markdown, compulsory_bytes, limiting_factor, measure_workloads,
+                          bench_markdown, compulsory_bytes, ideal_attention_utilization,
+                          limiting_factor, measure_workloads,
                           plot_bench, roofline_utilization, run_bench, target_rows)
 from tpugen.cli import main
 from tpugen.config import PRESETS, CoreConfig
@@ -28,6 +29,17 @@ def test_compulsory_bytes():
         16 * 14 * 14 + 32 * 16 * 9, 4 * 32 * 7 * 7)
     assert compulsory_bytes("attention", LARGE_ATTENTIONS[0]) == ((512 + 2 * 512) * 64,
                                                                  4 * 512 * 64)
+
+
+def test_ideal_attention_counts_the_tiles_each_query_needs():
+    large = CoreConfig(rows=16, cols=16)
+    # L = S = d = 16: one key tile and one key chunk per query, causal or not, plus the fill.
+    assert ideal_attention_utilization(large, 16, 16, 16) == 2 * 16 ** 3 / (64 * 256)
+    # Causal: query i has i + 1 keys, 136 pairs of 2*d MACs, in the same tiles.
+    assert ideal_attention_utilization(large, 16, 16, 16, causal=True) == 2 * 16 * 136 / (64 * 256)
+    # L < S: query i keeps keys j <= i + S - L; at S = 2 L causal skips tiles past the diagonal.
+    assert (ideal_attention_utilization(large, 64, 128, 64, causal=True)
+            > 0.9 * ideal_attention_utilization(large, 64, 128, 64))
 
 
 def test_roofline_compute_bound_and_bus_bound():
@@ -114,7 +126,7 @@ def test_target_rows_from_results(tmp_path):
 
 SMALL = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1, axi_data_width=64)
 TINY_WORKLOADS = [("matmul", (5, 7, 3)), ("conv2d", (1, 2, 5, 5, 3, 3, 3, 1, 1)),
-                  ("attention", (5, 7, 4))]
+                  ("attention", (5, 7, 4, False)), ("attention", (5, 7, 4, True))]
 
 
 class _GoldenDevice(Device):
@@ -157,9 +169,11 @@ def test_every_bench_workload_is_checked_against_the_golden_model():
     entries = measure_workloads(_GoldenDevice(SMALL), "4x4", TINY_WORKLOADS,
                                 np.random.default_rng(0))
     assert [(e["op"], e["check_passed"]) for e in entries] == [
-        ("matmul", True), ("conv2d", True), ("attention", True)]
+        ("matmul", True), ("conv2d", True), ("attention", True), ("attention", True)]
     assert [e["check"] for e in entries[:2]] == ["exact", "exact"]
-    assert re.fullmatch(r"exact, float err \d\.\d\d%", entries[2]["check"]), entries[2]["check"]
+    for entry in entries[2:]:
+        assert re.fullmatch(r"exact, float err \d\.\d\d%", entry["check"]), entry["check"]
+    assert entries[3]["useful_macs"] < entries[2]["useful_macs"]  # causal: masked pairs
 
 
 @pytest.mark.parametrize("wrong", ["matmul", "conv2d", "attention"])
@@ -179,12 +193,12 @@ def test_bench_fails_on_a_wrong_answer(monkeypatch, capsys, wrong):
     monkeypatch.setattr(tpugen.bench, "bench_workloads", lambda large: TINY_WORKLOADS)
     with pytest.raises(BenchCheckError, match=f"{wrong} .*MISMATCH: 1 of") as info:
         run_bench(configs={"4x4": SMALL})
-    checks = {e["op"]: e["check_passed"] for e in info.value.results["workloads"]}
-    assert checks == {op: op != wrong for op, _ in TINY_WORKLOADS}
-    assert [e["op"] for e in info.value.failures] == [wrong]
+    checks = [(e["op"], e["check_passed"]) for e in info.value.results["workloads"]]
+    assert checks == [(op, op != wrong) for op, _ in TINY_WORKLOADS]
+    assert {e["op"] for e in info.value.failures} == {wrong}
     progress = capsys.readouterr().err.splitlines()
     assert len(progress) == len(TINY_WORKLOADS)
-    assert progress[0].startswith("[1/3] 4x4 matmul ") and progress[-1].endswith("about 0 s left)")
+    assert progress[0].startswith("[1/4] 4x4 matmul ") and progress[-1].endswith("about 0 s left)")
 
 
 def test_bench_command_fails_and_keeps_the_results_on_a_wrong_answer(monkeypatch, tmp_path,

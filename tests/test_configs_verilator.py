@@ -116,7 +116,8 @@ def test_large_preset_is_exact_and_accumulators_wrap():
     workloads = [("matmul", (1, 1, 1)), ("matmul", (17, 33, 15)), ("matmul", (40, 300, 47)),
                  ("conv2d", (1, 19, 9, 7, 21, 3, 3, 1, 1)),  # (N, C, H, W, K, R, S, stride, pad)
                  ("conv2d", (2, 3, 8, 8, 5, 1, 1, 2, 0)),
-                 ("attention", (1, 1, 1)), ("attention", (37, 45, 24))]  # (L, S, d)
+                 ("attention", (1, 1, 1, False)), ("attention", (37, 45, 24, False)),
+                 ("attention", (37, 45, 24, True))]  # (L, S, d, causal)
     rows, cols = LARGE.rows, LARGE.cols
     a = np.full((2, rows), -128, np.int8)
     a[1] = _int8(rng, rows)

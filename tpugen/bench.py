@@ -28,8 +28,9 @@ CONVS = [  # ResNet-like layers (N, C, H, W, K, R, S, stride, padding), scaled t
     (1, 16, 14, 14, 32, 3, 3, 2, 1),
 ]
 LARGE_CONVS = [(1, 64, 56, 56, 64, 3, 3, 1, 1)]
-ATTENTIONS = [(64, 64, 32), (128, 128, 64), (256, 256, 64)]  # (L, S, d), one head
-LARGE_ATTENTIONS = [(512, 512, 64), (512, 512, 128)]
+ATTENTIONS = [(64, 64, 32, False), (128, 128, 64, False), (256, 256, 64, False)]
+"""(L, S, d, causal), one head."""
+LARGE_ATTENTIONS = [(512, 512, 64, False), (512, 512, 128, False), (2048, 2048, 64, True)]
 CONFIGS = {"8x8": CoreConfig(rows=8, cols=8), "16x16": PRESETS["large"]}
 SIM_DEVICE_TARGETS = {"8x8": 100_000, "16x16": 50_000}
 """Cycles per second of `SimDevice` calls (wall time, the host's compile included) per core."""
@@ -50,12 +51,17 @@ def ideal_gemm_utilization(config, m, k, n):
     return m * k * n / (cycles * config.macs)
 
 
-def ideal_attention_utilization(config, seq, kv, dim):
-    """The same for attention's two GEMMs, S = Q K^T and O = P V (softmax steps cost 0)."""
-    cycles = (math.ceil(dim / config.rows) * math.ceil(kv / config.cols) * seq
-              + math.ceil(kv / config.rows) * math.ceil(dim / config.cols) * seq
+def ideal_attention_utilization(config, seq, kv, dim, causal=False):
+    """The same for attention's two GEMMs, S = Q K^T and O = P V (softmax steps cost 0): query
+    i streams once per key tile (S) and per key chunk (O) it needs; with ``causal`` only those
+    with a key j <= i + S - L."""
+    from .firmware.attention import attention_macs
+
+    keys = [min(kv, i + kv - seq + 1) if causal else kv for i in range(seq)]
+    cycles = (sum(math.ceil(dim / config.rows) * math.ceil(n / config.cols)
+                  + math.ceil(n / config.rows) * math.ceil(dim / config.cols) for n in keys)
               + config.rows + config.cols)
-    return 2 * seq * kv * dim / (cycles * config.macs)
+    return attention_macs(1, seq, kv, dim, causal) / (cycles * config.macs)
 
 
 @contextmanager
@@ -97,7 +103,7 @@ def compulsory_bytes(op, shape):
         nb, c, h, w, k, r, s, stride, padding = shape
         _, _, p, q = conv2d_output_shape((nb, c, h, w), (k, c, r, s), stride, padding, 1)
         return nb * c * h * w + k * c * r * s, 4 * nb * k * p * q
-    seq, kv, dim = shape
+    seq, kv, dim, _ = shape
     return (seq + 2 * kv) * dim, 4 * seq * dim
 
 
@@ -182,7 +188,7 @@ def _mismatch(got, expected):
 def check_workload(config, op, inputs, got):
     """(passed, text): ``got``, the core's output of ``op`` on ``inputs``, against the numpy
     golden model. matmul (a, b) and conv2d (x, w, stride, padding) must be bit-exact (int32
-    wrap-around); attention (q, k, v), float (L, d), must equal the bit-exact model of the
+    wrap-around); attention (q, k, v, causal), float (L, d), must equal the bit-exact model of the
     core's int8 attention, dequantized as `Device.attention` does, and be within
     ``ATTENTION_TOLERANCE`` (relative Frobenius error) of float attention."""
     from .demo import ATTENTION_TOLERANCE
@@ -198,11 +204,12 @@ def check_workload(config, op, inputs, got):
     from .firmware.attention import quantize_attention
     from .sim.attention_model import attention_float, attention_int8_model
 
-    q, k, v = (x[None] for x in inputs)
+    *operands, causal = inputs
+    q, k, v = (x[None] for x in operands)
     (qi, ki, vi), (sq, sk, sv), frac = quantize_attention(q, k, v)
-    model = attention_int8_model(config, qi, ki, vi, frac)
+    model = attention_int8_model(config, qi, ki, vi, frac, causal)
     expected = (model.astype(np.float64) * (sv / 2 ** SOFTMAX_OUT_FRAC)).astype(np.float32)[0]
-    reference = attention_float(qi * sq, ki * sk, vi * sv)[0]
+    reference = attention_float(qi * sq, ki * sk, vi * sv, causal)[0]
     error = float(np.linalg.norm(np.asarray(got, np.float64) - reference)
                   / np.linalg.norm(reference))
     problem = _mismatch(got, expected)
@@ -241,17 +248,17 @@ def measure_workloads(dev, label, workloads, rng, progress=None):
             inputs = (x, f, stride, padding)
             ideal = ideal_gemm_utilization(config, nb * p * q, c * r * s, k)
         else:
-            seq, kv, dim = shape
-            inputs = tuple(rng.standard_normal((n, dim)).astype(np.float32)
-                           for n in (seq, kv, kv))
-            ideal = ideal_attention_utilization(config, seq, kv, dim)
+            seq, kv, dim, causal = shape
+            inputs = (*(rng.standard_normal((n, dim)).astype(np.float32)
+                        for n in (seq, kv, kv)), causal)
+            ideal = ideal_attention_utilization(config, seq, kv, dim, causal)
         start = time.perf_counter()
         if op == "matmul":
             got = dev.matmul(*inputs)
         elif op == "conv2d":
             got = dev.conv2d(inputs[0], inputs[1], stride=inputs[2], padding=inputs[3])
         else:
-            got = dev.attention(*inputs)
+            got = dev.attention(*inputs[:3], causal=inputs[3])
         entry = _workload_entry(config, label, op, shape, workload_macs(op, shape), ideal, dev.stats,
                                 time.perf_counter() - start)
         if op == "attention":
@@ -297,7 +304,7 @@ def _demo_shape(op, shape):
     if op == "conv2d":
         return {**dict(zip(("n", "c", "h", "w", "k", "r", "s", "stride", "padding"), shape)),
                 "dilation": 1}
-    return {"heads": 1, **dict(zip(("seq", "kv", "dim"), shape))}
+    return {"heads": 1, **dict(zip(("seq", "kv", "dim", "causal"), shape))}
 
 
 def workload_macs(op, shape):
@@ -410,6 +417,8 @@ WORKLOAD_TARGETS = [  # (what, op, shape, core, utilization)
      0.95),
     ("conv2d 3x3 64->64 56x56 pad 1 on 16x16", "conv2d", LARGE_CONVS[0], "16x16", 0.95),
     ("fused attention L=S=512 d=64 on 16x16", "attention", LARGE_ATTENTIONS[0], "16x16", 0.85),
+    ("fused attention L=S=2048 d=64 causal on 16x16", "attention", LARGE_ATTENTIONS[2], "16x16",
+     0.80),
     ("matmul 64^3 on 16x16", "matmul", (64, 64, 64), "16x16", 0.75),
     ("skinny matmul 256x16x256 on 8x8", "matmul", (256, 16, 256), "8x8", 0.70),
     ("skinny matmul 16x256x256 on 8x8", "matmul", (16, 256, 256), "8x8", 0.70),
@@ -424,7 +433,7 @@ def target_rows(results):
         entry = _find(results, op, shape, core)
         row = _workload_target(what, entry, target)
         if op == "attention" and entry is not None:
-            seq, _, dim = shape
+            seq, _, dim, _ = shape
             traffic = entry["bytes_read"] + entry["bytes_written"]
             row["measured"] += (f"; {traffic:,} bytes moved = {traffic / (seq * dim):.1f} L*d "
                                 f"(the scores alone would be {entry['score_matrix_bytes']:,})")
@@ -460,7 +469,8 @@ def workload_label(workload):
     if workload["op"] == "matmul":
         return "matmul " + "x".join(map(str, workload["shape"]))
     if workload["op"] == "attention":
-        return "attention L{} S{} d{}".format(*workload["shape"])
+        seq, kv, dim, causal = workload["shape"]
+        return f"attention L{seq} S{kv} d{dim}" + (" causal" if causal else "")
     _, c, h, w, k, r, s, stride, _ = workload["shape"]
     return f"conv {c}->{k} {h}x{w} {r}x{s}/{stride}"
 

@@ -262,7 +262,7 @@ def workload_cycles(config, op, shape):
                 return None, "needs the im2col walker (the filters do not fit the scratchpad)"
             return math.ceil(gemm_cycles(config, plan_gemm(config, n * p * q, c * r * s, k,
                                                            m_tile_limit=p * q))), ""
-        seq, kv, dim = shape
+        seq, kv, dim, _ = shape
         if not config.softmax:
             return None, "needs the softmax unit"
         plan_attention(config, seq, kv, dim)
