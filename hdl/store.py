@@ -4,8 +4,8 @@ from amaranth.lib import data, fifo, memory, wiring
 from amaranth.lib.wiring import In
 from amaranth.utils import ceil_log2
 
-from ..isa import (Epilogue, EpilogueParams, ErrorCode, Header, Opcode, ParamsInstruction,
-                   StoreInstruction, TensorDescriptor)
+from ..isa import (Epilogue, ErrorCode, Header, Opcode, ParamsInstruction, StoreInstruction,
+                   TensorDescriptor)
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_write_signature
 from .engine import dma_engine_members
 from .epilogue import EpilogueDatapath, LaneParams, pipeline_register
@@ -161,11 +161,10 @@ class StoreEngine(wiring.Component):
         acc = self.acc_read.data.as_value()
         if select:  # the step's lanes, from unit 0 on
             acc = select_units(acc, a_step.lane, units, 32)
-        row_params = lane_params.params[:EpilogueParams.size].replicate(units)
-        m.d.comb += [lane_params.lane.eq(a_entry),
+        m.d.comb += [lane_params.lane.eq(a_entry), lane_params.same.eq(epilogue.per_row),
                      datapath.advance.eq(advance), datapath.options.eq(epilogue),
                      datapath.first.eq(a_read == 0), datapath.acc.eq(acc),
-                     datapath.params.eq(Mux(epilogue.per_row, row_params, lane_params.params))]
+                     datapath.params.eq(lane_params.params)]
         valid, late_step = a_valid & a_last, a_step
         for n in range(1, EpilogueDatapath.LATENCY):
             valid, late_step = stage(valid, f"valid{n}"), stage(late_step, f"step{n}")

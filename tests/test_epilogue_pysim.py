@@ -599,8 +599,11 @@ def test_per_row(width):
     assert (tiles[0] > 0).any() and (tiles[0] == 0).any() and (tiles[1] == -128).any()
 
 
-def test_per_row_small():
-    # A 4-lane core with a 64-bit bus (2 units): 4 rows (the whole table), 1 row, 1 lane.
+@pytest.mark.parametrize("width", [32, 64, 128])
+def test_per_row_small(width):
+    # A 4-lane core with 1, 2 and 4 epilogue units (4: a unit a lane): 4 rows (the whole
+    # table), 1 row, 1 lane.
+    config = with_width(SMALL, width)
     rng = np.random.default_rng(5)
     lanes = random_lanes(rng, 4)
     acc = random_acc(rng, SMALL.accumulator_rows, lanes, bias=True)
@@ -611,7 +614,7 @@ def test_per_row_small():
                (descriptor(64, [(4, 0, 4, 1)], sram_row=33), every),
                (descriptor(128, [(1, 0, 1, 4), (4, 0, 4, 4)], sram_row=30, elem_log2=2),
                 {"bias": 1, "relu": 1, "per_row": 1})]
-    _, tiles = program_case(SMALL, program, acc, seed=5)
+    _, tiles = program_case(config, program, acc, seed=5)
     b, mult, shift = lanes[0]  # entry i1 = 0: counted from the STORE's sram_row
     np.testing.assert_array_equal(tiles[1][0, 0, 0], epilogue(acc[33, :4], b, mult, shift,
                                                               requant=True))
