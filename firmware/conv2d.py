@@ -183,8 +183,8 @@ def _compile_conv2d_pixels(config, x_shape, w_shape, *, stride, padding, dilatio
     per_row = epilogue is not None and not epilogue.per_tensor
     store_fields = epilogue.fields(per_row=per_row) if epilogue is not None else None
     # Filters stored together (k0, count): all, or groups of a parameter table each.
-    groups = [(k0, min(cols, k_out - k0)) for k0 in range(0, k_out, cols)] if per_row else [
-        (0, k_out)]
+    groups = ([(k0, min(cols, k_out - k0)) for k0 in range(0, k_out, cols)] if per_row
+              else [(0, k_out)])
     # The groups' STOREs (and PARAMS) spread over the next tile's MATMULs: a run of them
     # would fill the store queue and hold the fetch of those MATMULs.
     store_gap = max(1, (chunks - LEAD) // len(groups))

@@ -181,7 +181,8 @@ def test_bench_fails_on_a_wrong_answer(monkeypatch, capsys, wrong):
     assert [e["op"] for e in info.value.failures] == [wrong]
     progress = capsys.readouterr().err.splitlines()
     assert len(progress) == len(TINY_WORKLOADS)
-    assert progress[0].startswith(f"[1/{len(TINY_WORKLOADS)}] 4x4 matmul ") and progress[-1].endswith("about 0 s left)")
+    assert progress[0].startswith(f"[1/{len(TINY_WORKLOADS)}] 4x4 matmul ")
+    assert progress[-1].endswith("about 0 s left)")
 
 
 def test_bench_command_fails_and_keeps_the_results_on_a_wrong_answer(monkeypatch, tmp_path,
