@@ -40,16 +40,16 @@ def conv2d_output_shape(x_shape, w_shape, stride, padding, dilation, pool=False)
 
 
 def conv2d_lowering(config, x_shape, w_shape, epilogue=None):
-    """"pixels" when the whole filter bank stays in the scratchpad and the epilogue is per
-    tensor without pooling (see `_compile_conv2d_pixels`; it wants the weights as (K, S, C,
-    R)), else "im2col" (weights as given, (K, C, R, S))."""
+    """"pixels" when the whole filter bank stays in the scratchpad and the epilogue does not
+    pool (see `_compile_conv2d_pixels`; it wants the weights as (K, S, C, R)), else "im2col"
+    (weights as given, (K, C, R, S))."""
     k_out, c, r, s = w_shape
     taps = c * r * s
     chunks = -(-taps // config.rows)
     fits = (k_out <= min(config.accumulator_rows // 2, 0xFFFF)
             and 2 * chunks * config.rows + chunks * k_out <= config.scratchpad_rows)
-    plain = epilogue is None or (epilogue.per_tensor and not epilogue.pool)
-    return "pixels" if fits and plain else "im2col"
+    pooled = epilogue is not None and epilogue.pool
+    return "pixels" if fits and not pooled else "im2col"
 
 
 def conv2d_weights(w, lowering):
@@ -75,7 +75,7 @@ def compile_conv2d(config, x_shape, w_shape, *, stride=1, padding=0, dilation=1,
         raise ValueError("this convolution does not fit the pixels lowering")
     if (lowering or chosen) == "im2col" and not config.im2col:
         raise ValueError("this convolution needs the im2col walker, and the core was generated "
-                         "without it (CoreConfig.im2col=False): only a per-tensor epilogue "
+                         "without it (CoreConfig.im2col=False): only an epilogue "
                          "without pooling and a filter bank that fits the scratchpad run on it")
     if (lowering or chosen) == "pixels":
         return _compile_conv2d_pixels(config, x_shape, w_shape, stride=stride, padding=padding,
@@ -165,7 +165,9 @@ def _compile_conv2d_pixels(config, x_shape, w_shape, *, stride, padding, dilatio
     row segments, not single elements. The filter bank stays in the scratchpad as activations
     (one MATMUL of K vectors per tap tile); pixel tiles are double-buffered in the scratchpad
     and in the accumulator, and each output tile (K filters x cols pixels) is one STORE of
-    contiguous row segments of y.
+    contiguous row segments of y. A per-channel epilogue (channels are accumulator rows here)
+    stores it in groups of ``cols`` filters (`Epilogue.per_row`, as many rows as the parameter
+    table has entries), each after a PARAMS of its filters' entries.
     """
     n, c, h, w = x_shape
     k_out, _, r, s = w_shape
@@ -178,12 +180,19 @@ def _compile_conv2d_pixels(config, x_shape, w_shape, *, stride, padding, dilatio
     w_base = 2 * x_rows
     half = config.accumulator_rows // 2
     size = output_dtype(epilogue).itemsize
-    store_fields = epilogue.fields() if epilogue is not None else None
+    per_row = epilogue is not None and not epilogue.per_tensor
+    store_fields = epilogue.fields(per_row=per_row) if epilogue is not None else None
+    # Filters stored together (k0, count): all, or groups of a parameter table each.
+    groups = ([(k0, min(cols, k_out - k0)) for k0 in range(0, k_out, cols)] if per_row
+              else [(0, k_out)])
+    # The groups' STOREs (and PARAMS) spread over the next tile's MATMULs: a run of them
+    # would fill the store queue and hold the fetch of those MATMULs.
+    store_gap = max(1, (chunks - LEAD) // len(groups))
 
     tiles = [(image, row, q0) for image in range(n) for row in range(p)
              for q0 in range(0, q, cols)]
     ops = []
-    if epilogue is not None:
+    if epilogue is not None and not per_row:
         ops.append(Op(Engine.STORE, 0, lambda program, deps: program.params(epilogue.entries(0, 1),
                                                                   broadcast=True)))
     # The filter bank loads a chunk before the first tile's MATMUL of that chunk.
@@ -225,10 +234,15 @@ def _compile_conv2d_pixels(config, x_shape, w_shape, *, stride, padding, dilatio
                 accumulate=kc > 0),
                 reads=(("W", 0, kc), *((("X", b % 2), b, t) for t in taps_read)),
                 writes=((("C", b % 2), b, 0, chunks),)))
-        ops.append(Op(Engine.STORE, min((b + 1) * chunks + LEAD, (b + 2) * chunks), partial(
-            Program.store, descriptor=tensor(
-                y_addr + size * ((image * k_out * p + row) * q), size, acc_row, [
-                    Dim(extent=cols, start=q0, bound=q, stride=size),
-                    Dim(extent=k_out, start=0, bound=k_out, stride=size * p * q)]),
-            epilogue=store_fields), reads=((("C", b % 2), b, 0),)))
+        for g, (k0, count) in enumerate(groups):
+            position = min((b + 1) * chunks + LEAD + g * store_gap, (b + 2) * chunks)
+            if per_row:
+                ops.append(Op(Engine.STORE, position, lambda program, deps, k0=k0, count=count:
+                              program.params(epilogue.entries(k0, count))))
+            ops.append(Op(Engine.STORE, position, partial(
+                Program.store, descriptor=tensor(
+                    y_addr + size * (((image * k_out + k0) * p + row) * q), size, acc_row + k0, [
+                        Dim(extent=cols, start=q0, bound=q, stride=size),
+                        Dim(extent=count, start=0, bound=count, stride=size * p * q)]),
+                epilogue=store_fields), reads=((("C", b % 2), b, 0),)))
     return schedule(ops)

@@ -92,10 +92,11 @@ class Epilogue:
                               requant=(self.multiplier, self.shift) if self.requant else None,
                               relu=self.relu)
 
-    def fields(self, pool_pitch=0):
-        """The STORE instruction's `isa.Epilogue` fields."""
+    def fields(self, pool_pitch=0, per_row=False):
+        """The STORE instruction's `isa.Epilogue` fields; ``per_row``: channels on the
+        accumulator rows (parameter entry i1), not on the lanes."""
         return {"bias": int(self.use_bias), "requant": int(self.requant), "relu": int(self.relu),
-                "pool": int(self.pool), "pool_pitch": pool_pitch}
+                "pool": int(self.pool), "pool_pitch": pool_pitch, "per_row": int(per_row)}
 
 
 def output_dtype(epilogue):

@@ -5,7 +5,6 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from ..isa import PARAMS_PER_INSTRUCTION, PARAMS_RESET, Epilogue, EpilogueParams, ParamsInstruction
-from .walker import select_units
 
 __all__ = ["EpilogueDatapath", "LaneParams", "pipeline_register"]
 
@@ -27,7 +26,8 @@ class LaneParams(wiring.Component):
     cycles, or with ``broadcast`` one cycle per row of the banks. After reset the banks are
     swept to ``PARAMS_RESET`` the same way, ``clearing`` meanwhile: nothing may read them then.
     ``params``: lanes ``lane .. lane + units - 1`` (those past ``cols`` unspecified), from a
-    registered ``lane`` in the same cycle. Without ``multiplier`` the banks do not keep the
+    registered ``lane`` in the same cycle; with ``same`` (a STORE's ``per_row``), lane
+    ``lane``'s in every unit. Without ``multiplier`` the banks do not keep the
     multiplier, and ``params`` has multiplier 1.
     """
 
@@ -37,6 +37,7 @@ class LaneParams(wiring.Component):
             "instr": In(stream.Signature(ParamsInstruction)),
             "clearing": Out(1, init=1),
             "lane": In(range(cols)),
+            "same": In(1),
             "params": Out(EpilogueParams.size * units),
         })
 
@@ -88,11 +89,17 @@ class LaneParams(wiring.Component):
                 m.d.comb += [getattr(write.data, name).eq(getattr(entry, name)),
                              getattr(params, name).eq(getattr(read.data, name))]
             outputs.append(params)
-        if select:
-            m.d.comb += self.params.eq(select_units(Cat(outputs), self.lane[:bank_bits], units,
-                                                    EpilogueParams.size))
-        else:
-            m.d.comb += self.params.eq(Cat(outputs))
+        banks = Cat(outputs)
+        if units == 1:  # the bank's row of `lane`
+            m.d.comb += self.params.eq(banks)
+        elif select:  # unit u takes bank (lane + u) % units, or with same bank lane % units
+            m.d.comb += self.params.eq(Cat(
+                banks.word_select((self.lane + Mux(self.same, 0, u))[:bank_bits],
+                                  EpilogueParams.size) for u in range(units)))
+        else:  # a bank a lane: unit u is lane u, or with same lane `lane`
+            mine = banks.word_select(self.lane, EpilogueParams.size)
+            m.d.comb += self.params.eq(Cat(Mux(self.same, mine, outputs[u])
+                                           for u in range(units)))
         return m
 
 

@@ -32,9 +32,11 @@ class StoreEngine(wiring.Component):
 
     PARAMS writes the per-lane epilogue parameters (`LaneParams`), an entry a cycle. A STORE
     writes tile element ``(i0, i1, i2, i3)`` from lane ``i0`` of its accumulator row through the
-    epilogue (see ``Epilogue``): int32 elements, or int8 with ``requant``. With ``pool`` the
-    epilogue is applied once, to the maximum of the four accumulators (the same as the maximum
-    of their epilogues, which are monotonic non-decreasing for multipliers >= 0). Out-of-bounds
+    epilogue (see ``Epilogue``): int32 elements, or int8 with ``requant``; with ``per_row``
+    every lane of a step takes the entry of its row's offset from ``sram_row`` (``i1``), and a
+    tile that is not 2-D, is pooled or has more than ``cols`` rows is BAD_EXTENT. With ``pool``
+    the epilogue is applied once, to the maximum of the four accumulators (the same as the
+    maximum of their epilogues, monotonic non-decreasing for multipliers >= 0). Out-of-bounds
     elements are skipped (their bytes are not strobed). Walked steps flow one per cycle (four
     accumulator reads per in-bounds pooled step) through the pipeline read -> the epilogue
     (`EpilogueDatapath`: pool max and bias, multiply, shift, round, saturate) -> beat builder;
@@ -81,7 +83,11 @@ class StoreEngine(wiring.Component):
         params_instr = data.View(ParamsInstruction, instr.as_value())
         is_params = instr.header.opcode == Opcode.PARAMS
         element_ok = instr.tensor.elem_log2 == Mux(instr.epilogue.requant, 0, 2)
+        dims = instr.tensor.dims
+        rows_ok = ~instr.epilogue.per_row | (~instr.epilogue.pool & (dims[1].extent <= cols)
+                                             & (dims[2].extent == 1) & (dims[3].extent == 1))
         epilogue = Signal(Epilogue)  # of the running STORE
+        first_row = Signal.like(instr.tensor.sram_row)  # of the running STORE
         int8 = epilogue.requant
         running = Signal()
         stopped = Signal()
@@ -147,12 +153,15 @@ class StoreEngine(wiring.Component):
             return pipeline_register(m, advance, value, name)
 
         a_valid, a_step = stage(fetch, "a_valid"), stage(step, "a_step")
+        # The parameter entry: the step's first lane, or with per_row its tile row (< cols).
+        a_entry = stage(Mux(epilogue.per_row, step.row - first_row, step.lane)[:ceil_log2(cols)],
+                        "a_entry")
         a_read, a_last = stage(read, "a_read"), stage(last_read, "a_last")
 
         acc = self.acc_read.data.as_value()
         if select:  # the step's lanes, from unit 0 on
             acc = select_units(acc, a_step.lane, units, 32)
-        m.d.comb += [lane_params.lane.eq(a_step.lane),
+        m.d.comb += [lane_params.lane.eq(a_entry), lane_params.same.eq(epilogue.per_row),
                      datapath.advance.eq(advance), datapath.options.eq(epilogue),
                      datapath.first.eq(a_read == 0), datapath.acc.eq(acc),
                      datapath.params.eq(lane_params.params)]
@@ -219,7 +228,7 @@ class StoreEngine(wiring.Component):
         with m.FSM():
             with m.State("IDLE"):
                 take = self.instr.valid & self.instr.ready
-                store = take & ~is_params & element_ok
+                store = take & ~is_params & element_ok & rows_ok
                 m.d.comb += [self.instr.ready.eq(Mux(is_params, lane_params.instr.ready,
                                                      ~lane_params.clearing)),
                              check.descriptor.valid.eq(store),
@@ -228,11 +237,13 @@ class StoreEngine(wiring.Component):
                 with m.If(take):
                     with m.If(is_params):
                         m.d.sync += self.done.eq(1)
-                    with m.Elif(element_ok):
-                        m.d.sync += [walked.eq(0), epilogue.eq(instr.epilogue)]
+                    with m.Elif(element_ok & rows_ok):
+                        m.d.sync += [walked.eq(0), epilogue.eq(instr.epilogue),
+                                     first_row.eq(instr.tensor.sram_row)]
                         m.next = "CHECK"
                     with m.Else():
-                        m.d.sync += self.error.eq(ErrorCode.BAD_ELEMENT)
+                        m.d.sync += self.error.eq(Mux(element_ok, ErrorCode.BAD_EXTENT,
+                                                      ErrorCode.BAD_ELEMENT))
                         m.next = "ERROR"
             with m.State("CHECK"):
                 m.d.comb += [self.busy.eq(1), check.result.ready.eq(1)]

@@ -152,7 +152,8 @@ def _epilogue_fields(draw):
     pool = draw(_rarely(st.just(False), st.just(True), 6))
     return {"bias": int(draw(st.booleans())), "requant": int(requant),
             "relu": int(draw(st.booleans())), "pool": int(pool),
-            "pool_pitch": draw(st.integers(0, 6)) if pool else 0}
+            "pool_pitch": draw(st.integers(0, 6)) if pool else 0,
+            "per_row": int(draw(_rarely(st.just(False), st.just(True), 4)))}
 
 
 def _with_bits(raw, offset, width, value):

@@ -150,13 +150,15 @@ def _store(config, instr, windows):
     desc, epilogue = instr.tensor, instr.epilogue
     if desc.elem_log2 != (0 if epilogue.requant else 2):
         return ErrorCode.BAD_ELEMENT, 10, ()
+    e = _extents(desc)
+    if epilogue.per_row and (epilogue.pool or e[1] > config.cols or e[2] != 1 or e[3] != 1):
+        return ErrorCode.BAD_EXTENT, 10, ()
     code = _tile_check(desc, config.cols, config.accumulator_rows, (0, 2), bool(epilogue.pool),
                        epilogue.pool_pitch)
     if code != ErrorCode.NONE:
         return code, 60, ()
     code, passed = _walk(_tensor_addresses(desc), windows, config.axi_data_width // 8, "write")
     written = (min(passed), max(passed) + (1 << desc.elem_log2) - 1) if passed else ()
-    e = _extents(desc)
     return code, 60 + 6 * e[0] * e[1] * e[2] * e[3], written
 
 

@@ -15,7 +15,7 @@ from tpugen.cli import main
 from tpugen.config import PRESETS, CoreConfig
 from tpugen.firmware.device import Device, Stats
 from tpugen.sim.attention_model import attention_int8_model
-from tpugen.sim.golden import conv2d_int32, matmul_int32
+from tpugen.sim.golden import apply_epilogue, conv2d_int32, matmul_int32
 
 LARGE = PRESETS["large"]
 
@@ -27,6 +27,9 @@ def test_compulsory_bytes():
                                                           4 * 64 * 56 * 56)
     assert compulsory_bytes("conv2d", (1, 16, 14, 14, 32, 3, 3, 2, 1)) == (
         16 * 14 * 14 + 32 * 16 * 9, 4 * 32 * 7 * 7)
+    # With the epilogue, int8 outputs.
+    assert compulsory_bytes("conv2d_epilogue", LARGE_CONVS[0]) == (64 * 56 * 56 + 64 * 64 * 9,
+                                                                   64 * 56 * 56)
     assert compulsory_bytes("attention", LARGE_ATTENTIONS[0]) == ((512 + 2 * 512) * 64,
                                                                  4 * 512 * 64)
 
@@ -126,6 +129,7 @@ def test_target_rows_from_results(tmp_path):
 
 SMALL = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1, axi_data_width=64)
 TINY_WORKLOADS = [("matmul", (5, 7, 3)), ("conv2d", (1, 2, 5, 5, 3, 3, 3, 1, 1)),
+                  ("conv2d_epilogue", (1, 3, 6, 5, 5, 3, 3, 2, 1)),
                   ("attention", (5, 7, 4, False)), ("attention", (5, 7, 4, True))]
 
 
@@ -156,8 +160,11 @@ class _GoldenDevice(Device):
     def matmul(self, a, b):
         return self._answer("matmul", matmul_int32(a, b).astype(np.int32))
 
-    def conv2d(self, x, w, stride=1, padding=0):
-        return self._answer("conv2d", conv2d_int32(x, w, stride, padding).astype(np.int32))
+    def conv2d(self, x, w, stride=1, padding=0, **epilogue):
+        acc = conv2d_int32(x, w, stride, padding)
+        if epilogue:
+            return self._answer("conv2d_epilogue", apply_epilogue(acc, 1, **epilogue))
+        return self._answer("conv2d", acc.astype(np.int32))
 
     def attention_int8(self, q, k, v, frac, causal=False):
         # `Device.attention` quantizes, calls this and dequantizes: the runtime's own float path.
@@ -169,14 +176,15 @@ def test_every_bench_workload_is_checked_against_the_golden_model():
     entries = measure_workloads(_GoldenDevice(SMALL), "4x4", TINY_WORKLOADS,
                                 np.random.default_rng(0))
     assert [(e["op"], e["check_passed"]) for e in entries] == [
-        ("matmul", True), ("conv2d", True), ("attention", True), ("attention", True)]
-    assert [e["check"] for e in entries[:2]] == ["exact", "exact"]
-    for entry in entries[2:]:
+        ("matmul", True), ("conv2d", True), ("conv2d_epilogue", True), ("attention", True),
+        ("attention", True)]
+    assert [e["check"] for e in entries[:3]] == ["exact", "exact", "exact"]
+    for entry in entries[3:]:
         assert re.fullmatch(r"exact, float err \d\.\d\d%", entry["check"]), entry["check"]
-    assert entries[3]["useful_macs"] < entries[2]["useful_macs"]  # causal: masked pairs
+    assert entries[4]["useful_macs"] < entries[3]["useful_macs"]  # causal: masked pairs
 
 
-@pytest.mark.parametrize("wrong", ["matmul", "conv2d", "attention"])
+@pytest.mark.parametrize("wrong", list(dict.fromkeys(op for op, _ in TINY_WORKLOADS)))
 def test_bench_fails_on_a_wrong_answer(monkeypatch, capsys, wrong):
     """One element off by one (for attention: by one unit of the int8 output, far inside the
     float tolerance) fails that workload's check and the whole bench."""
@@ -198,7 +206,8 @@ def test_bench_fails_on_a_wrong_answer(monkeypatch, capsys, wrong):
     assert {e["op"] for e in info.value.failures} == {wrong}
     progress = capsys.readouterr().err.splitlines()
     assert len(progress) == len(TINY_WORKLOADS)
-    assert progress[0].startswith("[1/4] 4x4 matmul ") and progress[-1].endswith("about 0 s left)")
+    assert progress[0].startswith(f"[1/{len(TINY_WORKLOADS)}] 4x4 matmul ")
+    assert progress[-1].endswith("about 0 s left)")
 
 
 def test_bench_command_fails_and_keeps_the_results_on_a_wrong_answer(monkeypatch, tmp_path,

@@ -4,6 +4,8 @@ import pytest
 
 from tpugen import CoreConfig
 from tpugen.sim import SimDevice
+from tpugen.firmware.conv2d import conv2d_lowering
+from tpugen.firmware.epilogue import Epilogue
 from tpugen.sim.golden import apply_epilogue, conv2d_int32, matmul_int32
 
 SMALL = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1, axi_data_width=64)
@@ -108,8 +110,20 @@ def test_fused_epilogue_matches_numpy():
                 ((1, 2, 5, 5), (7, 2, 1, 1), 1, 0, {"bias": 100, "requant": requant(7, True)}),
                 ((1, 3, 8, 6), (4, 3, 3, 3), 1, 1, {"bias": -700, "requant": requant(4, False),
                                                     "relu": True}),  # per tensor: pixels lowering
+                # Per channel on the pixels lowering (per-row parameters, groups of 4 filters):
+                # K not a multiple of 4, padding everywhere, stride 2, 1-wide, one group.
+                ((1, 3, 8, 6), (7, 3, 3, 3), 1, 1,
+                 {"bias": rng.integers(-3000, 3000, 7), "requant": requant(7, True),
+                  "relu": True}),
+                ((1, 5, 9, 7), (6, 5, 3, 3), 2, 2, {"requant": requant(6, True)}),
+                ((2, 3, 5, 1), (5, 3, 3, 1), 1, 1, {"bias": rng.integers(-2**31, 2**31, 5)}),
+                ((1, 2, 6, 5), (4, 2, 1, 1), 1, 0,
+                 {"bias": rng.integers(-50, 50, 4), "requant": requant(4, True), "relu": True}),
         ]:
             x, w = _int8(rng, x_shape), _int8(rng, w_shape)
+            if not options.get("pool"):  # every conv without pooling fits the pixels lowering
+                assert conv2d_lowering(SMALL, x_shape, w_shape, Epilogue.from_options(
+                    w_shape[0], **options)) == "pixels", x_shape
             acc = conv2d_int32(x, w, stride, padding)
             expected = apply_epilogue(acc, channel_axis=1, spatial_axes=(2, 3), **options)
             got = dev.conv2d(x, w, stride=stride, padding=padding, **options)

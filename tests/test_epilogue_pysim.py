@@ -56,8 +56,12 @@ def set_lanes(lanes, instruction):
 
 def golden_tile(acc, desc, lanes, fields):
     """The tile (e3, e2, e1, e0) a STORE writes, by the contract: rows (or 2x2 windows of rows)
-    through ``epilogue``, then ``maxpool2x2``."""
+    through ``epilogue`` (parameters of lane i0, or with ``per_row`` of entry i1), then
+    ``maxpool2x2``."""
     e = [d["extent"] for d in desc["dims"]]
+    # Parameter arrays along the last axis (lanes), or along the rows (entry i1) with per_row.
+    chosen = {name: values[:e[1], None] if fields.get("per_row") else values[:e[0]]
+              for name, values in lanes.items()}
     first = desc["sram_row"]
     if fields.get("pool"):
         pitch = fields["pool_pitch"]
@@ -65,8 +69,8 @@ def golden_tile(acc, desc, lanes, fields):
         values = acc[rows][..., :e[0]]
     else:
         values = acc[first:first + e[1] * e[2] * e[3], :e[0]].reshape(e[3], e[2], e[1], e[0])
-    y = epilogue(values, bias=lanes["bias"][:e[0]] if fields.get("bias") else None,
-                 multiplier=lanes["multiplier"][:e[0]], shift=lanes["shift"][:e[0]],
+    y = epilogue(values, bias=chosen["bias"] if fields.get("bias") else None,
+                 multiplier=chosen["multiplier"], shift=chosen["shift"],
                  requant=bool(fields.get("requant")), relu=bool(fields.get("relu")))
     return maxpool2x2(y, axes=(0, 1))[None] if fields.get("pool") else y
 
@@ -559,6 +563,63 @@ def test_pool_last_rows():
     program_case(SMALL, [(desc, {"pool": 1, "pool_pitch": 5, "bias": 1})], acc, seed=3)
 
 
+@pytest.mark.parametrize("width", [32, 128])
+def test_per_row(width):
+    # Per-row parameters (output channels on the accumulator rows, as conv2d's pixels lowering
+    # stores them): every lane of tile row i1 takes entry i1, with bias + requant + ReLU (ties
+    # and saturation in every row), int32 with bias; 16 rows (the whole table) and 5 from an
+    # odd row; 13 lanes clipped on both sides; channels-first (dim-1 stride a plane); per-lane
+    # STOREs between them and new PARAMS after, on 16 lanes with 1 and 4 epilogue units.
+    config = with_width(TALL, width)
+    rng = np.random.default_rng(width + 11)
+    lanes, again = random_lanes(rng, 16), random_lanes(rng, 16)
+    acc = random_acc(rng, config.accumulator_rows, lanes, bias=True)
+    # Rows 7..22: row 7 + j has entry j's ties (random_acc's lanes, transposed).
+    block = random_acc(rng, 16, lanes, bias=True)
+    acc[7:23] = block.T
+    assert all(requant_coverage(block, lanes, bias=True).values())
+    every = {"bias": 1, "requant": 1, "relu": 1, "per_row": 1}
+    planes = descriptor(100, [(16, 0, 16, 1), (16, 0, 16, 61)], sram_row=7)
+    clipped = descriptor(3000, [(13, -2, 9, 1), (5, 0, 5, 40)], sram_row=11)
+    int32 = descriptor(4096 - 60, [(16, 0, 16, 4), (16, 0, 16, 64)], sram_row=7, elem_log2=2)
+    program = [params(lanes[:8]), params(lanes[8:], first_lane=8),
+               (planes, every),
+               (clipped, {**every, "relu": 0}),
+               (planes, {"bias": 1, "requant": 1}),       # per lane, between per-row STOREs
+               (int32, {"bias": 1, "per_row": 1}),
+               params(again[:8]), params(again[8:], first_lane=8),
+               (planes, every)]
+    _, tiles = program_case(config, program, acc, seed=width)
+    rows = acc[7:23, :16]
+    b, mult, shift = (np.array(x)[:, None] for x in zip(*lanes))
+    np.testing.assert_array_equal(tiles[0][0, 0], epilogue(rows, b, mult, shift, requant=True,
+                                                           relu=True))
+    # Per-row is not per-lane, and the new PARAMS changed most rows (some saturate either way).
+    assert (tiles[0] != tiles[2]).any() and (tiles[0] != tiles[4]).any(axis=-1).sum() >= 12
+    assert (tiles[0] > 0).any() and (tiles[0] == 0).any() and (tiles[1] == -128).any()
+
+
+@pytest.mark.parametrize("width", [32, 64, 128])
+def test_per_row_small(width):
+    # A 4-lane core with 1, 2 and 4 epilogue units (4: a unit a lane): 4 rows (the whole
+    # table), 1 row, 1 lane.
+    config = with_width(SMALL, width)
+    rng = np.random.default_rng(5)
+    lanes = random_lanes(rng, 4)
+    acc = random_acc(rng, SMALL.accumulator_rows, lanes, bias=True)
+    acc[30:34] = random_acc(rng, 4, lanes, bias=True).T
+    every = {"bias": 1, "requant": 1, "per_row": 1}
+    program = [params(lanes),
+               (descriptor(0, [(4, 0, 4, 1), (4, 0, 4, 7)], sram_row=30), every),
+               (descriptor(64, [(4, 0, 4, 1)], sram_row=33), every),
+               (descriptor(128, [(1, 0, 1, 4), (4, 0, 4, 4)], sram_row=30, elem_log2=2),
+                {"bias": 1, "relu": 1, "per_row": 1})]
+    _, tiles = program_case(config, program, acc, seed=5)
+    b, mult, shift = lanes[0]  # entry i1 = 0: counted from the STORE's sram_row
+    np.testing.assert_array_equal(tiles[1][0, 0, 0], epilogue(acc[33, :4], b, mult, shift,
+                                                              requant=True))
+
+
 STORE_ERRORS = {
     "requant_int32": (descriptor(0, [(4, 0, 4, 4)], elem_log2=2), {"requant": 1},
                       ErrorCode.BAD_ELEMENT),
@@ -577,6 +638,18 @@ STORE_ERRORS = {
     "pool_sram_range_saturating": (descriptor(0, [(4, 0, 4, 4), (65535, 0, 1, 0),
                                                   (65535, 0, 1, 0)], elem_log2=2),
                                    {"pool": 1, "pool_pitch": 65535}, ErrorCode.SRAM_RANGE),
+    # Per-row: at most cols (4) rows, a 2-D tile, no pooling.
+    "per_row_rows": (descriptor(0, [(4, 0, 4, 1), (5, 0, 5, 4)]), {"requant": 1, "per_row": 1},
+                     ErrorCode.BAD_EXTENT),
+    "per_row_3d": (descriptor(0, [(4, 0, 4, 1), (2, 0, 2, 4), (2, 0, 2, 8)]),
+                   {"requant": 1, "per_row": 1}, ErrorCode.BAD_EXTENT),
+    "per_row_4d": (descriptor(0, [(4, 0, 4, 1), (1, 0, 1, 4), (1, 0, 1, 4), (2, 0, 2, 8)]),
+                   {"requant": 1, "per_row": 1}, ErrorCode.BAD_EXTENT),
+    "per_row_pool": (descriptor(0, [(4, 0, 4, 1), (1, 0, 1, 4), (1, 0, 1, 4)]),
+                     {"requant": 1, "per_row": 1, "pool": 1, "pool_pitch": 4},
+                     ErrorCode.BAD_EXTENT),
+    "per_row_int32_int8": (descriptor(0, [(4, 0, 4, 1), (5, 0, 5, 4)]), {"per_row": 1},
+                           ErrorCode.BAD_ELEMENT),
     "int8_window": (descriptor(0xAF8, [(4, 0, 4, 1), (8, 0, 8, 0x100)]), {"requant": 1},
                     ErrorCode.STORE_WINDOW),
 }

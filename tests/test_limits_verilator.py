@@ -156,22 +156,25 @@ def test_undefined_instruction_bits_are_ignored(monkeypatch):
     a, b = _int8(rng, (9, 11)), _int8(rng, (11, 6))
     requant = (rng.integers(1 << 12, 1 << 16, 6), rng.integers(12, 20, 6))
     bias = rng.integers(-3000, 3000, 6)
-    # Per channel, the bias needs the im2col lowering; per tensor, the pixels one is chosen.
-    convs = [((1, 3, 7, 6), (5, 3, 3, 3), 1, 1, rng.integers(-999, 999, 5)),
-             ((1, 6, 5, 5), (7, 6, 1, 1), 2, 0, 77)]
-    assert [conv2d_lowering(FAST, x, w, Epilogue.from_options(w[0], bias=bias))
-            for x, w, _, _, bias in convs] == ["im2col", "pixels"]
+    # Pooling needs the im2col lowering; without it, the pixels one (per-row parameters for a
+    # per-channel bias: PARAMS and STOREs with per_row).
+    convs = [((1, 3, 7, 6), (5, 3, 3, 3), 1, 1, {"bias": rng.integers(-999, 999, 5),
+                                                 "pool": True}),
+             ((1, 3, 7, 6), (5, 3, 3, 3), 1, 1, {"bias": rng.integers(-999, 999, 5)}),
+             ((1, 6, 5, 5), (7, 6, 1, 1), 2, 0, {"bias": 77})]
+    assert [conv2d_lowering(FAST, x, w, Epilogue.from_options(w[0], **options))
+            for x, w, _, _, options in convs] == ["im2col", "pixels", "pixels"]
     q, k, v = _int8(rng, (1, 7, 5)), _int8(rng, (1, 9, 5)), _int8(rng, (1, 9, 5))
     x = (rng.standard_normal((3, 6)) * 3).astype(np.float32)
     with SimDevice(FAST, memory="rtl", memory_size=1 << 20) as dev:  # test_sim_speed's model
         got = dev.matmul(a, b, bias=bias, requant=requant, relu=True)
         assert np.array_equal(got, apply_epilogue(matmul_int32(a, b), channel_axis=1, bias=bias,
                                                   requant=requant, relu=True))
-        for x_shape, w_shape, stride, padding, bias in convs:
+        for x_shape, w_shape, stride, padding, options in convs:
             xc, wc = _int8(rng, x_shape), _int8(rng, w_shape)
             expected = apply_epilogue(conv2d_int32(xc, wc, stride, padding), channel_axis=1,
-                                      bias=bias)
-            assert np.array_equal(dev.conv2d(xc, wc, stride=stride, padding=padding, bias=bias),
+                                      spatial_axes=(2, 3), **options)
+            assert np.array_equal(dev.conv2d(xc, wc, stride=stride, padding=padding, **options),
                                   expected), x_shape
         assert np.array_equal(dev.attention_int8(q, k, v, 7, causal=True),
                               attention_int8_model(FAST, q, k, v, 7, causal=True))

@@ -90,6 +90,14 @@ def check_shift_only_epilogue(dev, rng):
         conv2d_int32(x, w, stride=2, padding=1, dilation=1), 1, bias=bias[:5], requant=requant,
         relu=True))
     assert dev.stats.host_epilogue and len(np.unique(y)) > 10
+    # Power-of-two multipliers per channel run on the core: the pixels lowering with per-row
+    # parameters (no im2col walker here), 5 filters on 4 lanes.
+    requant = ([1, 2, 4, 8, 16], [9, 10, 10, 12, 13])
+    y = dev.conv2d(x, w, stride=2, padding=1, bias=bias[:5], requant=requant, relu=True)
+    np.testing.assert_array_equal(y, apply_epilogue(
+        conv2d_int32(x, w, stride=2, padding=1, dilation=1), 1, bias=bias[:5], requant=requant,
+        relu=True))
+    assert not dev.stats.host_epilogue and len(np.unique(y)) > 10
     with pytest.raises(ValueError, match="requant multipliers.*epilogue_multiplier=False"):
         dev.prepare_matmul(a.shape, b, requant=(3, 1))
     call = dev.prepare_matmul(a.shape, b, requant=(2, 3))  # folded: resident calls run it

@@ -7,7 +7,9 @@ import pytest
 from tpugen import PRESETS, CoreConfig
 from tpugen.firmware.attention import compile_attention, plan_attention
 from tpugen.firmware.conv2d import compile_conv2d, conv2d_lowering
-from tpugen.isa import Opcode, decode
+from tpugen.firmware.epilogue import Epilogue
+from tpugen.firmware.program import LEAD
+from tpugen.isa import PARAMS_PER_INSTRUCTION, Opcode, decode
 
 LARGE = PRESETS["large"]
 
@@ -51,11 +53,30 @@ def _stalling_loads(config, program):
     (CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1), (1, 3, 6, 9),
      (5, 3, 1, 1), 0),
 ])
-def test_conv2d_loads_overlap_the_previous_tile(config, x_shape, w_shape, padding):
-    assert conv2d_lowering(config, x_shape, w_shape) == "pixels"
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_conv2d_loads_overlap_the_previous_tile(config, x_shape, w_shape, padding, per_channel):
+    # With a per-channel epilogue each output tile is stored in groups of cols filters, a
+    # PARAMS before each: those runs are spread over the next tile's MATMULs, never longer than
+    # a group's when it has enough (the last tile's come after the last MATMUL).
+    k = w_shape[0]
+    epilogue = Epilogue.from_options(k, bias=list(range(k)), requant=(3, 9)) if per_channel \
+        else None
+    assert conv2d_lowering(config, x_shape, w_shape, epilogue) == "pixels"
     program = compile_conv2d(config, x_shape, w_shape, padding=padding, x_addr=0,
-                             w_addr=1 << 20, y_addr=2 << 20)
+                             w_addr=1 << 20, y_addr=2 << 20, epilogue=epilogue)
     assert _stalling_loads(config, program) == []
+    opcodes = [decode(raw).header.opcode for raw in program.instructions]
+    runs = "".join("s" if op in (Opcode.STORE, Opcode.PARAMS) else "." for op in opcodes)
+    runs = runs[:max(i for i, op in enumerate(opcodes) if op == Opcode.MATMUL)]
+    per_row = [decode(raw).epilogue.per_row for raw in program.instructions
+               if decode(raw).header.opcode == Opcode.STORE]
+    assert set(per_row) == {per_channel}
+    longest = max(len(run) for run in runs.split("."))
+    chunks = -(-w_shape[1] * w_shape[2] * w_shape[3] // config.rows)
+    groups = -(-k // config.cols)
+    group = -(-min(k, config.cols) // PARAMS_PER_INSTRUCTION) + 1
+    assert longest <= ((group if chunks - LEAD >= groups else groups * group) if per_channel
+                       else 2)
 
 
 @pytest.mark.parametrize("config,seq,kv,dim,causal", [

@@ -28,6 +28,9 @@ CONVS = [  # ResNet-like layers (N, C, H, W, K, R, S, stride, padding), scaled t
     (1, 16, 14, 14, 32, 3, 3, 2, 1),
 ]
 LARGE_CONVS = [(1, 64, 56, 56, 64, 3, 3, 1, 1)]
+LARGE_CONV_EPILOGUES = LARGE_CONVS
+"""conv2d shapes also measured with a per-channel epilogue ("conv2d_epilogue": bias, requant,
+ReLU; what a quantized CNN layer runs)."""
 ATTENTIONS = [(64, 64, 32, False), (128, 128, 64, False), (256, 256, 64, False)]
 """(L, S, d, causal), one head."""
 LARGE_ATTENTIONS = [(512, 512, 64, False), (512, 512, 128, False), (2048, 2048, 64, True)]
@@ -97,12 +100,13 @@ def compulsory_bytes(op, shape):
     if op == "matmul":
         m, k, n = shape
         return m * k + k * n, 4 * m * n
-    if op == "conv2d":
+    if op in ("conv2d", "conv2d_epilogue"):
         from .firmware.conv2d import conv2d_output_shape
 
         nb, c, h, w, k, r, s, stride, padding = shape
         _, _, p, q = conv2d_output_shape((nb, c, h, w), (k, c, r, s), stride, padding, 1)
-        return nb * c * h * w + k * c * r * s, 4 * nb * k * p * q
+        # The epilogue's int8 outputs; its parameters (7 bytes a channel) are not counted.
+        return nb * c * h * w + k * c * r * s, (4 if op == "conv2d" else 1) * nb * k * p * q
     seq, kv, dim, _ = shape
     return (seq + 2 * kv) * dim, 4 * seq * dim
 
@@ -188,11 +192,12 @@ def _mismatch(got, expected):
 def check_workload(config, op, inputs, got):
     """(passed, text): ``got``, the core's output of ``op`` on ``inputs``, against the numpy
     golden model. matmul (a, b) and conv2d (x, w, stride, padding) must be bit-exact (int32
-    wrap-around); attention (q, k, v, causal), float (L, d), must equal the bit-exact model of the
+    wrap-around), conv2d_epilogue (x, w, stride, padding, bias, requant) too (int8, with
+    ReLU); attention (q, k, v, causal), float (L, d), must equal the bit-exact model of the
     core's int8 attention, dequantized as `Device.attention` does, and be within
     ``ATTENTION_TOLERANCE`` (relative Frobenius error) of float attention."""
     from .demo import ATTENTION_TOLERANCE
-    from .sim.golden import conv2d_int32, matmul_int32
+    from .sim.golden import apply_epilogue, conv2d_int32, matmul_int32
 
     if op == "matmul":
         problem = _mismatch(got, matmul_int32(*inputs).astype(np.int32))
@@ -200,6 +205,11 @@ def check_workload(config, op, inputs, got):
     if op == "conv2d":
         x, w, stride, padding = inputs
         problem = _mismatch(got, conv2d_int32(x, w, stride, padding).astype(np.int32))
+        return not problem, problem or "exact"
+    if op == "conv2d_epilogue":
+        x, w, stride, padding, bias, requant = inputs
+        problem = _mismatch(got, apply_epilogue(conv2d_int32(x, w, stride, padding), 1,
+                                                bias=bias, requant=requant, relu=True))
         return not problem, problem or "exact"
     from .firmware.attention import quantize_attention
     from .sim.attention_model import attention_float, attention_int8_model
@@ -223,6 +233,7 @@ def bench_workloads(large):
     """(op, shape) of every workload, the large ones with ``large``."""
     return ([("matmul", shape) for shape in MATMULS + (LARGE_MATMULS if large else [])]
             + [("conv2d", shape) for shape in CONVS + (LARGE_CONVS if large else [])]
+            + [("conv2d_epilogue", shape) for shape in (LARGE_CONV_EPILOGUES if large else [])]
             + [("attention", shape) for shape in ATTENTIONS + (LARGE_ATTENTIONS if large else [])])
 
 
@@ -240,12 +251,16 @@ def measure_workloads(dev, label, workloads, rng, progress=None):
             inputs = (rng.integers(-128, 128, (m, k), dtype=np.int8),
                       rng.integers(-128, 128, (k, n), dtype=np.int8))
             ideal = ideal_gemm_utilization(config, m, k, n)
-        elif op == "conv2d":
+        elif op in ("conv2d", "conv2d_epilogue"):
             nb, c, h, w, k, r, s, stride, padding = shape
             x = rng.integers(-128, 128, (nb, c, h, w), dtype=np.int8)
             f = rng.integers(-128, 128, (k, c, r, s), dtype=np.int8)
             _, _, p, q = conv2d_output_shape(x.shape, f.shape, stride, padding, 1)
             inputs = (x, f, stride, padding)
+            if op == "conv2d_epilogue":  # a shift that keeps most outputs inside int8
+                inputs += (rng.integers(-5000, 5000, k),
+                           (rng.integers(1 << 14, 1 << 15, k),
+                            np.full(k, 21 + (c * r * s).bit_length() // 2)))
             ideal = ideal_gemm_utilization(config, nb * p * q, c * r * s, k)
         else:
             seq, kv, dim, causal = shape
@@ -257,6 +272,9 @@ def measure_workloads(dev, label, workloads, rng, progress=None):
             got = dev.matmul(*inputs)
         elif op == "conv2d":
             got = dev.conv2d(inputs[0], inputs[1], stride=inputs[2], padding=inputs[3])
+        elif op == "conv2d_epilogue":
+            got = dev.conv2d(inputs[0], inputs[1], stride=inputs[2], padding=inputs[3],
+                             bias=inputs[4], requant=inputs[5], relu=True)
         else:
             got = dev.attention(*inputs[:3], causal=inputs[3])
         entry = _workload_entry(config, label, op, shape, workload_macs(op, shape), ideal, dev.stats,
@@ -301,7 +319,7 @@ def _demo_shape(op, shape):
     """A bench shape (a tuple) as the `DEMO_WORKLOADS`-style dict of the same workload."""
     if op == "matmul":
         return dict(zip(("m", "k", "n"), shape))
-    if op == "conv2d":
+    if op in ("conv2d", "conv2d_epilogue"):
         return {**dict(zip(("n", "c", "h", "w", "k", "r", "s", "stride", "padding"), shape)),
                 "dilation": 1}
     return {"heads": 1, **dict(zip(("seq", "kv", "dim", "causal"), shape))}
@@ -309,7 +327,7 @@ def _demo_shape(op, shape):
 
 def workload_macs(op, shape):
     """`demo.useful_macs` of a bench shape."""
-    return useful_macs(op, _demo_shape(op, shape))
+    return useful_macs("conv2d" if op == "conv2d_epilogue" else op, _demo_shape(op, shape))
 
 
 def run_bench(quick=False, builds=False, configs=CONFIGS):
@@ -416,6 +434,8 @@ WORKLOAD_TARGETS = [  # (what, op, shape, core, utilization)
     (f"matmul 512^3 on 16x16, read latency {READ_LATENCY}", "matmul", LARGE_MATMULS[0], "16x16",
      0.95),
     ("conv2d 3x3 64->64 56x56 pad 1 on 16x16", "conv2d", LARGE_CONVS[0], "16x16", 0.95),
+    ("conv2d 3x3 64->64 56x56 + per-channel bias, requant, ReLU (no pool) on 16x16",
+     "conv2d_epilogue", LARGE_CONV_EPILOGUES[0], "16x16", 0.80),
     ("fused attention L=S=512 d=64 on 16x16", "attention", LARGE_ATTENTIONS[0], "16x16", 0.85),
     ("fused attention L=S=2048 d=64 causal on 16x16", "attention", LARGE_ATTENTIONS[2], "16x16",
      0.80),
@@ -472,7 +492,8 @@ def workload_label(workload):
         seq, kv, dim, causal = workload["shape"]
         return f"attention L{seq} S{kv} d{dim}" + (" causal" if causal else "")
     _, c, h, w, k, r, s, stride, _ = workload["shape"]
-    return f"conv {c}->{k} {h}x{w} {r}x{s}/{stride}"
+    epilogue = " + epilogue" if workload["op"] == "conv2d_epilogue" else ""
+    return f"conv {c}->{k} {h}x{w} {r}x{s}/{stride}{epilogue}"
 
 
 def plot_bench(results, path):

@@ -146,6 +146,7 @@ Epilogue = data.StructLayout({
     "relu": 1,           # max(y, 0)
     "pool": 1,           # 2x2 / stride-2 max pooling of output pixels (see below)
     "pool_pitch": 16,    # accumulator rows between vertically neighbouring output pixels
+    "per_row": 1,        # tile row i1 (every lane) uses parameter entry i1, not lane i0's
 })
 """The store path's per-element function of an accumulator value ``acc`` of lane ``j``:
 ``t = acc + bias[j]`` (if ``bias``), then ``y = sat_int8(round_half_even(t * multiplier[j] /
@@ -155,7 +156,11 @@ Epilogue = data.StructLayout({
 
 With ``pool`` the tile's dim 3 extent must be 1, and tile element (i0, i1, i2) is the maximum over
 the accumulator rows ``r, r + 1, r + pool_pitch, r + pool_pitch + 1`` with ``r = sram_row + 2 * i1
-+ 2 * pool_pitch * i2`` (raster-ordered output pixels, ``pool_pitch`` of them per image row)."""
++ 2 * pool_pitch * i2`` (raster-ordered output pixels, ``pool_pitch`` of them per image row).
+
+With ``per_row`` element (i0, i1) uses the parameters of entry ``i1`` instead of lane ``i0``
+(output channels on the accumulator rows); the tile must be 2-D (dim 2 and 3 extents 1), at
+most ``cols`` rows (dim 1 extent), and not pooled: else BAD_EXTENT."""
 
 StoreInstruction = data.StructLayout({"header": Header, "tensor": TensorDescriptor,
                                       "epilogue": Epilogue})
@@ -178,7 +183,8 @@ ParamsInstruction = data.StructLayout({
     "entries": data.ArrayLayout(EpilogueParams, PARAMS_PER_INSTRUCTION),
 })
 """Sets the store engine's per-lane epilogue parameters, kept until changed (reset: bias 0,
-multiplier 1, shift 0: ``PARAMS_RESET``). Runs in order with the STOREs; lane j is output column j of a tile."""
+multiplier 1, shift 0: ``PARAMS_RESET``). Runs in order with the STOREs; entry j is for lane j
+of a tile (output column j), or tile row j with ``Epilogue.per_row``."""
 
 MatmulInstruction = data.StructLayout({
     "header": Header,
