@@ -14,7 +14,7 @@ from .attention import (attention_macs, attention_operands, compile_attention, c
 from .epilogue import Epilogue, output_dtype
 from .conv2d import (compile_conv2d, conv2d_lowering, conv2d_macs, conv2d_output_shape,
                      conv2d_weights)
-from .matmul import compile_matmul
+from .matmul import compile_matmul, matmul_weights
 
 __all__ = ["Device", "DeviceError", "PreparedCall", "Resident", "RunImage", "Stats",
            "access_windows", "check_option", "operand_layout", "program_placement",
@@ -221,8 +221,8 @@ class Device:
 
         def compile_(a_addr, b_addr, c_addr):
             return compile_matmul(self.config, m, k, n, a_addr=a_addr, b_addr=b_addr,
-                                  c_addr=c_addr, epilogue=epilogue)
-        return b, (m, n), output_dtype(epilogue), compile_, host, m * k * n
+                                  c_addr=c_addr, epilogue=epilogue, b_layout="tiles")
+        return matmul_weights(self.config, b), (m, n), output_dtype(epilogue), compile_, host, m * k * n
 
     def conv2d(self, x, w, stride=1, padding=0, dilation=1, *, bias=None, requant=None,
                relu=False, pool=False):

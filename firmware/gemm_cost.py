@@ -41,7 +41,10 @@ def gemm_cycles(config, plan):
 
     _, first_chunk = a_loads(plan.k_chunk, plan.k_chunk)
     buffer_loads, buffer = a_loads(plan.a_tiles, a_region_limit(plan, later=True))
-    panel = dma + plan.k_chunk * rows * row_cycles(-(-cols // beat))
+    if plan.b_contiguous:
+        panel = dma + row_cycles(-(-plan.k_chunk * rows * cols // beat))
+    else:
+        panel = dma + plan.k_chunk * rows * row_cycles(-(-cols // beat))
     load = a_buffers * buffer + panels * panel
     store = dma + count * -(-cols * 4 // beat)
     instructions = matmuls + panels + a_buffers * buffer_loads + outputs

@@ -5,9 +5,10 @@ from .gemm_tiling import GemmPlan
 __all__ = ["plan_gemm"]
 
 
-def plan_gemm(config, m, k, n, *, m_tile_limit=None):
+def plan_gemm(config, m, k, n, *, m_tile_limit=None, b_contiguous=False):
     """The tiling with the fewest `gemm_cycles` that fits the scratchpad and half the
-    accumulator (the other half takes the next group, so STOREs overlap MATMULs)."""
+    accumulator (the other half takes the next group, so STOREs overlap MATMULs).
+    ``b_contiguous``: B's weight panels are contiguous (`GemmPlan.b_contiguous`)."""
     for name, value in (("M", m), ("K", k), ("N", n)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name}={value!r} is invalid: allowed an integer >= 1")
@@ -19,7 +20,8 @@ def plan_gemm(config, m, k, n, *, m_tile_limit=None):
     m_tiles = {-(-m // b) for b in [*range(fewest, fewest + 4), *(fewest << i for i in range(5))]}
     k_chunks = {min(1 << i, k_tiles) for i in range(k_tiles.bit_length() + 1)}
     plans = [GemmPlan(m=m, k=k, n=n, rows=rows, cols=cols, m_tile=m_tile, group=group,
-                      k_chunk=k_chunk, a_resident=resident)
+                      k_chunk=k_chunk, a_resident=resident,
+                      b_contiguous=b_contiguous)
              for m_tile in sorted(m_tiles) if m_tile <= largest
              for group in range(1, min(n_tiles, half // m_tile) + 1)
              for k_chunk in sorted(k_chunks) for resident in (False, True)]

@@ -24,6 +24,8 @@ class GemmPlan:
     resident."""
     a_resident: bool
     """A row block's A (all of K) is loaded once for all its column groups."""
+    b_contiguous: bool = False
+    """A weight panel is one contiguous run in memory (`matmul_weights`), not a row per K."""
 
     @property
     def k_tiles(self):

@@ -2,13 +2,18 @@
 `compile_matmul` for row-major matrices."""
 from functools import partial
 
+import numpy as np
+
 from ..arch import Engine
 from .epilogue import output_dtype
 from .gemm_plan import plan_gemm
 from .gemm_tiling import a_region_limit, a_regions
 from .program import LEAD, Dim, Op, Program, schedule, tensor
 
-__all__ = ["compile_gemm", "compile_matmul"]
+__all__ = ["B_LAYOUTS", "compile_gemm", "compile_matmul", "matmul_weights"]
+
+B_LAYOUTS = ("rows", "tiles")
+"""How `compile_matmul` finds B in memory: row-major, or `matmul_weights`'s tile order."""
 
 
 def compile_gemm(config, plan, m_blocks, load_a, load_b, store_c, epilogue=None,
@@ -121,12 +126,23 @@ def compile_gemm(config, plan, m_blocks, load_a, load_b, store_c, epilogue=None,
     return schedule(ops)
 
 
-def compile_matmul(config, m, k, n, *, a_addr, b_addr, c_addr, epilogue=None):
-    """C (int32, m x n) = A (int8, m x k) @ B (int8, k x n), all row-major; with an
-    `Epilogue` C is its output (int8 when requantized)."""
+def matmul_weights(config, b):
+    """B (K x N) in the order the weight LOADs read it (``b_layout="tiles"``): column tile by
+    column tile (``config.cols`` wide, the last one what is left), each row-major, so a weight
+    panel is one contiguous run of full bursts. The same bytes as B."""
+    return np.concatenate([b[:, n0:n0 + config.cols].ravel()
+                           for n0 in range(0, b.shape[1], config.cols)])
+
+
+def compile_matmul(config, m, k, n, *, a_addr, b_addr, c_addr, epilogue=None, b_layout="rows"):
+    """C (int32, m x n) = A (int8, m x k) @ B (int8, k x n), A and C row-major, B row-major or
+    (``b_layout="tiles"``) as `matmul_weights` lays it out; with an `Epilogue` C is its output
+    (int8 when requantized)."""
     if epilogue is not None and epilogue.pool:
         raise ValueError("pool is for conv2d only")
-    plan = plan_gemm(config, m, k, n)
+    if b_layout not in B_LAYOUTS:
+        raise ValueError(f"b_layout={b_layout!r} is invalid: allowed {' or '.join(B_LAYOUTS)}")
+    plan = plan_gemm(config, m, k, n, b_contiguous=b_layout == "tiles")
     size = output_dtype(epilogue).itemsize
     rows, cols = config.rows, config.cols
 
@@ -138,9 +154,13 @@ def compile_matmul(config, m, k, n, *, a_addr, b_addr, c_addr, epilogue=None):
             *lanes, Dim(extent=count, start=m0, bound=m, stride=k)]), deps)
 
     def load_b(program, first, tiles, n0, sram_row, deps):
-        program.load(tensor(b_addr, 1, sram_row, [
-            Dim(extent=cols, start=n0, bound=n, stride=1),
-            Dim(extent=tiles * rows, start=first * rows, bound=k, stride=n)]), deps)
+        if b_layout == "rows":
+            base, row_bytes, n0_in_row = b_addr, n, n0
+        else:  # the column tile's rows are its own width apart, after the tiles before it
+            base, row_bytes, n0_in_row = b_addr + k * n0, min(cols, n - n0), 0
+        program.load(tensor(base + first * rows * row_bytes, 1, sram_row, [
+            Dim(extent=cols, start=n0_in_row, bound=n0_in_row + min(cols, n - n0), stride=1),
+            Dim(extent=tiles * rows, bound=k - first * rows, stride=row_bytes)]), deps)
 
     def store_c(m0, count, n0, acc_row):
         return tensor(c_addr, size, acc_row, [
