@@ -53,7 +53,8 @@ def gemm_cycles(config, plan):
         return sum(beats), sum(beats) * dma + a_rows * sum(map(row_cycles, beats))
 
     # Split ends (`GemmPlan.split_ends`): the first MATMULs wait for the first piece's rows of
-    # A, and the last STORE is the smallest piece's.
+    # A, and the last STORE is the smallest piece's, where the array is the busiest engine
+    # (measured: store- or load-bound GEMMs gain nothing and lose up to 2.5%).
     pieces = row_pieces(count, shortest_piece(config)) if plan.split_ends else [count]
     _, first_chunk = a_loads(plan.k_chunk, plan.k_chunk)
     _, first_piece = a_loads(plan.k_chunk, plan.k_chunk, pieces[0])
@@ -69,7 +70,10 @@ def gemm_cycles(config, plan):
                     + (len(pieces) - 1) * (2 * plan.k_chunk + 2))
     fetch = instructions * fetch_cycles(config)
     compute = matmuls * max(count, min_tile_length(config))
+    busiest = max(compute, load, outputs * store, fetch)
+    if busiest > compute:  # the ends overlap a DMA engine's (or the fetch's) backlog: no gain
+        first_piece, pieces = first_chunk, [count]
     group = min(plan.group, n_tiles)
     fill = max(first_piece + c * first_chunk + (c * group + 1) * panel
                - c * group * plan.k_chunk * count for c in range(chunks if plan.a_resident else 1))
-    return max(compute, load, outputs * store, fetch) + fill + dma + pieces[0] * row_beats
+    return busiest + fill + dma + pieces[0] * row_beats

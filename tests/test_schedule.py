@@ -94,8 +94,8 @@ def test_row_pieces_grow_from_the_shortest(count, smallest, sizes):
     assert row_pieces(count, smallest) == sizes
 
 
-@pytest.mark.parametrize("config,shape", [(LARGE, (64, 64, 64)),
-                                          (CoreConfig(rows=8, cols=8), (300, 20, 13))])
+@pytest.mark.parametrize("config,shape", [(LARGE, (96, 100, 40)),
+                                          (CoreConfig(rows=8, cols=8), (150, 96, 33))])
 def test_split_ends_start_on_the_first_rows_and_store_the_last_piece_alone(config, shape):
     m = shape[0]
     plan = plan_gemm(config, *shape, b_contiguous=True, split_ends=True)
