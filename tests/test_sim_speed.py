@@ -14,6 +14,7 @@ from amaranth.sim import Simulator
 
 from tpugen import CoreConfig
 from tpugen.cli import main
+from tpugen.firmware.matmul import matmul_weights
 from tpugen.sim import SimDevice
 from tpugen.hdl.sim_system import AxiReadDelay, SimSystem
 from tpugen.sim.attention_model import attention_int8_model
@@ -168,7 +169,9 @@ def test_a_compiled_job_runs_through_the_c_driver(tmp_path):
     files = [layout["program"]["file"]] + [entry["file"] for entry in layout["inputs"]]
     assert [data for _, data in inputs] == [(job / name).read_bytes() for name in files]
     a = np.frombuffer(inputs[1][1], np.int8).reshape(37, 29)
-    b = np.frombuffer(inputs[2][1], np.int8).reshape(29, 11)
+    packed = np.frombuffer(inputs[2][1], np.int8)  # B tile-packed: 29 x 8, then 29 x 3
+    b = np.hstack([packed[:29 * 8].reshape(29, 8), packed[29 * 8:].reshape(29, 3)])
+    assert np.array_equal(matmul_weights(CONFIG, b), packed)
     assert expected == matmul_int32(a, b).astype("<i4").tobytes()
 
     memory = (ctypes.c_uint8 * (1 << 20))()
