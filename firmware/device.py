@@ -237,7 +237,8 @@ class Device:
         def compile_(a_addr, b_addr, c_addr):
             return compile_matmul(self.config, m, k, n, a_addr=a_addr, b_addr=b_addr,
                                   c_addr=c_addr, epilogue=epilogue, b_layout="tiles")
-        return matmul_weights(self.config, b), (m, n), output_dtype(epilogue), compile_, host, m * k * n
+        return (matmul_weights(self.config, b), (m, n), output_dtype(epilogue), compile_, host,
+                m * k * n)
 
     def conv2d(self, x, w, stride=1, padding=0, dilation=1, *, bias=None, requant=None,
                relu=False, pool=False):

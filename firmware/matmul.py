@@ -35,9 +35,12 @@ def compile_gemm(config, plan, m_blocks, load_a, load_b, store_c, epilogue=None,
     column tile (a weight panel, loaded while the panel before is used), K tile. An A buffer (a
     K chunk of a row block, or all of its K when resident) is loaded in pieces spread over the
     MATMULs since the buffer was last used, each region of K tiles before its first use; a
-    tile's STORE follows its last MATMUL and overlaps the next group. The tokens follow from
-    what each instruction reads and overwrites (`dependency_tokens`). An ``epilogue`` sets its parameters
-    once (per tensor) or before each STORE (per channel, for the tile's columns).
+    tile's STORE follows its last MATMUL and overlaps the next group. With
+    ``plan.split_ends`` the first panel's MATMULs go by growing row pieces, each waiting only
+    for its rows of A, and the last output tile's last panel by shrinking ones, each piece
+    stored as it finishes. The tokens follow from what each instruction reads and overwrites
+    (`dependency_tokens`). An ``epilogue`` sets its parameters once (per tensor) or before each
+    STORE (per channel, for the tile's columns).
     """
     rows, cols = config.rows, config.cols
     k_tiles, whole_tiles = plan.k_tiles, plan.k // rows
