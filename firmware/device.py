@@ -14,7 +14,7 @@ from .attention import (attention_macs, attention_operands, compile_attention, c
 from .epilogue import Epilogue, output_dtype
 from .conv2d import (compile_conv2d, conv2d_lowering, conv2d_macs, conv2d_output_shape,
                      conv2d_weights)
-from .matmul import compile_matmul
+from .matmul import compile_matmul, matmul_weights, transposed_is_faster
 
 __all__ = ["Device", "DeviceError", "PreparedCall", "Resident", "RunImage", "Stats",
            "access_windows", "check_option", "operand_layout", "program_placement",
@@ -160,6 +160,11 @@ class Device:
     Subclasses open the transport: `SimDevice` (Verilator), `BoardDevice` (a board over UART).
     """
 
+    transposes_matmuls = True
+    """`matmul` may run C^T = B^T A^T and transpose on the host where that is clearly faster
+    (`transposed_is_faster`, a skinny M); False where the run's memory holds the product
+    (`ProgramExport`: the C driver reads C as it is stored)."""
+
     def __init__(self, config, memory_size):
         check_config(config)
         check_option("memory_size", memory_size, 1 << 14, 1 << 31)
@@ -175,9 +180,19 @@ class Device:
 
         Fused epilogue per output column (see `Epilogue`): ``bias`` (int or (N,) values),
         ``requant=(multiplier, shift)`` (ints or (N,) values; the result is then int8),
-        ``relu``.
+        ``relu``. With a per-tensor epilogue a skinny M may run as C^T = B^T A^T
+        (`transposes_matmuls`).
         """
         _check_int8("a", a, 2)
+        _check_int8("b", b, 2)
+        (m, k), n = a.shape, b.shape[1]
+        options = (bias, *(requant if isinstance(requant, tuple) else ()))
+        per_tensor = all(np.ndim(x) == 0 for x in options)
+        if (self.transposes_matmuls and per_tensor and k == b.shape[0]
+                and transposed_is_faster(self.config, m, k, n)):
+            b_t, a_t = np.ascontiguousarray(b.T), np.ascontiguousarray(a.T)
+            c_t = self._call(b_t, *self._matmul(b_t.shape, a_t, bias, requant, relu))
+            return np.ascontiguousarray(c_t.T)
         return self._call(a, *self._matmul(a.shape, b, bias, requant, relu))
 
     def _call(self, x, weights, shape, dtype, compile_, host, macs):
@@ -221,8 +236,9 @@ class Device:
 
         def compile_(a_addr, b_addr, c_addr):
             return compile_matmul(self.config, m, k, n, a_addr=a_addr, b_addr=b_addr,
-                                  c_addr=c_addr, epilogue=epilogue)
-        return b, (m, n), output_dtype(epilogue), compile_, host, m * k * n
+                                  c_addr=c_addr, epilogue=epilogue, b_layout="tiles")
+        return (matmul_weights(self.config, b), (m, n), output_dtype(epilogue), compile_, host,
+                m * k * n)
 
     def conv2d(self, x, w, stride=1, padding=0, dilation=1, *, bias=None, requant=None,
                relu=False, pool=False):

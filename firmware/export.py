@@ -104,6 +104,8 @@ class ProgramExport(Device):
     """A `Device` that records what it would run: after ``dev.matmul(a, b)`` (or any other
     operation), ``dev.images[-1]`` is its `RunImage`; the results returned are zeros."""
 
+    transposes_matmuls = False
+
     def __init__(self, config, memory_size=64 << 20):
         super().__init__(config, memory_size)
         self.images = []

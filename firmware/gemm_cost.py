@@ -1,15 +1,28 @@
 """The cost model of a GEMM: estimated cycles of a `GemmPlan` on a core."""
 from ..arch import MAX_OUTSTANDING, min_tile_length
 from ..isa import INSTRUCTION_BYTES
-from .gemm_tiling import a_region_limit, a_regions
+from .gemm_tiling import a_region_limit, a_regions, row_pieces
 
-__all__ = ["MEMORY_LATENCY", "gemm_cycles"]
+__all__ = ["MEMORY_LATENCY", "fetch_cycles", "gemm_cycles", "shortest_piece"]
 
 MEMORY_LATENCY = 24
 """Cycles from a read request to its data that the tiling's cost model assumes (DRAM behind an
 interconnect)."""
 _INSTRUCTION_CYCLES = 16
 """Cycles an engine spends on an instruction besides moving data (checks, address setup)."""
+
+
+def fetch_cycles(config):
+    """Cycles the controller takes to fetch an instruction (one at a time)."""
+    return MEMORY_LATENCY + INSTRUCTION_BYTES // (config.axi_data_width // 8) + 4
+
+
+def shortest_piece(config):
+    """Fewest rows in a row piece (`GemmPlan.split_ends`): its MATMULs keep the array busy and
+    take as long as fetching the next."""
+    return max(min_tile_length(config), fetch_cycles(config))
+
+
 def gemm_cycles(config, plan):
     """Estimated cycles of a GEMM: the busiest of the array, the load engine, the store engine and
     the instruction fetch (one instruction at a time), plus what overlaps nothing: filling the
@@ -31,23 +44,36 @@ def gemm_cycles(config, plan):
         """One row of ``beats`` beats, read in bursts of up to 16 beats."""
         return max(beats, -(-beats // 16) * MEMORY_LATENCY / MAX_OUTSTANDING)
 
-    def a_loads(tiles, max_tiles):
-        """LOADs and cycles of ``tiles`` K tiles of an A block in regions of up to
+    def a_loads(tiles, max_tiles, a_rows=count):
+        """LOADs and cycles of ``tiles`` K tiles of ``a_rows`` rows of A in regions of up to
         ``max_tiles``, each row of a region a burst, in row pieces of about a MATMUL's worth
         of beats."""
         beats = [-(-size * rows // beat)
                  for _, size in a_regions(0, tiles, plan.k // rows, max_tiles)]
-        return sum(beats), sum(beats) * dma + count * sum(map(row_cycles, beats))
+        return sum(beats), sum(beats) * dma + a_rows * sum(map(row_cycles, beats))
 
+    # Split ends (`GemmPlan.split_ends`): the first MATMULs wait for the first piece's rows of
+    # A, and the last STORE is the smallest piece's, where the array is the busiest engine
+    # (measured: store- or load-bound GEMMs gain nothing and lose up to 2.5%).
+    pieces = row_pieces(count, shortest_piece(config)) if plan.split_ends else [count]
     _, first_chunk = a_loads(plan.k_chunk, plan.k_chunk)
+    _, first_piece = a_loads(plan.k_chunk, plan.k_chunk, pieces[0])
     buffer_loads, buffer = a_loads(plan.a_tiles, a_region_limit(plan, later=True))
-    panel = dma + plan.k_chunk * rows * row_cycles(-(-cols // beat))
+    if plan.b_contiguous:
+        panel = dma + row_cycles(-(-plan.k_chunk * rows * cols // beat))
+    else:
+        panel = dma + plan.k_chunk * rows * row_cycles(-(-cols // beat))
     load = a_buffers * buffer + panels * panel
-    store = dma + count * -(-cols * 4 // beat)
-    instructions = matmuls + panels + a_buffers * buffer_loads + outputs
-    fetch = instructions * (MEMORY_LATENCY + INSTRUCTION_BYTES // beat + 4)
+    row_beats = -(-cols * 4 // beat)
+    store = dma + count * row_beats
+    instructions = (matmuls + panels + a_buffers * buffer_loads + outputs
+                    + (len(pieces) - 1) * (2 * plan.k_chunk + 2))
+    fetch = instructions * fetch_cycles(config)
     compute = matmuls * max(count, min_tile_length(config))
+    busiest = max(compute, load, outputs * store, fetch)
+    if busiest > compute:  # the ends overlap a DMA engine's (or the fetch's) backlog: no gain
+        first_piece, pieces = first_chunk, [count]
     group = min(plan.group, n_tiles)
-    fill = max((c + 1) * first_chunk + (c * group + 1) * panel - c * group * plan.k_chunk * count
-               for c in range(chunks if plan.a_resident else 1))
-    return max(compute, load, outputs * store, fetch) + fill + store
+    fill = max(first_piece + c * first_chunk + (c * group + 1) * panel
+               - c * group * plan.k_chunk * count for c in range(chunks if plan.a_resident else 1))
+    return busiest + fill + dma + pieces[0] * row_beats

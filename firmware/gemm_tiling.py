@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 from ..arch import PLAN_DEPTH
 
-__all__ = ["BURST_TILES", "GemmPlan", "a_region_limit", "a_regions"]
+__all__ = ["BURST_TILES", "GemmPlan", "a_region_limit", "a_regions", "row_pieces"]
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,12 @@ class GemmPlan:
     resident."""
     a_resident: bool
     """A row block's A (all of K) is loaded once for all its column groups."""
+    b_contiguous: bool = False
+    """A weight panel is one contiguous run in memory (`matmul_weights`), not a row per K."""
+    split_ends: bool = False
+    """The first weight panel's MATMULs and the last output tile's last go by row pieces
+    (`row_pieces`): the first MATMULs wait for the first rows of A only, and only the last
+    piece's STORE is left after the last MATMUL."""
 
     @property
     def k_tiles(self):
@@ -48,8 +54,6 @@ BURST_TILES = PLAN_DEPTH // 4
 """K tiles of an A row the load engine reads in one burst (it plans a step per tile row)."""
 
 
-
-
 def a_region_limit(plan, later):
     """Most K tiles in one region of an A buffer: the first buffer's regions are K chunks, so
     the first MATMULs wait for one chunk only; later buffers are loaded ahead of their use, in
@@ -67,3 +71,14 @@ def a_regions(first, tiles, whole_tiles, max_tiles):
         regions.append((t, size))
         t += size
     return regions
+
+
+def row_pieces(count, smallest):
+    """Sizes of the row pieces of a split panel (`GemmPlan.split_ends`), growing: each as many
+    rows as the pieces before it, at least ``smallest`` (a MATMUL that short keeps the array
+    busy); the last takes the rest, at least as many. All rows when there is no room for two."""
+    sizes, left = [], count
+    while left >= 2 * max(smallest, count - left):
+        sizes.append(max(smallest, count - left))
+        left -= sizes[-1]
+    return [*sizes, left]

@@ -1,14 +1,23 @@
 """Code generation of tiled GEMM programs: `compile_gemm` for any operand layout, and
 `compile_matmul` for row-major matrices."""
+from collections import Counter
 from functools import partial
+from itertools import accumulate
+
+import numpy as np
 
 from ..arch import Engine
 from .epilogue import output_dtype
+from .gemm_cost import gemm_cycles, shortest_piece
 from .gemm_plan import plan_gemm
-from .gemm_tiling import a_region_limit, a_regions
+from .gemm_tiling import a_region_limit, a_regions, row_pieces
 from .program import LEAD, Dim, Op, Program, schedule, tensor
 
-__all__ = ["compile_gemm", "compile_matmul"]
+__all__ = ["B_LAYOUTS", "TRANSPOSE_GAIN", "compile_gemm", "compile_matmul", "matmul_weights",
+           "transposed_is_faster"]
+
+B_LAYOUTS = ("rows", "tiles")
+"""How `compile_matmul` finds B in memory: row-major, or `matmul_weights`'s tile order."""
 
 
 def compile_gemm(config, plan, m_blocks, load_a, load_b, store_c, epilogue=None,
@@ -26,9 +35,12 @@ def compile_gemm(config, plan, m_blocks, load_a, load_b, store_c, epilogue=None,
     column tile (a weight panel, loaded while the panel before is used), K tile. An A buffer (a
     K chunk of a row block, or all of its K when resident) is loaded in pieces spread over the
     MATMULs since the buffer was last used, each region of K tiles before its first use; a
-    tile's STORE follows its last MATMUL and overlaps the next group. The tokens follow from
-    what each instruction reads and overwrites (`dependency_tokens`). An ``epilogue`` sets its parameters
-    once (per tensor) or before each STORE (per channel, for the tile's columns).
+    tile's STORE follows its last MATMUL and overlaps the next group. With
+    ``plan.split_ends`` the first panel's MATMULs go by growing row pieces, each waiting only
+    for its rows of A, and the last output tile's last panel by shrinking ones, each piece
+    stored as it finishes. The tokens follow from what each instruction reads and overwrites
+    (`dependency_tokens`). An ``epilogue`` sets its parameters once (per tensor) or before each
+    STORE (per channel, for the tile's columns).
     """
     rows, cols = config.rows, config.cols
     k_tiles, whole_tiles = plan.k_tiles, plan.k // rows
@@ -39,6 +51,18 @@ def compile_gemm(config, plan, m_blocks, load_a, load_b, store_c, epilogue=None,
     chunks = [(t0, min(plan.k_chunk, k_tiles - t0)) for t0 in range(0, k_tiles, plan.k_chunk)]
     groups = [(m0, count, n_starts[g:g + plan.group])
               for m0, count in m_blocks for g in range(0, len(n_starts), plan.group)]
+    last_panel = len(chunks) * sum(len(tile_starts) for *_, tile_starts in groups) - 1
+
+    def panel_pieces(p, count):
+        """Row pieces (first, end) of panel p's MATMULs: growing in the first panel, shrinking in
+        the last (`GemmPlan.split_ends`), else all rows."""
+        sizes = row_pieces(count, shortest_piece(config)) if plan.split_ends else [count]
+        sizes = sizes[::-1] if p == last_panel and p else sizes if p in (0, last_panel) else [count]
+        ends = list(accumulate(sizes))
+        return list(zip([0, *ends], ends))
+
+    def overlapping(pieces, first, end):
+        return [i for i, (lo, hi) in enumerate(pieces) if lo < end and hi > first]
 
     # The MATMULs, weight panels, A buffers and output tiles, in the order they are used.
     ops, panels, units, outputs = [], [], [], {}
@@ -50,58 +74,88 @@ def compile_gemm(config, plan, m_blocks, load_a, load_b, store_c, epilogue=None,
                 limit = a_region_limit(plan, later=bool(units))
                 for r0, r_tiles in a_regions(first, size, whole_tiles,
                                               min(a_region_tiles, limit)):
-                    regions.append({"t0": r0, "tiles": r_tiles, "row": offset})
+                    # The first panel's regions are loaded in its row pieces.
+                    pieces = panel_pieces(0, count) if not units and r0 < tiles else [(0, count)]
+                    regions.append({"t0": r0, "tiles": r_tiles, "row": offset, "pieces": pieces,
+                                    "starts": {}})
                     offset += r_tiles * count
                 units.append({"m0": m0, "count": count, "regions": regions})
             u = len(units) - 1
             for g, n0 in enumerate(tile_starts):
                 p = len(panels)
+                pieces = panel_pieces(p, count)
                 panels.append({"first": len(ops), "t0": t0, "tiles": tiles, "n0": n0})
                 acc_row = (t % 2) * half + g * count
                 if t0 == 0:
                     outputs[t, g] = {"m0": m0, "count": count, "n0": n0, "acc_row": acc_row,
-                                     "first": len(ops)}
-                for kt in range(t0, t0 + tiles):
-                    r, region = next((r, region) for r, region in enumerate(units[u]["regions"])
-                                     if region["t0"] <= kt < region["t0"] + region["tiles"])
-                    region.setdefault("first", len(ops))
-                    ops.append(Op(Engine.EXECUTE, len(ops), partial(
-                        Program.matmul, weight_row=(p % 2) * panel_rows + (kt - t0) * rows,
-                        act_row=region["row"] + kt - region["t0"], acc_row=acc_row, count=count,
-                        accumulate=kt > 0, act_stride_log2=region["tiles"].bit_length() - 1),
-                        reads=((("B", p % 2), p, 0), (("A", u % 2), u, r)),
-                        writes=((("C", t % 2), t, g, k_tiles),)))
-                units[u]["last"] = outputs[t, g]["last"] = len(ops) - 1
+                                     "first": len(ops), "pieces": panel_pieces(
+                                         last_panel if (t, g) == (len(groups) - 1,
+                                                                  len(tile_starts) - 1)
+                                         else -1, count)}
+                output = outputs[t, g]
+                for lo, hi in pieces:
+                    panels[p]["last_piece"] = len(ops)
+                    for kt in range(t0, t0 + tiles):
+                        r, region = next((r, region)
+                                         for r, region in enumerate(units[u]["regions"])
+                                         if region["t0"] <= kt < region["t0"] + region["tiles"])
+                        region.setdefault("first", len(ops))
+                        a_parts = overlapping(region["pieces"], lo, hi)
+                        for i in a_parts:
+                            region["starts"].setdefault(i, len(ops))
+                        c_parts = overlapping(output["pieces"], lo, hi)
+                        for i in c_parts:
+                            output.setdefault("piece_last", {})[i] = len(ops)
+                        ops.append(Op(Engine.EXECUTE, len(ops), partial(
+                            Program.matmul, weight_row=(p % 2) * panel_rows + (kt - t0) * rows,
+                            act_row=region["row"] + kt - region["t0"] + region["tiles"] * lo,
+                            acc_row=acc_row + lo, count=hi - lo, accumulate=kt > 0,
+                            act_stride_log2=region["tiles"].bit_length() - 1),
+                            reads=((("B", p % 2), p, 0),
+                                   *((("A", u % 2), u, (r, i)) for i in a_parts)),
+                            writes=tuple((("C", t % 2), t, (g, i)) for i in c_parts)))
+                units[u]["last"] = output["last"] = len(ops) - 1
     total = len(ops)
+    writes = Counter(part for op in ops for part in op.writes)  # an output piece's MATMULs
+    for op in ops:
+        op.writes = tuple((*part, writes[part]) for part in op.writes)
 
-    # Weight panel p goes LEAD MATMULs into panel p - 1.
+    # Weight panel p goes LEAD MATMULs into panel p - 1 (into its last row piece).
     for p, panel in enumerate(panels):
-        before = panels[p - 1]["first"] if p else 0
+        before = panels[p - 1]["last_piece"] if p else 0
         ops.append(Op(Engine.LOAD, min(before + LEAD, panel["first"]), partial(
             load_b, first=panel["t0"], tiles=panel["tiles"], n0=panel["n0"],
             sram_row=(p % 2) * panel_rows), writes=((("B", p % 2), p, 0, 1),)))
     # A buffer u: region by region, in pieces of rows of about a MATMUL's worth of beats,
     # spread evenly from LEAD MATMULs after buffer u - 2's last use, each region before its
-    # first use.
+    # first use; a region of the first panel's row pieces: a LOAD each, as the piece before
+    # starts.
     beat = config.axi_data_width // 8
     for u, unit in enumerate(units):
         count, regions = unit["count"], unit["regions"]
         low = min(units[u - 2]["last"] + 1 + LEAD, regions[0]["first"]) if u >= 2 else 0
         pieces = []
         for r, region in enumerate(regions):
+            if len(region["pieces"]) > 1:
+                pieces += [(r, (r, i), 1, lo, hi, region["starts"][i - 1] if i else low)
+                           for i, (lo, hi) in enumerate(region["pieces"])]
+                continue
             beats = count * -(-region["tiles"] * rows // beat)
             parts = max(1, min(count, region["first"] - low, beats // count))
             bounds = [i * count // parts for i in range(parts + 1)]
-            pieces += [(r, parts, first, end) for first, end in zip(bounds, bounds[1:])]
-        for i, (r, parts, first, end) in enumerate(pieces):
+            pieces += [(r, (r, 0), parts, first, end, None)
+                       for first, end in zip(bounds, bounds[1:])]
+        for i, (r, part, parts, first, end, position) in enumerate(pieces):
             region = regions[r]
-            position = min(low + i * (regions[-1]["first"] - low) // len(pieces), region["first"])
+            if position is None:
+                position = min(low + i * (regions[-1]["first"] - low) // len(pieces),
+                               region["first"])
             ops.append(Op(Engine.LOAD, position, partial(
                 load_a, m0=unit["m0"] + first, count=end - first, first=region["t0"],
                 tiles=region["tiles"], sram_row=region["row"] + region["tiles"] * first),
-                writes=((("A", u % 2), u, r, parts),)))
-    # STOREs: LEAD MATMULs after the tile's last, a store's time apart, before the next group
-    # in this accumulator half starts.
+                writes=((("A", u % 2), u, part, parts),)))
+    # STOREs: LEAD MATMULs after the tile's (or row piece's) last, a store's time apart,
+    # before the next group in this accumulator half starts.
     if epilogue is not None and epilogue.per_tensor:
         ops.append(Op(Engine.STORE, 0, lambda program, deps: program.params(epilogue.entries(0, 1),
                                                                   broadcast=True)))
@@ -110,23 +164,51 @@ def compile_gemm(config, plan, m_blocks, load_a, load_b, store_c, epilogue=None,
     position = 0
     for (t, g), o in outputs.items():
         reuse = outputs[t + 2, 0]["first"] if (t + 2, 0) in outputs else total
-        position = min(max(o["last"] + 1 + LEAD, position + spacing), reuse)
-        if epilogue is not None and not epilogue.per_tensor:
-            ops.append(Op(Engine.STORE, position, lambda program, deps, n0=o["n0"]: program.params(
-                epilogue.entries(n0, cols))))
-        ops.append(Op(Engine.STORE, position, partial(
-            Program.store, descriptor=store_c(o["m0"], o["count"], o["n0"], o["acc_row"]),
-            epilogue=store_fields), reads=((("C", t % 2), t, g),)))
+        for i, (lo, hi) in enumerate(o["pieces"]):
+            position = min(max(o["piece_last"][i] + 1 + LEAD, position + spacing), reuse)
+            if epilogue is not None and not epilogue.per_tensor and i == 0:
+                ops.append(Op(Engine.STORE, position, lambda program, deps, n0=o["n0"]:
+                              program.params(epilogue.entries(n0, cols))))
+            ops.append(Op(Engine.STORE, position, partial(
+                Program.store, descriptor=store_c(o["m0"] + lo, hi - lo, o["n0"],
+                                                  o["acc_row"] + lo),
+                epilogue=store_fields), reads=((("C", t % 2), t, (g, i)),)))
 
     return schedule(ops)
 
 
-def compile_matmul(config, m, k, n, *, a_addr, b_addr, c_addr, epilogue=None):
-    """C (int32, m x n) = A (int8, m x k) @ B (int8, k x n), all row-major; with an
-    `Epilogue` C is its output (int8 when requantized)."""
+TRANSPOSE_GAIN = 0.9
+"""`transposed_is_faster` when the transposed GEMM's estimate is at most this fraction of the
+GEMM's: a margin over the cost model's error."""
+
+
+def transposed_is_faster(config, m, k, n):
+    """Whether C^T = B^T A^T (n x k @ k x m) is estimated (`gemm_cycles`, weights tile-packed)
+    clearly faster than C = A B: a skinny M makes m-vector MATMULs, one instruction fetched per
+    weight tile, where the transposed GEMM streams n vectors per tile."""
+    def cycles(m, n):
+        return gemm_cycles(config, plan_gemm(config, m, k, n, b_contiguous=True,
+                                             split_ends=True))
+    return cycles(n, m) <= TRANSPOSE_GAIN * cycles(m, n)
+
+
+def matmul_weights(config, b):
+    """B (K x N) in the order the weight LOADs read it (``b_layout="tiles"``): column tile by
+    column tile (``config.cols`` wide, the last one what is left), each row-major, so a weight
+    panel is one contiguous run of full bursts. The same bytes as B."""
+    return np.concatenate([b[:, n0:n0 + config.cols].ravel()
+                           for n0 in range(0, b.shape[1], config.cols)])
+
+
+def compile_matmul(config, m, k, n, *, a_addr, b_addr, c_addr, epilogue=None, b_layout="rows"):
+    """C (int32, m x n) = A (int8, m x k) @ B (int8, k x n), A and C row-major, B row-major or
+    (``b_layout="tiles"``) as `matmul_weights` lays it out; with an `Epilogue` C is its output
+    (int8 when requantized)."""
     if epilogue is not None and epilogue.pool:
         raise ValueError("pool is for conv2d only")
-    plan = plan_gemm(config, m, k, n)
+    if b_layout not in B_LAYOUTS:
+        raise ValueError(f"b_layout={b_layout!r} is invalid: allowed {' or '.join(B_LAYOUTS)}")
+    plan = plan_gemm(config, m, k, n, b_contiguous=b_layout == "tiles", split_ends=True)
     size = output_dtype(epilogue).itemsize
     rows, cols = config.rows, config.cols
 
@@ -138,9 +220,13 @@ def compile_matmul(config, m, k, n, *, a_addr, b_addr, c_addr, epilogue=None):
             *lanes, Dim(extent=count, start=m0, bound=m, stride=k)]), deps)
 
     def load_b(program, first, tiles, n0, sram_row, deps):
-        program.load(tensor(b_addr, 1, sram_row, [
-            Dim(extent=cols, start=n0, bound=n, stride=1),
-            Dim(extent=tiles * rows, start=first * rows, bound=k, stride=n)]), deps)
+        if b_layout == "rows":
+            base, row_bytes, n0_in_row = b_addr, n, n0
+        else:  # the column tile's rows are its own width apart, after the tiles before it
+            base, row_bytes, n0_in_row = b_addr + k * n0, min(cols, n - n0), 0
+        program.load(tensor(base + first * rows * row_bytes, 1, sram_row, [
+            Dim(extent=cols, start=n0_in_row, bound=n0_in_row + min(cols, n - n0), stride=1),
+            Dim(extent=tiles * rows, bound=k - first * rows, stride=row_bytes)]), deps)
 
     def store_c(m0, count, n0, acc_row):
         return tensor(c_addr, size, acc_row, [

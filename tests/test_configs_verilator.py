@@ -109,11 +109,13 @@ def _wrapping_program(config, count, a_addr, w_addr, c_addr):
 
 
 def test_large_preset_is_exact_and_accumulators_wrap():
-    """On the bench's model of the large preset: awkward GEMMs and attention bit-exact through
-    the bench's own checks (`measure_workloads`), and 8200 accumulating MATMULs whose sums pass
-    INT32_MAX, bit-exact against the int64 sums wrapped to int32."""
+    """On the bench's model of the large preset: awkward GEMMs (tile-packed weights, one with
+    split ends, one run transposed) and attention bit-exact through the bench's own checks
+    (`measure_workloads`), and 8200 accumulating MATMULs whose sums pass INT32_MAX, bit-exact
+    against the int64 sums wrapped to int32."""
     rng = np.random.default_rng(33)
     workloads = [("matmul", (1, 1, 1)), ("matmul", (17, 33, 15)), ("matmul", (40, 300, 47)),
+                 ("matmul", (96, 100, 40)), ("matmul", (16, 96, 70)),  # split ends; transposed
                  ("conv2d", (1, 19, 9, 7, 21, 3, 3, 1, 1)),  # (N, C, H, W, K, R, S, stride, pad)
                  ("conv2d", (2, 3, 8, 8, 5, 1, 1, 2, 0)),
                  ("attention", (1, 1, 1, False)), ("attention", (37, 45, 24, False)),

@@ -2,12 +2,17 @@
 still has other work. The controller's queues are 2 deep, so a LOAD placed right before the
 MATMUL that needs it is fetched only when the MATMULs ahead of it have (nearly) all issued, and
 the array then waits for the whole load."""
+import numpy as np
 import pytest
 
 from tpugen import PRESETS, CoreConfig
 from tpugen.firmware.attention import compile_attention, plan_attention
 from tpugen.firmware.conv2d import compile_conv2d, conv2d_lowering
 from tpugen.firmware.epilogue import Epilogue
+from tpugen.firmware.gemm_cost import shortest_piece
+from tpugen.firmware.gemm_plan import plan_gemm
+from tpugen.firmware.gemm_tiling import row_pieces
+from tpugen.firmware.matmul import compile_matmul, matmul_weights
 from tpugen.firmware.program import LEAD
 from tpugen.isa import PARAMS_PER_INSTRUCTION, Opcode, decode
 
@@ -88,3 +93,50 @@ def test_attention_loads_overlap_the_previous_block(config, seq, kv, dim, causal
     program = compile_attention(config, plan, 2, q_addr=0, kt_addr=1 << 20, v_addr=2 << 20,
                                 o_addr=3 << 20, causal=causal, frac=20)
     assert _stalling_loads(config, program) == []
+
+
+@pytest.mark.parametrize("config,k,n", [(LARGE, 40, 37), (CoreConfig(rows=8, cols=8), 1, 8),
+                                        (CoreConfig(rows=8, cols=8), 19, 1)])
+def test_packed_weights_are_column_tiles_of_b(config, k, n):
+    b = np.random.default_rng(5).integers(-128, 128, (k, n), dtype=np.int8)
+    packed = matmul_weights(config, b)
+    assert packed.nbytes == b.nbytes
+    for n0 in range(0, n, config.cols):
+        tile = b[:, n0:n0 + config.cols]
+        assert np.array_equal(packed[k * n0:k * n0 + tile.size], tile.ravel()), n0
+    with pytest.raises(ValueError, match="b_layout='cols' is invalid"):
+        compile_matmul(config, 3, k, n, a_addr=0, b_addr=4096, c_addr=8192, b_layout="cols")
+
+
+@pytest.mark.parametrize("count,smallest,sizes", [
+    (64, 32, [32, 32]), (100, 36, [36, 64]), (256, 36, [36, 36, 72, 112]), (71, 36, [71]),
+    (1, 15, [1])])
+def test_row_pieces_grow_from_the_shortest(count, smallest, sizes):
+    assert row_pieces(count, smallest) == sizes
+
+
+@pytest.mark.parametrize("config,shape", [(LARGE, (96, 100, 40)),
+                                          (CoreConfig(rows=8, cols=8), (150, 96, 33))])
+def test_split_ends_start_on_the_first_rows_and_store_the_last_piece_alone(config, shape):
+    m = shape[0]
+    plan = plan_gemm(config, *shape, b_contiguous=True, split_ends=True)
+    assert plan.split_ends
+    first = row_pieces(min(plan.m_tile, m), shortest_piece(config))
+    last = row_pieces(m - (m - 1) // plan.m_tile * plan.m_tile, shortest_piece(config))
+    assert len(first) > 1 and len(last) > 1
+    program = compile_matmul(config, *shape, a_addr=0, b_addr=1 << 20, c_addr=2 << 20,
+                             b_layout="tiles")
+    instructions = [decode(raw) for raw in program.instructions]
+    opcodes = [ins.header.opcode for ins in instructions]
+    start = opcodes.index(Opcode.MATMUL)
+    assert instructions[start].count == first[0]
+    # The first MATMUL pops the load engine's first token: the LOAD of the first piece's rows
+    # of A (K tiles of a row in neighbouring scratchpad rows).
+    pusher = min(i for i in range(start) if opcodes[i] == Opcode.LOAD
+                 and instructions[i].header.push_next)
+    loaded = len(_load_rows(instructions[pusher]))
+    assert loaded in {first[0] * tiles for tiles in range(1, plan.k_chunk + 1)}, loaded
+    stores = [ins for ins in instructions if ins.header.opcode == Opcode.STORE]
+    assert stores[-1].tensor.dims[1].extent == last[0]
+    outputs = -(-m // plan.m_tile) * plan.n_tiles
+    assert len(stores) == outputs - 1 + len(last)

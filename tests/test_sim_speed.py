@@ -14,6 +14,7 @@ from amaranth.sim import Simulator
 
 from tpugen import CoreConfig
 from tpugen.cli import main
+from tpugen.firmware.matmul import matmul_weights
 from tpugen.sim import SimDevice
 from tpugen.hdl.sim_system import AxiReadDelay, SimSystem
 from tpugen.sim.attention_model import attention_int8_model
@@ -168,7 +169,9 @@ def test_a_compiled_job_runs_through_the_c_driver(tmp_path):
     files = [layout["program"]["file"]] + [entry["file"] for entry in layout["inputs"]]
     assert [data for _, data in inputs] == [(job / name).read_bytes() for name in files]
     a = np.frombuffer(inputs[1][1], np.int8).reshape(37, 29)
-    b = np.frombuffer(inputs[2][1], np.int8).reshape(29, 11)
+    packed = np.frombuffer(inputs[2][1], np.int8)  # B tile-packed: 29 x 8, then 29 x 3
+    b = np.hstack([packed[:29 * 8].reshape(29, 8), packed[29 * 8:].reshape(29, 3)])
+    assert np.array_equal(matmul_weights(CONFIG, b), packed)
     assert expected == matmul_int32(a, b).astype("<i4").tobytes()
 
     memory = (ctypes.c_uint8 * (1 << 20))()
@@ -193,3 +196,37 @@ def test_a_compiled_job_runs_through_the_c_driver(tmp_path):
         got = link.read_memory(out_address, len(expected))
     assert result == 0, f"tpu_job_run: enum tpu_result {result}"
     assert got == expected
+
+
+def test_packed_weights_split_ends_and_transposed_matmuls_are_exact():
+    """Device.matmul writes B tile-packed, splits the first and last panels where the cost model
+    says so and runs a skinny M transposed: all bit-exact, on awkward shapes (1 wide, K = 1,
+    N = 1, not multiples of the array), with per-tensor and per-channel epilogues, and resident."""
+    from tpugen.firmware.gemm_plan import plan_gemm
+    from tpugen.firmware.matmul import transposed_is_faster
+    from tpugen.sim.golden import apply_epilogue
+
+    def plan(m, k, n):
+        return plan_gemm(CONFIG, m, k, n, b_contiguous=True, split_ends=True)
+
+    rng = np.random.default_rng(20)
+    shapes = [(1, 1, 1), (1, 29, 1), (13, 1, 9), (5, 9, 1), (67, 41, 3), (96, 40, 33),
+              (150, 96, 33), (16, 96, 70), (8, 200, 50)]
+    assert [s for s in shapes if plan(*s).split_ends] == [(96, 40, 33), (150, 96, 33)]
+    assert [s for s in shapes if transposed_is_faster(CONFIG, *s)] == [(16, 96, 70),
+                                                                      (8, 200, 50)]
+    with SimDevice(CONFIG, memory="rtl", memory_size=1 << 20) as dev:  # the model above
+        for m, k, n in shapes:
+            a, b = _int8(rng, (m, k)), _int8(rng, (k, n))
+            c = dev.matmul(a, b)
+            assert c.flags.c_contiguous and np.array_equal(c, matmul_int32(a, b)), (m, k, n)
+            assert dev.stats.bytes_written == 4 * m * n
+        a, b = _int8(rng, (16, 96)), _int8(rng, (96, 70))
+        for options in ({"bias": -1000, "requant": (3, 9), "relu": True},  # transposed
+                        {"bias": rng.integers(-2000, 2000, 70), "requant": (3, 9)}):  # not
+            expected = apply_epilogue(matmul_int32(a, b), channel_axis=1, **options)
+            assert np.array_equal(dev.matmul(a, b, **options), expected), options
+        a, b = _int8(rng, (7, 45)), _int8(rng, (45, 19))
+        call = dev.prepare_matmul(a.shape, b)
+        dev.launch(call, a)
+        assert np.array_equal(dev.download(call.output, np.int32, (7, 19)), matmul_int32(a, b))
