@@ -585,15 +585,13 @@ def window_ok(m, windows, addr, size, permission):
     """``[addr, addr + size)`` lies inside an enabled window with ``permission``, for ``addr`` a
     multiple of ``size`` (a power of two): per window two compares and no adder, against its
     end ``base + size`` registered in ``m`` (a cycle behind the window, which does not change
-    while the core runs)."""
+    while the core runs). A window of size 0 holds no address: its end is its base."""
     shift = exact_log2(size)
     inside = []
     for i, window in enumerate(windows):
-        granted = Signal(name=f"window{i}_{permission}")
         end = Signal(33, name=f"window{i}_end")
-        m.d.sync += [granted.eq((window.size != 0) & window[permission]),
-                     end.eq(window.base + window.size)]
-        inside.append(granted & (addr >= window.base) & (addr[shift:] < end[shift:]))
+        m.d.sync += end.eq(window.base + window.size)
+        inside.append(window[permission] & (addr >= window.base) & (addr[shift:] < end[shift:]))
     return Cat(inside).any()
 
 
