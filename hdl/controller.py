@@ -162,9 +162,8 @@ class Controller(wiring.Component):
                 m.d.sync += token.eq(token + sum(gives, 0) - sum(takes, 0))
 
         # Fetch: one instruction at a time, as one INCR burst of `beats` beats.
-        address = Signal(32)
+        address = Signal(32)  # program_base + pc * INSTRUCTION_BYTES
         m.d.comb += [
-            address.eq(self.program_base + (pc << exact_log2(INSTRUCTION_BYTES))),
             self.axi.arid.eq(FETCH_ID),
             self.axi.araddr.eq(address),
             self.axi.arlen.eq(beats - 1),
@@ -186,7 +185,8 @@ class Controller(wiring.Component):
             with m.State("IDLE"):
                 m.d.comb += starting.eq(self.start)
                 with m.If(self.start):
-                    m.d.sync += [pc.eq(0), running.eq(1), error.eq(ErrorCode.NONE),
+                    m.d.sync += [pc.eq(0), address.eq(self.program_base), running.eq(1),
+                                 error.eq(ErrorCode.NONE),
                                  stopping.eq(0), bus_error.eq(0)]
                     m.next = "FETCH"
             with m.State("FETCH"):
@@ -241,7 +241,8 @@ class Controller(wiring.Component):
                             m.d.comb += [known.eq(1), queue.w_en.eq(1)]
                             with m.If(queue.w_rdy):
                                 m.d.comb += progress.eq(1)
-                                m.d.sync += pc.eq(pc + 1)
+                                m.d.sync += [pc.eq(pc + 1),
+                                             address.eq(address + INSTRUCTION_BYTES)]
                                 m.next = "FETCH"
                     with m.If(~known):
                         m.d.comb += [raise_error.eq(ErrorCode.UNKNOWN_OPCODE), raise_index.eq(pc)]

@@ -111,6 +111,8 @@ class ExecuteEngine(wiring.Component):
     tile at ``weight_row`` and A is the scratchpad (int8) or, with ``act_probabilities``, the
     probability buffer (uint8).
 
+    Each instruction is registered when taken, checked from that register the next cycle and
+    dispatched from registers after that (no path from the controller's queue to the checks).
     MATMULs overlap: the next one is taken while the current one streams, so its weight tile
     shifts into the array meanwhile and its vectors follow without a gap; an
     instruction is done (``done`` pulse, in order) when its last result is in the accumulator.
@@ -167,38 +169,55 @@ class ExecuteEngine(wiring.Component):
         m.submodules.targets = targets = SyncFIFO(width=target.size, depth=_QUEUE_DEPTH)
 
         pushed = data.View(target, targets.w_data)
-        raw = self.instr.payload.as_value()
-        instr = data.View(MatmulInstruction, raw[:MatmulInstruction.size])
-        is_softmax = self.instr.payload.header.opcode == Opcode.SOFTMAX
-        act_rows = Mux(instr.act_probabilities, cfg.probability_rows, cfg.scratchpad_rows)
+        # Registered decode: an instruction is taken from the queue into `ins`, checked there
+        # the next cycle (the verdict registered in `bad`), and dispatched from registers the
+        # cycle after; the next one is taken in that same cycle.
+        ins = Signal(EXECUTE_INSTRUCTION)
+        held = Signal()     # `ins` holds an instruction
+        checked = Signal()  # ... and `bad` is its verdict
         bad = Signal(ErrorCode)
+        instr = data.View(MatmulInstruction, ins.as_value()[:MatmulInstruction.size])
+        is_softmax = ins.header.opcode == Opcode.SOFTMAX
+        act_rows = Mux(instr.act_probabilities, cfg.probability_rows, cfg.scratchpad_rows)
+        verdict = Signal(ErrorCode)
         with m.If(instr.count == 0):
-            m.d.comb += bad.eq(ErrorCode.BAD_EXTENT)
+            m.d.comb += verdict.eq(ErrorCode.BAD_EXTENT)
         with m.Elif((instr.weight_row + cfg.rows > cfg.scratchpad_rows)
                     | (instr.act_row + ((instr.count - 1) << instr.act_stride_log2) >= act_rows)
                     | (instr.acc_row + instr.count > cfg.accumulator_rows)):
-            m.d.comb += bad.eq(ErrorCode.SRAM_RANGE)
+            m.d.comb += verdict.eq(ErrorCode.SRAM_RANGE)
         if not cfg.softmax:
             with m.Elif(instr.act_probabilities):  # no probability buffer
-                m.d.comb += bad.eq(ErrorCode.UNKNOWN_OPCODE)
+                m.d.comb += verdict.eq(ErrorCode.UNKNOWN_OPCODE)
+        with m.If(held & ~checked):
+            # A SOFTMAX goes on unchecked: the softmax unit checks its own.
+            m.d.sync += [bad.eq(Mux(is_softmax, ErrorCode.NONE, verdict)), checked.eq(1)]
 
         # The array and the softmax unit take turns on the accumulator.
         result_valid = Signal()
         matmul_idle = ~targets.r_rdy & ~result_valid
-        accept = Signal()
+        launchable = held & checked & (bad == ErrorCode.NONE) & (self.error == ErrorCode.NONE)
+        dispatch = Signal()
+        accept = Signal()  # a MATMUL goes to the feeders
         m.d.comb += [
-            softmax.instr.payload.eq(raw[:SoftmaxInstruction.size]),
-            softmax.instr.valid.eq(self.instr.valid & is_softmax & matmul_idle
-                                   & (self.error == ErrorCode.NONE)),
-            self.instr.ready.eq((self.error == ErrorCode.NONE) & Mux(
+            softmax.instr.payload.eq(ins.as_value()[:SoftmaxInstruction.size]),
+            softmax.instr.valid.eq(launchable & is_softmax & matmul_idle),
+            dispatch.eq(launchable & Mux(
                 is_softmax, softmax.instr.ready & matmul_idle,
                 weights.run.ready & acts.run.ready & targets.w_rdy & ~softmax.busy)),
-            accept.eq(self.instr.valid & self.instr.ready & ~is_softmax),
+            accept.eq(dispatch & ~is_softmax),
+            # Nothing is taken while a SOFTMAX is here or runs: its error blames it.
+            self.instr.ready.eq((self.error == ErrorCode.NONE) & ~softmax.busy
+                                & (~held | accept)),
         ]
+        with m.If(dispatch):
+            m.d.sync += held.eq(0)
+        with m.If(self.instr.valid & self.instr.ready):
+            m.d.sync += [ins.eq(self.instr.payload), held.eq(1), checked.eq(0)]
         with m.If(softmax.error != ErrorCode.NONE):
             m.d.sync += self.error.eq(softmax.error)
-        with m.Elif(accept & (bad != ErrorCode.NONE)):
-            m.d.sync += self.error.eq(bad)
+        with m.Elif(held & checked & (bad != ErrorCode.NONE)):
+            m.d.sync += [self.error.eq(bad), held.eq(0)]
         with m.Elif(accept):
             if cfg.softmax:
                 m.d.comb += acts.run.payload.source.eq(instr.act_probabilities)
@@ -273,7 +292,7 @@ class ExecuteEngine(wiring.Component):
         m.d.comb += [
             softmax.acc_read.data.eq(self.acc_read.data),
             self.done.eq(result_last | softmax.done),
-            self.busy.eq(targets.r_rdy | result_valid | softmax.busy),
+            self.busy.eq(held | targets.r_rdy | result_valid | softmax.busy),
             self.progress.eq(accept | result_valid | self.vector | softmax.progress),
         ]
         return m

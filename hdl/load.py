@@ -42,7 +42,8 @@ class LoadEngine(wiring.Component):
     ``Im2colWalker``. One walked step per cycle from the R channel, shifted into place: up to a
     beat of lanes for contiguous rows (dim-0 stride 1), else one element; up to
     ``MAX_OUTSTANDING`` bursts in flight. On an error nothing more is issued, every outstanding
-    burst is drained, then ``error`` is raised and held.
+    burst is drained, then ``error`` is raised and held. An instruction is registered when
+    taken and decoded from that register the next cycle.
     """
 
     def __init__(self, config):
@@ -74,7 +75,7 @@ class LoadEngine(wiring.Component):
         layout = step_layout(lanes, rows, beat_bytes)
         m.submodules.plan = plan = fifo.SyncFIFOBuffered(width=layout.size, depth=PLAN_DEPTH)
 
-        instr = self.instr.payload
+        instr = Signal(LOAD_INSTRUCTION)  # registered when taken, decoded the next cycle
         im2col_desc = data.View(LoadIm2colInstruction, instr.as_value()).im2col
         im2col_code = Signal(ErrorCode)
         im2col = Signal()    # the instruction is an im2col load
@@ -142,22 +143,25 @@ class LoadEngine(wiring.Component):
         m.d.sync += self.done.eq(0)
         with m.FSM():
             with m.State("IDLE"):
-                plain = self.instr.valid & ~instr.header.im2col
-                m.d.comb += [self.instr.ready.eq(1),
+                m.d.comb += self.instr.ready.eq(1)
+                with m.If(self.instr.valid):
+                    m.d.sync += instr.eq(self.instr.payload)
+                    m.next = "DECODE"
+            with m.State("DECODE"):
+                plain = ~instr.header.im2col
+                m.d.comb += [self.busy.eq(1),
                              check.descriptor.valid.eq(plain),
                              walker.descriptor.valid.eq(plain),
                              im2col_walker.descriptor.valid.eq(
-                                 self.instr.valid & instr.header.im2col &
-                                 (im2col_code == ErrorCode.NONE))]
-                with m.If(self.instr.valid):
-                    m.d.sync += im2col.eq(instr.header.im2col)
-                    with m.If(~instr.header.im2col):
-                        m.next = "CHECK"
-                    with m.Elif(im2col_code == ErrorCode.NONE):
-                        m.next = "RUN"
-                    with m.Else():
-                        m.d.sync += self.error.eq(im2col_code)
-                        m.next = "ERROR"
+                                 instr.header.im2col & (im2col_code == ErrorCode.NONE))]
+                m.d.sync += im2col.eq(instr.header.im2col)
+                with m.If(plain):
+                    m.next = "CHECK"
+                with m.Elif(im2col_code == ErrorCode.NONE):
+                    m.next = "RUN"
+                with m.Else():
+                    m.d.sync += self.error.eq(im2col_code)
+                    m.next = "ERROR"
             with m.State("CHECK"):
                 m.d.comb += [self.busy.eq(1), check.result.ready.eq(1)]
                 with m.If(check.result.valid):

@@ -23,7 +23,7 @@ NORMALIZE's ``O * r``:
 - NORMALIZE: with b = bitlen(l), ``mant = l << (32 - b)``, ``r = 2**47 // mant`` (2**15 <= r <=
   2**16), sh = b - 1: ``O = sat_int32(rs(O * r, sh))``, i.e. ``O * 2**(OUT_FRAC + LF) / l``: the
   attention output in units of V / 256 (OUT_FRAC = 8). O = 0 where l = 0.
-- Errors, checked the cycle after accept, from the registered instruction (a bad one changes
+- Errors, checked two cycles after accept, from the registered instruction (a bad one changes
   nothing else): mode not BLOCK or NORMALIZE:
   UNKNOWN_OPCODE; count, o_tiles or (BLOCK) tiles 0: BAD_EXTENT; rows past the accumulator,
   probability buffer or state: SRAM_RANGE (NORMALIZE ignores tiles, keys, score_row, p_row).
@@ -187,35 +187,42 @@ class SoftmaxUnit(wiring.Component):
         m.d.comb += [m_read.en.eq(0), l_read.en.eq(0)]  # a read port's enable is 1 unless driven
         m.submodules.jobs = jobs = SyncFIFO(width=_JOB.size, depth=_JOBS)
 
-        # Accept an instruction into `ins`, check it there the next cycle (`checking`: the
-        # checks' products and sums start from registers, not from the controller's queue),
-        # then start it; it stays in `ins` until done.
+        # Accept an instruction into `ins`; the next cycle (`checking`) register the products
+        # of its fields, the cycle after (`judging`) compare the rows they reach with the
+        # memories: every check starts from registers, not from the controller's queue. Then
+        # start it; it stays in `ins` until done.
         ins = Signal(SoftmaxInstruction)
         checking = Signal()
+        judging = Signal()
         active = Signal()
         block = ins.mode == SoftmaxMode.BLOCK
+        o_span = Signal(24)    # o_tiles * count
+        tile_span = Signal(24)  # tiles * count
         bad = Signal(ErrorCode)
         with m.If((ins.mode != SoftmaxMode.BLOCK) & (ins.mode != SoftmaxMode.NORMALIZE)):
             m.d.comb += bad.eq(ErrorCode.UNKNOWN_OPCODE)
         with m.Elif((ins.count == 0) | (ins.o_tiles == 0) | (block & (ins.tiles == 0))):
             m.d.comb += bad.eq(ErrorCode.BAD_EXTENT)
-        with m.Elif((ins.o_row + ins.o_tiles * ins.count > cfg.accumulator_rows)
+        with m.Elif((ins.o_row + o_span > cfg.accumulator_rows)
                     | (ins.state_row + ins.count > cfg.probability_rows)
                     | (block & (
-                        (ins.score_row + ins.tiles * ins.count > cfg.accumulator_rows)
-                        | (ins.p_row + ins.tiles * ins.count > cfg.probability_rows)))):
+                        (ins.score_row + tile_span > cfg.accumulator_rows)
+                        | (ins.p_row + tile_span > cfg.probability_rows)))):
             m.d.comb += bad.eq(ErrorCode.SRAM_RANGE)
         accept = Signal()
         start = Signal()
         m.d.comb += [
-            self.instr.ready.eq((self.error == ErrorCode.NONE) & ~active & ~checking),
+            self.instr.ready.eq((self.error == ErrorCode.NONE) & ~active & ~checking & ~judging),
             accept.eq(self.instr.valid & self.instr.ready),
-            self.busy.eq(active | checking),
+            self.busy.eq(active | checking | judging),
         ]
         with m.If(accept):
             m.d.sync += [ins.eq(self.instr.payload), checking.eq(1)]
         with m.If(checking):
-            m.d.sync += checking.eq(0)
+            m.d.sync += [checking.eq(0), judging.eq(1), o_span.eq(ins.o_tiles * ins.count),
+                         tile_span.eq(ins.tiles * ins.count)]
+        with m.If(judging):
+            m.d.sync += judging.eq(0)
             with m.If(bad != ErrorCode.NONE):
                 m.d.sync += self.error.eq(bad)
             with m.Else():
@@ -492,7 +499,7 @@ class SoftmaxUnit(wiring.Component):
         m.d.comb += [
             self.done.eq(active & ~b_have & (b_jobs == ins.count) & ~Cat(*stages).any()
                          & ~l_write.en),
-            self.progress.eq(accept | checking | self.acc_read.en | self.acc_write.en
+            self.progress.eq(accept | checking | judging | self.acc_read.en | self.acc_write.en
                              | self.p_write.en | m_read.en | l_read.en | m_write.en | l_write.en),
         ]
         with m.If(self.done):

@@ -3,15 +3,15 @@ import itertools
 
 import numpy as np
 import pytest
-from amaranth.hdl import Elaboratable, Module, signed
+from amaranth.hdl import Elaboratable, Module, Signal, signed
 from amaranth.lib import data, memory, wiring
 from amaranth.sim import Simulator
 
 from tpugen import CoreConfig
 from tpugen.hdl.load import LoadEngine
 from tpugen.hdl.store import StoreEngine
-from tpugen.hdl.walker import BurstPlanner, TileCheck, TileWalker
-from tpugen.isa import NUM_WINDOWS, ErrorCode, Opcode, decode
+from tpugen.hdl.walker import BurstPlanner, TileCheck, TileWalker, window_ok
+from tpugen.isa import NUM_WINDOWS, ErrorCode, Opcode, Window, decode
 from tpugen.sim.pysim_axi import AxiMemory
 from tpugen.sim.testbench import put_instruction, stream_put, stream_take
 
@@ -521,3 +521,51 @@ def test_throughput(capsys):
     assert report["load contiguous"] > 4 and report["store contiguous"] > 1.1
     assert report["load 8x64 tile"] > 512 / (64 + 32)
     assert report["load strided"] > 0.8 and report["store strided"] > 0.7
+
+
+class _WindowCheck(Elaboratable):
+    def __init__(self, size):
+        self.size = size
+        self.windows = Signal(data.ArrayLayout(Window, NUM_WINDOWS))
+        self.addr = Signal(32)
+        self.ok = Signal()
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += self.ok.eq(window_ok(m, self.windows, self.addr, self.size, "read"))
+        return m
+
+
+@pytest.mark.parametrize("size", [4, 64])
+def test_window_ok_is_the_sum_check(size):
+    """`window_ok` (compares with registered ends) against ``base <= addr`` and
+    ``addr + size <= base + size_w`` without wrap: unaligned windows, windows reaching past
+    2**32, addresses at and around each window's edges."""
+    rng = np.random.default_rng(size)
+    dut = _WindowCheck(size)
+    checked = [0, 0]
+
+    async def testbench(ctx):
+        for _ in range(40):
+            wins = [{"base": int(rng.choice([rng.integers(1 << 32), (1 << 32) - 4096,
+                                             rng.integers(4096)])),
+                     "size": int(rng.choice([0, rng.integers(1, 3 * size),
+                                             rng.integers(1 << 32)])),
+                     "read": int(rng.integers(4) != 0), "write": 0}
+                    for _ in range(NUM_WINDOWS)]
+            ctx.set(dut.windows, wins)
+            await ctx.tick()
+            edges = [w[k] + d for w in wins for k in ("base", "size") for d in (-size, 0, size)]
+            edges += [w["base"] + w["size"] + d for w in wins for d in (-2 * size, -size, 0)]
+            for addr in [e % (1 << 32) // size * size for e in edges]:
+                ctx.set(dut.addr, addr)
+                expected = any(w["size"] and w["read"] and w["base"] <= addr
+                               and addr + size <= w["base"] + w["size"] for w in wins)
+                assert ctx.get(dut.ok) == expected, (wins, addr)
+                checked[expected] += 1
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(testbench)
+    sim.run()
+    assert min(checked) > 50, checked  # both answers were seen
