@@ -538,9 +538,9 @@ class _WindowCheck(Elaboratable):
 
 @pytest.mark.parametrize("size", [4, 64])
 def test_window_ok_is_the_sum_check(size):
-    """`window_ok` (compares with registered ends) against ``base <= addr`` and
-    ``addr + size <= base + size_w`` without wrap: unaligned windows, windows reaching past
-    2**32, addresses at and around each window's edges."""
+    """`window_ok` against ``base <= addr`` and ``addr + size <= base + size_w`` without wrap:
+    unaligned windows, windows reaching past 2**32, addresses at and around each window's
+    edges."""
     rng = np.random.default_rng(size)
     dut = _WindowCheck(size)
     checked = [0, 0]
@@ -554,7 +554,6 @@ def test_window_ok_is_the_sum_check(size):
                      "read": int(rng.integers(4) != 0), "write": 0}
                     for _ in range(NUM_WINDOWS)]
             ctx.set(dut.windows, wins)
-            await ctx.tick()
             edges = [w[k] + d for w in wins for k in ("base", "size") for d in (-size, 0, size)]
             edges += [w["base"] + w["size"] + d for w in wins for d in (-2 * size, -size, 0)]
             for addr in [e % (1 << 32) // size * size for e in edges]:
@@ -565,7 +564,6 @@ def test_window_ok_is_the_sum_check(size):
                 checked[expected] += 1
 
     sim = Simulator(dut)
-    sim.add_clock(1e-6)
     sim.add_testbench(testbench)
     sim.run()
     assert min(checked) > 50, checked  # both answers were seen

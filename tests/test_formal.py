@@ -81,7 +81,7 @@ def test_load_engine_read_master(tmp_path):
 def test_load_engine_covers(tmp_path):
     """Within the depth a LOAD completes, with two bursts in flight and one of several beats."""
     check(prove(LoadEngineHarness(ENGINES), "load_cover", tmp_path, mode="cover",
-                depth=depth(12)))
+                depth=depth(13)))
 
 
 def test_store_engine_write_master(tmp_path):
