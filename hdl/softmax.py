@@ -45,8 +45,8 @@ query. The state is two memories, ``state_m`` (written by the max pass) and ``st
 Timing: the max pass of a query (``tiles`` score rows) runs up to 8 queries ahead of the exp
 pass (``tiles`` rows, writing P) and O rescale (``o_tiles`` rows; none with ``first``) of
 earlier queries, so the accumulator read port is busy every cycle: a BLOCK takes
-``count * (2 * tiles + o_tiles) + ~11`` cycles. NORMALIZE divides two quotient bits per cycle,
-overlapped with the O scaling of the previous query: ``count * max(o_tiles, 10) + ~11`` cycles.
+``count * (2 * tiles + o_tiles) + ~12`` cycles. NORMALIZE divides two quotient bits per cycle,
+overlapped with the O scaling of the previous query: ``count * max(o_tiles, 10) + ~12`` cycles.
 """
 from amaranth.hdl import Array, C, Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, enum, memory, wiring
@@ -324,23 +324,26 @@ class SoftmaxUnit(wiring.Component):
                 ops.extend(_delays(m, ops[-1], 1))
             return ops[stage]
 
-        # 1: value * mult + base.  2: >> shift.  3: O rows written back, saturated; P index.
-        row_1, row_2 = _delays(m, row, 2)
+        # 1: the row read (block RAM output).  2: registered (`data`), value * mult + base.
+        # 3: >> shift.  4: O rows written back, saturated; P index.
+        read_data = Signal.like(self.acc_read.data)
+        m.d.sync += read_data.eq(self.acc_read.data)
+        _, row_2, row_3 = _delays(m, row, 3)
         sums = [Signal(signed(51)) for _ in range(cols)]
         shifted = [Signal(signed(51)) for _ in range(cols)]
         for j in range(cols):
-            value = self.acc_read.data[j]
+            value = read_data[j]
             # P rows: base + ~(s << 7) = ((m' << frac) - s) << 7.
             m.d.sync += [
-                sums[j].eq(row_1.base + Mux(at(1).kind == _Kind.EXP, ~(value << EXP_BITS),
-                                            value * row_1.mult)),
-                shifted[j].eq(sums[j] >> row_2.shift),
+                sums[j].eq(row_2.base + Mux(at(2).kind == _Kind.EXP, ~(value << EXP_BITS),
+                                            value * row_2.mult)),
+                shifted[j].eq(sums[j] >> row_3.shift),
             ]
         ok = Signal(cols)
-        m.d.sync += ok.eq(Cat(j < at(2).lanes for j in range(cols)))
+        m.d.sync += ok.eq(Cat(j < at(3).lanes for j in range(cols)))
         m.d.comb += [
-            self.acc_write.addr.eq(at(3).addr),
-            self.acc_write.en.eq(at(3).valid & (at(3).kind == _Kind.SCALE)),
+            self.acc_write.addr.eq(at(4).addr),
+            self.acc_write.en.eq(at(4).valid & (at(4).kind == _Kind.SCALE)),
         ]
         for j in range(cols):
             value = shifted[j]
@@ -351,10 +354,10 @@ class SoftmaxUnit(wiring.Component):
         items = []
         for j in range(cols):
             item = Signal(_MAXIMUM)
-            m.d.comb += [item.valid.eq(j < at(1).lanes), item.x.eq(self.acc_read.data[j])]
+            m.d.comb += [item.valid.eq(j < at(2).lanes), item.x.eq(read_data[j])]
             items.append(item)
         row_max, latency = _reduce(m, items, lambda a, b: _larger(m, a, b))
-        op_max = at(1 + latency)
+        op_max = at(2 + latency)
         running, merged = Signal(_MAXIMUM), Signal(_MAXIMUM)
         m.d.comb += merged.eq(Mux(op_max.first, row_max, _larger(m, running, row_max)))
         is_max = op_max.valid & (op_max.kind == _Kind.MAX)
@@ -405,36 +408,36 @@ class SoftmaxUnit(wiring.Component):
                 pushed.shift.eq(alpha_shift),
             ]
 
-        # Exp pass: P rows (the table is read in stage 3, p rounded in 4, written in 5), their
-        # sum, then l read (stage 5 + latency - 1) and written.
+        # Exp pass: P rows (the table is read in stage 4, p rounded in 5, written in 6), their
+        # sum, then l read (stage 6 + latency - 1) and written.
         index = data.StructLayout({"f": EXP_BITS, "n": 4, "big": 51 - EXP_BITS - 4})
         # A LUT ROM per lane (one yosys memory with a read port per lane crashes its
         # memory_libmap at 16 lanes).
         table = Array(C(y, 13) for y in EXP_TABLE)
-        y_4, n_4, zero_4 = (Signal(data.ArrayLayout(13, cols)), Signal(data.ArrayLayout(4, cols)),
+        y_5, n_5, zero_5 = (Signal(data.ArrayLayout(13, cols)), Signal(data.ArrayLayout(4, cols)),
                             Signal(cols))
         probs = [Signal(8) for _ in range(cols)]
         for j in range(cols):
             z = data.View(index, shifted[j])
-            m.d.sync += [y_4[j].eq(table[z.f]), n_4[j].eq(z.n),
-                         zero_4[j].eq(~ok[j] | (z.big != 0))]
-            rounded = (y_4[j] + _half(n_4[j] + 4)) >> (n_4[j] + 4)
-            m.d.sync += probs[j].eq(Mux(zero_4[j], 0, Mux(rounded > 255, 255, rounded)))
+            m.d.sync += [y_5[j].eq(table[z.f]), n_5[j].eq(z.n),
+                         zero_5[j].eq(~ok[j] | (z.big != 0))]
+            rounded = (y_5[j] + _half(n_5[j] + 4)) >> (n_5[j] + 4)
+            m.d.sync += probs[j].eq(Mux(zero_5[j], 0, Mux(rounded > 255, 255, rounded)))
         m.d.comb += [
-            self.p_write.addr.eq(at(5).addr),
-            self.p_write.en.eq(at(5).valid & (at(5).kind == _Kind.EXP)),
+            self.p_write.addr.eq(at(6).addr),
+            self.p_write.en.eq(at(6).valid & (at(6).kind == _Kind.EXP)),
         ]
         for j in range(cols):
             m.d.comb += self.p_write.data[j].eq(probs[j])
         row_sum, latency = _reduce(m, probs, lambda a, b: a + b)
-        op_sum = at(5 + latency)
+        op_sum = at(6 + latency)
         running_sum = Signal(range(255 * 255 * cols + 1))
         total = Mux(op_sum.first, 0, running_sum) + row_sum
         is_exp = op_sum.valid & (op_sum.kind == _Kind.EXP)
         with m.If(is_exp):
             m.d.sync += running_sum.eq(total)
         l_query = Signal(16)  # the query of the exp pass's next state write
-        before = at(4 + latency)
+        before = at(5 + latency)
         with m.If(start):
             m.d.sync += l_query.eq(0)
         with m.Elif(is_exp & op_sum.last):
