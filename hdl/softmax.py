@@ -324,7 +324,7 @@ class SoftmaxUnit(wiring.Component):
                 ops.extend(_delays(m, ops[-1], 1))
             return ops[stage]
 
-        # 1: the row read (block RAM output).  2: registered (`data`), value * mult + base.
+        # 1: the row read (block RAM output).  2: registered (`read_data`), value * mult + base.
         # 3: >> shift.  4: O rows written back, saturated; P index.
         read_data = Signal.like(self.acc_read.data)
         m.d.sync += read_data.eq(self.acc_read.data)
