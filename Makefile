@@ -22,7 +22,7 @@ test: install
 	$(VENV)/bin/python -m pytest -n $(JOBS) --durations=20
 
 bench: install
-	$(VENV)/bin/tpugen bench -o docs/bench/bench.json --plot docs/bench/bench.png --markdown docs/bench/bench.md
+	$(VENV)/bin/tpugen bench -o docs/bench/bench.json --plot docs/bench/bench.png --markdown docs/bench/bench.md --readme README.md
 
 # docs/area.md and docs/area/*.json: cells per block of the reference cores, from yosys alone
 # (one synthesis after another, each 5 to 15 minutes on 2 cores).

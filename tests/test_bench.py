@@ -7,10 +7,11 @@ import re
 import numpy as np
 import pytest
 
-from tpugen.bench import (LARGE_ATTENTIONS, LARGE_CONVS, READ_LATENCY, BenchCheckError,
-                          bench_markdown, compulsory_bytes, ideal_attention_utilization,
-                          limiting_factor, measure_workloads,
-                          plot_bench, roofline_utilization, run_bench, target_rows)
+from tpugen.bench import (LARGE_ATTENTIONS, LARGE_CONVS, README_BEGIN, README_END, READ_LATENCY,
+                          BenchCheckError, bench_markdown, compulsory_bytes,
+                          ideal_attention_utilization, limiting_factor, measure_workloads,
+                          plot_bench, readme_with_targets, roofline_utilization, run_bench,
+                          target_rows)
 from tpugen.cli import main
 from tpugen.config import PRESETS, CoreConfig
 from tpugen.firmware.device import Device, Stats
@@ -121,6 +122,14 @@ def test_target_rows_from_results(tmp_path):
     markdown = bench_markdown(results)
     assert "| matmul 512^3 on 16x16, read latency 20 | >= 95% | 96.0% (100,000 cycles)" in markdown
     assert markdown.count("\n| 16x16 | ") == 2  # a row per workload
+
+    readme = f"# x\n{README_BEGIN}\n| old |\n{README_END}\nafter\n"
+    updated = readme_with_targets(readme, results)
+    assert "| old |" not in updated and updated.endswith(f"{README_END}\nafter\n")
+    assert "| matmul 512^3 on 16x16, read latency 20 | >= 95% | 96.0%" in updated
+    assert readme_with_targets(updated, results) == updated  # the same run: the same README
+    with pytest.raises(ValueError, match="bench targets: begin"):
+        readme_with_targets("# no markers\n", results)
 
     plot = tmp_path / "bench.png"
     plot_bench(results, plot)

@@ -95,6 +95,16 @@ def test_output_that_is_a_directory_is_refused(tmp_path, capsys):
     _error(capsys)
 
 
+def test_bench_refuses_a_readme_without_the_markers_before_running(tmp_path, capsys):
+    (tmp_path / "README.md").write_text("# no bench section\n")
+    argv = ["bench", "-o", str(tmp_path / "b.json"), "--readme"]
+    assert main(argv + [str(tmp_path / "README.md")]) == 2
+    assert "bench targets: begin" in _error(capsys)
+    assert main(argv + [str(tmp_path / "missing.md")]) == 2
+    assert "is not a file" in _error(capsys)
+    assert not (tmp_path / "b.json").exists()
+
+
 @pytest.mark.parametrize("argv, message", [
     (["run", "matmul", "--causal"], "--causal does not apply to matmul"),
     (["run", "attention", "--bias"], "--bias does not apply to attention"),

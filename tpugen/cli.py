@@ -348,7 +348,7 @@ def _sim(args):
 
 
 def _bench(args):
-    from .bench import BenchCheckError, bench_markdown, plot_bench, run_bench
+    from .bench import BenchCheckError, bench_markdown, plot_bench, readme_with_targets, run_bench
     from .demo import format_table
 
     _check_writable(args.output)
@@ -356,6 +356,11 @@ def _bench(args):
         _check_writable(args.plot, "--plot")
     if args.markdown:
         _check_writable(args.markdown, "--markdown")
+    if args.readme:
+        _check_writable(args.readme, "--readme")
+        if not args.readme.is_file():
+            raise CommandError(f"--readme {args.readme} is not a file", 2)
+        readme_with_targets(args.readme.read_text(), {"targets": []})  # before hours of work
     try:
         results = run_bench(quick=args.quick, builds=args.builds)
     except BenchCheckError as error:
@@ -387,6 +392,9 @@ def _bench(args):
     if args.plot:
         plot_bench(results, args.plot)
         print(f"wrote {args.plot}", file=sys.stderr)
+    if args.readme:
+        args.readme.write_text(readme_with_targets(args.readme.read_text(), results))
+        print(f"updated the targets table of {args.readme}", file=sys.stderr)
 
 
 def _synthesize(args, board, config):
@@ -634,6 +642,8 @@ def parser():
                        help="utilization against the ideal")
     bench.add_argument("--markdown", type=Path, metavar="FILE.md",
                        help="the targets and workloads as markdown tables (docs/bench/bench.md)")
+    bench.add_argument("--readme", type=Path, metavar="README.md",
+                       help="replace the targets table between the bench markers of this file")
     bench.add_argument("--quick", action="store_true",
                        help="leave out the large workloads of the targets (512-cube matmul, "
                             "56x56 conv, L=512 attention on 16x16)")
