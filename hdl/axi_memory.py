@@ -1,6 +1,6 @@
 """On-chip board memory (block RAM, or iCE40 UP5K SPRAM) behind an AXI4 slave and a host port."""
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
-from amaranth.lib import data, fifo, memory, wiring
+from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
@@ -23,19 +23,23 @@ _BEAT_INFO = data.StructLayout({"resp": 2, "last": 1, "id": ID_WIDTH})
 
 
 class AxiBurst(wiring.Component):
-    """The beats of one AXI4 burst: ``start`` loads ``request`` (AR/AW), ``advance`` steps a beat.
+    """The beats of AXI4 bursts, one after another: ``request`` takes an AR/AW, ``advance`` steps
+    a beat.
 
-    ``resp`` is the current beat's response: SLVERR for every beat of a FIXED or WRAP burst or of
-    a size wider than the bus; DECERR for a beat at or beyond ``size_bytes`` (addresses carry
-    into an extra bit, so a burst never wraps around into memory); OKAY otherwise. ``word`` is the
-    beat's memory word. Narrow INCR bursts step by their size from the aligned address.
+    A request taken while a burst runs waits in a one-entry slot (``request.ready`` is low while
+    it is full) and starts in the cycle the running burst's last beat advances: bursts follow
+    each other with no idle cycle. ``resp`` is the current beat's response: SLVERR for every
+    beat of a FIXED or WRAP burst or of a size wider than the bus; DECERR for a beat at or
+    beyond ``size_bytes`` (addresses carry into an extra bit, so a burst never wraps around into
+    memory); OKAY otherwise. ``word`` is the beat's memory word. Narrow INCR bursts step by
+    their size from the aligned address.
     """
 
     def __init__(self, data_width, size_bytes):
         self._offset_bits = exact_log2(data_width // 8)
         self._size_bits = exact_log2(size_bytes)
         super().__init__({
-            "start": In(1), "request": In(BURST_REQUEST), "advance": In(1),
+            "request": In(stream.Signature(BURST_REQUEST)), "advance": In(1),
             "active": Out(1), "id": Out(ID_WIDTH), "word": Out(self._size_bits - self._offset_bits),
             "last": Out(1), "resp": Out(2),
         })
@@ -56,14 +60,16 @@ class AxiBurst(wiring.Component):
             self.resp.eq(Mux(unsupported, AXI_RESP_SLVERR,
                              Mux(addr[self._size_bits:] == 0, AXI_RESP_OKAY, AXI_RESP_DECERR))),
         ]
-        request = self.request
-        with m.If(self.start):
-            m.d.sync += [
-                self.active.eq(1), self.id.eq(request.id), addr.eq(request.addr),
-                beats_left.eq(request.len), size.eq(request.size),
-                unsupported.eq((request.burst != AXI_BURST_INCR)
-                               | (request.size > self._offset_bits)),
-            ]
+        waiting = Signal(BURST_REQUEST)  # the request in the slot, while ``waiting_valid``
+        waiting_valid = Signal()
+        free = ~self.active | (self.advance & self.last)
+        request = Signal(BURST_REQUEST)
+        m.d.comb += [self.request.ready.eq(~waiting_valid),
+                     request.eq(Mux(waiting_valid, waiting, self.request.payload))]
+        with m.If(self.request.valid & ~waiting_valid & ~free):
+            m.d.sync += [waiting.eq(self.request.payload), waiting_valid.eq(1)]
+        with m.If(waiting_valid & free):
+            m.d.sync += waiting_valid.eq(0)
         with m.If(self.advance):
             m.d.sync += [
                 addr.eq(Cat(addr[:self._offset_bits] & ~low_mask, addr[self._offset_bits:]) + step),
@@ -71,6 +77,13 @@ class AxiBurst(wiring.Component):
             ]
             with m.If(self.last):
                 m.d.sync += self.active.eq(0)
+        with m.If(free & (waiting_valid | self.request.valid)):  # after the last beat: wins
+            m.d.sync += [
+                self.active.eq(1), self.id.eq(request.id), addr.eq(request.addr),
+                beats_left.eq(request.len), size.eq(request.size),
+                unsupported.eq((request.burst != AXI_BURST_INCR)
+                               | (request.size > self._offset_bits)),
+            ]
         return m
 
 
@@ -81,9 +94,10 @@ class AxiMemory(wiring.Component):
     Ports: an AXI4 slave ``s_axi_*`` (the core's ``m_axi_*`` flipped, so a top connects them name
     by name) and ``host`` (``memory_host_signature()``, the UART bridge's side flipped).
 
-    One burst per direction at a time, answered in order; a read beat per cycle while RREADY is
-    held (3-entry output queue, so backpressure loses nothing), a write beat per cycle (WLAST is
-    not checked: AWLEN counts). Reads and writes share a single port, alternating when both
+    One burst per direction at a time, answered in order, the next AR and AW accepted while it
+    runs (`AxiBurst`), so bursts go back to back; a read beat per cycle while RREADY is held
+    (3-entry output queue, so backpressure loses nothing), a write beat per cycle (WLAST is not
+    checked: AWLEN counts; up to two B responses wait for BREADY). Reads and writes share a single port, alternating when both
     are busy; the host owns the ports in every cycle it is selected. No AXI output depends
     combinationally on an AXI input. FIXED and WRAP bursts answer
     SLVERR (reads zero, writes dropped); beats past the end DECERR, likewise; host accesses
@@ -131,9 +145,10 @@ class AxiMemory(wiring.Component):
         m.submodules.reads = reads = AxiBurst(width, self.size_bytes)
         m.submodules.writes = writes = AxiBurst(width, self.size_bytes)
         for burst, channel in ((reads, "ar"), (writes, "aw")):
-            m.d.comb += burst.start.eq(axi(f"{channel}valid") & axi(f"{channel}ready"))
+            m.d.comb += [burst.request.valid.eq(axi(f"{channel}valid")),
+                         axi(f"{channel}ready").eq(burst.request.ready)]
             for field in BURST_REQUEST.members:
-                m.d.comb += getattr(burst.request, field).eq(axi(f"{channel}{field}"))
+                m.d.comb += getattr(burst.request.payload, field).eq(axi(f"{channel}{field}"))
 
         # Read beats: issued one cycle, data the next, then queued for the R channel.
         beat_layout = data.StructLayout({"info": _BEAT_INFO, "data": width})
@@ -142,14 +157,18 @@ class AxiMemory(wiring.Component):
         queued, out = beat_layout(r_queue.w_data), beat_layout(r_queue.r_data)
         read_wants = reads.active & (r_queue.level + pending < r_queue.depth)
 
+        # Write responses (the worst beat's response, once the last beat is written) wait in
+        # a queue, so that the next burst's beats go on while one waits for BREADY.
+        m.submodules.b_queue = b_queue = fifo.SyncFIFO(width=_BEAT_INFO.size, depth=2)
+        writing = writes.active & b_queue.w_rdy
         host = self.host
         if self.dual_port:
-            write_slot = ~host.select & writes.active
+            write_slot = ~host.select & writing
             write_beat = write_slot & axi("wvalid")
             read_issue = ~host.select & read_wants
         else:
             write_turn = Signal()
-            write_slot = ~host.select & writes.active & (write_turn | ~read_wants)
+            write_slot = ~host.select & writing & (write_turn | ~read_wants)
             write_beat = write_slot & axi("wvalid")
             read_issue = ~host.select & read_wants & ~write_beat
             with m.If(read_issue):
@@ -157,7 +176,6 @@ class AxiMemory(wiring.Component):
             with m.Elif(write_beat):
                 m.d.sync += write_turn.eq(0)
         m.d.comb += [
-            axi("arready").eq(~reads.active),
             axi("wready").eq(write_slot),
             reads.advance.eq(read_issue),
             writes.advance.eq(write_beat),
@@ -181,21 +199,17 @@ class AxiMemory(wiring.Component):
             r_queue.r_en.eq(axi("rready")),
         ]
 
-        # Write responses: the worst beat's response, once the last beat is written.
-        bvalid, bresp = Signal(), Signal(2)
+        worst = Signal(2)  # of the running burst's beats so far
+        response, answer = _BEAT_INFO(b_queue.w_data), _BEAT_INFO(b_queue.r_data)
         m.d.comb += [
-            axi("awready").eq(~writes.active & ~bvalid),
-            axi("bvalid").eq(bvalid), axi("bresp").eq(bresp), axi("bid").eq(writes.id),
+            response.resp.eq(Mux(writes.resp != AXI_RESP_OKAY, writes.resp, worst)),
+            response.id.eq(writes.id),
+            b_queue.w_en.eq(write_beat & writes.last),
+            axi("bvalid").eq(b_queue.r_rdy), axi("bresp").eq(answer.resp), axi("bid").eq(answer.id),
+            b_queue.r_en.eq(axi("bready")),
         ]
-        with m.If(writes.start):
-            m.d.sync += bresp.eq(AXI_RESP_OKAY)
         with m.If(write_beat):
-            with m.If(writes.resp != AXI_RESP_OKAY):
-                m.d.sync += bresp.eq(writes.resp)
-            with m.If(writes.last):
-                m.d.sync += bvalid.eq(1)
-        with m.If(bvalid & axi("bready")):
-            m.d.sync += bvalid.eq(0)
+            m.d.sync += worst.eq(Mux(writes.last, AXI_RESP_OKAY, response.resp))
 
         # Host: a 32-bit lane of a word; the lane of a read is remembered for the next cycle.
         lane = host.addr[:exact_log2(lanes)]

@@ -523,6 +523,17 @@ def test_throughput(capsys):
     assert report["load strided"] > 0.8 and report["store strided"] > 0.7
 
 
+def test_store_short_bursts_back_to_back():
+    """Rows of 4 beats 256 bytes apart (a 16x16 core's int32 output tile on a 128-bit bus): 16
+    bursts at a W beat every cycle after the set-up, when the slave takes every beat."""
+    config = CoreConfig(rows=16, cols=16, scratchpad_kib=1, accumulator_kib=1,
+                        axi_data_width=128)
+    desc = descriptor(0, [(16, 0, 16, 4), (16, 0, 16, 256)], elem_log2=2)
+    _, cycles, axi_mem = store_case(config, desc, seed=2, ready=1.0, valid=1.0, latency=0)
+    assert (axi_mem.aw, axi_mem.writes) == (16, 64)
+    assert cycles <= 64 + 24, cycles  # 82: 15 cycles to the first beat, 3 after the last
+
+
 class _WindowCheck(Elaboratable):
     def __init__(self, size):
         self.size = size

@@ -35,7 +35,7 @@ def test_matmul_is_exact_in_the_cycles_of_sim_device():
     stats = dev.stats
     assert (fast["macs"], fast["bytes_read"], fast["bytes_written"]) == \
         (stats.issued_macs, stats.bytes_read, stats.bytes_written)
-    # AxiMemory idles 2-3 cycles between bursts, where AxiRam queues beats back to back.
+    # The two memories time bursts and responses differently (both take bursts back to back).
     assert abs(fast["cycles"] - stats.cycles) <= 0.2 * stats.cycles, (fast["cycles"], stats.cycles)
     assert fast["cycles"] <= fast["sim_cycles"] <= fast["cycles"] + 20
 
