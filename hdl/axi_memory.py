@@ -97,9 +97,9 @@ class AxiMemory(wiring.Component):
     One burst per direction at a time, answered in order, the next AR and AW accepted while it
     runs (`AxiBurst`), so bursts go back to back; a read beat per cycle while RREADY is held
     (3-entry output queue, so backpressure loses nothing), a write beat per cycle (WLAST is not
-    checked: AWLEN counts; up to two B responses wait for BREADY). Reads and writes share a single port, alternating when both
-    are busy; the host owns the ports in every cycle it is selected. No AXI output depends
-    combinationally on an AXI input. FIXED and WRAP bursts answer
+    checked: AWLEN counts; up to two B responses wait for BREADY). Reads and writes share a
+    single port, alternating when both are busy; the host owns the ports in every cycle it is
+    selected. No AXI output depends combinationally on an AXI input. FIXED and WRAP bursts answer
     SLVERR (reads zero, writes dropped); beats past the end DECERR, likewise; host accesses
     past the end read zero and write nothing; a host ``read`` together with ``write`` is a
     write. Contents start as zeros in simulation and are undefined on SPRAM.
