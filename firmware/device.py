@@ -13,7 +13,7 @@ from .attention import (attention_macs, attention_operands, compile_attention, c
                         plan_attention, quantize_attention, quantize_softmax)
 from .epilogue import Epilogue, output_dtype
 from .conv2d import (compile_conv2d, conv2d_lowering, conv2d_macs, conv2d_output_shape,
-                     conv2d_weights)
+                     conv2d_scratch_bytes, conv2d_weights)
 from .matmul import compile_matmul, matmul_weights, transposed_is_faster
 
 __all__ = ["Device", "DeviceError", "PreparedCall", "Resident", "RunImage", "Stats",
@@ -195,13 +195,17 @@ class Device:
             return np.ascontiguousarray(c_t.T)
         return self._call(a, *self._matmul(a.shape, b, bias, requant, relu))
 
-    def _call(self, x, weights, shape, dtype, compile_, host, macs):
+    def _call(self, x, weights, shape, dtype, compile_, host, macs, scratch=0):
         """Run a lowered matmul or conv2d (see `_matmul`) on input ``x``: its result, channels
-        on axis 1."""
+        on axis 1. ``scratch``: bytes of a read-write region the program needs after the
+        output (``compile_`` takes its address too)."""
         out_bytes = dtype.itemsize * int(np.prod(shape))
-        (x_addr, w_addr), (y_addr,) = self._layout([x.nbytes, weights.nbytes], [out_bytes])
-        (y,) = self._run(compile_(x_addr, w_addr, y_addr), [(x_addr, x), (w_addr, weights)],
-                         [(y_addr, out_bytes)])
+        sizes = [out_bytes] + ([scratch] if scratch else [])
+        (x_addr, w_addr), (y_addr, *scratch_addr) = self._layout([x.nbytes, weights.nbytes],
+                                                                 sizes)
+        region = (scratch_addr[0], scratch) if scratch else None
+        (y,) = self._run(compile_(x_addr, w_addr, y_addr, *scratch_addr),
+                         [(x_addr, x), (w_addr, weights)], [(y_addr, out_bytes)], region)
         self._count(macs)
         return self._finish(_array(y, dtype, shape), host, channel_axis=1)
 
@@ -249,11 +253,14 @@ class Device:
         """
         _check_int8("x", x, 4)
         return self._call(x, *self._conv2d(x.shape, w, stride, padding, dilation, bias, requant,
-                                           relu, pool))
+                                           relu, pool, scratch=True))
 
-    def _conv2d(self, x_shape, w, stride, padding, dilation, bias, requant, relu, pool):
-        """(w as it goes to memory, output shape, dtype, compile(x_addr, w_addr, y_addr), the
-        host's part of the epilogue, useful MACs) of `conv2d` for an ``x`` of ``x_shape``."""
+    def _conv2d(self, x_shape, w, stride, padding, dilation, bias, requant, relu, pool,
+                scratch=False):
+        """(w as it goes to memory, output shape, dtype, compile(x_addr, w_addr, y_addr[,
+        scratch_addr]), the host's part of the epilogue, useful MACs, and with ``scratch``
+        (the call can give the program a read-write scratch region) the bytes of that region
+        it needs) of `conv2d` for an ``x`` of ``x_shape``."""
         _check_int8("w", w, 4)
         check_option("stride", stride, 1, 255)
         check_option("padding", padding, 0, 255)
@@ -261,14 +268,19 @@ class Device:
         epilogue, host = self._epilogue(Epilogue.from_options(
             w.shape[0], bias=bias, requant=requant, relu=relu, pool=pool))
         out_shape = conv2d_output_shape(x_shape, w.shape, stride, padding, dilation, pool)
-        weights = conv2d_weights(w, conv2d_lowering(self.config, x_shape, w.shape, epilogue))
+        conv = {"stride": stride, "padding": padding, "dilation": dilation}
+        lowering = conv2d_lowering(self.config, x_shape, w.shape, epilogue, **conv,
+                                   scratch=scratch)
+        weights = conv2d_weights(w, lowering, self.config)
 
-        def compile_(x_addr, w_addr, y_addr):
-            return compile_conv2d(self.config, x_shape, w.shape, stride=stride, padding=padding,
-                                  dilation=dilation, x_addr=x_addr, w_addr=w_addr,
-                                  y_addr=y_addr, epilogue=epilogue)
+        def compile_(x_addr, w_addr, y_addr, scratch_addr=None):
+            return compile_conv2d(self.config, x_shape, w.shape, **conv, x_addr=x_addr,
+                                  w_addr=w_addr, y_addr=y_addr, epilogue=epilogue,
+                                  lowering=lowering, scratch_addr=scratch_addr)
         macs = conv2d_macs(x_shape, w.shape, stride, padding, dilation)
-        return weights, out_shape, output_dtype(epilogue), compile_, host, macs
+        scratch_bytes = conv2d_scratch_bytes(self.config, x_shape, w.shape, lowering, **conv)
+        return (weights, out_shape, output_dtype(epilogue), compile_, host, macs,
+                *([scratch_bytes] if scratch else []))
 
     def prepare_matmul(self, a_shape, b, *, bias=None, requant=None, relu=False, input=None):
         """`matmul` of an int8 ``a_shape`` a with ``b`` made resident: b, the program and an
@@ -419,21 +431,23 @@ class Device:
         return (f"the {self._resident_floor} bytes below the resident regions "
                 f"(memory_size={self.memory_size})")
 
-    def _run(self, program, inputs, outputs):
+    def _run(self, program, inputs, outputs, scratch=None):
         """Write ``inputs`` [(address, array)], run ``program`` in windows that admit exactly
-        them, the outputs [(address, size)] and the program; return the outputs' bytes."""
-        return self._execute(self._image(program, inputs, outputs))
+        them, the outputs [(address, size)], the ``scratch`` region (address, size) after them
+        (read and written) and the program; return the outputs' bytes."""
+        return self._execute(self._image(program, inputs, outputs, scratch))
 
-    def _image(self, program, inputs, outputs):
+    def _image(self, program, inputs, outputs, scratch=None):
         """The `RunImage` of ``program`` with ``inputs`` and ``outputs`` (as in `_run`)."""
         code = program.to_bytes()
-        program_address = program_placement(outputs)
+        written = outputs + ([scratch] if scratch else [])
+        program_address = program_placement(written)
         if program_address + len(code) > self._resident_floor:
             raise ValueError(f"the program ({len(program)} instructions) and its operands need "
                              f"{program_address + len(code)} bytes of memory: more than "
                              f"{self._free_memory()}")
-        windows = access_windows([(address, array.nbytes) for address, array in inputs], outputs,
-                                 program_address, len(code))
+        windows = access_windows([(address, array.nbytes) for address, array in inputs], written,
+                                 program_address, len(code), readback=scratch is not None)
         return RunImage(code, program_address, len(program),
                         [(address, np.ascontiguousarray(array).tobytes())
                          for address, array in inputs], list(outputs), windows)
@@ -500,20 +514,21 @@ def program_placement(outputs):
     return max(address + _pages(size) for address, size in outputs)
 
 
-def program_windows(program, readable, writable):
+def program_windows(program, readable, writable, readback=False):
     """The windows [(base, size, readable, writable)] of a program: ``program`` (address,
     bytes) and the ``readable`` regions [(address, size)] readable, the ``writable`` regions
-    writable, nothing else; a region's window is rounded up to whole 64 bytes."""
+    writable (and with ``readback`` readable: the program reads what it wrote), nothing else;
+    a region's window is rounded up to whole 64 bytes."""
     return ([(*program, True, False)]
             + [(address, _round_up(size, 64), True, False) for address, size in readable]
-            + [(address, _round_up(size, 64), False, True) for address, size in writable])
+            + [(address, _round_up(size, 64), readback, True) for address, size in writable])
 
 
-def access_windows(inputs, outputs, program_address, program_bytes):
+def access_windows(inputs, outputs, program_address, program_bytes, readback=False):
     """The `program_windows` of a run: one window from 0 over the inputs [(address, size)], one
-    over the outputs."""
+    over the outputs (``readback`` as there)."""
     inputs_end = max(address + size for address, size in inputs)
     outputs_start = min(address for address, _ in outputs)
     outputs_end = max(address + size for address, size in outputs)
     return program_windows((program_address, program_bytes), [(0, inputs_end)],
-                           [(outputs_start, outputs_end - outputs_start)])
+                           [(outputs_start, outputs_end - outputs_start)], readback)
