@@ -87,15 +87,22 @@ def _pooled_fit(config, x_shape, w_shape, stride, padding, dilation):
 
 
 def _pooled_cycles(config, x_shape, w_shape, stride, padding, dilation):
-    """Estimated cycles of a pooled conv2d as (`POOLED_PIXELS`: the activation vectors of
-    both passes' MATMULs, im2col: its walker's elements, one a cycle)."""
+    """Estimated cycles of a pooled conv2d as (`POOLED_PIXELS`, im2col). `POOLED_PIXELS`: its
+    MATMULs' activation vectors, and ``rows + cols`` cycles an instruction that small tiles do
+    not hide (twice for a LOAD); im2col: its walker's elements, one a cycle. Measured on 8x8
+    with reads 20 cycles late (docs/bench/issue20.md), this picks the faster one but where
+    the two are within 20%."""
     n, c, _, _ = x_shape
     k_out, _, r, s = w_shape
     _, _, p, q = conv2d_output_shape(x_shape, w_shape, stride, padding, dilation)
     chunks = -(-(c * r * s) // config.rows)
     second = _PoolPass.of(config, k_out, q // 2)
-    pixels = (n * (p // 2 * 2) * -(-(q // 2 * 2) // config.cols) * chunks * k_out
-              + n * (p // 2) * second.segments * 4 * k_out)
+    tiles = n * (p // 2 * 2) * -(-(q // 2 * 2) // config.cols)
+    pairs, groups = n * (p // 2), -(-k_out // second.group)
+    vectors = tiles * chunks * k_out + pairs * second.segments * 4 * k_out
+    matmuls = tiles * chunks + pairs * (1 + 2 * groups * second.segments)
+    loads = tiles * s + pairs * groups
+    pixels = vectors + (config.rows + config.cols) * (matmuls + 2 * loads)
     im2col = n * (p // 2 * 2) * q * chunks * config.rows
     return pixels, im2col
 

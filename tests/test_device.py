@@ -4,7 +4,9 @@ import pytest
 
 from tpugen import CoreConfig
 from tpugen.sim import SimDevice
-from tpugen.firmware.conv2d import POOLED_PIXELS, conv2d_lowering, conv2d_scratch_bytes
+from tpugen.firmware.conv2d import (POOLED_PIXELS, compile_conv2d, conv2d_lowering,
+                                    conv2d_scratch_bytes, conv2d_weights)
+from tpugen.firmware.device import operand_layout
 from tpugen.firmware.epilogue import Epilogue
 from tpugen.sim.golden import apply_epilogue, conv2d_int32, matmul_int32
 
@@ -128,8 +130,9 @@ def test_fused_epilogue_matches_numpy():
             expected = apply_epilogue(acc, channel_axis=1, spatial_axes=(2, 3), **options)
             got = dev.conv2d(x, w, stride=stride, padding=padding, **options)
             assert got.dtype == expected.dtype and np.array_equal(got, expected), x_shape
-        # Odd P and Q, Q not a multiple of the lanes, one channel in and out, K not a multiple
-        # of the array and over two channel groups of the second pass, stride 2, dilation 2.
+        # Pooled pixels (the runtime takes im2col for these small convs on this core): odd P
+        # and Q, Q not a multiple of the lanes, one channel in and out, K not a multiple of the
+        # array and over two channel groups of the second pass, stride 2, dilation 2.
         check_pooled_pixels(dev, rng, [
             ((1, 3, 9, 7), (5, 3, 3, 3), 1, 1, 1), ((2, 1, 7, 11), (1, 1, 3, 3), 1, 1, 1),
             ((1, 2, 13, 10), (9, 2, 3, 3), 2, 1, 1), ((1, 2, 10, 11), (3, 2, 3, 3), 1, 2, 2),
@@ -138,8 +141,8 @@ def test_fused_epilogue_matches_numpy():
 
 def check_pooled_pixels(dev, rng, cases):
     """Requantized 2x2-pooled convs ``cases`` [(x_shape, w_shape, stride, padding, dilation)]
-    on `POOLED_PIXELS` (per-channel bias, multipliers with a 0, ReLU on every other case),
-    bit-exact against numpy; its int8 intermediate is written once."""
+    compiled for `POOLED_PIXELS` (per-channel bias, multipliers with a 0, ReLU on every other
+    case), bit-exact against numpy; its int8 intermediate is written once."""
     for i, (x_shape, w_shape, stride, padding, dilation) in enumerate(cases):
         k = w_shape[0]
         multiplier = rng.integers(1 << 14, 1 << 16, k)
@@ -149,16 +152,20 @@ def check_pooled_pixels(dev, rng, cases):
                    "requant": (multiplier, rng.integers(shift, shift + 3, k)),
                    "relu": i % 2 == 1, "pool": True}
         conv = {"stride": stride, "padding": padding, "dilation": dilation}
-        lowering = conv2d_lowering(dev.config, x_shape, w_shape,
-                                   Epilogue.from_options(k, **options), **conv, scratch=True)
-        assert lowering == POOLED_PIXELS, x_shape
         x, w = _int8(rng, x_shape), _int8(rng, w_shape)
         expected = apply_epilogue(conv2d_int32(x, w, stride, padding, dilation), channel_axis=1,
                                   spatial_axes=(2, 3), **options)
-        got = dev.conv2d(x, w, **conv, **options)
-        assert got.dtype == np.int8 and np.array_equal(got, expected), x_shape
+        weights = conv2d_weights(w, POOLED_PIXELS, dev.config)
+        scratch = conv2d_scratch_bytes(dev.config, x_shape, w_shape, POOLED_PIXELS, **conv)
+        (x_addr, w_addr), (y_addr, scratch_addr) = operand_layout(
+            [x.nbytes, weights.nbytes], [expected.nbytes, scratch])[0]
+        program = compile_conv2d(dev.config, x_shape, w_shape, **conv, x_addr=x_addr,
+                                 w_addr=w_addr, y_addr=y_addr, scratch_addr=scratch_addr,
+                                 epilogue=Epilogue.from_options(k, **options),
+                                 lowering=POOLED_PIXELS)
+        (y,) = dev._run(program, [(x_addr, x), (w_addr, weights)], [(y_addr, expected.nbytes)],
+                        (scratch_addr, scratch))
+        got = np.frombuffer(y, np.int8).reshape(expected.shape)
+        assert np.array_equal(got, expected), x_shape
         assert len(np.unique(got)) > 5, x_shape  # not all saturated or zero
-        intermediate = conv2d_scratch_bytes(dev.config, x_shape, w_shape, lowering,
-                                            **conv) - dev.config.rows
-        assert dev.stats.bytes_written == got.nbytes + intermediate, x_shape
-
+        assert dev.stats.bytes_written == got.nbytes + scratch - dev.config.rows, x_shape
