@@ -399,12 +399,12 @@ def _compile_conv2d_pooled(config, x_shape, w_shape, *, stride, padding, dilatio
     p, q = 2 * pooled_p, 2 * pooled_q  # z's rows and columns
     chunks = -(-(c * r * s) // rows)
     second = _PoolPass.of(config, k_out, pooled_q)
-    stores = 2 * -(-q // config.cols) * -(-k_out // config.cols)  # pass 1's STOREs of a pair
+    row_tiles = -(-q // config.cols)
+    stores = 2 * row_tiles * -(-k_out // config.cols)  # pass 1's STOREs of an output-row pair
     ops = _pixels_ops(config, x_shape, w_shape, stride=stride, padding=padding,
                       dilation=dilation, x_addr=x_addr, w_addr=w_addr, y_addr=scratch_addr,
                       epilogue=replace(epilogue, pool=False), computed=(p, q), per_row=True,
                       store_writes=lambda image, row: ((("z", image, row // 2), 0, 0, stores),))
-    row_tiles = -(-q // config.cols)
     tile_count = n * p * row_tiles
     # Scratchpad: pass 1's pixel tiles and filter bank, then the selection tiles and the z
     # buffers; accumulator: pass 1's two halves of k_out rows, then the fence's row and two
