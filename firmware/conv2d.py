@@ -89,9 +89,9 @@ def _pooled_fit(config, x_shape, w_shape, stride, padding, dilation):
 def _pooled_cycles(config, x_shape, w_shape, stride, padding, dilation):
     """Estimated cycles of a pooled conv2d as (`POOLED_PIXELS`, im2col). `POOLED_PIXELS`: its
     MATMULs' activation vectors, and ``rows + cols`` cycles an instruction that small tiles do
-    not hide (twice for a LOAD); im2col: its walker's elements, one a cycle. Measured on 8x8
-    with reads 20 cycles late (docs/bench/issue20.md), this picks the faster one but where
-    the two are within 20%."""
+    not hide (twice for a LOAD); im2col: its walker's elements, one a cycle, for every ``cols``
+    filters (its measured cycles grow so). Measured on 8x8 with reads 20 cycles late
+    (docs/bench/issue20.md), this picks the faster one but where the two are within 20%."""
     n, c, _, _ = x_shape
     k_out, _, r, s = w_shape
     _, _, p, q = conv2d_output_shape(x_shape, w_shape, stride, padding, dilation)
@@ -103,7 +103,7 @@ def _pooled_cycles(config, x_shape, w_shape, stride, padding, dilation):
     matmuls = tiles * chunks + pairs * (1 + 2 * groups * second.segments)
     loads = tiles * s + pairs * groups
     pixels = vectors + (config.rows + config.cols) * (matmuls + 2 * loads)
-    im2col = n * (p // 2 * 2) * q * chunks * config.rows
+    im2col = n * (p // 2 * 2) * q * chunks * config.rows * -(-k_out // config.cols)
     return pixels, im2col
 
 

@@ -79,7 +79,8 @@ class PreparedCall:
     `Device.prepare_conv2d`): its program, weights (with the epilogue's parameters in the
     program) and output are written once; `Device.launch` runs it on what ``input`` holds.
     ``uploaded``: the bytes written to prepare it; ``shape``/``dtype``: the output's; ``macs``:
-    the useful MACs of one launch."""
+    the useful MACs of one launch; ``scratch``: the weights region ends in a scratch region the
+    program writes and reads (`conv2d_scratch_bytes`)."""
     input: Resident
     weights: Resident
     output: Resident
@@ -89,10 +90,15 @@ class PreparedCall:
     dtype: np.dtype
     uploaded: int
     macs: int
+    scratch: bool = False
 
     @property
     def windows(self):
-        """The program and the input and weights readable, the output writable, nothing else."""
+        """The program and the input and weights readable (the weights writable too with a
+        ``scratch``), the output writable, nothing else."""
+        if self.scratch:
+            return program_windows(self.program, [self.input], [self.output],
+                                   read_write=[self.weights])
         return program_windows(self.program, [self.input, self.weights], [self.output])
 
 
@@ -294,9 +300,10 @@ class Device:
         """`conv2d` of an int8 ``x_shape`` x made resident, as `prepare_matmul`."""
         _check_shape("x_shape", x_shape, 4)
         return self._prepare(x_shape, input, *self._conv2d(
-            x_shape, w, stride, padding, dilation, bias, requant, relu, pool))
+            x_shape, w, stride, padding, dilation, bias, requant, relu, pool, scratch=True))
 
-    def _prepare(self, input_shape, input, weights, shape, dtype, compile_, host, macs):
+    def _prepare(self, input_shape, input, weights, shape, dtype, compile_, host, macs,
+                 scratch=0):
         if host is not None:
             raise ValueError(f"requant multipliers {host.multiplier} need the host epilogue on "
                              "this core (CoreConfig.epilogue_multiplier=False), which a "
@@ -308,14 +315,18 @@ class Device:
         elif not isinstance(input, Resident) or input.size != input_bytes:
             raise ValueError(f"input={input!r} is invalid: allowed None or a Resident of "
                              f"{input_bytes} bytes")
-        stored = self.upload(weights)
+        # A scratch region goes after the weights, in their window (the four are taken).
+        weights_bytes = _round_up(weights.nbytes, 64)
+        stored = self._allocate(weights_bytes + scratch)
+        self._link().write_memory(stored.address, np.ascontiguousarray(weights).tobytes())
         output = self._allocate(dtype.itemsize * int(np.prod(shape)))
-        compiled = compile_(input.address, stored.address, output.address)
+        compiled = compile_(input.address, stored.address, output.address,
+                            *([stored.address + weights_bytes] if scratch else []))
         code = compiled.to_bytes()
         program = self._allocate(len(code))
         self._write(program, code)
         return PreparedCall(input, stored, output, program, len(compiled), tuple(shape),
-                            dtype, stored.size + program.size, macs)
+                            dtype, weights.nbytes + program.size, macs, scratch > 0)
 
     def upload(self, array):
         """``array``'s bytes written to a new `Resident` region (once, kept across calls)."""
@@ -514,13 +525,15 @@ def program_placement(outputs):
     return max(address + _pages(size) for address, size in outputs)
 
 
-def program_windows(program, readable, writable, readback=False):
+def program_windows(program, readable, writable, readback=False, read_write=()):
     """The windows [(base, size, readable, writable)] of a program: ``program`` (address,
     bytes) and the ``readable`` regions [(address, size)] readable, the ``writable`` regions
-    writable (and with ``readback`` readable: the program reads what it wrote), nothing else;
-    a region's window is rounded up to whole 64 bytes."""
+    writable (and with ``readback`` readable: the program reads what it wrote), the
+    ``read_write`` ones both, nothing else; a region's window is rounded up to whole 64
+    bytes."""
     return ([(*program, True, False)]
             + [(address, _round_up(size, 64), True, False) for address, size in readable]
+            + [(address, _round_up(size, 64), True, True) for address, size in read_write]
             + [(address, _round_up(size, 64), readback, True) for address, size in writable])
 
 
