@@ -137,6 +137,16 @@ def test_fused_epilogue_matches_numpy():
             ((1, 3, 9, 7), (5, 3, 3, 3), 1, 1, 1), ((2, 1, 7, 11), (1, 1, 3, 3), 1, 1, 1),
             ((1, 2, 13, 10), (9, 2, 3, 3), 2, 1, 1), ((1, 2, 10, 11), (3, 2, 3, 3), 1, 2, 2),
             ((1, 3, 11, 19), (7, 3, 3, 3), 1, 0, 1)])
+        # A resident call on it: the scratch region after the weights, their window read-write.
+        x, w = _int8(rng, (1, 3, 9, 7)), _int8(rng, (5, 3, 3, 3))
+        options = {"bias": rng.integers(-3000, 3000, 5), "requant": requant(5, True),
+                   "relu": True, "pool": True}
+        call = dev.prepare_conv2d(x.shape, w, padding=1, **options)
+        assert [(r, w) for base, _, r, w in call.windows if base == call.weights.address] == [
+            (True, True)]
+        dev.launch(call, x)
+        assert np.array_equal(dev.download(call.output, call.dtype, call.shape), apply_epilogue(
+            conv2d_int32(x, w, 1, 1), channel_axis=1, spatial_axes=(2, 3), **options))
 
 
 def check_pooled_pixels(dev, rng, cases):
