@@ -266,7 +266,9 @@ class Device:
         """(w as it goes to memory, output shape, dtype, compile(x_addr, w_addr, y_addr[,
         scratch_addr]), the host's part of the epilogue, useful MACs, and with ``scratch``
         (the call can give the program a read-write scratch region) the bytes of that region
-        it needs) of `conv2d` for an ``x`` of ``x_shape``."""
+        it needs) of `conv2d` for an ``x`` of ``x_shape``. A scratch region is taken only where
+        the operands and it fit the memory below the resident regions (else im2col, as
+        before: a 128 KiB board memory keeps running what it ran)."""
         _check_int8("w", w, 4)
         check_option("stride", stride, 1, 255)
         check_option("padding", padding, 0, 255)
@@ -278,13 +280,18 @@ class Device:
         lowering = conv2d_lowering(self.config, x_shape, w.shape, epilogue, **conv,
                                    scratch=scratch)
         weights = conv2d_weights(w, lowering, self.config)
+        scratch_bytes = conv2d_scratch_bytes(self.config, x_shape, w.shape, lowering, **conv)
+        operands = [int(np.prod(x_shape)), weights.nbytes,
+                    output_dtype(epilogue).itemsize * int(np.prod(out_shape)), scratch_bytes]
+        if scratch_bytes and sum(_pages(size) for size in operands) > self._resident_floor:
+            lowering = conv2d_lowering(self.config, x_shape, w.shape, epilogue, **conv)
+            weights, scratch_bytes = conv2d_weights(w, lowering, self.config), 0
 
         def compile_(x_addr, w_addr, y_addr, scratch_addr=None):
             return compile_conv2d(self.config, x_shape, w.shape, **conv, x_addr=x_addr,
                                   w_addr=w_addr, y_addr=y_addr, epilogue=epilogue,
                                   lowering=lowering, scratch_addr=scratch_addr)
         macs = conv2d_macs(x_shape, w.shape, stride, padding, dilation)
-        scratch_bytes = conv2d_scratch_bytes(self.config, x_shape, w.shape, lowering, **conv)
         return (weights, out_shape, output_dtype(epilogue), compile_, host, macs,
                 *([scratch_bytes] if scratch else []))
 

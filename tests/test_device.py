@@ -2,11 +2,11 @@
 import numpy as np
 import pytest
 
-from tpugen import CoreConfig
+from tpugen import PRESETS, CoreConfig
 from tpugen.sim import SimDevice
 from tpugen.firmware.conv2d import (POOLED_PIXELS, compile_conv2d, conv2d_lowering,
                                     conv2d_scratch_bytes, conv2d_weights)
-from tpugen.firmware.device import operand_layout
+from tpugen.firmware.device import Device, operand_layout
 from tpugen.firmware.epilogue import Epilogue
 from tpugen.sim.golden import apply_epilogue, conv2d_int32, matmul_int32
 
@@ -179,3 +179,14 @@ def check_pooled_pixels(dev, rng, cases):
         assert np.array_equal(got, expected), x_shape
         assert len(np.unique(got)) > 5, x_shape  # not all saturated or zero
         assert dev.stats.bytes_written == got.nbytes + scratch - dev.config.rows, x_shape
+
+
+def test_pooled_conv_takes_a_scratch_region_only_where_it_fits():
+    # 64x56x56 pooled: x, weights, output and the 200 KB intermediate need 492 KiB of pages;
+    # in 400 KiB the runtime stays on im2col (no scratch region), as before.
+    w = np.zeros((64, 64, 3, 3), np.int8)
+    for memory_size, scratch in [(1 << 20, 64 * 56 * 56 + 16), (400 << 10, 0)]:
+        call = Device(PRESETS["large"], memory_size)._conv2d(
+            (1, 64, 56, 56), w, 1, 1, 1, None, (3, 9), False, True, scratch=True)
+        assert call[-1] == scratch, memory_size
+        assert call[0].nbytes == w.nbytes + 2 * 16 * 16 * (scratch > 0), memory_size
