@@ -1,18 +1,22 @@
 """conv2d on the core, lowered to implicit GEMMs: "im2col" (the load engine generates A) and
 "pixels" (the filter bank stays in the scratchpad)."""
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 
 import numpy as np
 
 from ..arch import Engine
+from ..isa import PARAMS_RESET
 from .epilogue import output_dtype
 from .gemm_plan import plan_gemm
 from .matmul import compile_gemm
 from .program import LEAD, Dim, Op, Program, schedule, tensor
 
-__all__ = ["compile_conv2d", "conv2d_lowering", "conv2d_macs", "conv2d_output_shape",
-           "conv2d_weights"]
+__all__ = ["POOLED_PIXELS", "compile_conv2d", "conv2d_lowering", "conv2d_macs",
+           "conv2d_output_shape", "conv2d_scratch_bytes", "conv2d_weights", "pool_selection"]
+
+POOLED_PIXELS = "pooled pixels"
+"""The lowering of a requantized, pooled conv2d in two passes (`_compile_conv2d_pooled`)."""
 
 
 def conv2d_macs(x_shape, w_shape, stride, padding, dilation):
@@ -39,51 +43,158 @@ def conv2d_output_shape(x_shape, w_shape, stride, padding, dilation, pool=False)
     return n, k, p, q
 
 
-def conv2d_lowering(config, x_shape, w_shape, epilogue=None):
-    """"pixels" when the whole filter bank stays in the scratchpad and the epilogue does not
-    pool (see `_compile_conv2d_pixels`; it wants the weights as (K, S, C, R)), else "im2col"
-    (weights as given, (K, C, R, S))."""
+def _pixels_fit(config, w_shape):
+    """Whether the whole filter bank stays in the scratchpad beside two pixel tiles."""
     k_out, c, r, s = w_shape
-    taps = c * r * s
-    chunks = -(-taps // config.rows)
-    fits = (k_out <= min(config.accumulator_rows // 2, 0xFFFF)
+    chunks = -(-(c * r * s) // config.rows)
+    return (k_out <= min(config.accumulator_rows // 2, 0xFFFF)
             and 2 * chunks * config.rows + chunks * k_out <= config.scratchpad_rows)
-    pooled = epilogue is not None and epilogue.pool
-    return "pixels" if fits and not pooled else "im2col"
 
 
-def conv2d_weights(w, lowering):
-    """The filter bank ``w`` (K, C, R, S) in the layout ``lowering`` reads."""
-    return np.ascontiguousarray(w.transpose(0, 3, 1, 2)) if lowering == "pixels" else w
+@dataclass(frozen=True)
+class _PoolPass:
+    """The geometry of `POOLED_PIXELS`' second pass: activation vectors of ``rows`` int8
+    outputs of one row (``half`` pooled outputs each), ``segments`` of them a row
+    (``segment_rows`` apart in the scratchpad: a power of two), ``group`` channels a step."""
+    half: int
+    segments: int
+    segment_rows: int
+    group: int
+
+    @classmethod
+    def of(cls, config, k_out, pooled_q):
+        half = config.rows // 2
+        segments = -(-pooled_q // half)
+        return cls(half=half, segments=segments, segment_rows=1 << (segments - 1).bit_length(),
+                   group=min(k_out, (config.accumulator_rows // 2 - k_out - 1) // 4))
+
+    def scratchpad_rows(self, k_out):
+        """Scratchpad rows of its two buffers of an output-row pair."""
+        return 2 * 2 * self.segment_rows * k_out
+
+
+def _pooled_fit(config, x_shape, w_shape, stride, padding, dilation):
+    """Whether `POOLED_PIXELS` fits this core and convolution (beside `_pixels_fit`)."""
+    k_out, c, r, s = w_shape
+    _, _, p, q = conv2d_output_shape(x_shape, w_shape, stride, padding, dilation)
+    if p < 2 or q < 2 or config.rows % 2 or config.rows // 2 > config.cols:
+        return False
+    second = _PoolPass.of(config, k_out, q // 2)
+    chunks = -(-(c * r * s) // config.rows)
+    return (second.group >= 1 and second.segment_rows <= 1 << 15
+            and 2 * chunks * config.rows + chunks * k_out + 2 * config.rows
+            + second.scratchpad_rows(k_out) <= config.scratchpad_rows)
+
+
+def _pooled_cycles(config, x_shape, w_shape, stride, padding, dilation):
+    """Estimated cycles of a pooled conv2d as (`POOLED_PIXELS`, im2col). `POOLED_PIXELS`: its
+    MATMULs' activation vectors, and ``rows + cols`` cycles an instruction that small tiles do
+    not hide (twice for a LOAD); im2col: its walker's elements, one a cycle, for every ``cols``
+    filters (its measured cycles grow so). Measured on 8x8 with reads 20 cycles late
+    (docs/bench/issue20.md), this picks the faster one but where the two are within 20%."""
+    n, c, _, _ = x_shape
+    k_out, _, r, s = w_shape
+    _, _, p, q = conv2d_output_shape(x_shape, w_shape, stride, padding, dilation)
+    chunks = -(-(c * r * s) // config.rows)
+    second = _PoolPass.of(config, k_out, q // 2)
+    tiles = n * (p // 2 * 2) * -(-(q // 2 * 2) // config.cols)
+    pairs, groups = n * (p // 2), -(-k_out // second.group)
+    vectors = tiles * chunks * k_out + pairs * second.segments * 4 * k_out
+    matmuls = tiles * chunks + pairs * (1 + 2 * groups * second.segments)
+    loads = tiles * s + pairs * groups
+    pixels = vectors + (config.rows + config.cols) * (matmuls + 2 * loads)
+    im2col = n * (p // 2 * 2) * q * chunks * config.rows * -(-k_out // config.cols)
+    return pixels, im2col
+
+
+def conv2d_lowering(config, x_shape, w_shape, epilogue=None, *, stride=1, padding=0,
+                    dilation=1, scratch=False):
+    """"pixels" when the whole filter bank stays in the scratchpad and the epilogue does not
+    pool (see `_compile_conv2d_pixels`; it wants the weights as (K, S, C, R)). With a
+    requantizing, pooling epilogue and ``scratch`` (a read-write region for an int8
+    intermediate: `conv2d_scratch_bytes`), `POOLED_PIXELS` where it fits and its estimated
+    cycles are fewer than im2col's (or the core has no im2col walker). Else "im2col" (weights as given, (K, C, R, S)): a pooled
+    conv with int32 outputs (no requant) stays there."""
+    fits = _pixels_fit(config, w_shape)
+    if epilogue is None or not epilogue.pool:
+        return "pixels" if fits else "im2col"
+    conv = (stride, padding, dilation)
+    if fits and scratch and epilogue.requant and _pooled_fit(config, x_shape, w_shape, *conv):
+        pixels, im2col = _pooled_cycles(config, x_shape, w_shape, *conv)
+        if pixels < im2col or not config.im2col:
+            return POOLED_PIXELS
+    return "im2col"
+
+
+def conv2d_scratch_bytes(config, x_shape, w_shape, lowering, *, stride=1, padding=0,
+                         dilation=1):
+    """Bytes of the read-write region `POOLED_PIXELS` keeps its int8 intermediate in (N x K x
+    2(P//2) x 2(Q//2), and a vector past its end the second pass may read); 0 for the others."""
+    if lowering != POOLED_PIXELS:
+        return 0
+    n, k_out, p, q = conv2d_output_shape(x_shape, w_shape, stride, padding, dilation, pool=True)
+    return n * k_out * 4 * p * q + config.rows
+
+
+def pool_selection(config):
+    """The second pass's weight tiles (2, rows, cols) int8: tile e moves lane 2j + e of an
+    activation vector to lane j (j < rows / 2)."""
+    tiles = np.zeros((2, config.rows, config.cols), dtype=np.int8)
+    for parity in range(2):
+        for j in range(config.rows // 2):
+            tiles[parity, 2 * j + parity, j] = 1
+    return tiles
+
+
+def conv2d_weights(w, lowering, config=None):
+    """The filter bank ``w`` (K, C, R, S) in the layout ``lowering`` reads; `POOLED_PIXELS`
+    appends `pool_selection` (of ``config``)."""
+    if lowering == "im2col":
+        return w
+    bank = np.ascontiguousarray(w.transpose(0, 3, 1, 2))
+    if lowering == POOLED_PIXELS:
+        return np.concatenate([bank.ravel(), pool_selection(config).ravel()])
+    return bank
 
 
 def compile_conv2d(config, x_shape, w_shape, *, stride=1, padding=0, dilation=1, x_addr,
-                   w_addr, y_addr, epilogue=None, lowering=None):
+                   w_addr, y_addr, epilogue=None, lowering=None, scratch_addr=None):
     """y (int32, N x K x P x Q) = conv2d(x (int8, N x C x H x W), w (int8, K x C x R x S)),
     NCHW. With an `Epilogue` y is its output (int8 when requantized, P and Q halved when
-    pooled). ``lowering``: "pixels" or "im2col", by default `conv2d_lowering`'s choice; the
-    weights at ``w_addr`` must be in its layout (`conv2d_weights`)."""
+    pooled). ``lowering``: "pixels", "im2col" or `POOLED_PIXELS`, by default
+    `conv2d_lowering`'s choice (`POOLED_PIXELS` only with ``scratch_addr``: a read-write region
+    of `conv2d_scratch_bytes`); the weights at ``w_addr`` must be in its layout
+    (`conv2d_weights`)."""
     for name, value in (("stride", stride), ("dilation", dilation)):
         if not 1 <= value <= 255:
             raise ValueError(f"{name}={value!r} is invalid: allowed 1..255")
     if not 0 <= padding <= 255:
         raise ValueError(f"padding={padding!r} is invalid: allowed 0..255")
-    chosen = conv2d_lowering(config, x_shape, w_shape, epilogue)
-    if lowering not in (None, "pixels", "im2col"):
-        raise ValueError(f'lowering={lowering!r} is invalid: allowed "pixels" or "im2col"')
+    conv = {"stride": stride, "padding": padding, "dilation": dilation}
+    chosen = conv2d_lowering(config, x_shape, w_shape, epilogue, **conv,
+                             scratch=scratch_addr is not None)
+    if lowering not in (None, "pixels", "im2col", POOLED_PIXELS):
+        raise ValueError(f'lowering={lowering!r} is invalid: allowed "pixels", "im2col" or '
+                         f'"{POOLED_PIXELS}"')
     if lowering == "pixels" and chosen != "pixels":
         raise ValueError("this convolution does not fit the pixels lowering")
-    if (lowering or chosen) == "im2col" and not config.im2col:
+    if lowering == POOLED_PIXELS and not (
+            scratch_addr is not None and epilogue is not None and epilogue.pool
+            and epilogue.requant and _pixels_fit(config, w_shape)
+            and _pooled_fit(config, x_shape, w_shape, **conv)):
+        raise ValueError(f"this convolution does not fit the {POOLED_PIXELS} lowering (a "
+                         "requantized, pooled conv2d, its filter bank in the scratchpad, and a "
+                         "scratch_addr)")
+    lowering = lowering or chosen
+    if lowering == "im2col" and not config.im2col:
         raise ValueError("this convolution needs the im2col walker, and the core was generated "
-                         "without it (CoreConfig.im2col=False): only an epilogue "
-                         "without pooling and a filter bank that fits the scratchpad run on it")
-    if (lowering or chosen) == "pixels":
-        return _compile_conv2d_pixels(config, x_shape, w_shape, stride=stride, padding=padding,
-                                      dilation=dilation, x_addr=x_addr, w_addr=w_addr,
-                                      y_addr=y_addr, epilogue=epilogue)
-    return _compile_conv2d_im2col(config, x_shape, w_shape, stride=stride, padding=padding,
-                                  dilation=dilation, x_addr=x_addr, w_addr=w_addr,
-                                  y_addr=y_addr, epilogue=epilogue)
+                         "without it (CoreConfig.im2col=False): only an epilogue without "
+                         "pooling (or a requantized one with a scratch region) and a filter "
+                         "bank that fits the scratchpad run on it")
+    compile_ = {"pixels": _compile_conv2d_pixels, "im2col": _compile_conv2d_im2col,
+                POOLED_PIXELS: partial(_compile_conv2d_pooled, scratch_addr=scratch_addr)}
+    return compile_[lowering](config, x_shape, w_shape, **conv, x_addr=x_addr, w_addr=w_addr,
+                              y_addr=y_addr, epilogue=epilogue)
 
 
 def _compile_conv2d_im2col(config, x_shape, w_shape, *, stride, padding, dilation, x_addr,
@@ -156,6 +267,16 @@ def _valid_range(offset, step, limit, count):
 
 def _compile_conv2d_pixels(config, x_shape, w_shape, *, stride, padding, dilation, x_addr,
                            w_addr, y_addr, epilogue):
+    """The pixels lowering (`_pixels_ops`)."""
+    _, _, p, q = conv2d_output_shape(x_shape, w_shape, stride, padding, dilation)
+    return schedule(_pixels_ops(
+        config, x_shape, w_shape, stride=stride, padding=padding, dilation=dilation,
+        x_addr=x_addr, w_addr=w_addr, y_addr=y_addr, epilogue=epilogue, computed=(p, q),
+        per_row=epilogue is not None and not epilogue.per_tensor))
+
+
+def _pixels_ops(config, x_shape, w_shape, *, stride, padding, dilation, x_addr, w_addr, y_addr,
+                epilogue, computed, per_row, store_writes=lambda image, row: ()):
     """The transposed implicit GEMM, with output pixels on the lanes: y^T (K x pixels) = W'
     (K x taps) @ X (taps x pixels), taps in (s, c, r) order (W' is w as (K, S, C, R)).
 
@@ -168,10 +289,14 @@ def _compile_conv2d_pixels(config, x_shape, w_shape, *, stride, padding, dilatio
     contiguous row segments of y. A per-channel epilogue (channels are accumulator rows here)
     stores it in groups of ``cols`` filters (`Epilogue.per_row`, as many rows as the parameter
     table has entries), each after a PARAMS of its filters' entries.
+
+    Its `Op`s, for the first ``computed`` (P, Q) output rows and columns, y being (N, K, P, Q)
+    at ``y_addr``; ``per_row``: per-row parameters (else one broadcast PARAMS first);
+    ``store_writes(image, row)``: what each STORE of an output row writes beside memory.
     """
     n, c, h, w = x_shape
     k_out, _, r, s = w_shape
-    _, _, p, q = conv2d_output_shape(x_shape, w_shape, stride, padding, dilation)
+    p, q = computed
     rows, cols = config.rows, config.cols
     taps = s * c * r
     chunks = -(-taps // rows)
@@ -180,7 +305,6 @@ def _compile_conv2d_pixels(config, x_shape, w_shape, *, stride, padding, dilatio
     w_base = 2 * x_rows
     half = config.accumulator_rows // 2
     size = output_dtype(epilogue).itemsize
-    per_row = epilogue is not None and not epilogue.per_tensor
     store_fields = epilogue.fields(per_row=per_row) if epilogue is not None else None
     # Filters stored together (k0, count): all, or groups of a parameter table each.
     groups = ([(k0, min(cols, k_out - k0)) for k0 in range(0, k_out, cols)] if per_row
@@ -244,5 +368,115 @@ def _compile_conv2d_pixels(config, x_shape, w_shape, *, stride, padding, dilatio
                     y_addr + size * (((image * k_out + k0) * p + row) * q), size, acc_row + k0, [
                         Dim(extent=cols, start=q0, bound=q, stride=size),
                         Dim(extent=count, start=0, bound=count, stride=size * p * q)]),
-                epilogue=store_fields), reads=((("C", b % 2), b, 0),)))
+                epilogue=store_fields), reads=((("C", b % 2), b, 0),),
+                writes=store_writes(image, row)))
+    return ops
+
+
+def _compile_conv2d_pooled(config, x_shape, w_shape, *, stride, padding, dilation, x_addr,
+                           w_addr, y_addr, epilogue, scratch_addr):
+    """`POOLED_PIXELS`: a requantized conv2d with 2x2 pooling in two passes of one program.
+
+    Pass 1 is the pixels lowering (`_pixels_ops`) of the 2(P//2) x 2(Q//2) outputs that pooling
+    windows cover, with the epilogue but no pooling (per-row parameters), into an int8 z (N, K,
+    2(P//2), 2(Q//2)) at ``scratch_addr``. Pass 2 pools z on the core, one output-row pair
+    (image, y2) at a time, once pass 1 has stored it: a LOAD puts its row segments of ``rows``
+    outputs into the scratchpad (segment-major, so that one segment column of every channel
+    and both rows is a MATMUL's strided activation vectors); per ``group`` channels and
+    segment, two MATMULs with the `pool_selection` tiles put the even and the odd outputs of
+    each vector in lanes 0 .. rows/2 - 1 of two accumulator blocks ``2 * group`` rows apart
+    (rows 2k and 2k + 1: channel k's two output rows), and a pooled STORE through the
+    identity epilogue (requant with multiplier 1, shift 0: the values are int8 already) takes
+    the maximum of the four. Pooling the requantized outputs is what `apply_epilogue` does.
+    The two passes interleave: a pair's LOAD waits (through a one-vector MATMUL, as tokens go
+    between neighbouring engines) for its last STORE in pass 1, a tile later; its MATMULs run
+    among the next tile's."""
+    n, c, _, _ = x_shape
+    k_out, _, r, s = w_shape
+    _, _, pooled_p, pooled_q = conv2d_output_shape(x_shape, w_shape, stride, padding, dilation,
+                                                   pool=True)
+    rows = config.rows
+    p, q = 2 * pooled_p, 2 * pooled_q  # z's rows and columns
+    chunks = -(-(c * r * s) // rows)
+    second = _PoolPass.of(config, k_out, pooled_q)
+    row_tiles = -(-q // config.cols)
+    stores = 2 * row_tiles * -(-k_out // config.cols)  # pass 1's STOREs of an output-row pair
+    ops = _pixels_ops(config, x_shape, w_shape, stride=stride, padding=padding,
+                      dilation=dilation, x_addr=x_addr, w_addr=w_addr, y_addr=scratch_addr,
+                      epilogue=replace(epilogue, pool=False), computed=(p, q), per_row=True,
+                      store_writes=lambda image, row: ((("z", image, row // 2), 0, 0, stores),))
+    tile_count = n * p * row_tiles
+    # Scratchpad: pass 1's pixel tiles and filter bank, then the selection tiles and the z
+    # buffers; accumulator: pass 1's two halves of k_out rows, then the fence's row and two
+    # blocks of 4 * group rows.
+    selection_row = 2 * chunks * rows + chunks * k_out
+    z_rows = 2 * second.segment_rows * k_out
+    z_base = [selection_row + 2 * rows, selection_row + 2 * rows + z_rows]
+    half = config.accumulator_rows // 2
+    fence_row = k_out
+    block_base = [k_out + 1, half + k_out + 1]
+    stride_log2 = second.segment_rows.bit_length() - 1
+    identity = [(PARAMS_RESET["bias"], PARAMS_RESET["multiplier"], PARAMS_RESET["shift"])]
+    pool_fields = {"bias": 0, "requant": 1, "relu": 0, "pool": 1, "per_row": 0}
+
+    ops.append(Op(Engine.LOAD, 0, partial(Program.load, descriptor=tensor(
+        w_addr + k_out * c * r * s, 1, selection_row, [
+            Dim(extent=config.cols, start=0, bound=config.cols, stride=1),
+            Dim(extent=2 * rows, start=0, bound=2 * rows, stride=config.cols)])),
+        writes=(("S", 0, 0, 1),)))
+    pairs = [(image, y2) for image in range(n) for y2 in range(pooled_p)]
+    steps = [(k0, min(second.group, k_out - k0), segment)
+             for k0 in range(0, k_out, second.group) for segment in range(second.segments)]
+    spacing = max(1, (chunks - LEAD) // len(steps))
+    cursor = (tile_count + 1) * chunks + 1  # after pass 1's last STORE
+    block = 0
+    for t, (image, y2) in enumerate(pairs):
+        last_tile = 2 * (t + 1) * row_tiles - 1
+        fence = (last_tile + 3) * chunks - 0.5  # a tile after the pair's last STORE
+        sequential = fence + 2 * chunks >= tile_count * chunks  # after pass 1, in sequence
+        if sequential:
+            fence = cursor
+        gap = 1 if sequential else spacing
+        first_at = fence + (1 if sequential else chunks + LEAD)
+        matmul_at = [first_at + i * gap for i in range(len(steps))]
+        # A step's STORE comes before the MATMULs two steps on (the same accumulator block).
+        store_lead = min(LEAD, 2 * gap - 1) + 0.75
+        cursor = max(cursor, matmul_at[-1] + store_lead + 1)
+        ops.append(Op(Engine.EXECUTE, fence, partial(
+            Program.matmul, weight_row=selection_row, act_row=selection_row, acc_row=fence_row,
+            count=1), reads=(("S", 0, 0), (("z", image, y2), 0, 0)),
+            writes=((("z ready", t), 0, 0, 1),)))
+        z_row = z_base[t % 2]
+        for k0 in range(0, k_out, second.group):
+            count = min(second.group, k_out - k0)
+            ops.append(Op(Engine.LOAD, fence + 0.25, partial(Program.load, descriptor=tensor(
+                scratch_addr + ((image * k_out + k0) * p + 2 * y2) * q, 1,
+                z_row + 2 * second.segment_rows * k0, [
+                    Dim(extent=rows, start=0, bound=rows, stride=1),
+                    Dim(extent=second.segment_rows, start=0, bound=second.segments, stride=rows),
+                    Dim(extent=2, start=0, bound=2, stride=q),
+                    Dim(extent=count, start=0, bound=count, stride=p * q)])),
+                reads=((("z ready", t), 0, 0),), writes=((("Z", t % 2), t, k0, 1),)))
+        for (k0, count, segment), position in zip(steps, matmul_at):
+            acc_row = block_base[block % 2]
+            act_row = z_row + 2 * second.segment_rows * k0 + segment
+            for parity in range(2):
+                ops.append(Op(Engine.EXECUTE, position, partial(
+                    Program.matmul, weight_row=selection_row + parity * rows, act_row=act_row,
+                    acc_row=acc_row + parity * 2 * count, count=2 * count,
+                    act_stride_log2=stride_log2),
+                    reads=(("S", 0, 0), (("Z", t % 2), t, k0)),
+                    writes=((("P", block % 2), block, 0, 2),)))
+            first = segment * second.half
+            descriptor = tensor(
+                y_addr + ((image * k_out + k0) * pooled_p + y2) * pooled_q + first, 1, acc_row, [
+                    Dim(extent=second.half, start=0, bound=pooled_q - first, stride=1),
+                    Dim(extent=count, start=0, bound=count, stride=pooled_p * pooled_q)])
+
+            def store(program, deps, descriptor=descriptor, pitch=2 * count):
+                program.params(identity, broadcast=True)
+                program.store(descriptor, {**pool_fields, "pool_pitch": pitch}, deps=deps)
+            ops.append(Op(Engine.STORE, position + store_lead, store,
+                          reads=((("P", block % 2), block, 0),)))
+            block += 1
     return schedule(ops)

@@ -13,7 +13,7 @@ from .attention import (attention_macs, attention_operands, compile_attention, c
                         plan_attention, quantize_attention, quantize_softmax)
 from .epilogue import Epilogue, output_dtype
 from .conv2d import (compile_conv2d, conv2d_lowering, conv2d_macs, conv2d_output_shape,
-                     conv2d_weights)
+                     conv2d_scratch_bytes, conv2d_weights)
 from .matmul import compile_matmul, matmul_weights, transposed_is_faster
 
 __all__ = ["Device", "DeviceError", "PreparedCall", "Resident", "RunImage", "Stats",
@@ -79,7 +79,8 @@ class PreparedCall:
     `Device.prepare_conv2d`): its program, weights (with the epilogue's parameters in the
     program) and output are written once; `Device.launch` runs it on what ``input`` holds.
     ``uploaded``: the bytes written to prepare it; ``shape``/``dtype``: the output's; ``macs``:
-    the useful MACs of one launch."""
+    the useful MACs of one launch; ``scratch``: the weights region ends in a scratch region the
+    program writes and reads (`conv2d_scratch_bytes`)."""
     input: Resident
     weights: Resident
     output: Resident
@@ -89,10 +90,15 @@ class PreparedCall:
     dtype: np.dtype
     uploaded: int
     macs: int
+    scratch: bool = False
 
     @property
     def windows(self):
-        """The program and the input and weights readable, the output writable, nothing else."""
+        """The program and the input and weights readable (the weights writable too with a
+        ``scratch``), the output writable, nothing else."""
+        if self.scratch:
+            return program_windows(self.program, [self.input], [self.output],
+                                   read_write=[self.weights])
         return program_windows(self.program, [self.input, self.weights], [self.output])
 
 
@@ -195,13 +201,17 @@ class Device:
             return np.ascontiguousarray(c_t.T)
         return self._call(a, *self._matmul(a.shape, b, bias, requant, relu))
 
-    def _call(self, x, weights, shape, dtype, compile_, host, macs):
+    def _call(self, x, weights, shape, dtype, compile_, host, macs, scratch=0):
         """Run a lowered matmul or conv2d (see `_matmul`) on input ``x``: its result, channels
-        on axis 1."""
+        on axis 1. ``scratch``: bytes of a read-write region the program needs after the
+        output (``compile_`` takes its address too)."""
         out_bytes = dtype.itemsize * int(np.prod(shape))
-        (x_addr, w_addr), (y_addr,) = self._layout([x.nbytes, weights.nbytes], [out_bytes])
-        (y,) = self._run(compile_(x_addr, w_addr, y_addr), [(x_addr, x), (w_addr, weights)],
-                         [(y_addr, out_bytes)])
+        sizes = [out_bytes] + ([scratch] if scratch else [])
+        (x_addr, w_addr), (y_addr, *scratch_addr) = self._layout([x.nbytes, weights.nbytes],
+                                                                 sizes)
+        region = (scratch_addr[0], scratch) if scratch else None
+        (y,) = self._run(compile_(x_addr, w_addr, y_addr, *scratch_addr),
+                         [(x_addr, x), (w_addr, weights)], [(y_addr, out_bytes)], region)
         self._count(macs)
         return self._finish(_array(y, dtype, shape), host, channel_axis=1)
 
@@ -249,11 +259,16 @@ class Device:
         """
         _check_int8("x", x, 4)
         return self._call(x, *self._conv2d(x.shape, w, stride, padding, dilation, bias, requant,
-                                           relu, pool))
+                                           relu, pool, scratch=True))
 
-    def _conv2d(self, x_shape, w, stride, padding, dilation, bias, requant, relu, pool):
-        """(w as it goes to memory, output shape, dtype, compile(x_addr, w_addr, y_addr), the
-        host's part of the epilogue, useful MACs) of `conv2d` for an ``x`` of ``x_shape``."""
+    def _conv2d(self, x_shape, w, stride, padding, dilation, bias, requant, relu, pool,
+                scratch=False):
+        """(w as it goes to memory, output shape, dtype, compile(x_addr, w_addr, y_addr[,
+        scratch_addr]), the host's part of the epilogue, useful MACs, and with ``scratch``
+        (the call can give the program a read-write scratch region) the bytes of that region
+        it needs) of `conv2d` for an ``x`` of ``x_shape``. A scratch region is taken only where
+        the operands and it fit the memory below the resident regions (else im2col, as
+        before: a 128 KiB board memory keeps running what it ran)."""
         _check_int8("w", w, 4)
         check_option("stride", stride, 1, 255)
         check_option("padding", padding, 0, 255)
@@ -261,14 +276,24 @@ class Device:
         epilogue, host = self._epilogue(Epilogue.from_options(
             w.shape[0], bias=bias, requant=requant, relu=relu, pool=pool))
         out_shape = conv2d_output_shape(x_shape, w.shape, stride, padding, dilation, pool)
-        weights = conv2d_weights(w, conv2d_lowering(self.config, x_shape, w.shape, epilogue))
+        conv = {"stride": stride, "padding": padding, "dilation": dilation}
+        lowering = conv2d_lowering(self.config, x_shape, w.shape, epilogue, **conv,
+                                   scratch=scratch)
+        weights = conv2d_weights(w, lowering, self.config)
+        scratch_bytes = conv2d_scratch_bytes(self.config, x_shape, w.shape, lowering, **conv)
+        operands = [int(np.prod(x_shape)), weights.nbytes,
+                    output_dtype(epilogue).itemsize * int(np.prod(out_shape)), scratch_bytes]
+        if scratch_bytes and sum(_pages(size) for size in operands) > self._resident_floor:
+            lowering = conv2d_lowering(self.config, x_shape, w.shape, epilogue, **conv)
+            weights, scratch_bytes = conv2d_weights(w, lowering, self.config), 0
 
-        def compile_(x_addr, w_addr, y_addr):
-            return compile_conv2d(self.config, x_shape, w.shape, stride=stride, padding=padding,
-                                  dilation=dilation, x_addr=x_addr, w_addr=w_addr,
-                                  y_addr=y_addr, epilogue=epilogue)
+        def compile_(x_addr, w_addr, y_addr, scratch_addr=None):
+            return compile_conv2d(self.config, x_shape, w.shape, **conv, x_addr=x_addr,
+                                  w_addr=w_addr, y_addr=y_addr, epilogue=epilogue,
+                                  lowering=lowering, scratch_addr=scratch_addr)
         macs = conv2d_macs(x_shape, w.shape, stride, padding, dilation)
-        return weights, out_shape, output_dtype(epilogue), compile_, host, macs
+        return (weights, out_shape, output_dtype(epilogue), compile_, host, macs,
+                *([scratch_bytes] if scratch else []))
 
     def prepare_matmul(self, a_shape, b, *, bias=None, requant=None, relu=False, input=None):
         """`matmul` of an int8 ``a_shape`` a with ``b`` made resident: b, the program and an
@@ -282,9 +307,10 @@ class Device:
         """`conv2d` of an int8 ``x_shape`` x made resident, as `prepare_matmul`."""
         _check_shape("x_shape", x_shape, 4)
         return self._prepare(x_shape, input, *self._conv2d(
-            x_shape, w, stride, padding, dilation, bias, requant, relu, pool))
+            x_shape, w, stride, padding, dilation, bias, requant, relu, pool, scratch=True))
 
-    def _prepare(self, input_shape, input, weights, shape, dtype, compile_, host, macs):
+    def _prepare(self, input_shape, input, weights, shape, dtype, compile_, host, macs,
+                 scratch=0):
         if host is not None:
             raise ValueError(f"requant multipliers {host.multiplier} need the host epilogue on "
                              "this core (CoreConfig.epilogue_multiplier=False), which a "
@@ -296,14 +322,18 @@ class Device:
         elif not isinstance(input, Resident) or input.size != input_bytes:
             raise ValueError(f"input={input!r} is invalid: allowed None or a Resident of "
                              f"{input_bytes} bytes")
-        stored = self.upload(weights)
+        # A scratch region goes after the weights, in their window (the four are taken).
+        weights_bytes = _round_up(weights.nbytes, 64)
+        stored = self._allocate(weights_bytes + scratch)
+        self._link().write_memory(stored.address, np.ascontiguousarray(weights).tobytes())
         output = self._allocate(dtype.itemsize * int(np.prod(shape)))
-        compiled = compile_(input.address, stored.address, output.address)
+        compiled = compile_(input.address, stored.address, output.address,
+                            *([stored.address + weights_bytes] if scratch else []))
         code = compiled.to_bytes()
         program = self._allocate(len(code))
         self._write(program, code)
         return PreparedCall(input, stored, output, program, len(compiled), tuple(shape),
-                            dtype, stored.size + program.size, macs)
+                            dtype, weights.nbytes + program.size, macs, scratch > 0)
 
     def upload(self, array):
         """``array``'s bytes written to a new `Resident` region (once, kept across calls)."""
@@ -419,21 +449,23 @@ class Device:
         return (f"the {self._resident_floor} bytes below the resident regions "
                 f"(memory_size={self.memory_size})")
 
-    def _run(self, program, inputs, outputs):
+    def _run(self, program, inputs, outputs, scratch=None):
         """Write ``inputs`` [(address, array)], run ``program`` in windows that admit exactly
-        them, the outputs [(address, size)] and the program; return the outputs' bytes."""
-        return self._execute(self._image(program, inputs, outputs))
+        them, the outputs [(address, size)], the ``scratch`` region (address, size) after them
+        (read and written) and the program; return the outputs' bytes."""
+        return self._execute(self._image(program, inputs, outputs, scratch))
 
-    def _image(self, program, inputs, outputs):
+    def _image(self, program, inputs, outputs, scratch=None):
         """The `RunImage` of ``program`` with ``inputs`` and ``outputs`` (as in `_run`)."""
         code = program.to_bytes()
-        program_address = program_placement(outputs)
+        written = outputs + ([scratch] if scratch else [])
+        program_address = program_placement(written)
         if program_address + len(code) > self._resident_floor:
             raise ValueError(f"the program ({len(program)} instructions) and its operands need "
                              f"{program_address + len(code)} bytes of memory: more than "
                              f"{self._free_memory()}")
-        windows = access_windows([(address, array.nbytes) for address, array in inputs], outputs,
-                                 program_address, len(code))
+        windows = access_windows([(address, array.nbytes) for address, array in inputs], written,
+                                 program_address, len(code), readback=scratch is not None)
         return RunImage(code, program_address, len(program),
                         [(address, np.ascontiguousarray(array).tobytes())
                          for address, array in inputs], list(outputs), windows)
@@ -500,20 +532,23 @@ def program_placement(outputs):
     return max(address + _pages(size) for address, size in outputs)
 
 
-def program_windows(program, readable, writable):
+def program_windows(program, readable, writable, readback=False, read_write=()):
     """The windows [(base, size, readable, writable)] of a program: ``program`` (address,
     bytes) and the ``readable`` regions [(address, size)] readable, the ``writable`` regions
-    writable, nothing else; a region's window is rounded up to whole 64 bytes."""
+    writable (and with ``readback`` readable: the program reads what it wrote), the
+    ``read_write`` ones both, nothing else; a region's window is rounded up to whole 64
+    bytes."""
     return ([(*program, True, False)]
             + [(address, _round_up(size, 64), True, False) for address, size in readable]
-            + [(address, _round_up(size, 64), False, True) for address, size in writable])
+            + [(address, _round_up(size, 64), True, True) for address, size in read_write]
+            + [(address, _round_up(size, 64), readback, True) for address, size in writable])
 
 
-def access_windows(inputs, outputs, program_address, program_bytes):
+def access_windows(inputs, outputs, program_address, program_bytes, readback=False):
     """The `program_windows` of a run: one window from 0 over the inputs [(address, size)], one
-    over the outputs."""
+    over the outputs (``readback`` as there)."""
     inputs_end = max(address + size for address, size in inputs)
     outputs_start = min(address for address, _ in outputs)
     outputs_end = max(address + size for address, size in outputs)
     return program_windows((program_address, program_bytes), [(0, inputs_end)],
-                           [(outputs_start, outputs_end - outputs_start)])
+                           [(outputs_start, outputs_end - outputs_start)], readback)

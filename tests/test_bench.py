@@ -31,6 +31,8 @@ def test_compulsory_bytes():
     # With the epilogue, int8 outputs.
     assert compulsory_bytes("conv2d_epilogue", LARGE_CONVS[0]) == (64 * 56 * 56 + 64 * 64 * 9,
                                                                    64 * 56 * 56)
+    assert compulsory_bytes("conv2d_pool", (1, 3, 9, 7, 5, 3, 3, 1, 1)) == (3 * 9 * 7 + 5 * 27,
+                                                                        5 * 4 * 3)
     assert compulsory_bytes("attention", LARGE_ATTENTIONS[0]) == ((512 + 2 * 512) * 64,
                                                                  4 * 512 * 64)
 
@@ -139,6 +141,7 @@ def test_target_rows_from_results(tmp_path):
 SMALL = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1, axi_data_width=64)
 TINY_WORKLOADS = [("matmul", (5, 7, 3)), ("conv2d", (1, 2, 5, 5, 3, 3, 3, 1, 1)),
                   ("conv2d_epilogue", (1, 3, 6, 5, 5, 3, 3, 2, 1)),
+                  ("conv2d_pool", (1, 3, 7, 9, 5, 3, 3, 1, 1)),
                   ("attention", (5, 7, 4, False)), ("attention", (5, 7, 4, True))]
 
 
@@ -172,7 +175,8 @@ class _GoldenDevice(Device):
     def conv2d(self, x, w, stride=1, padding=0, **epilogue):
         acc = conv2d_int32(x, w, stride, padding)
         if epilogue:
-            return self._answer("conv2d_epilogue", apply_epilogue(acc, 1, **epilogue))
+            op = "conv2d_pool" if epilogue.get("pool") else "conv2d_epilogue"
+            return self._answer(op, apply_epilogue(acc, 1, (2, 3), **epilogue))
         return self._answer("conv2d", acc.astype(np.int32))
 
     def attention_int8(self, q, k, v, frac, causal=False):
@@ -185,12 +189,12 @@ def test_every_bench_workload_is_checked_against_the_golden_model():
     entries = measure_workloads(_GoldenDevice(SMALL), "4x4", TINY_WORKLOADS,
                                 np.random.default_rng(0))
     assert [(e["op"], e["check_passed"]) for e in entries] == [
-        ("matmul", True), ("conv2d", True), ("conv2d_epilogue", True), ("attention", True),
-        ("attention", True)]
-    assert [e["check"] for e in entries[:3]] == ["exact", "exact", "exact"]
-    for entry in entries[3:]:
+        ("matmul", True), ("conv2d", True), ("conv2d_epilogue", True), ("conv2d_pool", True),
+        ("attention", True), ("attention", True)]
+    assert [e["check"] for e in entries[:4]] == ["exact"] * 4
+    for entry in entries[4:]:
         assert re.fullmatch(r"exact, float err \d\.\d\d%", entry["check"]), entry["check"]
-    assert entries[4]["useful_macs"] < entries[3]["useful_macs"]  # causal: masked pairs
+    assert entries[5]["useful_macs"] < entries[4]["useful_macs"]  # causal: masked pairs
 
 
 @pytest.mark.parametrize("wrong", list(dict.fromkeys(op for op, _ in TINY_WORKLOADS)))

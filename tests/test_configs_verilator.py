@@ -118,6 +118,9 @@ def test_large_preset_is_exact_and_accumulators_wrap():
                  ("matmul", (96, 100, 40)), ("matmul", (16, 96, 70)),  # split ends; transposed
                  ("conv2d", (1, 19, 9, 7, 21, 3, 3, 1, 1)),  # (N, C, H, W, K, R, S, stride, pad)
                  ("conv2d", (2, 3, 8, 8, 5, 1, 1, 2, 0)),
+                 # Pooled pixels: odd P and Q, K over two groups of 16 filters, stride 2.
+                 ("conv2d_pool", (1, 5, 9, 37, 19, 3, 3, 1, 1)),
+                 ("conv2d_pool", (1, 16, 12, 40, 33, 3, 3, 2, 1)),
                  ("attention", (1, 1, 1, False)), ("attention", (37, 45, 24, False)),
                  ("attention", (37, 45, 24, True))]  # (L, S, d, causal)
     rows, cols = LARGE.rows, LARGE.cols
@@ -134,6 +137,9 @@ def test_large_preset_is_exact_and_accumulators_wrap():
                    read_latency=READ_LATENCY) as dev:
         entries = measure_workloads(dev, "16x16", workloads, rng)
         assert [(e["op"], e["shape"], e["check"]) for e in entries if not e["check_passed"]] == []
+        # The pooled convs wrote their int8 intermediate (N x K x 2(P//2) x 2(Q//2)) and output.
+        assert [e["bytes_written"] for e in entries if e["op"] == "conv2d_pool"] == [
+            19 * 8 * 36 + 19 * 4 * 18, 33 * 6 * 20 + 33 * 3 * 10]
         (c,) = dev._run(program, [(a_addr, a), (w_addr, w)], [(c_addr, 4 * 2 * cols)])
         assert dev.stats.issued_macs == WRAP_MATMULS * 2 * rows * cols
     got = np.frombuffer(c, "<i4").reshape(2, cols)

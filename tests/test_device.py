@@ -2,9 +2,11 @@
 import numpy as np
 import pytest
 
-from tpugen import CoreConfig
+from tpugen import PRESETS, CoreConfig
 from tpugen.sim import SimDevice
-from tpugen.firmware.conv2d import conv2d_lowering
+from tpugen.firmware.conv2d import (POOLED_PIXELS, compile_conv2d, conv2d_lowering,
+                                    conv2d_scratch_bytes, conv2d_weights)
+from tpugen.firmware.device import Device, operand_layout
 from tpugen.firmware.epilogue import Epilogue
 from tpugen.sim.golden import apply_epilogue, conv2d_int32, matmul_int32
 
@@ -128,3 +130,63 @@ def test_fused_epilogue_matches_numpy():
             expected = apply_epilogue(acc, channel_axis=1, spatial_axes=(2, 3), **options)
             got = dev.conv2d(x, w, stride=stride, padding=padding, **options)
             assert got.dtype == expected.dtype and np.array_equal(got, expected), x_shape
+        # Pooled pixels (the runtime takes im2col for these small convs on this core): odd P
+        # and Q, Q not a multiple of the lanes, one channel in and out, K not a multiple of the
+        # array and over two channel groups of the second pass, stride 2, dilation 2.
+        check_pooled_pixels(dev, rng, [
+            ((1, 3, 9, 7), (5, 3, 3, 3), 1, 1, 1), ((2, 1, 7, 11), (1, 1, 3, 3), 1, 1, 1),
+            ((1, 2, 13, 10), (9, 2, 3, 3), 2, 1, 1), ((1, 2, 10, 11), (3, 2, 3, 3), 1, 2, 2),
+            ((1, 3, 11, 19), (7, 3, 3, 3), 1, 0, 1)])
+        # A resident call on it: the scratch region after the weights, their window read-write.
+        x, w = _int8(rng, (1, 3, 9, 7)), _int8(rng, (5, 3, 3, 3))
+        options = {"bias": rng.integers(-3000, 3000, 5), "requant": requant(5, True),
+                   "relu": True, "pool": True}
+        call = dev.prepare_conv2d(x.shape, w, padding=1, **options)
+        assert [(r, w) for base, _, r, w in call.windows if base == call.weights.address] == [
+            (True, True)]
+        dev.launch(call, x)
+        assert np.array_equal(dev.download(call.output, call.dtype, call.shape), apply_epilogue(
+            conv2d_int32(x, w, 1, 1), channel_axis=1, spatial_axes=(2, 3), **options))
+
+
+def check_pooled_pixels(dev, rng, cases):
+    """Requantized 2x2-pooled convs ``cases`` [(x_shape, w_shape, stride, padding, dilation)]
+    compiled for `POOLED_PIXELS` (per-channel bias, multipliers with a 0, ReLU on every other
+    case), bit-exact against numpy; its int8 intermediate is written once."""
+    for i, (x_shape, w_shape, stride, padding, dilation) in enumerate(cases):
+        k = w_shape[0]
+        multiplier = rng.integers(1 << 14, 1 << 16, k)
+        multiplier[k // 2] = 0 if k > 2 else multiplier[k // 2]
+        shift = 21 + int(np.prod(w_shape[1:])).bit_length() // 2  # most outputs inside int8
+        options = {"bias": rng.integers(-4000, 4000, k),
+                   "requant": (multiplier, rng.integers(shift, shift + 3, k)),
+                   "relu": i % 2 == 1, "pool": True}
+        conv = {"stride": stride, "padding": padding, "dilation": dilation}
+        x, w = _int8(rng, x_shape), _int8(rng, w_shape)
+        expected = apply_epilogue(conv2d_int32(x, w, stride, padding, dilation), channel_axis=1,
+                                  spatial_axes=(2, 3), **options)
+        weights = conv2d_weights(w, POOLED_PIXELS, dev.config)
+        scratch = conv2d_scratch_bytes(dev.config, x_shape, w_shape, POOLED_PIXELS, **conv)
+        (x_addr, w_addr), (y_addr, scratch_addr) = operand_layout(
+            [x.nbytes, weights.nbytes], [expected.nbytes, scratch])[0]
+        program = compile_conv2d(dev.config, x_shape, w_shape, **conv, x_addr=x_addr,
+                                 w_addr=w_addr, y_addr=y_addr, scratch_addr=scratch_addr,
+                                 epilogue=Epilogue.from_options(k, **options),
+                                 lowering=POOLED_PIXELS)
+        (y,) = dev._run(program, [(x_addr, x), (w_addr, weights)], [(y_addr, expected.nbytes)],
+                        (scratch_addr, scratch))
+        got = np.frombuffer(y, np.int8).reshape(expected.shape)
+        assert np.array_equal(got, expected), x_shape
+        assert len(np.unique(got)) > 5, x_shape  # not all saturated or zero
+        assert dev.stats.bytes_written == got.nbytes + scratch - dev.config.rows, x_shape
+
+
+def test_pooled_conv_takes_a_scratch_region_only_where_it_fits():
+    # 64x56x56 pooled: x, weights, output and the 200 KB intermediate need 492 KiB of pages;
+    # in 400 KiB the runtime stays on im2col (no scratch region), as before.
+    w = np.zeros((64, 64, 3, 3), np.int8)
+    for memory_size, scratch in [(1 << 20, 64 * 56 * 56 + 16), (400 << 10, 0)]:
+        call = Device(PRESETS["large"], memory_size)._conv2d(
+            (1, 64, 56, 56), w, 1, 1, 1, None, (3, 9), False, True, scratch=True)
+        assert call[-1] == scratch, memory_size
+        assert call[0].nbytes == w.nbytes + 2 * 16 * 16 * (scratch > 0), memory_size

@@ -48,8 +48,15 @@ def test_micro_core_computes_what_it_has_and_refuses_the_rest():
             dev.attention(q, q, q)
         with pytest.raises(ValueError, match=r"softmax unit"):
             dev.softmax(q)
+        # A requantized pooled conv runs on the pooled pixels lowering; an int32 one needs
+        # the im2col walker.
+        options = {"bias": np.array([-250, 120, 0, 37, -9]), "requant": (1, 2), "pool": True}
+        np.testing.assert_array_equal(
+            dev.conv2d(x, w, padding=1, **options),
+            apply_epilogue(conv2d_int32(x, w, 1, 1), channel_axis=1, spatial_axes=(2, 3),
+                           **options))
         with pytest.raises(ValueError, match=r"im2col walker.*CoreConfig.im2col=False"):
-            dev.conv2d(x, w, padding=1, bias=np.zeros(5, np.int32), requant=(1, 0), pool=True)
+            dev.conv2d(x, w, padding=1, bias=np.zeros(5, np.int32), pool=True)
 
         # Programs for the full twin: the hardware stops them with UNKNOWN_OPCODE.
         softmax = compile_softmax(FULL, 4, 4, x_addr=0, eye_addr=0x1000, y_addr=0x2000, frac=5)

@@ -7,7 +7,7 @@ import pytest
 
 from tpugen import PRESETS, CoreConfig
 from tpugen.firmware.attention import compile_attention, plan_attention
-from tpugen.firmware.conv2d import compile_conv2d, conv2d_lowering
+from tpugen.firmware.conv2d import POOLED_PIXELS, compile_conv2d, conv2d_lowering
 from tpugen.firmware.epilogue import Epilogue
 from tpugen.firmware.gemm_cost import shortest_piece
 from tpugen.firmware.gemm_plan import plan_gemm
@@ -140,3 +140,36 @@ def test_split_ends_start_on_the_first_rows_and_store_the_last_piece_alone(confi
     assert stores[-1].tensor.dims[1].extent == last[0]
     outputs = -(-m // plan.m_tile) * plan.n_tiles
     assert len(stores) == outputs - 1 + len(last)
+
+
+def test_pooled_conv2d_takes_the_pooled_pixels_lowering():
+    """A requantized pooled conv with a scratch region: pass 1's loads overlap as without
+    pooling; pass 2 a LOAD, a fence and per segment two strided MATMULs and a pooled STORE
+    (after a broadcast PARAMS) per output-row pair. Without a scratch region, or with int32
+    outputs, im2col."""
+    x_shape, w_shape = (1, 64, 10, 56), (64, 64, 3, 3)
+    pooled = Epilogue.from_options(64, bias=list(range(64)), requant=(list(range(64)), 22),
+                                   relu=True, pool=True)
+    assert conv2d_lowering(LARGE, x_shape, w_shape, pooled, padding=1, scratch=True) \
+        == POOLED_PIXELS
+    assert conv2d_lowering(LARGE, x_shape, w_shape, pooled, padding=1) == "im2col"
+    int32 = Epilogue.from_options(64, bias=list(range(64)), pool=True)
+    assert conv2d_lowering(LARGE, x_shape, w_shape, int32, padding=1, scratch=True) == "im2col"
+    program = compile_conv2d(LARGE, x_shape, w_shape, padding=1, x_addr=0, w_addr=1 << 20,
+                             y_addr=2 << 20, scratch_addr=3 << 20, epilogue=pooled)
+    instructions = [decode(raw) for raw in program.instructions]
+    # Only the last pairs' LOADs, after pass 1, have no MATMULs to overlap.
+    pass_1_end = max(i for i, ins in enumerate(instructions)
+                     if ins.header.opcode == Opcode.MATMUL and ins.count == 64)
+    stalls = _stalling_loads(LARGE, program)
+    assert all(i > pass_1_end for i in stalls) and len(stalls) <= 2, stalls
+    stores = [i.epilogue for i in instructions if i.header.opcode == Opcode.STORE]
+    assert sum(e.pool for e in stores) == 5 * 4  # row pairs x segments of 8 pooled outputs
+    assert {(e.pool_pitch, e.requant, e.relu, e.bias) for e in stores if e.pool} == {(128, 1, 0, 0)}
+    assert sum(not e.pool and e.per_row for e in stores) == 10 * 4 * 4  # pass 1: tiles x groups
+    matmuls = [i for i in instructions if i.header.opcode == Opcode.MATMUL]
+    assert sum(m.act_stride_log2 == 2 and m.count == 128 for m in matmuls) == 5 * 4 * 2
+    assert sum(m.count == 1 for m in matmuls) == 5  # the fences
+    with pytest.raises(ValueError, match="scratch_addr"):
+        compile_conv2d(LARGE, x_shape, w_shape, padding=1, x_addr=0, w_addr=1 << 20,
+                       y_addr=2 << 20, epilogue=pooled, lowering=POOLED_PIXELS)

@@ -30,7 +30,9 @@ CONVS = [  # ResNet-like layers (N, C, H, W, K, R, S, stride, padding), scaled t
 LARGE_CONVS = [(1, 64, 56, 56, 64, 3, 3, 1, 1)]
 LARGE_CONV_EPILOGUES = LARGE_CONVS
 """conv2d shapes also measured with a per-channel epilogue ("conv2d_epilogue": bias, requant,
-ReLU; what a quantized CNN layer runs)."""
+ReLU; what a quantized CNN layer runs) and with it and 2x2 max pooling ("conv2d_pool")."""
+CONV_OPS = ("conv2d", "conv2d_epilogue", "conv2d_pool")
+"""The bench's conv2d workloads: plain, with the epilogue, with the epilogue and pooling."""
 ATTENTIONS = [(64, 64, 32, False), (128, 128, 64, False), (256, 256, 64, False)]
 """(L, S, d, causal), one head."""
 LARGE_ATTENTIONS = [(512, 512, 64, False), (512, 512, 128, False), (2048, 2048, 64, True)]
@@ -100,11 +102,12 @@ def compulsory_bytes(op, shape):
     if op == "matmul":
         m, k, n = shape
         return m * k + k * n, 4 * m * n
-    if op in ("conv2d", "conv2d_epilogue"):
+    if op in CONV_OPS:
         from .firmware.conv2d import conv2d_output_shape
 
         nb, c, h, w, k, r, s, stride, padding = shape
-        _, _, p, q = conv2d_output_shape((nb, c, h, w), (k, c, r, s), stride, padding, 1)
+        _, _, p, q = conv2d_output_shape((nb, c, h, w), (k, c, r, s), stride, padding, 1,
+                                         pool=op == "conv2d_pool")
         # The epilogue's int8 outputs; its parameters (7 bytes a channel) are not counted.
         return nb * c * h * w + k * c * r * s, (4 if op == "conv2d" else 1) * nb * k * p * q
     seq, kv, dim, _ = shape
@@ -192,8 +195,8 @@ def _mismatch(got, expected):
 def check_workload(config, op, inputs, got):
     """(passed, text): ``got``, the core's output of ``op`` on ``inputs``, against the numpy
     golden model. matmul (a, b) and conv2d (x, w, stride, padding) must be bit-exact (int32
-    wrap-around), conv2d_epilogue (x, w, stride, padding, bias, requant) too (int8, with
-    ReLU); attention (q, k, v, causal), float (L, d), must equal the bit-exact model of the
+    wrap-around), conv2d_epilogue and conv2d_pool (x, w, stride, padding, bias, requant) too
+    (int8, with ReLU; conv2d_pool 2x2 max pooled); attention (q, k, v, causal), float (L, d), must equal the bit-exact model of the
     core's int8 attention, dequantized as `Device.attention` does, and be within
     ``ATTENTION_TOLERANCE`` (relative Frobenius error) of float attention."""
     from .demo import ATTENTION_TOLERANCE
@@ -206,10 +209,11 @@ def check_workload(config, op, inputs, got):
         x, w, stride, padding = inputs
         problem = _mismatch(got, conv2d_int32(x, w, stride, padding).astype(np.int32))
         return not problem, problem or "exact"
-    if op == "conv2d_epilogue":
+    if op in CONV_OPS:
         x, w, stride, padding, bias, requant = inputs
-        problem = _mismatch(got, apply_epilogue(conv2d_int32(x, w, stride, padding), 1,
-                                                bias=bias, requant=requant, relu=True))
+        problem = _mismatch(got, apply_epilogue(conv2d_int32(x, w, stride, padding), 1, (2, 3),
+                                                bias=bias, requant=requant, relu=True,
+                                                pool=op == "conv2d_pool"))
         return not problem, problem or "exact"
     from .firmware.attention import quantize_attention
     from .sim.attention_model import attention_float, attention_int8_model
@@ -233,7 +237,8 @@ def bench_workloads(large):
     """(op, shape) of every workload, the large ones with ``large``."""
     return ([("matmul", shape) for shape in MATMULS + (LARGE_MATMULS if large else [])]
             + [("conv2d", shape) for shape in CONVS + (LARGE_CONVS if large else [])]
-            + [("conv2d_epilogue", shape) for shape in (LARGE_CONV_EPILOGUES if large else [])]
+            + [(op, shape) for op in CONV_OPS[1:]
+               for shape in (LARGE_CONV_EPILOGUES if large else [])]
             + [("attention", shape) for shape in ATTENTIONS + (LARGE_ATTENTIONS if large else [])])
 
 
@@ -251,13 +256,13 @@ def measure_workloads(dev, label, workloads, rng, progress=None):
             inputs = (rng.integers(-128, 128, (m, k), dtype=np.int8),
                       rng.integers(-128, 128, (k, n), dtype=np.int8))
             ideal = ideal_gemm_utilization(config, m, k, n)
-        elif op in ("conv2d", "conv2d_epilogue"):
+        elif op in CONV_OPS:
             nb, c, h, w, k, r, s, stride, padding = shape
             x = rng.integers(-128, 128, (nb, c, h, w), dtype=np.int8)
             f = rng.integers(-128, 128, (k, c, r, s), dtype=np.int8)
             _, _, p, q = conv2d_output_shape(x.shape, f.shape, stride, padding, 1)
             inputs = (x, f, stride, padding)
-            if op == "conv2d_epilogue":  # a shift that keeps most outputs inside int8
+            if op != "conv2d":  # a shift that keeps most outputs inside int8
                 inputs += (rng.integers(-5000, 5000, k),
                            (rng.integers(1 << 14, 1 << 15, k),
                             np.full(k, 21 + (c * r * s).bit_length() // 2)))
@@ -272,9 +277,10 @@ def measure_workloads(dev, label, workloads, rng, progress=None):
             got = dev.matmul(*inputs)
         elif op == "conv2d":
             got = dev.conv2d(inputs[0], inputs[1], stride=inputs[2], padding=inputs[3])
-        elif op == "conv2d_epilogue":
+        elif op in CONV_OPS:
             got = dev.conv2d(inputs[0], inputs[1], stride=inputs[2], padding=inputs[3],
-                             bias=inputs[4], requant=inputs[5], relu=True)
+                             bias=inputs[4], requant=inputs[5], relu=True,
+                             pool=op == "conv2d_pool")
         else:
             got = dev.attention(*inputs[:3], causal=inputs[3])
         entry = _workload_entry(config, label, op, shape, workload_macs(op, shape), ideal, dev.stats,
@@ -319,7 +325,7 @@ def _demo_shape(op, shape):
     """A bench shape (a tuple) as the `DEMO_WORKLOADS`-style dict of the same workload."""
     if op == "matmul":
         return dict(zip(("m", "k", "n"), shape))
-    if op in ("conv2d", "conv2d_epilogue"):
+    if op in CONV_OPS:
         return {**dict(zip(("n", "c", "h", "w", "k", "r", "s", "stride", "padding"), shape)),
                 "dilation": 1}
     return {"heads": 1, **dict(zip(("seq", "kv", "dim", "causal"), shape))}
@@ -327,7 +333,7 @@ def _demo_shape(op, shape):
 
 def workload_macs(op, shape):
     """`demo.useful_macs` of a bench shape."""
-    return useful_macs("conv2d" if op == "conv2d_epilogue" else op, _demo_shape(op, shape))
+    return useful_macs("conv2d" if op in CONV_OPS else op, _demo_shape(op, shape))
 
 
 def run_bench(quick=False, builds=False, configs=CONFIGS):
@@ -436,6 +442,8 @@ WORKLOAD_TARGETS = [  # (what, op, shape, core, utilization)
     ("conv2d 3x3 64->64 56x56 pad 1 on 16x16", "conv2d", LARGE_CONVS[0], "16x16", 0.95),
     ("conv2d 3x3 64->64 56x56 + per-channel bias, requant, ReLU (no pool) on 16x16",
      "conv2d_epilogue", LARGE_CONV_EPILOGUES[0], "16x16", 0.80),
+    ("conv2d 3x3 64->64 56x56 + per-channel bias, requant, ReLU, 2x2 max pool on 16x16",
+     "conv2d_pool", LARGE_CONV_EPILOGUES[0], "16x16", 0.80),
     ("fused attention L=S=512 d=64 on 16x16", "attention", LARGE_ATTENTIONS[0], "16x16", 0.85),
     ("fused attention L=S=2048 d=64 causal on 16x16", "attention", LARGE_ATTENTIONS[2], "16x16",
      0.80),
@@ -492,7 +500,8 @@ def workload_label(workload):
         seq, kv, dim, causal = workload["shape"]
         return f"attention L{seq} S{kv} d{dim}" + (" causal" if causal else "")
     _, c, h, w, k, r, s, stride, _ = workload["shape"]
-    epilogue = " + epilogue" if workload["op"] == "conv2d_epilogue" else ""
+    epilogue = {"conv2d": "", "conv2d_epilogue": " + epilogue",
+                "conv2d_pool": " + epilogue + pool"}[workload["op"]]
     return f"conv {c}->{k} {h}x{w} {r}x{s}/{stride}{epilogue}"
 
 

@@ -31,7 +31,7 @@ DEMO_WORKLOADS = [
     ("attention", {"heads": 2, "seq": 64, "kv": 64, "dim": 32, "causal": True}),
 ]
 """(op, shape): awkward shapes, a cube, padded and strided convs, conv + bias + requant + ReLU
-+ 2x2 max pool in one pass, and fused attention (multi-head, causal)."""
++ 2x2 max pool in one program, and fused attention (multi-head, causal)."""
 
 
 def format_table(header, rows):
