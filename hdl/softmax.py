@@ -67,6 +67,9 @@ EXP_BITS = 7
 EXP_TABLE = tuple(round(2**12 * 2 ** (-f / 2**EXP_BITS)) for f in range(2**EXP_BITS))
 """``2**(-f/128)`` with 12 fractional bits: p = 256 * 2**-d is ``EXP_TABLE[f] >> (n + 4)``,
 rounded."""
+_TABLE_DROP = 3
+"""Low bits of ``EXP_TABLE`` entries the lanes leave out of their ROM: p rounds at bit n + 3 or
+above, so ``(y + 2**(n+3)) >> (n+4) == ((y >> 3 >> n) + 1) >> 1`` (floors nest)."""
 LF = 8
 L_MAX = (1 << 32) - 1
 SHIFT_MAX = 33
@@ -413,15 +416,21 @@ class SoftmaxUnit(wiring.Component):
         index = data.StructLayout({"f": EXP_BITS, "n": 4, "big": 51 - EXP_BITS - 4})
         # A LUT ROM per lane (one yosys memory with a read port per lane crashes its
         # memory_libmap at 16 lanes).
-        table = Array(C(y, 13) for y in EXP_TABLE)
-        y_5, n_5, zero_5 = (Signal(data.ArrayLayout(13, cols)), Signal(data.ArrayLayout(4, cols)),
-                            Signal(cols))
+        entries = [y >> _TABLE_DROP for y in EXP_TABLE]
+        n_5, zero_5 = Signal(data.ArrayLayout(4, cols)), Signal(cols)
+        y_5 = []
         probs = [Signal(8) for _ in range(cols)]
         for j in range(cols):
+            if j % 2 == 0:
+                m.submodules[f"table{j // 2}"] = table = memory.Memory(
+                    shape=13 - _TABLE_DROP, depth=len(entries), init=entries,
+                    attrs={"rom_style": "block"})
             z = data.View(index, shifted[j])
-            m.d.sync += [y_5[j].eq(table[z.f]), n_5[j].eq(z.n),
-                         zero_5[j].eq(~ok[j] | (z.big != 0))]
-            rounded = (y_5[j] + _half(n_5[j] + 4)) >> (n_5[j] + 4)
+            port = table.read_port()
+            m.d.comb += port.addr.eq(z.f)
+            y_5.append(port.data)
+            m.d.sync += [n_5[j].eq(z.n), zero_5[j].eq(~ok[j] | (z.big != 0))]
+            rounded = ((y_5[j] >> n_5[j]) + 1) >> 1
             m.d.sync += probs[j].eq(Mux(zero_5[j], 0, Mux(rounded > 255, 255, rounded)))
         m.d.comb += [
             self.p_write.addr.eq(at(6).addr),
