@@ -509,10 +509,11 @@ class SoftmaxUnit(wiring.Component):
         n_mant, n_rem, n_quot = Signal(32), Signal(33), Signal(18)
         n_shift, n_zero, n_step = Signal(6), Signal(), Signal(range(9))
         l_in = l_read.data
-        width = Signal(range(33))
-        for i in range(32):
-            with m.If(l_in[i]):
-                m.d.comb += width.eq(i + 1)
+        # l normalized to [2**31, 2**32) by shifts of 16, 8, 4, 2, 1 (its leading zeros).
+        mant, zeros = l_in, []
+        for k in (16, 8, 4, 2, 1):
+            zeros.insert(0, mant[32 - k:] == 0)
+            mant = Mux(zeros[0], mant << k, mant)[:32]
         rem, bits = n_rem, []
         for _ in range(2):
             fits = rem >= n_mant
@@ -527,7 +528,7 @@ class SoftmaxUnit(wiring.Component):
                     m.d.comb += read.eq(1)
                     m.next = "NORMALIZE"
             with m.State("NORMALIZE"):
-                m.d.sync += [n_mant.eq((l_in << 32) >> width), n_shift.eq(width - 1),
+                m.d.sync += [n_mant.eq(mant), n_shift.eq(31 - Cat(*zeros)),
                              n_zero.eq(l_in == 0), n_rem.eq(1 << 30), n_step.eq(8)]
                 m.next = "DIVIDE"
             with m.State("DIVIDE"):
