@@ -1,6 +1,6 @@
 """Softmax special-function unit (SFU): the online-softmax steps of flash attention.
 
-Numerics (``sim/softmax_model.py`` is the bit-exact model). No step multiplies per lane except
+Numerics (``sim/softmax_model.py`` is the bit-exact model). No step multiplies except
 NORMALIZE's ``O * r``:
 
 - Scores s (int32) are already in the log2 domain with ``frac`` fractional bits: x = s / 2**frac.
@@ -37,16 +37,30 @@ Q.10 maximum: 0.98 and 0.082): the 8-bit P dominates. Fused attention on random 
 128..512, d = 64): 1.1e-2 to 1.2e-2 relative error (``docs/DESIGN.md``).
 
 Hardware: per lane one adder and one right shifter serve every row kind (``base + value``, then
-``>> shift``: ``((m' << frac) - s) << 7 >> frac`` for P, ``rs(O, a)``, ``rs(O * r, sh)``), an
-``EXP_TABLE`` ROM and a 4-bit shift for p; the per-query work (ceil, m', a, l) is done once per
-query. The state is two memories, ``state_m`` (written by the max pass) and ``state_l``
-(read-modify-written at the end of the exp pass, read by NORMALIZE).
+``>> shift``: ``((m' << frac) - s) << 7 >> frac`` for P, ``((O << 7) + (half(a) << 7)) >> (a +
+7)`` = ``rs(O, a)`` for BLOCK's O rows, ``rs(O * r, sh)`` for NORMALIZE's), with ranges: the adder
+is 49 bits signed (P rows of valid keys: ``0 <= d << 7 < 2**44``, as ``0 <= d <= 2**36 + 2**31``;
+BLOCK's O rows: ``|(O + 2**32) << 7| < 2**40``; NORMALIZE: ``|O * r| <= 2**47`` since ``r <=
+2**16``, plus ``2**30``); the shifter keeps 32 bits. Whether ``x >> shift`` fits them is a mask
+test of x's bits 31..47 against its sign, the mask made once per row (bits from ``31 + shift``
+up; P rows ``32 + shift``, where p is 0 if they or bits 11..31 of the output are not 0): an O
+element saturates then. NORMALIZE's ``O * r`` (32 x 17, two MULT18X18D on ECP5) is one
+multiplier per two lanes: each O row is read twice (PRODUCT: lane 2i's product; SCALE: lane
+2i + 1's, and the row written), the operand registered before the multiplier, and a lane's sum
+holds through its partner's pass. ``EXP_TABLE`` is in block RAM, one two-port read-only memory
+per two lanes, without its 3 low bits: ``((y >> 3 >> n) + 1) >> 1`` is the p above (floors
+nest). The per-query work (ceil, m', a, l) is done once per query; NORMALIZE normalizes l by
+shifts of 16, 8, 4, 2 and 1 and divides. The state is two memories, ``state_m`` (written by the
+max pass) and ``state_l`` (read-modify-written at the end of the exp pass, read by NORMALIZE).
 
 Timing: the max pass of a query (``tiles`` score rows) runs up to 8 queries ahead of the exp
 pass (``tiles`` rows, writing P) and O rescale (``o_tiles`` rows; none with ``first``) of
 earlier queries, so the accumulator read port is busy every cycle: a BLOCK takes
 ``count * (2 * tiles + o_tiles) + ~12`` cycles. NORMALIZE divides two quotient bits per cycle,
-overlapped with the O scaling of the previous query: ``count * max(o_tiles, 10) + ~12`` cycles.
+overlapped with the O scaling of the previous query (two reads per O row):
+``count * max(2 * o_tiles, 10) + ~12`` cycles (``arch.normalize_query_cycles``): the shared
+multipliers cost nothing up to 5 O tiles. The accumulator row and the multiplier operands are
+registered after the block RAM read, before the lane datapath.
 """
 from amaranth.hdl import Array, C, Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, enum, memory, wiring
