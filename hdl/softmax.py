@@ -384,8 +384,8 @@ class SoftmaxUnit(wiring.Component):
                 # P rows: base + ~(s << 7) = ((m' << frac) - s) << 7.
                 m.d.sync += sums[j].eq(row_2.base + Mux(block, (read_data[j] << EXP_BITS) ^ invert,
                                                         products[j // 2]))
-        # x >> shift fits _OUT bits (signed; P rows: their n < 2**21 too) iff x's bits from
-        # _OUT - 1 + shift (P rows: _OUT + shift) up equal its sign: a mask per row.
+        # x >> shift fits _OUT bits (signed) iff x's bits from _OUT - 1 + shift up equal its
+        # sign; P rows test from _OUT + shift up (p is 0 if one is set): a mask per row.
         wide = range(_OUT - 1, _SUM.width - 1)
         above, lowest = Signal(len(wide)), Signal(range(_OUT + 64))
         m.d.comb += lowest.eq(row_3.shift + Mux(at(3).kind == _Kind.EXP, _OUT, _OUT - 1))
@@ -469,7 +469,7 @@ class SoftmaxUnit(wiring.Component):
         # Exp pass: P rows (the table is read in stage 4, p rounded in 5, written in 6), their
         # sum, then l read (stage 6 + latency - 1) and written.
         index = data.StructLayout({"f": EXP_BITS, "n": 4, "big": _OUT - EXP_BITS - 4})
-        # A LUT ROM per lane (one yosys memory with a read port per lane crashes its
+        # A block RAM ROM per two lanes (one yosys memory with a read port per lane crashes its
         # memory_libmap at 16 lanes).
         entries = [y >> _TABLE_DROP for y in EXP_TABLE]
         n_5, zero_5 = Signal(data.ArrayLayout(4, cols)), Signal(cols)

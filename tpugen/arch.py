@@ -8,8 +8,8 @@ from amaranth.lib import enum
 from .isa import Header, Opcode
 
 __all__ = ["ENGINE_OPCODES", "Engine", "MAX_OUTSTANDING", "OPCODE_BITS", "OPCODE_ENGINE",
-           "OPCODE_MASK", "PENDING_DEPTH", "PLAN_DEPTH", "QUEUE_DEPTH",
-           "SOFTMAX_DIVIDE_CYCLES", "SOFTMAX_OUT_FRAC", "TOKEN_BITS", "TOKEN_FLAGS", "TOKEN_LIMIT", "min_tile_length",
+           "OPCODE_MASK", "PENDING_DEPTH", "PLAN_DEPTH", "QUEUE_DEPTH", "SOFTMAX_DIVIDE_CYCLES",
+           "SOFTMAX_OUT_FRAC", "TOKEN_BITS", "TOKEN_FLAGS", "TOKEN_LIMIT", "min_tile_length",
            "normalize_query_cycles", "opcode_of", "token_flag_bit"]
 
 
