@@ -6,7 +6,7 @@ from itertools import accumulate
 
 import numpy as np
 
-from ..arch import Engine, min_tile_length
+from ..arch import Engine, min_tile_length, normalize_query_cycles
 from ..isa import SoftmaxInstruction, SoftmaxMode
 from .program import LEAD, Deps, Dim, Op, Program, schedule, tensor
 
@@ -151,7 +151,8 @@ def plan_attention(config, seq, kv, dim):
         for count in _query_tiles(seq, m):
             block = (2 * tiles * d_chunks * max(count, min_tile_length(config))
                      + count * (2 * tiles + d_chunks) + _SOFTMAX_OVERHEAD)
-            total += blocks * block + count * max(d_chunks, 10) + _SOFTMAX_OVERHEAD
+            total += (blocks * block + count * normalize_query_cycles(config, d_chunks)
+                      + _SOFTMAX_OVERHEAD)
         return total
 
     # Wider blocks amortize the rescale of O; longer query tiles amortize the reloads of K

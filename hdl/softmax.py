@@ -1,6 +1,6 @@
 """Softmax special-function unit (SFU): the online-softmax steps of flash attention.
 
-Numerics (``sim/softmax_model.py`` is the bit-exact model). No step multiplies per lane except
+Numerics (``sim/softmax_model.py`` is the bit-exact model). No step multiplies except
 NORMALIZE's ``O * r``:
 
 - Scores s (int32) are already in the log2 domain with ``frac`` fractional bits: x = s / 2**frac.
@@ -37,16 +37,30 @@ Q.10 maximum: 0.98 and 0.082): the 8-bit P dominates. Fused attention on random 
 128..512, d = 64): 1.1e-2 to 1.2e-2 relative error (``docs/DESIGN.md``).
 
 Hardware: per lane one adder and one right shifter serve every row kind (``base + value``, then
-``>> shift``: ``((m' << frac) - s) << 7 >> frac`` for P, ``rs(O, a)``, ``rs(O * r, sh)``), an
-``EXP_TABLE`` ROM and a 4-bit shift for p; the per-query work (ceil, m', a, l) is done once per
-query. The state is two memories, ``state_m`` (written by the max pass) and ``state_l``
-(read-modify-written at the end of the exp pass, read by NORMALIZE).
+``>> shift``: ``((m' << frac) - s) << 7 >> frac`` for P, ``((O << 7) + (half(a) << 7)) >> (a +
+7)`` = ``rs(O, a)`` for BLOCK's O rows, ``rs(O * r, sh)`` for NORMALIZE's), with ranges: the adder
+is 49 bits signed (P rows of valid keys: ``0 <= d << 7 < 2**44``, as ``0 <= d <= 2**36 + 2**31``;
+BLOCK's O rows: ``|(O + 2**32) << 7| < 2**40``; NORMALIZE: ``|O * r| <= 2**47`` since ``r <=
+2**16``, plus ``2**30``); the shifter keeps 32 bits. Whether ``x >> shift`` fits them is a mask
+test of x's bits 31..47 against its sign, the mask made once per row (bits from ``31 + shift``
+up; P rows ``32 + shift``, where p is 0 if they or bits 11..31 of the output are not 0): an O
+element saturates then. NORMALIZE's ``O * r`` (32 x 17, two MULT18X18D on ECP5) is one
+multiplier per two lanes: each O row is read twice (PRODUCT: lane 2i's product; SCALE: lane
+2i + 1's, and the row written), the operand registered before the multiplier, and a lane's sum
+holds through its partner's pass. ``EXP_TABLE`` is in block RAM, one two-port read-only memory
+per two lanes, without its 3 low bits: ``((y >> 3 >> n) + 1) >> 1`` is the p above (floors
+nest). The per-query work (ceil, m', a, l) is done once per query; NORMALIZE normalizes l by
+shifts of 16, 8, 4, 2 and 1 and divides. The state is two memories, ``state_m`` (written by the
+max pass) and ``state_l`` (read-modify-written at the end of the exp pass, read by NORMALIZE).
 
 Timing: the max pass of a query (``tiles`` score rows) runs up to 8 queries ahead of the exp
 pass (``tiles`` rows, writing P) and O rescale (``o_tiles`` rows; none with ``first``) of
 earlier queries, so the accumulator read port is busy every cycle: a BLOCK takes
 ``count * (2 * tiles + o_tiles) + ~12`` cycles. NORMALIZE divides two quotient bits per cycle,
-overlapped with the O scaling of the previous query: ``count * max(o_tiles, 10) + ~12`` cycles.
+overlapped with the O scaling of the previous query (two reads per O row):
+``count * max(2 * o_tiles, 10) + ~12`` cycles (``arch.normalize_query_cycles``): the shared
+multipliers cost nothing up to 5 O tiles. The accumulator row and the multiplier operands are
+registered after the block RAM read, before the lane datapath.
 """
 from amaranth.hdl import Array, C, Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, enum, memory, wiring
@@ -67,6 +81,9 @@ EXP_BITS = 7
 EXP_TABLE = tuple(round(2**12 * 2 ** (-f / 2**EXP_BITS)) for f in range(2**EXP_BITS))
 """``2**(-f/128)`` with 12 fractional bits: p = 256 * 2**-d is ``EXP_TABLE[f] >> (n + 4)``,
 rounded."""
+_TABLE_DROP = 3
+"""Low bits of ``EXP_TABLE`` entries the lanes leave out of their ROM: p rounds at bit n + 3 or
+above, so ``(y + 2**(n+3)) >> (n+4) == ((y >> 3 >> n) + 1) >> 1`` (floors nest)."""
 LF = 8
 L_MAX = (1 << 32) - 1
 SHIFT_MAX = 33
@@ -85,15 +102,16 @@ _BASE = signed(45)
 _JOB = data.StructLayout({
     "query": 16,
     "base": _BASE,       # BLOCK: (m' << frac << 7) + 1, clamped
-    "mult": 17,          # NORMALIZE: r (BLOCK: 1)
+    "mult": 17,          # NORMALIZE: r
     "shift": 6,          # BLOCK: a; NORMALIZE: sh
 })
 
 
 class _Kind(enum.Enum, shape=2):
-    MAX = 0    # score row, max pass
-    EXP = 1    # score row, exp pass: a P row
-    SCALE = 2  # O row: scaled and written back
+    MAX = 0      # score row, max pass
+    EXP = 1      # score row, exp pass: a P row
+    SCALE = 2    # O row: scaled and written back
+    PRODUCT = 3  # NORMALIZE's first pass of an O row: the even lanes' products, no write
 
 
 def _op_layout(config):
@@ -110,8 +128,13 @@ def _op_layout(config):
 
 
 _ROW = data.StructLayout({"base": _BASE, "mult": 17, "shift": 6})
-"""The lane datapath's per-row operands: ``(value * mult + base) >> shift`` for O rows,
-``(base + ~(value << 7)) >> shift`` for P rows."""
+"""The lane datapath's per-row operands: ``(base + (value << 7)) >> shift`` for BLOCK's O rows,
+``(base + ~(value << 7)) >> shift`` for P rows, ``(base + value * mult) >> shift`` for
+NORMALIZE's."""
+_SUM = signed(49)
+"""The lane adder: ``O * r + 2**30`` (``|O * r| <= 2**47``), ``d << 7 < 2**44``."""
+_OUT = 32
+"""Bits of the lane shifter's output: an O element, or p's table index and n."""
 
 
 def _delays(m, value, cycles):
@@ -246,11 +269,15 @@ class SoftmaxUnit(wiring.Component):
         m.d.comb += front.eq(active & block & (f_query < ins.count)
                              & ((f_tile != 0) | (ahead < _JOBS)))
 
-        b_have, b_job, b_scale = Signal(), Signal(_JOB), Signal()
+        # NORMALIZE reads each O row twice when lanes share a multiplier (`b_again`: the
+        # first pass, PRODUCT, then SCALE).
+        b_have, b_job, b_scale, b_second = Signal(), Signal(_JOB), Signal(), Signal()
         b_tile, b_addr, b_paddr, b_key, b_jobs = (Signal(8), Signal(16), Signal(16), Signal(16),
                                                   Signal(16))
         back = Signal()
-        b_end = Mux(b_scale, b_tile + 1 == ins.o_tiles, (b_tile + 1 == ins.tiles) & ins.first)
+        b_again = b_scale & ~block & ~b_second if cols > 1 else C(0)
+        b_end = Mux(b_scale, (b_tile + 1 == ins.o_tiles) & ~b_again,
+                    (b_tile + 1 == ins.tiles) & ins.first)
         m.d.comb += back.eq(b_have & ~front)
 
         op, row = Signal(_op_layout(cfg)), Signal(_ROW)
@@ -266,9 +293,16 @@ class SoftmaxUnit(wiring.Component):
             ]
         with m.Elif(back):
             m.d.comb += [self.acc_read.addr.eq(b_addr), op.valid.eq(1)]
-            with m.If(b_scale):
+            with m.If(b_scale & block):
                 m.d.comb += [
                     op.kind.eq(_Kind.SCALE),
+                    op.addr.eq(b_addr),
+                    row.base.eq(_half(b_job.shift) << EXP_BITS),
+                    row.shift.eq(b_job.shift + EXP_BITS),
+                ]
+            with m.Elif(b_scale):
+                m.d.comb += [
+                    op.kind.eq(Mux(b_again, _Kind.PRODUCT, _Kind.SCALE)),
                     op.addr.eq(b_addr),
                     row.base.eq(_half(b_job.shift)),
                     row.mult.eq(b_job.mult),
@@ -303,16 +337,19 @@ class SoftmaxUnit(wiring.Component):
             m.d.sync += [b_have.eq(0), b_jobs.eq(0)]
         with m.Elif(pop):
             m.d.sync += [
-                b_have.eq(1), b_job.eq(job_out), b_scale.eq(~block), b_tile.eq(0), b_key.eq(0),
+                b_have.eq(1), b_job.eq(job_out), b_scale.eq(~block), b_second.eq(0),
+                b_tile.eq(0), b_key.eq(0),
                 b_addr.eq(Mux(block, ins.score_row, ins.o_row) + job_out.query),
                 b_paddr.eq(ins.p_row + job_out.query), b_jobs.eq(b_jobs + 1),
             ]
         with m.Elif(back & b_end):
             m.d.sync += b_have.eq(0)
+        with m.Elif(back & b_again):
+            m.d.sync += b_second.eq(1)
         with m.Elif(back & ~b_scale & (b_tile + 1 == ins.tiles)):
             m.d.sync += [b_scale.eq(1), b_tile.eq(0), b_addr.eq(ins.o_row + b_job.query)]
         with m.Elif(back):
-            m.d.sync += [b_tile.eq(b_tile + 1), b_addr.eq(b_addr + ins.count),
+            m.d.sync += [b_tile.eq(b_tile + 1), b_second.eq(0), b_addr.eq(b_addr + ins.count),
                          b_paddr.eq(b_paddr + ins.count), b_key.eq(b_key + cols)]
         m.d.sync += ahead.eq(Mux(start, 0, ahead + started - pop))
 
@@ -324,20 +361,43 @@ class SoftmaxUnit(wiring.Component):
                 ops.extend(_delays(m, ops[-1], 1))
             return ops[stage]
 
-        # 1: the row read (block RAM output).  2: registered (`read_data`), value * mult + base.
-        # 3: >> shift.  4: O rows written back, saturated; P index.
+        # 1: the row read (block RAM output); NORMALIZE's multiplier operands registered.
+        # 2: registered (`read_data`), base + (value << 7 or its complement, or a product).
+        # 3: >> shift, and whether it overflows _OUT bits.  4: O rows written back, saturated;
+        # P index.
         read_data = Signal.like(self.acc_read.data)
         m.d.sync += read_data.eq(self.acc_read.data)
         _, row_2, row_3 = _delays(m, row, 3)
-        sums = [Signal(signed(51)) for _ in range(cols)]
-        shifted = [Signal(signed(51)) for _ in range(cols)]
+        # Lanes 2i and 2i + 1 share a multiplier: lane 2i's product in the PRODUCT pass,
+        # 2i + 1's in the SCALE pass after it. Each lane's sum holds through its partner's pass.
+        operands = [Signal(signed(32)) for _ in range(0, cols, 2)]
+        for i, operand in enumerate(operands):
+            pair = self.acc_read.data[2 * i:2 * i + 2]
+            m.d.sync += operand.eq(pair[0] if len(pair) == 1
+                                   else Mux(at(1).kind == _Kind.PRODUCT, pair[0], pair[1]))
+        products = [operand * row_2.mult for operand in operands]
+        sums = [Signal(_SUM) for _ in range(cols)]
         for j in range(cols):
-            value = read_data[j]
-            # P rows: base + ~(s << 7) = ((m' << frac) - s) << 7.
+            own_pass = at(2).kind == (_Kind.PRODUCT if j % 2 == 0 else _Kind.SCALE)
+            invert = Mux(at(2).kind == _Kind.EXP, -1, 0)
+            with m.If(block | own_pass if j + 1 < cols or j % 2 == 1 else 1):
+                # P rows: base + ~(s << 7) = ((m' << frac) - s) << 7.
+                m.d.sync += sums[j].eq(row_2.base + Mux(block, (read_data[j] << EXP_BITS) ^ invert,
+                                                        products[j // 2]))
+        # x >> shift fits _OUT bits (signed) iff x's bits from _OUT - 1 + shift up equal its
+        # sign; P rows test from _OUT + shift up (p is 0 if one is set): a mask per row.
+        wide = range(_OUT - 1, _SUM.width - 1)
+        above, lowest = Signal(len(wide)), Signal(range(_OUT + 64))
+        m.d.comb += lowest.eq(row_3.shift + Mux(at(3).kind == _Kind.EXP, _OUT, _OUT - 1))
+        m.d.comb += above.eq(Cat(lowest <= i for i in wide))
+        shifted = [Signal(signed(_OUT)) for _ in range(cols)]
+        over, negative = Signal(cols), Signal(cols)
+        for j in range(cols):
+            sign = sums[j][-1]
             m.d.sync += [
-                sums[j].eq(row_2.base + Mux(at(2).kind == _Kind.EXP, ~(value << EXP_BITS),
-                                            value * row_2.mult)),
                 shifted[j].eq(sums[j] >> row_3.shift),
+                over[j].eq((Cat(sums[j][i] ^ sign for i in wide) & above).any()),
+                negative[j].eq(sign),
             ]
         ok = Signal(cols)
         m.d.sync += ok.eq(Cat(j < at(3).lanes for j in range(cols)))
@@ -346,9 +406,8 @@ class SoftmaxUnit(wiring.Component):
             self.acc_write.en.eq(at(4).valid & (at(4).kind == _Kind.SCALE)),
         ]
         for j in range(cols):
-            value = shifted[j]
             m.d.comb += self.acc_write.data[j].eq(
-                Mux(value > 2**31 - 1, 2**31 - 1, Mux(value < -2**31, -2**31, value)))
+                Mux(over[j], Mux(negative[j], -2**31, 2**31 - 1), shifted[j]))
 
         # Max pass: the row maximum of the raw scores, then the query's, then the job.
         items = []
@@ -404,24 +463,29 @@ class SoftmaxUnit(wiring.Component):
                 jobs.w_en.eq(1),
                 pushed.query.eq(steps[1].query),
                 pushed.base.eq(base),
-                pushed.mult.eq(1),
                 pushed.shift.eq(alpha_shift),
             ]
 
         # Exp pass: P rows (the table is read in stage 4, p rounded in 5, written in 6), their
         # sum, then l read (stage 6 + latency - 1) and written.
-        index = data.StructLayout({"f": EXP_BITS, "n": 4, "big": 51 - EXP_BITS - 4})
-        # A LUT ROM per lane (one yosys memory with a read port per lane crashes its
+        index = data.StructLayout({"f": EXP_BITS, "n": 4, "big": _OUT - EXP_BITS - 4})
+        # A block RAM ROM per two lanes (one yosys memory with a read port per lane crashes its
         # memory_libmap at 16 lanes).
-        table = Array(C(y, 13) for y in EXP_TABLE)
-        y_5, n_5, zero_5 = (Signal(data.ArrayLayout(13, cols)), Signal(data.ArrayLayout(4, cols)),
-                            Signal(cols))
+        entries = [y >> _TABLE_DROP for y in EXP_TABLE]
+        n_5, zero_5 = Signal(data.ArrayLayout(4, cols)), Signal(cols)
+        y_5 = []
         probs = [Signal(8) for _ in range(cols)]
         for j in range(cols):
+            if j % 2 == 0:
+                m.submodules[f"table{j // 2}"] = table = memory.Memory(
+                    shape=13 - _TABLE_DROP, depth=len(entries), init=entries,
+                    attrs={"rom_style": "block"})
             z = data.View(index, shifted[j])
-            m.d.sync += [y_5[j].eq(table[z.f]), n_5[j].eq(z.n),
-                         zero_5[j].eq(~ok[j] | (z.big != 0))]
-            rounded = (y_5[j] + _half(n_5[j] + 4)) >> (n_5[j] + 4)
+            port = table.read_port()
+            m.d.comb += port.addr.eq(z.f)
+            y_5.append(port.data)
+            m.d.sync += [n_5[j].eq(z.n), zero_5[j].eq(~ok[j] | over[j] | (z.big != 0))]
+            rounded = ((y_5[j] >> n_5[j]) + 1) >> 1
             m.d.sync += probs[j].eq(Mux(zero_5[j], 0, Mux(rounded > 255, 255, rounded)))
         m.d.comb += [
             self.p_write.addr.eq(at(6).addr),
@@ -459,10 +523,11 @@ class SoftmaxUnit(wiring.Component):
         n_mant, n_rem, n_quot = Signal(32), Signal(33), Signal(18)
         n_shift, n_zero, n_step = Signal(6), Signal(), Signal(range(9))
         l_in = l_read.data
-        width = Signal(range(33))
-        for i in range(32):
-            with m.If(l_in[i]):
-                m.d.comb += width.eq(i + 1)
+        # l normalized to [2**31, 2**32) by shifts of 16, 8, 4, 2, 1 (its leading zeros).
+        mant, zeros = l_in, []
+        for k in (16, 8, 4, 2, 1):
+            zeros.insert(0, mant[32 - k:] == 0)
+            mant = Mux(zeros[0], mant << k, mant)[:32]
         rem, bits = n_rem, []
         for _ in range(2):
             fits = rem >= n_mant
@@ -477,7 +542,7 @@ class SoftmaxUnit(wiring.Component):
                     m.d.comb += read.eq(1)
                     m.next = "NORMALIZE"
             with m.State("NORMALIZE"):
-                m.d.sync += [n_mant.eq((l_in << 32) >> width), n_shift.eq(width - 1),
+                m.d.sync += [n_mant.eq(mant), n_shift.eq(31 - Cat(*zeros)),
                              n_zero.eq(l_in == 0), n_rem.eq(1 << 30), n_step.eq(8)]
                 m.next = "DIVIDE"
             with m.State("DIVIDE"):

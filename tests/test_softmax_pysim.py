@@ -6,6 +6,7 @@ from amaranth.lib import data, memory, wiring
 from amaranth.sim import Simulator
 
 from tpugen import CoreConfig
+from tpugen.arch import normalize_query_cycles
 from tpugen.hdl.softmax import L_MAX, STATE_M, SoftmaxUnit
 from tpugen.isa import ErrorCode, SoftmaxInstruction, SoftmaxMode
 from tpugen.sim import softmax_model as model
@@ -13,6 +14,7 @@ from tpugen.sim import softmax_model as model
 SQUARE = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1)
 WIDE = CoreConfig(rows=2, cols=8, scratchpad_kib=1, accumulator_kib=2)
 TALL = CoreConfig(rows=8, cols=4, scratchpad_kib=1, accumulator_kib=1)  # lanes > cols
+ODD = CoreConfig(rows=3, cols=3, scratchpad_kib=1, accumulator_kib=1)  # a lane without a partner
 
 
 class _Bench(wiring.Component):
@@ -123,7 +125,7 @@ def _block(common=None, **fields):
             **(common or {}), **fields}
 
 
-@pytest.mark.parametrize("config", [SQUARE, WIDE, TALL], ids=["4x4", "2x8", "8x4"])
+@pytest.mark.parametrize("config", [SQUARE, WIDE, TALL, ODD], ids=["4x4", "2x8", "8x4", "3x3"])
 def test_flash_blocks_then_normalize(config):
     """Online softmax over several blocks on one state: growing maxima (alpha < 1), causal
     masks that mask whole queries, a query whose first block is all masked (alpha = 0 later),
@@ -198,7 +200,8 @@ def test_normalize_any_state():
 
 
 def test_throughput():
-    """BLOCK keeps the read port busy: count * (2 * tiles + o_tiles) cycles plus a fill."""
+    """BLOCK keeps the read port busy: count * (2 * tiles + o_tiles) cycles plus a fill;
+    NORMALIZE takes `normalize_query_cycles` per query."""
     config = SQUARE
     acc, prob = _memories(config, 3)
     acc[:] >>= 10
@@ -207,14 +210,16 @@ def test_throughput():
         (_block(count=16, tiles=1, o_tiles=1, keys=4, o_row=48, p_row=0), 3),
         (_block(count=8, tiles=3, o_tiles=2, keys=9, score_row=16, o_row=40, p_row=0), 8),
         ({"mode": SoftmaxMode.NORMALIZE, "count": 16, "o_tiles": 1, "o_row": 48}, None),
+        ({"mode": SoftmaxMode.NORMALIZE, "count": 8, "o_tiles": 8, "o_row": 0}, None),
     ]
     cycles = _simulate(config, acc, prob, [fields for fields, _ in runs])
     for (fields, per_query), got in zip(runs, cycles):
-        bound = fields["count"] * (per_query or 20) + 24
+        per_query = per_query or normalize_query_cycles(config, fields["o_tiles"])
+        bound = fields["count"] * per_query + 24
         assert got <= bound, (fields, got, bound)
 
 
-@pytest.mark.parametrize("config", [SQUARE, WIDE], ids=["4x4", "2x8"])
+@pytest.mark.parametrize("config", [SQUARE, WIDE, ODD], ids=["4x4", "2x8", "3x3"])
 def test_random_instructions(config):
     """Random BLOCK and NORMALIZE steps back to back on shared state: scores in the lower
     half of the accumulator, O in the upper half."""

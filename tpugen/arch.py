@@ -8,9 +8,9 @@ from amaranth.lib import enum
 from .isa import Header, Opcode
 
 __all__ = ["ENGINE_OPCODES", "Engine", "MAX_OUTSTANDING", "OPCODE_BITS", "OPCODE_ENGINE",
-           "OPCODE_MASK", "PENDING_DEPTH", "PLAN_DEPTH", "QUEUE_DEPTH",
+           "OPCODE_MASK", "PENDING_DEPTH", "PLAN_DEPTH", "QUEUE_DEPTH", "SOFTMAX_DIVIDE_CYCLES",
            "SOFTMAX_OUT_FRAC", "TOKEN_BITS", "TOKEN_FLAGS", "TOKEN_LIMIT", "min_tile_length",
-           "opcode_of", "token_flag_bit"]
+           "normalize_query_cycles", "opcode_of", "token_flag_bit"]
 
 
 class Engine(enum.IntEnum, shape=2):
@@ -70,3 +70,11 @@ def min_tile_length(config):
 
 SOFTMAX_OUT_FRAC = 8
 """Fraction bits of the softmax unit's NORMALIZE output: it is in units of V / 2**8."""
+SOFTMAX_DIVIDE_CYCLES = 10
+"""Cycles of NORMALIZE's reciprocal of one query (``hdl/softmax.py``)."""
+
+
+def normalize_query_cycles(config, o_tiles):
+    """Cycles per query of a NORMALIZE of ``o_tiles`` O tiles: the reciprocal, overlapped with
+    the previous query's O rows, two reads each where lanes share a multiplier (cols > 1)."""
+    return max(SOFTMAX_DIVIDE_CYCLES, o_tiles * min(config.cols, 2))
