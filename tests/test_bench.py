@@ -130,12 +130,16 @@ def test_target_rows_from_results(tmp_path):
     assert "| old |" not in updated and updated.endswith(f"{README_END}\nafter\n")
     assert "| matmul 512^3 on 16x16, read latency 20 | >= 95% | 96.0%" in updated
     assert readme_with_targets(updated, results) == updated  # the same run: the same README
-    with pytest.raises(ValueError, match="bench targets: begin"):
-        readme_with_targets("# no markers\n", results)
 
     plot = tmp_path / "bench.png"
     plot_bench(results, plot)
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_readme_without_the_bench_markers_is_refused():
+    for readme in ("# no markers\n", f"{README_END}\n{README_BEGIN}\n"):
+        with pytest.raises(ValueError, match="bench targets: begin"):
+            readme_with_targets(readme, {"targets": []})
 
 
 SMALL = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1, axi_data_width=64)
