@@ -259,16 +259,15 @@ class Device:
         """
         _check_int8("x", x, 4)
         return self._call(x, *self._conv2d(x.shape, w, stride, padding, dilation, bias, requant,
-                                           relu, pool, scratch=True))
+                                           relu, pool))
 
-    def _conv2d(self, x_shape, w, stride, padding, dilation, bias, requant, relu, pool,
-                scratch=False):
+    def _conv2d(self, x_shape, w, stride, padding, dilation, bias, requant, relu, pool):
         """(w as it goes to memory, output shape, dtype, compile(x_addr, w_addr, y_addr[,
-        scratch_addr]), the host's part of the epilogue, useful MACs, and with ``scratch``
-        (the call can give the program a read-write scratch region) the bytes of that region
-        it needs) of `conv2d` for an ``x`` of ``x_shape``. A scratch region is taken only where
-        the operands and it fit the memory below the resident regions (else im2col, as
-        before: a 128 KiB board memory keeps running what it ran)."""
+        scratch_addr]), the host's part of the epilogue, useful MACs, the bytes of the
+        read-write scratch region the program needs (0: none)) of `conv2d` for an ``x`` of
+        ``x_shape``. A scratch region is taken only where the operands and it fit the memory
+        below the resident regions (else im2col, as before: a 128 KiB board memory keeps
+        running what it ran)."""
         _check_int8("w", w, 4)
         check_option("stride", stride, 1, 255)
         check_option("padding", padding, 0, 255)
@@ -278,7 +277,7 @@ class Device:
         out_shape = conv2d_output_shape(x_shape, w.shape, stride, padding, dilation, pool)
         conv = {"stride": stride, "padding": padding, "dilation": dilation}
         lowering = conv2d_lowering(self.config, x_shape, w.shape, epilogue, **conv,
-                                   scratch=scratch)
+                                   scratch=True)
         weights = conv2d_weights(w, lowering, self.config)
         scratch_bytes = conv2d_scratch_bytes(self.config, x_shape, w.shape, lowering, **conv)
         operands = [int(np.prod(x_shape)), weights.nbytes,
@@ -292,8 +291,7 @@ class Device:
                                   w_addr=w_addr, y_addr=y_addr, epilogue=epilogue,
                                   lowering=lowering, scratch_addr=scratch_addr)
         macs = conv2d_macs(x_shape, w.shape, stride, padding, dilation)
-        return (weights, out_shape, output_dtype(epilogue), compile_, host, macs,
-                *([scratch_bytes] if scratch else []))
+        return weights, out_shape, output_dtype(epilogue), compile_, host, macs, scratch_bytes
 
     def prepare_matmul(self, a_shape, b, *, bias=None, requant=None, relu=False, input=None):
         """`matmul` of an int8 ``a_shape`` a with ``b`` made resident: b, the program and an
@@ -307,7 +305,7 @@ class Device:
         """`conv2d` of an int8 ``x_shape`` x made resident, as `prepare_matmul`."""
         _check_shape("x_shape", x_shape, 4)
         return self._prepare(x_shape, input, *self._conv2d(
-            x_shape, w, stride, padding, dilation, bias, requant, relu, pool, scratch=True))
+            x_shape, w, stride, padding, dilation, bias, requant, relu, pool))
 
     def _prepare(self, input_shape, input, weights, shape, dtype, compile_, host, macs,
                  scratch=0):

@@ -187,6 +187,6 @@ def test_pooled_conv_takes_a_scratch_region_only_where_it_fits():
     w = np.zeros((64, 64, 3, 3), np.int8)
     for memory_size, scratch in [(1 << 20, 64 * 56 * 56 + 16), (400 << 10, 0)]:
         call = Device(PRESETS["large"], memory_size)._conv2d(
-            (1, 64, 56, 56), w, 1, 1, 1, None, (3, 9), False, True, scratch=True)
+            (1, 64, 56, 56), w, 1, 1, 1, None, (3, 9), False, True)
         assert call[-1] == scratch, memory_size
         assert call[0].nbytes == w.nbytes + 2 * 16 * 16 * (scratch > 0), memory_size
