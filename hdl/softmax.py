@@ -380,7 +380,8 @@ class SoftmaxUnit(wiring.Component):
         for j in range(cols):
             own_pass = at(2).kind == (_Kind.PRODUCT if j % 2 == 0 else _Kind.SCALE)
             invert = Mux(at(2).kind == _Kind.EXP, -1, 0)
-            with m.If(block | own_pass if j + 1 < cols or j % 2 == 1 else 1):
+            unpaired = j % 2 == 0 and j + 1 == cols  # no partner: its product every pass
+            with m.If(1 if unpaired else block | own_pass):
                 # P rows: base + ~(s << 7) = ((m' << frac) - s) << 7.
                 m.d.sync += sums[j].eq(row_2.base + Mux(block, (read_data[j] << EXP_BITS) ^ invert,
                                                         products[j // 2]))
