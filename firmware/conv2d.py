@@ -113,8 +113,8 @@ def conv2d_lowering(config, x_shape, w_shape, epilogue=None, *, stride=1, paddin
     pool (see `_compile_conv2d_pixels`; it wants the weights as (K, S, C, R)). With a
     requantizing, pooling epilogue and ``scratch`` (a read-write region for an int8
     intermediate: `conv2d_scratch_bytes`), `POOLED_PIXELS` where it fits and its estimated
-    cycles are fewer than im2col's (or the core has no im2col walker). Else "im2col" (weights as given, (K, C, R, S)): a pooled
-    conv with int32 outputs (no requant) stays there."""
+    cycles are fewer than im2col's (or the core has no im2col walker). Else "im2col" (weights
+    as given, (K, C, R, S)): a pooled conv with int32 outputs (no requant) stays there."""
     fits = _pixels_fit(config, w_shape)
     if epilogue is None or not epilogue.pool:
         return "pixels" if fits else "im2col"
