@@ -197,8 +197,9 @@ def check_workload(config, op, inputs, got):
     golden model. matmul (a, b) and conv2d (x, w, stride, padding) must be bit-exact (int32
     wrap-around), conv2d_epilogue and conv2d_pool (x, w, stride, padding, bias, requant) too
     (int8, with ReLU; conv2d_pool 2x2 max pooled); attention (q, k, v, causal), float (L, d),
-    must equal the bit-exact model of the core's int8 attention, dequantized as `Device.attention` does, and be within
-    ``ATTENTION_TOLERANCE`` (relative Frobenius error) of float attention."""
+    must equal the bit-exact model of the core's int8 attention, dequantized as
+    `Device.attention` does, and be within ``ATTENTION_TOLERANCE`` (relative Frobenius error)
+    of float attention."""
     from .demo import ATTENTION_TOLERANCE
     from .sim.golden import apply_epilogue, conv2d_int32, matmul_int32
 
