@@ -78,16 +78,19 @@ def gemm_cycles(config, plan):
     busiest = max(compute, load)
     group = min(plan.group, n_tiles)
 
-    def fill(first_piece):
-        return max(first_piece + c * first_chunk + (c * group + 1) * panel
+    def fill(first_rows):
+        """Cycles before the MATMULs run unhindered, the first ones waiting for ``first_rows``
+        (the cycles of loading the rows of A they read)."""
+        return max(first_rows + c * first_chunk + (c * group + 1) * panel
                    - c * group * plan.k_chunk * count
                    for c in range(chunks if plan.a_resident else 1))
 
-    # The store engine: from the first stored piece's last MATMUL (the first tile's K chunks)
-    # on, its STOREs back to back.
-    first_output = (chunks - 1) * group * plan.k_chunk * max(count, min_tile) \
-        + (k_tiles - (chunks - 1) * plan.k_chunk) * max(pieces[0] if chunks == 1 else count,
-                                                       min_tile)
+    # The store engine's path: the first stored rows are finished after the group's earlier K
+    # chunks and the last chunk's MATMULs of those rows; then every STORE back to back.
+    stored_rows = pieces[0] if chunks == 1 else count
+    last_chunk = k_tiles - (chunks - 1) * plan.k_chunk
+    first_output = ((chunks - 1) * group * plan.k_chunk * max(count, min_tile)
+                    + last_chunk * max(stored_rows, min_tile))
     store_bound = fill(first_piece) + first_output + stores
     if max(busiest, fetch) > compute:  # the ends overlap a DMA engine's (or the fetch's)
         first_piece, pieces = first_chunk, [count]  # backlog: no gain
