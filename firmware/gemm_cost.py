@@ -24,11 +24,13 @@ def shortest_piece(config):
 
 
 def gemm_cycles(config, plan):
-    """Estimated cycles of a GEMM: the busiest of the array, the load engine, the store engine and
-    the instruction fetch (one instruction at a time), plus what overlaps nothing: filling the
-    pipeline (the first A buffer's K chunks and weight panels against the MATMULs that can run
-    meanwhile) and the last STORE. A DMA instruction waits for its last data; a burst costs at
-    least its share of the latency over the bursts in flight."""
+    """Estimated cycles of a GEMM: the busiest of the array, the load engine and the instruction
+    fetch (one instruction at a time), plus what overlaps nothing: filling the pipeline (the
+    first A buffer's K chunks and weight panels against the MATMULs that can run meanwhile) and
+    the last STORE; or, where the store engine is the bottleneck, the fill, the MATMULs of the
+    first output tile (or of its first row piece) and then every STORE back to back. A DMA
+    instruction waits for its last data; a burst costs at least its share of the latency over
+    the bursts in flight."""
     beat = config.axi_data_width // 8
     rows, cols, k_tiles, n_tiles = plan.rows, plan.cols, plan.k_tiles, plan.n_tiles
     blocks = -(-plan.m // plan.m_tile)
@@ -65,15 +67,32 @@ def gemm_cycles(config, plan):
         panel = dma + plan.k_chunk * rows * row_cycles(-(-cols // beat))
     load = a_buffers * buffer + panels * panel
     row_beats = -(-cols * 4 // beat)
-    store = dma + count * row_beats
+    # The first output tile is stored by the first panel's pieces when that panel is all of K.
+    first_stores = len(pieces) if chunks == 1 else 1
+    stores = outputs * (dma + count * row_beats) + (len(pieces) + first_stores - 2) * dma
     instructions = (matmuls + panels + a_buffers * buffer_loads + outputs
-                    + (len(pieces) - 1) * (2 * plan.k_chunk + 2))
+                    + (len(pieces) - 1) * (2 * plan.k_chunk + 2) + first_stores - 1)
     fetch = instructions * fetch_cycles(config)
-    compute = matmuls * max(count, min_tile_length(config))
-    busiest = max(compute, load, outputs * store, fetch)
-    if busiest > compute:  # the ends overlap a DMA engine's (or the fetch's) backlog: no gain
-        first_piece, pieces = first_chunk, [count]
+    min_tile = min_tile_length(config)
+    compute = matmuls * max(count, min_tile)
+    busiest = max(compute, load)
     group = min(plan.group, n_tiles)
-    fill = max(first_piece + c * first_chunk + (c * group + 1) * panel
-               - c * group * plan.k_chunk * count for c in range(chunks if plan.a_resident else 1))
-    return busiest + fill + dma + pieces[0] * row_beats
+
+    def fill(first_rows):
+        """Cycles before the MATMULs run unhindered, the first ones waiting for ``first_rows``
+        (the cycles of loading the rows of A they read)."""
+        return max(first_rows + c * first_chunk + (c * group + 1) * panel
+                   - c * group * plan.k_chunk * count
+                   for c in range(chunks if plan.a_resident else 1))
+
+    # The store engine's path: the first stored rows are finished after the group's earlier K
+    # chunks and the last chunk's MATMULs of those rows; then every STORE back to back.
+    stored_rows = pieces[0] if chunks == 1 else count
+    last_chunk = k_tiles - (chunks - 1) * plan.k_chunk
+    first_output = ((chunks - 1) * group * plan.k_chunk * max(count, min_tile)
+                    + last_chunk * max(stored_rows, min_tile))
+    store_bound = fill(first_piece) + first_output + stores
+    if max(busiest, fetch) > compute:  # the ends overlap a DMA engine's (or the fetch's)
+        first_piece, pieces = first_chunk, [count]  # backlog: no gain
+    # The fetch runs from the start, not after the fill.
+    return max(max(busiest + fill(first_piece), fetch) + dma + pieces[0] * row_beats, store_bound)

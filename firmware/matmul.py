@@ -37,8 +37,9 @@ def compile_gemm(config, plan, m_blocks, load_a, load_b, store_c, epilogue=None,
     MATMULs since the buffer was last used, each region of K tiles before its first use; a
     tile's STORE follows its last MATMUL and overlaps the next group. With
     ``plan.split_ends`` the first panel's MATMULs go by growing row pieces, each waiting only
-    for its rows of A, and the last output tile's last panel by shrinking ones, each piece
-    stored as it finishes. The tokens follow from what each instruction reads and overwrites
+    for its rows of A (and, when that panel covers all of K, each piece of the first output
+    tile stored as it finishes, so the store engine starts after the first piece), and the last
+    output tile's last panel by shrinking ones, each piece stored as it finishes. The tokens follow from what each instruction reads and overwrites
     (`dependency_tokens`). An ``epilogue`` sets its parameters once (per tensor) or before each
     STORE (per channel, for the tile's columns).
     """
@@ -60,6 +61,14 @@ def compile_gemm(config, plan, m_blocks, load_a, load_b, store_c, epilogue=None,
         sizes = sizes[::-1] if p == last_panel and p else sizes if p in (0, last_panel) else [count]
         ends = list(accumulate(sizes))
         return list(zip([0, *ends], ends))
+
+    def output_pieces(t, g, count):
+        """Row pieces of output tile (t, g), a STORE each: the last tile's are the last panel's;
+        the first tile's the first panel's when that panel covers all of K (its first piece is
+        then finished, and stored, after the first piece's MATMULs); else all rows."""
+        if (t, g) == (len(groups) - 1, len(groups[-1][2]) - 1):
+            return panel_pieces(last_panel, count)
+        return panel_pieces(0 if (t, g) == (0, 0) and len(chunks) == 1 else -1, count)
 
     def overlapping(pieces, first, end):
         return [i for i, (lo, hi) in enumerate(pieces) if lo < end and hi > first]
@@ -88,10 +97,7 @@ def compile_gemm(config, plan, m_blocks, load_a, load_b, store_c, epilogue=None,
                 acc_row = (t % 2) * half + g * count
                 if t0 == 0:
                     outputs[t, g] = {"m0": m0, "count": count, "n0": n0, "acc_row": acc_row,
-                                     "first": len(ops), "pieces": panel_pieces(
-                                         last_panel if (t, g) == (len(groups) - 1,
-                                                                  len(tile_starts) - 1)
-                                         else -1, count)}
+                                     "first": len(ops), "pieces": output_pieces(t, g, count)}
                 output = outputs[t, g]
                 for lo, hi in pieces:
                     panels[p]["last_piece"] = len(ops)

@@ -116,6 +116,7 @@ def test_large_preset_is_exact_and_accumulators_wrap():
     rng = np.random.default_rng(33)
     workloads = [("matmul", (1, 1, 1)), ("matmul", (17, 33, 15)), ("matmul", (40, 300, 47)),
                  ("matmul", (96, 100, 40)), ("matmul", (16, 96, 70)),  # split ends; transposed
+                 ("matmul", (65, 40, 47)),  # split ends, one K chunk: the first tile by pieces
                  ("conv2d", (1, 19, 9, 7, 21, 3, 3, 1, 1)),  # (N, C, H, W, K, R, S, stride, pad)
                  ("conv2d", (2, 3, 8, 8, 5, 1, 1, 2, 0)),
                  # Pooled pixels: odd P and Q, K over two groups of 16 filters, stride 2.

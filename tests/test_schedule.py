@@ -116,8 +116,12 @@ def test_row_pieces_grow_from_the_shortest(count, smallest, sizes):
 
 
 @pytest.mark.parametrize("config,shape", [(LARGE, (96, 100, 40)),
-                                          (CoreConfig(rows=8, cols=8), (150, 96, 33))])
+                                          (CoreConfig(rows=8, cols=8), (150, 96, 33)),
+                                          (LARGE, (64, 64, 64)), (LARGE, (65, 40, 47)),
+                                          (CoreConfig(rows=8, cols=8), (77, 17, 20))])
 def test_split_ends_start_on_the_first_rows_and_store_the_last_piece_alone(config, shape):
+    """Where the first panel is all of K, the first output tile is stored piece by piece too:
+    its first STORE waits only for the first piece's MATMULs."""
     m = shape[0]
     plan = plan_gemm(config, *shape, b_contiguous=True, split_ends=True)
     assert plan.split_ends
@@ -138,8 +142,19 @@ def test_split_ends_start_on_the_first_rows_and_store_the_last_piece_alone(confi
     assert loaded in {first[0] * tiles for tiles in range(1, plan.k_chunk + 1)}, loaded
     stores = [ins for ins in instructions if ins.header.opcode == Opcode.STORE]
     assert stores[-1].tensor.dims[1].extent == last[0]
+    one_chunk = plan.k_chunk >= plan.k_tiles
     outputs = -(-m // plan.m_tile) * plan.n_tiles
-    assert len(stores) == outputs - 1 + len(last)
+    assert len(stores) == outputs - 2 + (len(first) if one_chunk else 1) + len(last)
+    first_store = opcodes.index(Opcode.STORE)
+    signal = max(i for i in range(first_store) if opcodes[i] == Opcode.MATMUL
+                 and instructions[i].header.push_next)
+    matmuls_before = opcodes[:signal + 1].count(Opcode.MATMUL)
+    if one_chunk:
+        assert stores[0].tensor.dims[1].extent == first[0]
+        assert matmuls_before == plan.k_tiles
+    else:
+        assert stores[0].tensor.dims[1].extent == min(plan.m_tile, m)
+        assert matmuls_before > plan.k_tiles
 
 
 def test_pooled_conv2d_takes_the_pooled_pixels_lowering():
