@@ -39,9 +39,10 @@ def compile_gemm(config, plan, m_blocks, load_a, load_b, store_c, epilogue=None,
     ``plan.split_ends`` the first panel's MATMULs go by growing row pieces, each waiting only
     for its rows of A (and, when that panel covers all of K, each piece of the first output
     tile stored as it finishes, so the store engine starts after the first piece), and the last
-    output tile's last panel by shrinking ones, each piece stored as it finishes. The tokens follow from what each instruction reads and overwrites
-    (`dependency_tokens`). An ``epilogue`` sets its parameters once (per tensor) or before each
-    STORE (per channel, for the tile's columns).
+    output tile's last panel by shrinking ones, each piece stored as it finishes. The tokens
+    follow from what each instruction reads and overwrites (`dependency_tokens`). An
+    ``epilogue`` sets its parameters once (per tensor) or before each STORE (per channel, for
+    the tile's columns).
     """
     rows, cols = config.rows, config.cols
     k_tiles, whole_tiles = plan.k_tiles, plan.k // rows
