@@ -272,23 +272,47 @@ def _compile_conv2d_pixels(config, x_shape, w_shape, *, stride, padding, dilatio
     return schedule(_pixels_ops(
         config, x_shape, w_shape, stride=stride, padding=padding, dilation=dilation,
         x_addr=x_addr, w_addr=w_addr, y_addr=y_addr, epilogue=epilogue, computed=(p, q),
-        per_row=epilogue is not None and not epilogue.per_tensor))
+        per_row=epilogue is not None and not epilogue.per_tensor, span=True))
+
+
+def _pixel_tiles(n, p, q, cols, span):
+    """The pixels lowering's tiles as (image, segments), a segment (row, q0, count, lane):
+    ``count`` output pixels of one row from column ``q0`` on, on lanes ``lane`` on. With
+    ``span`` a tile is ``cols`` consecutive pixels of an image in raster order (a segment per
+    output row it touches), else the pixels of one row from a multiple of ``cols`` on."""
+    if not span:
+        return [(image, [(row, q0, min(cols, q - q0), 0)])
+                for image in range(n) for row in range(p) for q0 in range(0, q, cols)]
+    tiles = []
+    for image in range(n):
+        for first in range(0, p * q, cols):
+            end = min(first + cols, p * q)
+            segments, pixel = [], first
+            while pixel < end:
+                row, q0 = divmod(pixel, q)
+                count = min(q - q0, end - pixel)
+                segments.append((row, q0, count, pixel - first))
+                pixel += count
+            tiles.append((image, segments))
+    return tiles
 
 
 def _pixels_ops(config, x_shape, w_shape, *, stride, padding, dilation, x_addr, w_addr, y_addr,
-                epilogue, computed, per_row, store_writes=lambda image, row: ()):
+                epilogue, computed, per_row, span, store_writes=lambda image, row: ()):
     """The transposed implicit GEMM, with output pixels on the lanes: y^T (K x pixels) = W'
     (K x taps) @ X (taps x pixels), taps in (s, c, r) order (W' is w as (K, S, C, R)).
 
-    A weight tile of the array is ``rows`` taps x ``cols`` neighbouring pixels of one output row
-    (q0 .. q0 + cols - 1), loaded with one 3-D descriptor per kernel column s: lanes q (stride
-    ``stride``), rows r and c; padding is the descriptor's bounds. So the load engine moves
-    row segments, not single elements. The filter bank stays in the scratchpad as activations
-    (one MATMUL of K vectors per tap tile); pixel tiles are double-buffered in the scratchpad
-    and in the accumulator, and each output tile (K filters x cols pixels) is one STORE of
-    contiguous row segments of y. A per-channel epilogue (channels are accumulator rows here)
-    stores it in groups of ``cols`` filters (`Epilogue.per_row`, as many rows as the parameter
-    table has entries), each after a PARAMS of its filters' entries.
+    A weight tile of the array is ``rows`` taps x ``cols`` pixels (`_pixel_tiles`: with
+    ``span``, consecutive in raster order, so every lane is used when Q is not a multiple of
+    ``cols``; else of one output row), each of its segments (an output row's part) loaded at
+    its first lane (`TensorDescriptor.lane`) with one 3-D descriptor per kernel column s: lanes
+    q (stride ``stride``), rows r and c; padding is the descriptor's bounds. So the load engine
+    moves row segments, not single elements. The filter bank stays in the scratchpad as
+    activations (one MATMUL of K vectors per tap tile); pixel tiles are double-buffered in the
+    scratchpad and in the accumulator, and each output segment (K filters x its pixels) is one
+    STORE of contiguous row segments of y. A per-channel epilogue (channels are accumulator
+    rows here) stores it in groups of ``cols`` filters (`Epilogue.per_row`, as many rows as
+    the parameter table has entries), each group's segments after a PARAMS of its entries.
 
     Its `Op`s, for the first ``computed`` (P, Q) output rows and columns, y being (N, K, P, Q)
     at ``y_addr``; ``per_row``: per-row parameters (else one broadcast PARAMS first);
@@ -309,12 +333,7 @@ def _pixels_ops(config, x_shape, w_shape, *, stride, padding, dilation, x_addr, 
     # Filters stored together (k0, count): all, or groups of a parameter table each.
     groups = ([(k0, min(cols, k_out - k0)) for k0 in range(0, k_out, cols)] if per_row
               else [(0, k_out)])
-    # The groups' STOREs (and PARAMS) spread over the next tile's MATMULs: a run of them
-    # would fill the store queue and hold the fetch of those MATMULs.
-    store_gap = max(1, (chunks - LEAD) // len(groups))
-
-    tiles = [(image, row, q0) for image in range(n) for row in range(p)
-             for q0 in range(0, q, cols)]
+    tiles = _pixel_tiles(n, p, q, cols, span)
     ops = []
     if epilogue is not None and not per_row:
         ops.append(Op(Engine.STORE, 0, lambda program, deps: program.params(epilogue.entries(0, 1),
@@ -325,30 +344,34 @@ def _pixels_ops(config, x_shape, w_shape, *, stride, padding, dilation, x_addr, 
         Dim(extent=k_out, start=0, bound=k_out, stride=taps)])),
         writes=(("W", 0, kc, 1),)) for kc in range(chunks)]
     # Tile b's pixels load while tile b - 1 computes, spread over its MATMULs; its output
-    # STOREs while tile b + 1 computes.
-    spacing = max(1, (chunks - LEAD) // (s + 1))
-    for b, (image, row, q0) in enumerate(tiles):
-        r_first, r_last = _valid_range(row * stride - padding, dilation, h, r)
+    # STOREs (and PARAMS) while tile b + 1 computes: a run of them would fill the store queue
+    # and hold the fetch of those MATMULs.
+    for b, (image, segments) in enumerate(tiles):
+        spacing = max(1, (chunks - LEAD) // (s * len(segments) + 1))
+        store_gap = max(1, (chunks - LEAD) // (len(groups) * len(segments)))
         for tap_s in range(s):
             q_first, q_last = _valid_range(tap_s * dilation - padding, stride, w, q)
-            base = x_addr + image * c * h * w
-            if r_first <= r_last and q_first <= q_last:
-                base += ((row * stride + r_first * dilation - padding) * w
-                         + q_first * stride + tap_s * dilation - padding)
-            descriptor = tensor(base, 1, x_base[b % 2] + tap_s * c * r, [
-                Dim(extent=cols, start=q0 - q_first, bound=max(0, q_last - q_first + 1),
-                    stride=stride),
-                Dim(extent=r, start=-r_first, bound=max(0, r_last - r_first + 1),
-                    stride=dilation * w),
-                Dim(extent=c, start=0, bound=c, stride=h * w)])
-            if b == 0:  # before the first MATMUL that reads it
-                position = tap_s * c * r // rows
-            elif b == 1:  # after the filter bank
-                position = chunks - 1
-            else:  # before one MATMUL of tile b - 1 at least
-                position = min((b - 1) * chunks + LEAD + tap_s * spacing, b * chunks - 1)
-            ops.append(Op(Engine.LOAD, position, partial(Program.load, descriptor=descriptor),
-                           writes=((("X", b % 2), b, tap_s, 1),)))
+            for j, (row, q0, count, lane) in enumerate(segments):
+                r_first, r_last = _valid_range(row * stride - padding, dilation, h, r)
+                base = x_addr + image * c * h * w
+                if r_first <= r_last and q_first <= q_last:
+                    base += ((row * stride + r_first * dilation - padding) * w
+                             + q_first * stride + tap_s * dilation - padding)
+                descriptor = tensor(base, 1, x_base[b % 2] + tap_s * c * r, [
+                    Dim(extent=count, start=q0 - q_first, bound=max(0, q_last - q_first + 1),
+                        stride=stride),
+                    Dim(extent=r, start=-r_first, bound=max(0, r_last - r_first + 1),
+                        stride=dilation * w),
+                    Dim(extent=c, start=0, bound=c, stride=h * w)], lane=lane)
+                if b == 0:  # before the first MATMUL that reads it
+                    position = tap_s * c * r // rows
+                elif b == 1:  # after the filter bank
+                    position = chunks - 1
+                else:  # before one MATMUL of tile b - 1 at least
+                    position = min((b - 1) * chunks + LEAD
+                                   + (tap_s * len(segments) + j) * spacing, b * chunks - 1)
+                ops.append(Op(Engine.LOAD, position, partial(Program.load, descriptor=descriptor),
+                               writes=((("X", b % 2), b, tap_s, len(segments)),)))
         acc_row = (b % 2) * half
         for kc in range(chunks):
             taps_read = range(kc * rows // (c * r), (min(taps, (kc + 1) * rows) - 1) // (c * r) + 1)
@@ -359,17 +382,21 @@ def _pixels_ops(config, x_shape, w_shape, *, stride, padding, dilation, x_addr, 
                 reads=(("W", 0, kc), *((("X", b % 2), b, t) for t in taps_read)),
                 writes=((("C", b % 2), b, 0, chunks),)))
         for g, (k0, count) in enumerate(groups):
-            position = min((b + 1) * chunks + LEAD + g * store_gap, (b + 2) * chunks)
-            if per_row:
-                ops.append(Op(Engine.STORE, position, lambda program, deps, k0=k0, count=count:
-                              program.params(epilogue.entries(k0, count))))
-            ops.append(Op(Engine.STORE, position, partial(
-                Program.store, descriptor=tensor(
-                    y_addr + size * (((image * k_out + k0) * p + row) * q), size, acc_row + k0, [
-                        Dim(extent=cols, start=q0, bound=q, stride=size),
-                        Dim(extent=count, start=0, bound=count, stride=size * p * q)]),
-                epilogue=store_fields), reads=((("C", b % 2), b, 0),),
-                writes=store_writes(image, row)))
+            for j, (row, q0, pixels, lane) in enumerate(segments):
+                position = min((b + 1) * chunks + LEAD + (g * len(segments) + j) * store_gap,
+                               (b + 2) * chunks)
+                if per_row and j == 0:
+                    ops.append(Op(Engine.STORE, position, lambda program, deps, k0=k0,
+                                  count=count: program.params(epilogue.entries(k0, count))))
+                ops.append(Op(Engine.STORE, position, partial(
+                    Program.store, descriptor=tensor(
+                        y_addr + size * (((image * k_out + k0) * p + row) * q), size,
+                        acc_row + k0, [
+                            Dim(extent=pixels, start=q0, bound=q, stride=size),
+                            Dim(extent=count, start=0, bound=count, stride=size * p * q)],
+                        lane=lane),
+                    epilogue=store_fields), reads=((("C", b % 2), b, 0),),
+                    writes=store_writes(image, row)))
     return ops
 
 
@@ -404,6 +431,7 @@ def _compile_conv2d_pooled(config, x_shape, w_shape, *, stride, padding, dilatio
     ops = _pixels_ops(config, x_shape, w_shape, stride=stride, padding=padding,
                       dilation=dilation, x_addr=x_addr, w_addr=w_addr, y_addr=scratch_addr,
                       epilogue=replace(epilogue, pool=False), computed=(p, q), per_row=True,
+                      span=False,
                       store_writes=lambda image, row: ((("z", image, row // 2), 0, 0, stores),))
     tile_count = n * p * row_tiles
     # Scratchpad: pass 1's pixel tiles and filter bank, then the selection tiles and the z
