@@ -5,9 +5,10 @@ from functools import partial
 
 import numpy as np
 
-from ..arch import Engine
+from ..arch import Engine, min_tile_length
 from ..isa import PARAMS_RESET
 from .epilogue import output_dtype
+from .gemm_cost import load_cycles
 from .gemm_plan import plan_gemm
 from .matmul import compile_gemm
 from .program import LEAD, Dim, Op, Program, schedule, tensor
@@ -158,13 +159,14 @@ def conv2d_weights(w, lowering, config=None):
 
 
 def compile_conv2d(config, x_shape, w_shape, *, stride=1, padding=0, dilation=1, x_addr,
-                   w_addr, y_addr, epilogue=None, lowering=None, scratch_addr=None):
+                   w_addr, y_addr, epilogue=None, lowering=None, scratch_addr=None, span=None):
     """y (int32, N x K x P x Q) = conv2d(x (int8, N x C x H x W), w (int8, K x C x R x S)),
     NCHW. With an `Epilogue` y is its output (int8 when requantized, P and Q halved when
     pooled). ``lowering``: "pixels", "im2col" or `POOLED_PIXELS`, by default
     `conv2d_lowering`'s choice (`POOLED_PIXELS` only with ``scratch_addr``: a read-write region
     of `conv2d_scratch_bytes`); the weights at ``w_addr`` must be in its layout
-    (`conv2d_weights`)."""
+    (`conv2d_weights`). ``span``: whether the "pixels" lowering's tiles span output rows (by
+    default where its estimate says that is faster)."""
     for name, value in (("stride", stride), ("dilation", dilation)):
         if not 1 <= value <= 255:
             raise ValueError(f"{name}={value!r} is invalid: allowed 1..255")
@@ -191,7 +193,11 @@ def compile_conv2d(config, x_shape, w_shape, *, stride=1, padding=0, dilation=1,
                          "without it (CoreConfig.im2col=False): only an epilogue without "
                          "pooling (or a requantized one with a scratch region) and a filter "
                          "bank that fits the scratchpad run on it")
-    compile_ = {"pixels": _compile_conv2d_pixels, "im2col": _compile_conv2d_im2col,
+    if span is not None and (not isinstance(span, bool) or lowering != "pixels"):
+        raise ValueError(f'span={span!r} is invalid: allowed None, or True / False for the '
+                         f'"pixels" lowering')
+    compile_ = {"pixels": partial(_compile_conv2d_pixels, span=span),
+                "im2col": _compile_conv2d_im2col,
                 POOLED_PIXELS: partial(_compile_conv2d_pooled, scratch_addr=scratch_addr)}
     return compile_[lowering](config, x_shape, w_shape, **conv, x_addr=x_addr, w_addr=w_addr,
                               y_addr=y_addr, epilogue=epilogue)
@@ -266,13 +272,37 @@ def _valid_range(offset, step, limit, count):
 
 
 def _compile_conv2d_pixels(config, x_shape, w_shape, *, stride, padding, dilation, x_addr,
-                           w_addr, y_addr, epilogue):
-    """The pixels lowering (`_pixels_ops`)."""
+                           w_addr, y_addr, epilogue, span):
+    """The pixels lowering (`_pixels_ops`), its tiles spanning output rows if ``span`` (None:
+    where `_pixels_cycles` estimates that faster)."""
     _, _, p, q = conv2d_output_shape(x_shape, w_shape, stride, padding, dilation)
+    conv = {"stride": stride, "padding": padding, "dilation": dilation}
+    if span is None:
+        span = (_pixels_cycles(config, x_shape, w_shape, **conv, span=True)
+                < _pixels_cycles(config, x_shape, w_shape, **conv, span=False))
     return schedule(_pixels_ops(
-        config, x_shape, w_shape, stride=stride, padding=padding, dilation=dilation,
-        x_addr=x_addr, w_addr=w_addr, y_addr=y_addr, epilogue=epilogue, computed=(p, q),
-        per_row=epilogue is not None and not epilogue.per_tensor, span=True))
+        config, x_shape, w_shape, **conv, x_addr=x_addr, w_addr=w_addr, y_addr=y_addr,
+        epilogue=epilogue, computed=(p, q),
+        per_row=epilogue is not None and not epilogue.per_tensor, span=span))
+
+
+def _pixels_cycles(config, x_shape, w_shape, *, stride, padding, dilation, span):
+    """Estimated cycles of the pixels lowering with tiles that ``span`` output rows or not: the
+    busier of the array (a MATMUL of K vectors per tap tile) and the load engine (a LOAD of
+    C * R rows per segment and kernel column), over all tiles. Spanning fills every lane but
+    loads the tiles of two rows twice as often: it pays where the array is the bound."""
+    n, c, _, _ = x_shape
+    k_out, _, r, s = w_shape
+    _, _, p, q = conv2d_output_shape(x_shape, w_shape, stride, padding, dilation)
+    beat = config.axi_data_width // 8
+    tiles = _pixel_tiles(n, p, q, config.cols, span)
+    compute = len(tiles) * -(-(c * r * s) // config.rows) * max(k_out, min_tile_length(config))
+    load = 0
+    for _, segments in tiles:
+        for _, _, count, _ in segments:
+            beats = -(-((count - 1) * stride + 1) // beat) + 1  # mostly unaligned
+            load += s * load_cycles(c * r, beats, count if stride > 1 else beats)
+    return max(compute, load)
 
 
 def _pixel_tiles(n, p, q, cols, span):

@@ -229,7 +229,7 @@ async def conv2d(dut):
         await core.set_windows([(PROGRAM, A - PROGRAM, True, False), (A, C - A, True, False),
                                 (C, -(-4 * expected.size // 64) * 64, False, True)])
         program = compile_conv2d(cfg, x.shape, w.shape, **options, x_addr=A, w_addr=B, y_addr=C,
-                                 lowering=case["lowering"])
+                                 lowering=case["lowering"], span=case.get("span"))
         result = await core.run(program.to_bytes(), PROGRAM)
         assert result.done and result.error == ErrorCode.NONE, (case, result)
         got = np.frombuffer(core.ram.read(C, 4 * expected.size), dtype="<i4").reshape(expected.shape)
