@@ -145,8 +145,8 @@ def test_fused_epilogue_matches_numpy():
                  {"bias": rng.integers(-3000, 3000, 6), "requant": requant(6, True),
                   "relu": True}),
                 ((1, 2, 9, 7), (5, 2, 3, 3), (1, 2, 2), {"bias": rng.integers(-2**31, 2**31, 5)}),
-                ((1, 3, 6, 10), (4, 3, 3, 3), (1, 1, 1), {"bias": -700, "requant": requant(4, False),
-                                                         "relu": True}),
+                ((1, 3, 6, 10), (4, 3, 3, 3), (1, 1, 1),
+                 {"bias": -700, "requant": requant(4, False), "relu": True}),
                 ((2, 2, 7, 5), (3, 2, 3, 3), (1, 0, 1), {})]:
             check_spanning_pixels(dev, rng, x_shape, w_shape, conv, options)
         # A resident call on it: the scratch region after the weights, their window read-write.

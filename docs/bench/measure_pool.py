@@ -40,7 +40,8 @@ def main(label, mode="pool"):
         seconds = time.perf_counter() - start
         stats = dev.stats
     print(json.dumps({
-        "config": label, "mode": mode, "x": x_shape, "w": w.shape, "exact": bool(np.array_equal(got, expected)),
+        "config": label, "mode": mode, "x": x_shape, "w": w.shape,
+        "exact": bool(np.array_equal(got, expected)),
         "cycles": stats.cycles, "mac_utilization": round(stats.mac_utilization, 4),
         "array_occupancy": round(stats.array_occupancy, 4), "bytes_read": stats.bytes_read,
         "bytes_written": stats.bytes_written, "load_busy": stats.load_busy_cycles,
