@@ -5,9 +5,10 @@ from functools import partial
 
 import numpy as np
 
-from ..arch import Engine
+from ..arch import Engine, min_tile_length
 from ..isa import PARAMS_RESET
 from .epilogue import output_dtype
+from .gemm_cost import load_cycles
 from .gemm_plan import plan_gemm
 from .matmul import compile_gemm
 from .program import LEAD, Dim, Op, Program, schedule, tensor
@@ -158,13 +159,14 @@ def conv2d_weights(w, lowering, config=None):
 
 
 def compile_conv2d(config, x_shape, w_shape, *, stride=1, padding=0, dilation=1, x_addr,
-                   w_addr, y_addr, epilogue=None, lowering=None, scratch_addr=None):
+                   w_addr, y_addr, epilogue=None, lowering=None, scratch_addr=None, span=None):
     """y (int32, N x K x P x Q) = conv2d(x (int8, N x C x H x W), w (int8, K x C x R x S)),
     NCHW. With an `Epilogue` y is its output (int8 when requantized, P and Q halved when
     pooled). ``lowering``: "pixels", "im2col" or `POOLED_PIXELS`, by default
     `conv2d_lowering`'s choice (`POOLED_PIXELS` only with ``scratch_addr``: a read-write region
     of `conv2d_scratch_bytes`); the weights at ``w_addr`` must be in its layout
-    (`conv2d_weights`)."""
+    (`conv2d_weights`). ``span``: whether the "pixels" lowering's tiles span output rows (by
+    default where its estimate says that is faster)."""
     for name, value in (("stride", stride), ("dilation", dilation)):
         if not 1 <= value <= 255:
             raise ValueError(f"{name}={value!r} is invalid: allowed 1..255")
@@ -191,7 +193,11 @@ def compile_conv2d(config, x_shape, w_shape, *, stride=1, padding=0, dilation=1,
                          "without it (CoreConfig.im2col=False): only an epilogue without "
                          "pooling (or a requantized one with a scratch region) and a filter "
                          "bank that fits the scratchpad run on it")
-    compile_ = {"pixels": _compile_conv2d_pixels, "im2col": _compile_conv2d_im2col,
+    if span is not None and (not isinstance(span, bool) or lowering != "pixels"):
+        raise ValueError(f'span={span!r} is invalid: allowed None, or True / False for the '
+                         f'"pixels" lowering')
+    compile_ = {"pixels": partial(_compile_conv2d_pixels, span=span),
+                "im2col": _compile_conv2d_im2col,
                 POOLED_PIXELS: partial(_compile_conv2d_pooled, scratch_addr=scratch_addr)}
     return compile_[lowering](config, x_shape, w_shape, **conv, x_addr=x_addr, w_addr=w_addr,
                               y_addr=y_addr, epilogue=epilogue)
@@ -266,29 +272,77 @@ def _valid_range(offset, step, limit, count):
 
 
 def _compile_conv2d_pixels(config, x_shape, w_shape, *, stride, padding, dilation, x_addr,
-                           w_addr, y_addr, epilogue):
-    """The pixels lowering (`_pixels_ops`)."""
+                           w_addr, y_addr, epilogue, span):
+    """The pixels lowering (`_pixels_ops`), its tiles spanning output rows if ``span`` (None:
+    where `_pixels_cycles` estimates that faster)."""
     _, _, p, q = conv2d_output_shape(x_shape, w_shape, stride, padding, dilation)
+    conv = {"stride": stride, "padding": padding, "dilation": dilation}
+    if span is None:
+        span = (_pixels_cycles(config, x_shape, w_shape, **conv, span=True)
+                < _pixels_cycles(config, x_shape, w_shape, **conv, span=False))
     return schedule(_pixels_ops(
-        config, x_shape, w_shape, stride=stride, padding=padding, dilation=dilation,
-        x_addr=x_addr, w_addr=w_addr, y_addr=y_addr, epilogue=epilogue, computed=(p, q),
-        per_row=epilogue is not None and not epilogue.per_tensor))
+        config, x_shape, w_shape, **conv, x_addr=x_addr, w_addr=w_addr, y_addr=y_addr,
+        epilogue=epilogue, computed=(p, q),
+        per_row=epilogue is not None and not epilogue.per_tensor, span=span))
+
+
+def _pixels_cycles(config, x_shape, w_shape, *, stride, padding, dilation, span):
+    """Estimated cycles of the pixels lowering with tiles that ``span`` output rows or not: the
+    busier of the array (a MATMUL of K vectors per tap tile) and the load engine (a LOAD of
+    C * R rows per segment and kernel column), over all tiles. Spanning fills every lane but
+    loads the tiles of two rows twice as often: it pays where the array is the bound."""
+    n, c, _, _ = x_shape
+    k_out, _, r, s = w_shape
+    _, _, p, q = conv2d_output_shape(x_shape, w_shape, stride, padding, dilation)
+    beat = config.axi_data_width // 8
+    tiles = _pixel_tiles(n, p, q, config.cols, span)
+    compute = len(tiles) * -(-(c * r * s) // config.rows) * max(k_out, min_tile_length(config))
+    load = 0
+    for _, segments in tiles:
+        for _, _, count, _ in segments:
+            beats = -(-((count - 1) * stride + 1) // beat) + 1  # mostly unaligned
+            load += s * load_cycles(c * r, beats, count if stride > 1 else beats)
+    return max(compute, load)
+
+
+def _pixel_tiles(n, p, q, cols, span):
+    """The pixels lowering's tiles as (image, segments), a segment (row, q0, count, lane):
+    ``count`` output pixels of one row from column ``q0`` on, on lanes ``lane`` on. With
+    ``span`` a tile is ``cols`` consecutive pixels of an image in raster order (a segment per
+    output row it touches), else the pixels of one row from a multiple of ``cols`` on."""
+    if not span:
+        return [(image, [(row, q0, min(cols, q - q0), 0)])
+                for image in range(n) for row in range(p) for q0 in range(0, q, cols)]
+    tiles = []
+    for image in range(n):
+        for first in range(0, p * q, cols):
+            end = min(first + cols, p * q)
+            segments, pixel = [], first
+            while pixel < end:
+                row, q0 = divmod(pixel, q)
+                count = min(q - q0, end - pixel)
+                segments.append((row, q0, count, pixel - first))
+                pixel += count
+            tiles.append((image, segments))
+    return tiles
 
 
 def _pixels_ops(config, x_shape, w_shape, *, stride, padding, dilation, x_addr, w_addr, y_addr,
-                epilogue, computed, per_row, store_writes=lambda image, row: ()):
+                epilogue, computed, per_row, span, store_writes=lambda image, row: ()):
     """The transposed implicit GEMM, with output pixels on the lanes: y^T (K x pixels) = W'
     (K x taps) @ X (taps x pixels), taps in (s, c, r) order (W' is w as (K, S, C, R)).
 
-    A weight tile of the array is ``rows`` taps x ``cols`` neighbouring pixels of one output row
-    (q0 .. q0 + cols - 1), loaded with one 3-D descriptor per kernel column s: lanes q (stride
-    ``stride``), rows r and c; padding is the descriptor's bounds. So the load engine moves
-    row segments, not single elements. The filter bank stays in the scratchpad as activations
-    (one MATMUL of K vectors per tap tile); pixel tiles are double-buffered in the scratchpad
-    and in the accumulator, and each output tile (K filters x cols pixels) is one STORE of
-    contiguous row segments of y. A per-channel epilogue (channels are accumulator rows here)
-    stores it in groups of ``cols`` filters (`Epilogue.per_row`, as many rows as the parameter
-    table has entries), each after a PARAMS of its filters' entries.
+    A weight tile of the array is ``rows`` taps x ``cols`` pixels (`_pixel_tiles`: with
+    ``span``, consecutive in raster order, so every lane is used when Q is not a multiple of
+    ``cols``; else of one output row), each of its segments (an output row's part) loaded at
+    its first lane (`TensorDescriptor.lane`) with one 3-D descriptor per kernel column s: lanes
+    q (stride ``stride``), rows r and c; padding is the descriptor's bounds. So the load engine
+    moves row segments, not single elements. The filter bank stays in the scratchpad as
+    activations (one MATMUL of K vectors per tap tile); pixel tiles are double-buffered in the
+    scratchpad and in the accumulator, and each output segment (K filters x its pixels) is one
+    STORE of contiguous row segments of y. A per-channel epilogue (channels are accumulator
+    rows here) stores it in groups of ``cols`` filters (`Epilogue.per_row`, as many rows as
+    the parameter table has entries), each group's segments after a PARAMS of its entries.
 
     Its `Op`s, for the first ``computed`` (P, Q) output rows and columns, y being (N, K, P, Q)
     at ``y_addr``; ``per_row``: per-row parameters (else one broadcast PARAMS first);
@@ -309,12 +363,7 @@ def _pixels_ops(config, x_shape, w_shape, *, stride, padding, dilation, x_addr, 
     # Filters stored together (k0, count): all, or groups of a parameter table each.
     groups = ([(k0, min(cols, k_out - k0)) for k0 in range(0, k_out, cols)] if per_row
               else [(0, k_out)])
-    # The groups' STOREs (and PARAMS) spread over the next tile's MATMULs: a run of them
-    # would fill the store queue and hold the fetch of those MATMULs.
-    store_gap = max(1, (chunks - LEAD) // len(groups))
-
-    tiles = [(image, row, q0) for image in range(n) for row in range(p)
-             for q0 in range(0, q, cols)]
+    tiles = _pixel_tiles(n, p, q, cols, span)
     ops = []
     if epilogue is not None and not per_row:
         ops.append(Op(Engine.STORE, 0, lambda program, deps: program.params(epilogue.entries(0, 1),
@@ -325,30 +374,34 @@ def _pixels_ops(config, x_shape, w_shape, *, stride, padding, dilation, x_addr, 
         Dim(extent=k_out, start=0, bound=k_out, stride=taps)])),
         writes=(("W", 0, kc, 1),)) for kc in range(chunks)]
     # Tile b's pixels load while tile b - 1 computes, spread over its MATMULs; its output
-    # STOREs while tile b + 1 computes.
-    spacing = max(1, (chunks - LEAD) // (s + 1))
-    for b, (image, row, q0) in enumerate(tiles):
-        r_first, r_last = _valid_range(row * stride - padding, dilation, h, r)
+    # STOREs (and PARAMS) while tile b + 1 computes: a run of them would fill the store queue
+    # and hold the fetch of those MATMULs.
+    for b, (image, segments) in enumerate(tiles):
+        spacing = max(1, (chunks - LEAD) // (s * len(segments) + 1))
+        store_gap = max(1, (chunks - LEAD) // (len(groups) * len(segments)))
         for tap_s in range(s):
             q_first, q_last = _valid_range(tap_s * dilation - padding, stride, w, q)
-            base = x_addr + image * c * h * w
-            if r_first <= r_last and q_first <= q_last:
-                base += ((row * stride + r_first * dilation - padding) * w
-                         + q_first * stride + tap_s * dilation - padding)
-            descriptor = tensor(base, 1, x_base[b % 2] + tap_s * c * r, [
-                Dim(extent=cols, start=q0 - q_first, bound=max(0, q_last - q_first + 1),
-                    stride=stride),
-                Dim(extent=r, start=-r_first, bound=max(0, r_last - r_first + 1),
-                    stride=dilation * w),
-                Dim(extent=c, start=0, bound=c, stride=h * w)])
-            if b == 0:  # before the first MATMUL that reads it
-                position = tap_s * c * r // rows
-            elif b == 1:  # after the filter bank
-                position = chunks - 1
-            else:  # before one MATMUL of tile b - 1 at least
-                position = min((b - 1) * chunks + LEAD + tap_s * spacing, b * chunks - 1)
-            ops.append(Op(Engine.LOAD, position, partial(Program.load, descriptor=descriptor),
-                           writes=((("X", b % 2), b, tap_s, 1),)))
+            for j, (row, q0, count, lane) in enumerate(segments):
+                r_first, r_last = _valid_range(row * stride - padding, dilation, h, r)
+                base = x_addr + image * c * h * w
+                if r_first <= r_last and q_first <= q_last:
+                    base += ((row * stride + r_first * dilation - padding) * w
+                             + q_first * stride + tap_s * dilation - padding)
+                descriptor = tensor(base, 1, x_base[b % 2] + tap_s * c * r, [
+                    Dim(extent=count, start=q0 - q_first, bound=max(0, q_last - q_first + 1),
+                        stride=stride),
+                    Dim(extent=r, start=-r_first, bound=max(0, r_last - r_first + 1),
+                        stride=dilation * w),
+                    Dim(extent=c, start=0, bound=c, stride=h * w)], lane=lane)
+                if b == 0:  # before the first MATMUL that reads it
+                    position = tap_s * c * r // rows
+                elif b == 1:  # after the filter bank
+                    position = chunks - 1
+                else:  # before one MATMUL of tile b - 1 at least
+                    position = min((b - 1) * chunks + LEAD
+                                   + (tap_s * len(segments) + j) * spacing, b * chunks - 1)
+                ops.append(Op(Engine.LOAD, position, partial(Program.load, descriptor=descriptor),
+                               writes=((("X", b % 2), b, tap_s, len(segments)),)))
         acc_row = (b % 2) * half
         for kc in range(chunks):
             taps_read = range(kc * rows // (c * r), (min(taps, (kc + 1) * rows) - 1) // (c * r) + 1)
@@ -359,17 +412,21 @@ def _pixels_ops(config, x_shape, w_shape, *, stride, padding, dilation, x_addr, 
                 reads=(("W", 0, kc), *((("X", b % 2), b, t) for t in taps_read)),
                 writes=((("C", b % 2), b, 0, chunks),)))
         for g, (k0, count) in enumerate(groups):
-            position = min((b + 1) * chunks + LEAD + g * store_gap, (b + 2) * chunks)
-            if per_row:
-                ops.append(Op(Engine.STORE, position, lambda program, deps, k0=k0, count=count:
-                              program.params(epilogue.entries(k0, count))))
-            ops.append(Op(Engine.STORE, position, partial(
-                Program.store, descriptor=tensor(
-                    y_addr + size * (((image * k_out + k0) * p + row) * q), size, acc_row + k0, [
-                        Dim(extent=cols, start=q0, bound=q, stride=size),
-                        Dim(extent=count, start=0, bound=count, stride=size * p * q)]),
-                epilogue=store_fields), reads=((("C", b % 2), b, 0),),
-                writes=store_writes(image, row)))
+            for j, (row, q0, pixels, lane) in enumerate(segments):
+                position = min((b + 1) * chunks + LEAD + (g * len(segments) + j) * store_gap,
+                               (b + 2) * chunks)
+                if per_row and j == 0:
+                    ops.append(Op(Engine.STORE, position, lambda program, deps, k0=k0,
+                                  count=count: program.params(epilogue.entries(k0, count))))
+                ops.append(Op(Engine.STORE, position, partial(
+                    Program.store, descriptor=tensor(
+                        y_addr + size * (((image * k_out + k0) * p + row) * q), size,
+                        acc_row + k0, [
+                            Dim(extent=pixels, start=q0, bound=q, stride=size),
+                            Dim(extent=count, start=0, bound=count, stride=size * p * q)],
+                        lane=lane),
+                    epilogue=store_fields), reads=((("C", b % 2), b, 0),),
+                    writes=store_writes(image, row)))
     return ops
 
 
@@ -404,6 +461,7 @@ def _compile_conv2d_pooled(config, x_shape, w_shape, *, stride, padding, dilatio
     ops = _pixels_ops(config, x_shape, w_shape, stride=stride, padding=padding,
                       dilation=dilation, x_addr=x_addr, w_addr=w_addr, y_addr=scratch_addr,
                       epilogue=replace(epilogue, pool=False), computed=(p, q), per_row=True,
+                      span=False,
                       store_writes=lambda image, row: ((("z", image, row // 2), 0, 0, stores),))
     tile_count = n * p * row_tiles
     # Scratchpad: pass 1's pixel tiles and filter bank, then the selection tiles and the z

@@ -3,7 +3,7 @@ from ..arch import MAX_OUTSTANDING, min_tile_length
 from ..isa import INSTRUCTION_BYTES
 from .gemm_tiling import a_region_limit, a_regions, row_pieces
 
-__all__ = ["MEMORY_LATENCY", "fetch_cycles", "gemm_cycles", "shortest_piece"]
+__all__ = ["MEMORY_LATENCY", "fetch_cycles", "gemm_cycles", "load_cycles", "shortest_piece"]
 
 MEMORY_LATENCY = 24
 """Cycles from a read request to its data that the tiling's cost model assumes (DRAM behind an
@@ -15,6 +15,17 @@ _INSTRUCTION_CYCLES = 16
 def fetch_cycles(config):
     """Cycles the controller takes to fetch an instruction (one at a time)."""
     return MEMORY_LATENCY + INSTRUCTION_BYTES // (config.axi_data_width // 8) + 4
+
+
+def _row_cycles(beats):
+    """One row of ``beats`` beats, read in bursts of up to 16 beats."""
+    return max(beats, -(-beats // 16) * MEMORY_LATENCY / MAX_OUTSTANDING)
+
+
+def load_cycles(rows, beats, steps):
+    """Estimated cycles of a LOAD of ``rows`` rows of ``beats`` beats (a burst each) and
+    ``steps`` walked steps (one a cycle) each."""
+    return MEMORY_LATENCY + _INSTRUCTION_CYCLES + rows * max(steps, _row_cycles(beats))
 
 
 def shortest_piece(config):
@@ -41,10 +52,7 @@ def gemm_cycles(config, plan):
     matmuls = outputs * k_tiles
     a_buffers = blocks * (1 if plan.a_resident else -(-n_tiles // plan.group) * chunks)
     dma = MEMORY_LATENCY + _INSTRUCTION_CYCLES
-
-    def row_cycles(beats):
-        """One row of ``beats`` beats, read in bursts of up to 16 beats."""
-        return max(beats, -(-beats // 16) * MEMORY_LATENCY / MAX_OUTSTANDING)
+    row_cycles = _row_cycles
 
     def a_loads(tiles, max_tiles, a_rows=count):
         """LOADs and cycles of ``tiles`` K tiles of ``a_rows`` rows of A in regions of up to

@@ -3,7 +3,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..arch import Engine
-from ..isa import DIMS, INSTRUCTION_BYTES, PARAMS_PER_INSTRUCTION, Opcode, SoftmaxMode, encode
+from ..isa import (DIMS, INSTRUCTION_BYTES, PARAMS_PER_INSTRUCTION, Opcode, SoftmaxMode,
+                   TensorDescriptor, encode)
 
 __all__ = ["LEAD", "Deps", "Dim", "Op", "Program", "dependency_tokens", "schedule", "tensor"]
 
@@ -33,15 +34,19 @@ class Dim:
                 "stride": self.stride}
 
 
-def tensor(base, elem_bytes, sram_row, dims):
-    """A tensor descriptor's fields; ``dims`` innermost (lanes) first, missing ones are 1 wide."""
+def tensor(base, elem_bytes, sram_row, dims, lane=0):
+    """A tensor descriptor's fields; ``dims`` innermost (lanes) first, missing ones are 1 wide;
+    element i0 is lane ``lane + i0`` of its SRAM row."""
     if elem_bytes not in (1, 2, 4, 8):
         raise ValueError(f"elem_bytes={elem_bytes!r} is invalid: allowed 1, 2, 4 or 8")
     if not 1 <= len(dims) <= DIMS:
         raise ValueError(f"dims has {len(dims)} entries: allowed 1..{DIMS}")
+    lanes = 1 << TensorDescriptor["lane"].width
+    if isinstance(lane, bool) or not isinstance(lane, int) or not 0 <= lane < lanes:
+        raise ValueError(f"lane={lane!r} is invalid: allowed an integer in 0..{lanes - 1}")
     dims = list(dims) + [Dim(extent=1, bound=1)] * (DIMS - len(dims))
     return {"base": base, "elem_log2": elem_bytes.bit_length() - 1, "sram_row": sram_row,
-            "dims": [d.fields() for d in dims]}
+            "lane": lane, "dims": [d.fields() for d in dims]}
 
 
 class Program:

@@ -77,7 +77,7 @@ class TpuCore(wiring.Component):
             shape=scratchpad_row(cfg), depth=cfg.scratchpad_rows, init=[])
         datapath.submodules.accumulator = accumulator = memory.Memory(
             shape=accumulator_row(cfg), depth=cfg.accumulator_rows, init=[])
-        wiring.connect(datapath, load.sp_write, scratchpad.write_port())
+        wiring.connect(datapath, load.sp_write, scratchpad.write_port(granularity=1))
         wiring.connect(datapath, execute.weight_read, scratchpad.read_port())
         wiring.connect(datapath, execute.act_read, scratchpad.read_port())
         acc_write = accumulator.write_port()

@@ -36,8 +36,9 @@ def _im2col_check(desc, lanes, rows):
 class LoadEngine(wiring.Component):
     """Executes LOAD instructions: external int8 elements -> scratchpad rows.
 
-    Lane ``i0`` of each row gets its element, or 0 for an out-of-bounds element (padding) or
-    a lane beyond ``extent0``. With ``header.im2col`` set the instruction is read as a
+    Lane ``lane + i0`` of each row gets its element, lanes from ``lane + extent0`` on get 0, as
+    does an out-of-bounds element (padding); lanes below ``lane`` keep their contents (the row
+    is written with a byte enable per lane). With ``header.im2col`` set the instruction is read as a
     ``LoadIm2colInstruction``: a tile of the lowered matrix of a convolution, walked by an
     ``Im2colWalker``. One walked step per cycle from the R channel, shifted into place: up to a
     beat of lanes for contiguous rows (dim-0 stride 1), else one element; up to
@@ -53,7 +54,7 @@ class LoadEngine(wiring.Component):
             **dma_engine_members(LOAD_INSTRUCTION, axi_read_signature(config.axi_data_width)),
             "sp_write": In(memory.WritePort.Signature(
                 addr_width=ceil_log2(config.scratchpad_rows),
-                shape=data.ArrayLayout(signed(8), config.lanes))),
+                shape=data.ArrayLayout(signed(8), config.lanes), granularity=1)),
         })
 
     def elaborate(self, platform):
@@ -125,6 +126,8 @@ class LoadEngine(wiring.Component):
         moved, mask = move_units(m, Mux(step.in_bounds, axi.rdata, 0), step.offset,
                                  step.lane, step.count, lanes, 8)
         merged = Signal.like(row)
+        first_lane = Mux(im2col, 0, instr.tensor.lane)
+        kept_lanes = Cat(first_lane <= k for k in range(lanes))  # the lanes a row write enables
         bus_error = axi.rvalid & (axi.rresp != AXI_RESP_OKAY)
         take = running & plan.r_rdy & (~step.in_bounds | axi.rvalid) & ~bus_error
         m.d.comb += [
@@ -134,8 +137,8 @@ class LoadEngine(wiring.Component):
             axi.rready.eq(draining | (take & step.in_bounds & step.end_of_beat)),
             self.sp_write.addr.eq(step.row),
             self.sp_write.data.eq(merged),
-            self.sp_write.en.eq(take & step.last_in_row),
-            self.progress.eq(ar_done | r_done | self.sp_write.en),
+            self.sp_write.en.eq(Mux(take & step.last_in_row, kept_lanes, 0)),
+            self.progress.eq(ar_done | r_done | self.sp_write.en.any()),
         ]
         with m.If(take):
             m.d.sync += row.eq(Mux(step.last_in_row, 0, merged))

@@ -97,7 +97,8 @@ burst_layout = data.StructLayout({"addr": 32, "len": 8})
 class TileCheck(wiring.Component):
     """Checks a descriptor before any memory is touched; ``result`` is NONE or the error.
 
-    The element size must be ``elem_log2`` (or one of a tuple of them). The tile's rows,
+    The element size must be ``elem_log2`` (or one of a tuple of them), and ``lane + e0`` at
+    most ``max_extent0`` (the lanes of a row). The tile's rows,
     ``e1 * e2 * e3`` from ``sram_row`` on, must fit ``rows``. With ``pool`` enabled (an input
     sampled with the descriptor, there when built with ``pool=True``) ``e3`` must be 1 and the
     pitch non-zero, and the rows read, ``pitch * (2 * e2 - 1) + 2 * e1`` from ``sram_row`` on,
@@ -136,7 +137,7 @@ class TileCheck(wiring.Component):
         with m.If(~Cat(desc.elem_log2 == v for v in self.elem_log2s).any()):
             m.d.comb += code.eq(ErrorCode.BAD_ELEMENT)
         with m.Elif(Cat(dims[d].extent == 0 for d in range(DIMS)).any() |
-                    (dims[0].extent > self.max_extent0) |
+                    (desc.lane + dims[0].extent > self.max_extent0) |
                     (pool.enable & ((dims[3].extent != 1) | (pool.pitch == 0)))):
             m.d.comb += code.eq(ErrorCode.BAD_EXTENT)
         with m.Elif(desc.sram_row + acc > self.rows):
@@ -182,7 +183,8 @@ class TileWalker(wiring.Component):
 
     A descriptor is accepted when idle. The start address ``base + sum(start_d * stride_d)``
     takes one cycle, plus one per significant bit of each non-zero ``|start_d|``; then one step
-    per cycle follows, 32-bit addresses and rows advancing by additions only. A step is one
+    per cycle follows, 32-bit addresses and rows advancing by additions only; element ``i0`` is
+    lane ``lane + i0`` of its row. A step is one
     element or, when the dim-0 stride is the element size (``1 << elem_log2`` bytes), the
     longest run of lanes that are all padding or all in bounds and inside one ``beat_bytes`` bus
     beat. With ``pool`` enabled (an input sampled with the descriptor, there when built with
@@ -251,7 +253,7 @@ class TileWalker(wiring.Component):
             out.in_bounds.eq(in_bounds),
             out.addr.eq(addr[0]),
             out.overflow.eq(in_bounds & over[0]),
-            out.lane.eq(index[0]),
+            out.lane.eq(desc.lane + index[0]),
             out.count.eq(count),
             out.row.eq(row),
             out.last_in_row.eq(last[0]),

@@ -107,7 +107,9 @@ def _descriptor(draw, max_extent0, rows, area, elem_bytes, odds):
     base = draw(_address(*area, span=_span(dims), one_in=odds["address"]))
     if draw(_rarely(st.just(True), st.just(False), odds["stride"])):
         base -= base % elem_bytes
-    return tensor(base, elem_bytes, sram_row, dims)
+    lane = draw(_rarely(st.integers(0, max(max_extent0 - dims[0].extent, 0)),
+                        st.integers(0, 63), odds["shape"]))
+    return tensor(base, elem_bytes, sram_row, dims, lane=lane)
 
 
 _ELEMENTS = st.sampled_from([1, 2, 4, 8])

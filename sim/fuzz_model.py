@@ -100,7 +100,7 @@ def _tile_check(desc, max_extent0, rows, elem_log2s, pool=False, pitch=0):
     e = _extents(desc)
     if desc.elem_log2 not in elem_log2s:
         return ErrorCode.BAD_ELEMENT
-    if 0 in e or e[0] > max_extent0 or pool and (e[3] != 1 or pitch == 0):
+    if 0 in e or desc.lane + e[0] > max_extent0 or pool and (e[3] != 1 or pitch == 0):
         return ErrorCode.BAD_EXTENT
     used = pitch * (2 * e[2] - 1) * e[3] + 2 * e[1] if pool else e[1] * e[2] * e[3]
     if desc.sram_row + used > rows:

@@ -75,7 +75,8 @@ def _identity_weights(cfg):
 
 @cocotb.test()
 async def tiles(dut):
-    """LOAD random 4-D tiles with padding, pass them through W = I, STORE: against np.pad."""
+    """LOAD random 4-D tiles with padding at a random first lane over rows loaded before (the
+    lanes below it keep those), pass them through W = I, STORE: against np.pad."""
     cfg, params, core, rng = await _start(dut)
     lanes = min(cfg.rows, cfg.cols)
     core.ram.write(B, _identity_weights(cfg).tobytes())
@@ -83,7 +84,9 @@ async def tiles(dut):
         shape = rng.integers(1, 7, 4)
         tensor = rng.integers(-128, 128, shape, dtype=np.int8)
         core.ram.write(A, tensor.tobytes())
-        extents = [int(rng.integers(1, lanes + 1))] + [int(rng.integers(1, 4)) for _ in range(3)]
+        lane = int(rng.integers(0, lanes))
+        extents = [int(rng.integers(1, lanes - lane + 1))] + [int(rng.integers(1, 4))
+                                                              for _ in range(3)]
         starts = [int(rng.integers(-2, s + 1)) for s in shape[::-1]]
         strides = [tensor.strides[d] for d in range(3, -1, -1)]  # innermost (lanes) first
         dims = [Dim(extent=e, start=s, bound=int(b), stride=st)
@@ -92,12 +95,18 @@ async def tiles(dut):
         # Expected: the padded tensor sliced at the tile, lanes innermost.
         padded = np.pad(tensor.astype(np.int64), 8)
         index = tuple(slice(8 + s, 8 + s + e) for s, e in zip(starts[::-1], extents[::-1]))
+        below = rng.integers(-128, 128, (rows, cfg.lanes), dtype=np.int8)
+        core.ram.write(B + 0x1000, below.tobytes())
         expected = np.zeros((rows, cfg.cols), dtype=np.int64)
-        expected[:, :extents[0]] = padded[index].reshape(rows, extents[0])
+        expected[:, :lane] = below[:, :lane]
+        expected[:, lane:lane + extents[0]] = padded[index].reshape(rows, extents[0])
         program = Program()
         program.load(tensor_fields(B, 1, 0, [Dim(extent=cfg.cols, bound=cfg.cols, stride=1),
                                              Dim(extent=cfg.rows, bound=cfg.rows, stride=cfg.cols)]))
-        program.load(tensor_fields(A, 1, cfg.rows, dims), Deps(push_next=True))
+        program.load(tensor_fields(B + 0x1000, 1, cfg.rows, [
+            Dim(extent=cfg.lanes, bound=cfg.lanes, stride=1),
+            Dim(extent=rows, bound=rows, stride=cfg.lanes)]))
+        program.load(tensor_fields(A, 1, cfg.rows, dims, lane=lane), Deps(push_next=True))
         program.matmul(0, cfg.rows, 0, rows, deps=Deps(pop_prev=True, push_next=True))
         program.store(tensor_fields(C, 4, 0, [Dim(extent=cfg.cols, bound=cfg.cols, stride=4),
                                               Dim(extent=rows, bound=rows, stride=4 * cfg.cols)]),
@@ -109,7 +118,8 @@ async def tiles(dut):
         assert result.done and result.error == ErrorCode.NONE, result
         got = np.frombuffer(core.ram.read(C, 4 * rows * cfg.cols), dtype="<i4").reshape(rows, -1)
         assert np.array_equal(got[:, :lanes], expected[:, :lanes]), (
-            f"case {case}: tensor {shape}, starts {starts}, extents {extents}\n{got}\n{expected}")
+            f"case {case}: tensor {shape}, starts {starts}, extents {extents}, lane {lane}\n"
+            f"{got}\n{expected}")
         assert not core.checker.errors, core.checker.errors[:5]
     core.write_stats({"cases": params["cases"]})
 
@@ -135,6 +145,12 @@ def _error_programs(cfg):
          lambda p: p.load(tensor_fields(A, 1, 0, [Dim(extent=0, bound=4, stride=1)])))
     case("extent wider than a row", ErrorCode.BAD_EXTENT, 0,
          lambda p: p.load(tensor_fields(A, 1, 0, [Dim(extent=cfg.lanes + 1, bound=64, stride=1)])))
+    case("load past the row from a first lane", ErrorCode.BAD_EXTENT, 0,
+         lambda p: p.load(tensor_fields(A, 1, 0, [Dim(extent=2, bound=2, stride=1)],
+                                        lane=cfg.lanes - 1)))
+    case("store past the row from a first lane", ErrorCode.BAD_EXTENT, 0,
+         lambda p: p.store(tensor_fields(C, 4, 0, [Dim(extent=1, bound=1, stride=4)],
+                                         lane=cfg.cols)))
     case("misaligned int32 store", ErrorCode.MISALIGNED, 0,
          lambda p: p.store(tensor_fields(C + 2, 4, 0, [Dim(extent=1, bound=1, stride=4)])))
     case("scratchpad row out of range", ErrorCode.SRAM_RANGE, 0,
@@ -213,7 +229,7 @@ async def conv2d(dut):
         await core.set_windows([(PROGRAM, A - PROGRAM, True, False), (A, C - A, True, False),
                                 (C, -(-4 * expected.size // 64) * 64, False, True)])
         program = compile_conv2d(cfg, x.shape, w.shape, **options, x_addr=A, w_addr=B, y_addr=C,
-                                 lowering=case["lowering"])
+                                 lowering=case["lowering"], span=case.get("span"))
         result = await core.run(program.to_bytes(), PROGRAM)
         assert result.done and result.error == ErrorCode.NONE, (case, result)
         got = np.frombuffer(core.ram.read(C, 4 * expected.size), dtype="<i4").reshape(expected.shape)

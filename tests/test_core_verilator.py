@@ -51,9 +51,12 @@ CONV_CASES = [
 @pytest.mark.parametrize("lowering", ["pixels", "im2col"])
 @MEMORIES
 def test_conv2d_lowerings_are_exact(run_tb, hostile, lowering):
-    run_tb(SMALL, "tpugen.sim.tb_core",
-           {"seed": 9, "cases": [{**case, "lowering": lowering} for case in CONV_CASES],
-            "hostile": hostile},
+    # The pixels lowering both with tiles of one output row and with tiles that span rows
+    # (several rows a tile where Q < 4, two where Q is not a multiple of 4; batch 2).
+    cases = ([{**case, "lowering": lowering, "span": span} for case in CONV_CASES
+              for span in (False, True)] if lowering == "pixels"
+             else [{**case, "lowering": lowering} for case in CONV_CASES])
+    run_tb(SMALL, "tpugen.sim.tb_core", {"seed": 9, "cases": cases, "hostile": hostile},
            design="tpu_core", testcase="conv2d")
 
 

@@ -137,6 +137,18 @@ def test_fused_epilogue_matches_numpy():
             ((1, 3, 9, 7), (5, 3, 3, 3), 1, 1, 1), ((2, 1, 7, 11), (1, 1, 3, 3), 1, 1, 1),
             ((1, 2, 13, 10), (9, 2, 3, 3), 2, 1, 1), ((1, 2, 10, 11), (3, 2, 3, 3), 1, 2, 2),
             ((1, 3, 11, 19), (7, 3, 3, 3), 1, 0, 1)])
+        # The pixels lowering with tiles that span output rows (the runtime keeps one-row tiles
+        # on this core): Q < 4 (several rows a tile, batch 2), Q not a multiple of 4, stride
+        # 2, dilation 2, padding on every side; per-channel, per-tensor and no epilogue.
+        for x_shape, w_shape, conv, options in [
+                ((2, 3, 5, 6), (6, 3, 3, 3), (2, 1, 1),
+                 {"bias": rng.integers(-3000, 3000, 6), "requant": requant(6, True),
+                  "relu": True}),
+                ((1, 2, 9, 7), (5, 2, 3, 3), (1, 2, 2), {"bias": rng.integers(-2**31, 2**31, 5)}),
+                ((1, 3, 6, 10), (4, 3, 3, 3), (1, 1, 1),
+                 {"bias": -700, "requant": requant(4, False), "relu": True}),
+                ((2, 2, 7, 5), (3, 2, 3, 3), (1, 0, 1), {})]:
+            check_spanning_pixels(dev, rng, x_shape, w_shape, conv, options)
         # A resident call on it: the scratch region after the weights, their window read-write.
         x, w = _int8(rng, (1, 3, 9, 7)), _int8(rng, (5, 3, 3, 3))
         options = {"bias": rng.integers(-3000, 3000, 5), "requant": requant(5, True),
@@ -147,6 +159,25 @@ def test_fused_epilogue_matches_numpy():
         dev.launch(call, x)
         assert np.array_equal(dev.download(call.output, call.dtype, call.shape), apply_epilogue(
             conv2d_int32(x, w, 1, 1), channel_axis=1, spatial_axes=(2, 3), **options))
+
+
+def check_spanning_pixels(dev, rng, x_shape, w_shape, conv, options):
+    """A conv2d (``conv``: stride, padding, dilation) with epilogue ``options`` compiled for the
+    pixels lowering with tiles that span output rows, bit-exact against numpy."""
+    stride, padding, dilation = conv
+    x, w = _int8(rng, x_shape), _int8(rng, w_shape)
+    expected = apply_epilogue(conv2d_int32(x, w, stride, padding, dilation), channel_axis=1,
+                              spatial_axes=(2, 3), **options)
+    weights = conv2d_weights(w, "pixels")
+    (x_addr, w_addr), (y_addr,) = operand_layout([x.nbytes, weights.nbytes],
+                                                 [expected.nbytes])[0]
+    epilogue = Epilogue.from_options(w_shape[0], **options) if options else None
+    program = compile_conv2d(dev.config, x_shape, w_shape, stride=stride, padding=padding,
+                             dilation=dilation, x_addr=x_addr, w_addr=w_addr, y_addr=y_addr,
+                             epilogue=epilogue, lowering="pixels", span=True)
+    (y,) = dev._run(program, [(x_addr, x), (w_addr, weights)], [(y_addr, expected.nbytes)])
+    got = np.frombuffer(y, expected.dtype).reshape(expected.shape)
+    assert np.array_equal(got, expected), (x_shape, w_shape, conv, options)
 
 
 def check_pooled_pixels(dev, rng, cases):

@@ -19,10 +19,10 @@ CONFIG = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1)
 MEM_SIZE = 1 << 14
 
 
-def descriptor(base, dims, sram_row=0, elem_log2=0):
+def descriptor(base, dims, sram_row=0, elem_log2=0, lane=0):
     """``dims``: (extent, start, bound, stride) from dim 0 up; missing dims have extent 1."""
     dims = list(dims) + [(1, 0, 1, 0)] * (4 - len(dims))
-    return {"base": base, "elem_log2": elem_log2, "sram_row": sram_row,
+    return {"base": base, "elem_log2": elem_log2, "sram_row": sram_row, "lane": lane,
             "dims": [dict(zip(("extent", "start", "bound", "stride"), d)) for d in dims]}
 
 
@@ -62,7 +62,7 @@ class Bench(Elaboratable):
         m.submodules.engine = self.engine
         m.submodules.sram = self.sram
         if isinstance(self.engine, LoadEngine):
-            wiring.connect(m, self.engine.sp_write, self.sram.write_port())
+            wiring.connect(m, self.engine.sp_write, self.sram.write_port(granularity=1))
         else:
             wiring.connect(m, self.engine.acc_read, self.sram.read_port())
         return m
@@ -143,9 +143,9 @@ def load_case(config, desc, seed, width=None, **axi):
     tile = padded_tile(tensor, desc)
     e = [d["extent"] for d in desc["dims"]]
     expected = init.copy()
-    first, count = desc["sram_row"], e[1] * e[2] * e[3]
-    expected[first:first + count] = 0
-    expected[first:first + count, :e[0]] = tile.reshape(count, e[0])
+    first, count, lane = desc["sram_row"], e[1] * e[2] * e[3], desc["lane"]
+    expected[first:first + count, lane:] = 0  # the lanes below `lane` keep their contents
+    expected[first:first + count, lane:lane + e[0]] = tile.reshape(count, e[0])
     np.testing.assert_array_equal(rows, expected)
     return outcomes[0][1], axi_mem
 
@@ -192,6 +192,24 @@ def test_load_contiguous_segments(width):
     load_case(config, descriptor(4096 - 37, dims, sram_row=4), seed=width, width=width)
 
 
+@pytest.mark.parametrize("lane", [1, 3])
+def test_load_at_a_first_lane(lane):
+    # Lanes lane.. get the tile (padded on both sides in dim 0, zero past extent0), the lanes
+    # below keep the random contents; an unaligned row across beats on 16 lanes too.
+    dims = [(4 - lane, -1, 2, 1), (3, -1, 2, 7)]
+    load_case(CONFIG, descriptor(100, dims, sram_row=3, lane=lane), seed=20 + lane)
+    config = CoreConfig(rows=16, cols=16, scratchpad_kib=1, accumulator_kib=1)
+    dims = [(16 - 5 * lane, -2, 9, 1), (3, 0, 3, 21)]
+    load_case(config, descriptor(4096 - 11, dims, sram_row=5, lane=5 * lane), seed=lane)
+
+
+@pytest.mark.parametrize("lane", [1, 2])
+def test_store_from_a_first_lane(lane):
+    dims = [(4 - lane, -1, 2, 4), (3, 0, 3, 12)]  # clipped left and right
+    assert store_case(CONFIG, descriptor(400, dims, sram_row=5, elem_log2=2, lane=lane),
+                      seed=lane)[0] == ErrorCode.NONE
+
+
 def test_load_sequence_and_broadcast():
     # Back-to-back instructions; a stride 0 in dim 1 repeats a row (broadcast).
     rng = np.random.default_rng(5)
@@ -230,8 +248,8 @@ def store_case(config, desc, seed, width=None, wins=RW_ALL, allowed=((0, MEM_SIZ
     if error != ErrorCode.NONE:
         return error, before, axi_mem
     e = [d["extent"] for d in desc["dims"]]
-    first, count = desc["sram_row"], e[1] * e[2] * e[3]
-    tile = acc[first:first + count, :e[0]].reshape(e[3], e[2], e[1], e[0])
+    first, count, lane = desc["sram_row"], e[1] * e[2] * e[3], desc["lane"]
+    tile = acc[first:first + count, lane:lane + e[0]].reshape(e[3], e[2], e[1], e[0])
     # Clip the tile at the tensor bounds, then scatter it through the strides.
     dims = list(reversed(desc["dims"]))
     lo = [max(0, -d["start"]) for d in dims]
@@ -302,6 +320,7 @@ LOAD_ERRORS = {
     "sram_range_saturating": (descriptor(0, [(1, 0, 1, 1), (65535, 0, 1, 0), (65535, 0, 1, 0),
                                              (2, 0, 1, 0)]), ErrorCode.SRAM_RANGE),
     "bad_element": (descriptor(0, [(4, 0, 4, 4)], elem_log2=2), ErrorCode.BAD_ELEMENT),
+    "lane_past_row": (descriptor(0, [(2, 0, 2, 1)], lane=3), ErrorCode.BAD_EXTENT),
     "overflow": (descriptor(0x100, [(4, 0, 4, 1), (2, 0, 2, 0xFFFFFF00)]),
                  ErrorCode.ADDRESS_OVERFLOW),
     "window": (descriptor(0x800, [(4, 0, 4, 1), (8, 0, 8, 0x100)]), ErrorCode.LOAD_WINDOW),
@@ -312,6 +331,7 @@ STORE_ERRORS = {
     "zero_extent": (descriptor(0, [(4, 0, 4, 4), (1, 0, 1, 16), (0, 0, 1, 64)], elem_log2=2),
                     ErrorCode.BAD_EXTENT),
     "extent0_gt_cols": (descriptor(0, [(5, 0, 5, 4)], elem_log2=2), ErrorCode.BAD_EXTENT),
+    "lane_past_cols": (descriptor(0, [(1, 0, 1, 4)], elem_log2=2, lane=4), ErrorCode.BAD_EXTENT),
     "sram_range": (descriptor(0, [(4, 0, 4, 4), (5, 0, 5, 16)], sram_row=60, elem_log2=2),
                    ErrorCode.SRAM_RANGE),
     "misaligned_base": (descriptor(2, [(4, 0, 4, 4)], elem_log2=2), ErrorCode.MISALIGNED),
@@ -374,6 +394,7 @@ WALKS = {
     "contiguous_int32": (descriptor(0x104, [(5, -1, 5, 4), (2, 0, 1, 0x14), (2, 1, 3, 0x24)],
                                     elem_log2=2), 2, 16),
     "padding_only": (descriptor(0x40, [(5, -2, 0, 1), (2, 0, 2, 5)]), 0, 8),
+    "contiguous_first_lane": (descriptor(0x43, [(3, -1, 9, 1), (2, 0, 2, 5)], lane=2), 0, 4),
 }
 
 
@@ -391,7 +412,8 @@ def walk_steps(desc, elem_log2, beat_bytes):
         addr = desc["base"] + sum(c * d["stride"] for c, d in zip(coords, dims))
         element = {
             "coords": coords, "in_bounds": int(in_bounds), "addr": addr % 2**32,
-            "overflow": int(in_bounds and not 0 <= addr < 2**32), "lane": i0, "count": 1,
+            "overflow": int(in_bounds and not 0 <= addr < 2**32), "lane": desc["lane"] + i0,
+            "count": 1,
             "row": desc["sram_row"] + i1 + extents[1] * (i2 + extents[2] * i3),
             "last_in_row": int(i0 == extents[0] - 1),
             "last": int(idx == tuple(e - 1 for e in extents))}

@@ -97,11 +97,15 @@ TensorDescriptor = data.StructLayout({
     "base": 32,          # byte address of tensor coordinate (0, 0, 0, 0)
     "elem_log2": 2,      # element size is 1 << elem_log2 bytes
     "sram_row": 16,      # first scratchpad (LOAD) or accumulator (STORE) row
-    "reserved": 14,
+    "lane": 6,           # lane of element i0 = 0 (lanes below it: LOAD keeps them)
+    "reserved": 8,
     "dims": data.ArrayLayout(Dim, DIMS),
 })
 """A TMA-style tile: element (i0, i1, i2, i3) sits at ``base + sum((start_d + i_d) * stride_d)``
-and goes to lane ``i0`` of SRAM row ``sram_row + i1 + extent1 * (i2 + extent2 * i3)``."""
+and goes to (LOAD) or comes from (STORE) lane ``lane + i0`` of SRAM row ``sram_row + i1 + extent1 *
+(i2 + extent2 * i3)``; ``lane + extent0`` must not exceed the row's lanes (else BAD_EXTENT). A
+LOAD writes lanes ``lane`` to the end of each row (zero for padding and past ``extent0``) and
+keeps the lanes below ``lane``."""
 
 Im2colDescriptor = data.StructLayout({
     "base": 32,          # byte address of x[0, 0, 0, 0] of an (N, C, H, W) int8 tensor
