@@ -6,7 +6,7 @@ from itertools import accumulate
 
 import numpy as np
 
-from ..arch import Engine, min_tile_length, normalize_query_cycles
+from ..arch import Engine, block_query_cycles, min_tile_length, normalize_query_cycles
 from ..isa import SoftmaxInstruction, SoftmaxMode
 from .program import LEAD, Deps, Dim, Op, Program, schedule, tensor
 
@@ -144,14 +144,19 @@ def plan_attention(config, seq, kv, dim):
     def cycles(option):
         """Execute cycles of the head: per query tile, per block, two GEMMs of tiles x d_chunks
         MATMULs (back to back, each at least `min_tile_length` long) and a softmax BLOCK step;
-        then NORMALIZE (see `hdl.softmax`). Loads and stores overlap them."""
+        then NORMALIZE (see `hdl.softmax`). Loads and stores overlap them. A BLOCK after the
+        first misses (its query's m rises) as if the scores were independent: block b holds
+        the maximum of blocks 0..b with probability 1 / (b + 1) (m's ceiling makes it less)."""
         tiles, m = option
         blocks = -(-kv // (tiles * n))
+        gemms = 2 * tiles * d_chunks
+        hit, miss = (block_query_cycles(tiles, d_chunks, first=False, hit=h) for h in (1, 0))
+        softmax = (block_query_cycles(tiles, d_chunks, first=True, hit=False)
+                   + sum((b * hit + miss) / (b + 1) for b in range(1, blocks)))
         total = 0
         for count in _query_tiles(seq, m):
-            block = (2 * tiles * d_chunks * max(count, min_tile_length(config))
-                     + count * (2 * tiles + d_chunks) + _SOFTMAX_OVERHEAD)
-            total += (blocks * block + count * normalize_query_cycles(config, d_chunks)
+            total += (blocks * (gemms * max(count, min_tile_length(config)) + _SOFTMAX_OVERHEAD)
+                      + count * (softmax + normalize_query_cycles(config, d_chunks))
                       + _SOFTMAX_OVERHEAD)
         return total
 

@@ -50,13 +50,26 @@ multiplier per two lanes: each O row is read twice (PRODUCT: lane 2i's product; 
 holds through its partner's pass. ``EXP_TABLE`` is in block RAM, one two-port read-only memory
 per two lanes, without its 3 low bits: ``((y >> 3 >> n) + 1) >> 1`` is the p above (floors
 nest). The per-query work (ceil, m', a, l) is done once per query; NORMALIZE normalizes l by
-shifts of 16, 8, 4, 2 and 1 and divides. The state is two memories, ``state_m`` (written by the
-max pass) and ``state_l`` (read-modify-written at the end of the exp pass, read by NORMALIZE).
+shifts of 16, 8, 4, 2 and 1 and divides. The state is two memories, ``state_m`` (read as a
+query's max pass starts, written at its end) and ``state_l`` (read-modify-written at the end of
+the exp pass, read by NORMALIZE).
 
-Timing: the max pass of a query (``tiles`` score rows) runs up to 8 queries ahead of the exp
-pass (``tiles`` rows, writing P) and O rescale (``o_tiles`` rows; none with ``first``) of
-earlier queries, so the accumulator read port is busy every cycle: a BLOCK takes
-``count * (2 * tiles + o_tiles) + ~12`` cycles. NORMALIZE divides two quotient bits per cycle,
+Speculation (BLOCK without ``first``): m is an integer and settles after a query's first
+blocks, so usually m' = m, a = 0 and the O rescale is the identity. The max pass is then pass
+A: its rows are also exp-pass rows with the stored m as m' (P rows written, p summed). At its
+end, a query whose stored m is valid and equal to m' (a hit) has exactly today's P and l' =
+l + (sum(p) << LF), committed then, and its O unchanged: it is done. Any other query (a miss:
+m rose or is -inf) queues its job as before: the exp pass rewrites its P rows with m', and
+pass A's sum is dropped. A score above the stored m (d < 0) is a miss: its p, 0 to 255 like any
+(the adder's range of P rows only holds for d >= 0, but a p out of range is a zero or a clamp),
+is rewritten. The cost: pass A's sum beside the exp pass's (the two issuers' rows interleave),
+a FIFO of the stored m of up to 8 queries in flight, and the P address of the front's rows.
+
+Timing: the max pass (or pass A) of a query (``tiles`` score rows) runs up to 8 queries ahead
+of the exp pass (``tiles`` rows, writing P) and O rescale (``o_tiles`` rows; none with
+``first``) of earlier queries, so the accumulator read port is busy every cycle: a BLOCK takes
+``sum(arch.block_query_cycles) + ~12`` cycles: per query ``2 * tiles`` with ``first``, else
+``tiles`` on a hit, ``2 * tiles + o_tiles`` on a miss. NORMALIZE divides two quotient bits per cycle,
 overlapped with the O scaling of the previous query (two reads per O row):
 ``count * max(2 * o_tiles, 10) + ~12`` cycles (``arch.normalize_query_cycles``): the shared
 multipliers cost nothing up to 5 O tiles. The accumulator row and the multiplier operands are
