@@ -60,9 +60,9 @@ A: its rows are also exp-pass rows with the stored m as m' (P rows written, p su
 end, a query whose stored m is valid and equal to m' (a hit) has exactly today's P and l' =
 l + (sum(p) << LF), committed then, and its O unchanged: it is done. Any other query (a miss:
 m rose or is -inf) queues its job as before: the exp pass rewrites its P rows with m', and
-pass A's sum is dropped. A score above the stored m (d < 0) is a miss: its p, 0 to 255 like any
-(the adder's range of P rows only holds for d >= 0, but a p out of range is a zero or a clamp),
-is rewritten. The cost: pass A's sum beside the exp pass's (the two issuers' rows interleave),
+pass A's sum is dropped. A score above the stored m (d < 0) is a miss: whatever p the lanes
+make of it (0 to 255, the sums' widths hold any) is rewritten; on a hit every valid d is >= 0
+and within the ranges above. The cost: pass A's sum beside the exp pass's (the two issuers' rows interleave),
 a FIFO of the stored m of up to 8 queries in flight, and the P address of the front's rows.
 
 Timing: the max pass (or pass A) of a query (``tiles`` score rows) runs up to 8 queries ahead
