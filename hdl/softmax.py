@@ -54,26 +54,26 @@ shifts of 16, 8, 4, 2 and 1 and divides. The state is two memories, ``state_m`` 
 query's max pass starts, written at its end) and ``state_l`` (read-modify-written at the end of
 the exp pass, read by NORMALIZE).
 
-Speculation (BLOCK without ``first``): m is an integer and settles after a query's first
-blocks, so usually m' = m, a = 0 and the O rescale is the identity. The max pass is then pass
-A: its rows are also exp-pass rows with the stored m as m' (P rows written, p summed). At its
-end, a query whose stored m is valid and equal to m' (a hit) has exactly today's P and l' =
-l + (sum(p) << LF), committed then, and its O unchanged: it is done. Any other query (a miss:
-m rose or is -inf) queues its job as before: the exp pass rewrites its P rows with m', and
-pass A's sum is dropped. A score above the stored m (d < 0) is a miss: whatever p the lanes
-make of it (0 to 255, the sums' widths hold any) is rewritten; on a hit every valid d is >= 0
-and within the ranges above. The cost: pass A's sum beside the exp pass's (the two issuers' rows interleave),
-a FIFO of the stored m of up to 8 queries in flight, and the P address of the front's rows.
+Speculation (BLOCK without ``first``): m is an integer and settles after a query's first blocks,
+so usually m' = m, a = 0 and the O rescale is the identity. The max pass is then pass A: its
+rows are also exp-pass rows with the stored m as m' (P rows written, p summed). At its end, a
+query whose stored m is valid and equal to m' (a hit) has exactly today's P and l' = l + (sum(p)
+<< LF), committed then, and its O unchanged: it is done. Any other query (a miss: m rose or is
+-inf) queues its job as before: the exp pass rewrites its P rows with m', and pass A's sum is
+dropped. A score above the stored m (d < 0) is a miss: whatever p the lanes make of it (0 to
+255, the sums' widths hold any) is rewritten; on a hit every valid d is >= 0 and within the
+ranges above. The cost: pass A's sum beside the exp pass's (the two issuers' rows interleave), a
+FIFO of the stored m of up to 8 queries in flight, and the P address of the front's rows.
 
-Timing: the max pass (or pass A) of a query (``tiles`` score rows) runs up to 8 queries ahead
-of the exp pass (``tiles`` rows, writing P) and O rescale (``o_tiles`` rows; none with
-``first``) of earlier queries, so the accumulator read port is busy every cycle: a BLOCK takes
+Timing: the max pass (or pass A) of a query (``tiles`` score rows) runs up to 8 queries ahead of
+the exp pass (``tiles`` rows, writing P) and O rescale (``o_tiles`` rows; none with ``first``)
+of earlier queries, so the accumulator read port is busy every cycle: a BLOCK takes
 ``sum(arch.block_query_cycles) + ~12`` cycles: per query ``2 * tiles`` with ``first``, else
-``tiles`` on a hit, ``2 * tiles + o_tiles`` on a miss. NORMALIZE divides two quotient bits per cycle,
-overlapped with the O scaling of the previous query (two reads per O row):
-``count * max(2 * o_tiles, 10) + ~12`` cycles (``arch.normalize_query_cycles``): the shared
-multipliers cost nothing up to 5 O tiles. The accumulator row and the multiplier operands are
-registered after the block RAM read, before the lane datapath.
+``tiles`` on a hit, ``2 * tiles + o_tiles`` on a miss. NORMALIZE divides two quotient bits per
+cycle, overlapped with the O scaling of the previous query (two reads per O row): ``count *
+max(2 * o_tiles, 10) + ~12`` cycles (``arch.normalize_query_cycles``): the shared multipliers
+cost nothing up to 5 O tiles. The accumulator row and the multiplier operands are registered
+after the block RAM read, before the lane datapath.
 """
 from amaranth.hdl import Array, C, Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, enum, memory, wiring
