@@ -6,7 +6,7 @@ from amaranth.lib import data, memory, wiring
 from amaranth.sim import Simulator
 
 from tpugen import CoreConfig
-from tpugen.arch import normalize_query_cycles
+from tpugen.arch import block_query_cycles, normalize_query_cycles
 from tpugen.hdl.softmax import L_MAX, STATE_M, SoftmaxUnit
 from tpugen.isa import ErrorCode, SoftmaxInstruction, SoftmaxMode
 from tpugen.sim import softmax_model as model
@@ -221,10 +221,9 @@ def test_throughput():
 
 
 def _block_rows(config, acc, prob, instructions):
-    """Rows each BLOCK of ``instructions`` (run in order from a fresh state) reads, and its
-    misses: without ``first``, pass A (``tiles`` per query) and, for each query whose m
-    changes or is -inf (a miss), the exp pass and the O rescale; with ``first``, the max and
-    exp passes."""
+    """Rows each BLOCK of ``instructions`` (run in order from a fresh state) reads
+    (`block_query_cycles` of each query: a hit when the BLOCK is not ``first`` and the query's
+    m is valid and unchanged), and its misses."""
     acc, prob = acc.copy(), prob.copy()
     state_m = np.full(config.probability_rows, model.M_NONE, dtype=np.int64)
     state_l = np.zeros(config.probability_rows, dtype=np.int64)
@@ -233,11 +232,11 @@ def _block_rows(config, acc, prob, instructions):
         states = slice(fields["state_row"], fields["state_row"] + fields["count"])
         old = state_m[states].copy()
         model.run_instruction(config, fields, acc, prob, state_m, state_l)
-        miss = int(np.sum((old == model.M_NONE) | (state_m[states] != old)))
-        tiles, o_tiles, count = fields["tiles"], fields["o_tiles"], fields["count"]
-        rows.append(count * 2 * tiles if fields.get("first")
-                    else count * tiles + miss * (tiles + o_tiles))
-        misses.append(miss)
+        first = bool(fields.get("first"))
+        hits = (old != model.M_NONE) & (state_m[states] == old) & (not first)
+        rows.append(sum(block_query_cycles(fields["tiles"], fields["o_tiles"], first, bool(hit))
+                        for hit in hits))
+        misses.append(int(np.sum(~hits)))
     return rows, misses
 
 
