@@ -6,7 +6,7 @@ from itertools import accumulate
 
 import numpy as np
 
-from ..arch import Engine, min_tile_length, normalize_query_cycles
+from ..arch import Engine, block_query_cycles, min_tile_length, normalize_query_cycles
 from ..isa import SoftmaxInstruction, SoftmaxMode
 from .program import LEAD, Deps, Dim, Op, Program, schedule, tensor
 
@@ -118,6 +118,14 @@ def _query_tiles(seq, m_tile):
     return [seq // tiles + (i < seq % tiles) for i in range(tiles)]
 
 
+def _key_blocks(cols, block_keys, seq, kv, q0, count, causal):
+    """[(first key, key tiles)] of the blocks the query tile of ``count`` queries from ``q0``
+    runs: with ``causal``, none whose keys are masked for all its queries."""
+    last_key = kv - 1 if not causal else min(kv - 1, q0 + count - 1 + kv - seq)
+    return [(k0, -(-min(block_keys, last_key + 1 - k0) // cols))
+            for k0 in range(0, last_key + 1, block_keys)]
+
+
 def attention_macs(heads, seq, kv, dim, causal=False):
     """The useful multiply-accumulates of attention: 2 * dim (q.k and p.v) per query-key pair
     that is not masked (``causal``: key j of query i when j <= i + kv - seq)."""
@@ -125,7 +133,9 @@ def attention_macs(heads, seq, kv, dim, causal=False):
     return 2 * dim * pairs * heads
 
 
-def plan_attention(config, seq, kv, dim):
+def plan_attention(config, seq, kv, dim, causal=False):
+    """The `AttentionPlan` of one head (L = ``seq``, S = ``kv``, d = ``dim``) with the fewest
+    execute cycles by the cost model below (``causal``: the blocks it skips are not run)."""
     for name, value in (("L", seq), ("S", kv), ("d", dim)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name}={value!r} is invalid: allowed an integer >= 1")
@@ -144,19 +154,24 @@ def plan_attention(config, seq, kv, dim):
     def cycles(option):
         """Execute cycles of the head: per query tile, per block, two GEMMs of tiles x d_chunks
         MATMULs (back to back, each at least `min_tile_length` long) and a softmax BLOCK step;
-        then NORMALIZE (see `hdl.softmax`). Loads and stores overlap them."""
+        then NORMALIZE (see `hdl.softmax`). Loads and stores overlap them. A BLOCK after the
+        first misses (its query's m rises) as if the scores were independent: block b holds
+        the maximum of blocks 0..b with probability 1 / (b + 1) (m's ceiling makes it less)."""
         tiles, m = option
-        blocks = -(-kv // (tiles * n))
+        counts = _query_tiles(seq, m)
         total = 0
-        for count in _query_tiles(seq, m):
-            block = (2 * tiles * d_chunks * max(count, min_tile_length(config))
-                     + count * (2 * tiles + d_chunks) + _SOFTMAX_OVERHEAD)
-            total += (blocks * block + count * normalize_query_cycles(config, d_chunks)
-                      + _SOFTMAX_OVERHEAD)
+        for q0, count in zip(accumulate(counts, initial=0), counts):
+            for b, (_, width) in enumerate(_key_blocks(n, tiles * n, seq, kv, q0, count, causal)):
+                hit, miss = (block_query_cycles(width, d_chunks, first=b == 0, hit=h)
+                             for h in (True, False))
+                total += (2 * width * d_chunks * max(count, min_tile_length(config))
+                          + count * (b * hit + miss) / (b + 1) + _SOFTMAX_OVERHEAD)
+            total += count * normalize_query_cycles(config, d_chunks) + _SOFTMAX_OVERHEAD
         return total
 
-    # Wider blocks amortize the rescale of O; longer query tiles amortize the reloads of K
-    # and V. Both share the accumulator and the probability buffer.
+    # Wider blocks need fewer BLOCKs and misses; longer query tiles amortize the reloads of K
+    # and V, but compute more masked scores with ``causal``. Both share the accumulator and
+    # the probability buffer.
     options = [(tiles, queries(tiles)) for tiles in range(1, min(-(-kv // n), _MAX_TILES) + 1)]
     options = [option for option in options if option[1] >= 1]
     if not options:
@@ -209,10 +224,8 @@ def compile_attention(config, plan, heads, *, q_addr, kt_addr, v_addr, o_addr, c
     counts = _query_tiles(seq, plan.m_tile)  # the split the plan's cost model counted
     for head in range(heads):
         for q0, count in zip(accumulate(counts, initial=0), counts):
-            last_key = kv - 1 if not causal else min(kv - 1, q0 + count - 1 + offset)
-            blocks = [(k0, -(-min(plan.block_keys, last_key + 1 - k0) // n))
-                      for k0 in range(0, last_key + 1, plan.block_keys)]
-            work.append((head, q0, count, blocks))
+            work.append((head, q0, count,
+                         _key_blocks(n, plan.block_keys, seq, kv, q0, count, causal)))
 
     # Execute instructions are numbered in order (``e``). Block g's loads go LEAD instructions
     # into block g - 1 (whose buffers are the other half), a query tile's STOREs right after

@@ -402,7 +402,7 @@ class Device:
             raise ValueError(f"q {q.shape}, k {k.shape}, v {v.shape} do not match")
         check_option("frac", frac, 0, 31)
         _check_causal(causal, seq, kv)
-        plan = plan_attention(self.config, seq, kv, dim)
+        plan = plan_attention(self.config, seq, kv, dim, causal)
         q_mem, kt_mem, v_mem = attention_operands(plan, q, k, v)
         out_bytes = 4 * heads * seq * dim
         (q_addr, kt_addr, v_addr), (o_addr,) = self._layout(

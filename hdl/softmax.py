@@ -50,17 +50,30 @@ multiplier per two lanes: each O row is read twice (PRODUCT: lane 2i's product; 
 holds through its partner's pass. ``EXP_TABLE`` is in block RAM, one two-port read-only memory
 per two lanes, without its 3 low bits: ``((y >> 3 >> n) + 1) >> 1`` is the p above (floors
 nest). The per-query work (ceil, m', a, l) is done once per query; NORMALIZE normalizes l by
-shifts of 16, 8, 4, 2 and 1 and divides. The state is two memories, ``state_m`` (written by the
-max pass) and ``state_l`` (read-modify-written at the end of the exp pass, read by NORMALIZE).
+shifts of 16, 8, 4, 2 and 1 and divides. The state is two memories, ``state_m`` (read as a
+query's max pass starts, written at its end) and ``state_l`` (read-modify-written at the end of
+the exp pass, read by NORMALIZE).
 
-Timing: the max pass of a query (``tiles`` score rows) runs up to 8 queries ahead of the exp
-pass (``tiles`` rows, writing P) and O rescale (``o_tiles`` rows; none with ``first``) of
-earlier queries, so the accumulator read port is busy every cycle: a BLOCK takes
-``count * (2 * tiles + o_tiles) + ~12`` cycles. NORMALIZE divides two quotient bits per cycle,
-overlapped with the O scaling of the previous query (two reads per O row):
-``count * max(2 * o_tiles, 10) + ~12`` cycles (``arch.normalize_query_cycles``): the shared
-multipliers cost nothing up to 5 O tiles. The accumulator row and the multiplier operands are
-registered after the block RAM read, before the lane datapath.
+Speculation (BLOCK without ``first``): m is an integer and settles after a query's first blocks,
+so usually m' = m, a = 0 and the O rescale is the identity. The max pass is then pass A: its
+rows are also exp-pass rows with the stored m as m' (P rows written, p summed). At its end, a
+query whose stored m is valid and equal to m' (a hit) has exactly today's P and l' = l + (sum(p)
+<< LF), committed then, and its O unchanged: it is done. Any other query (a miss: m rose or is
+-inf) queues its job as before: the exp pass rewrites its P rows with m', and pass A's sum is
+dropped. A score above the stored m (d < 0) is a miss: whatever p the lanes make of it (0 to
+255, the sums' widths hold any) is rewritten; on a hit every valid d is >= 0 and within the
+ranges above. The cost: pass A's sum beside the exp pass's (the two issuers' rows interleave), a
+FIFO of the stored m of up to 8 queries in flight, and the P address of the front's rows.
+
+Timing: the max pass (or pass A) of a query (``tiles`` score rows) runs up to 8 queries ahead of
+the exp pass (``tiles`` rows, writing P) and O rescale (``o_tiles`` rows; none with ``first``)
+of earlier queries, so the accumulator read port is busy every cycle: a BLOCK takes
+``sum(arch.block_query_cycles) + ~12`` cycles: per query ``2 * tiles`` with ``first``, else
+``tiles`` on a hit, ``2 * tiles + o_tiles`` on a miss. NORMALIZE divides two quotient bits per
+cycle, overlapped with the O scaling of the previous query (two reads per O row): ``count *
+max(2 * o_tiles, 10) + ~12`` cycles (``arch.normalize_query_cycles``): the shared multipliers
+cost nothing up to 5 O tiles. The accumulator row and the multiplier operands are registered
+after the block RAM read, before the lane datapath.
 """
 from amaranth.hdl import Array, C, Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, enum, memory, wiring
@@ -109,7 +122,7 @@ _JOB = data.StructLayout({
 
 class _Kind(enum.Enum, shape=2):
     MAX = 0      # score row, max pass
-    EXP = 1      # score row, exp pass: a P row
+    EXP = 1      # score row, exp pass: a P row (with `spec`, also a max-pass row)
     SCALE = 2    # O row: scaled and written back
     PRODUCT = 3  # NORMALIZE's first pass of an O row: the even lanes' products, no write
 
@@ -121,6 +134,7 @@ def _op_layout(config):
         "kind": _Kind,
         "first": 1,
         "last": 1,
+        "spec": 1,                        # EXP: pass A, p with the stored m (front)
         "lanes": range(config.cols + 1),  # MAX, EXP: lanes of valid keys
         "addr": 16,                       # EXP: P row; SCALE: O row
         "alpha_shift": 6,                 # EXP: a, for l
@@ -171,6 +185,14 @@ def _half(shift):
     return (1 << shift) >> 1
 
 
+def _p_base(m_x, frac):
+    """The P rows' addend for a maximum ``m_x``: ``(m_x << frac << 7) + 1``, clamped (``d >=
+    2**36 - 2**31`` makes p = 0 for any frac)."""
+    top = m_x << frac  # >= the largest valid s of the block
+    limit = 1 << 36
+    return (Mux(top > limit, limit, top) << EXP_BITS) + 1
+
+
 class SoftmaxUnit(wiring.Component):
     """Runs SOFTMAX instructions on the accumulator (scores, O) and the probability buffer.
 
@@ -209,6 +231,9 @@ class SoftmaxUnit(wiring.Component):
         l_read, l_write = self.state_l.read_port(), self.state_l.write_port()
         m.d.comb += [m_read.en.eq(0), l_read.en.eq(0)]  # a read port's enable is 1 unless driven
         m.submodules.jobs = jobs = SyncFIFO(width=_JOB.size, depth=_JOBS)
+        # The stored m of each query the front started, read as it starts, for its max pass's
+        # end (as many as queries in flight, `ahead`).
+        m.submodules.stored = stored = SyncFIFO(width=STATE_M.size, depth=_JOBS)
 
         # Accept an instruction into `ins`; the next cycle (`checking`) register the products
         # of its fields, the cycle after (`judging`) compare the rows they reach with the
@@ -221,6 +246,8 @@ class SoftmaxUnit(wiring.Component):
         block = ins.mode == SoftmaxMode.BLOCK
         o_span = Signal(24)    # o_tiles * count
         tile_span = Signal(24)  # tiles * count
+        p_offset = Signal(16)  # a score row's P row, less the score row
+        l_offset = Signal(16)  # a query's state row, less its last P row
         bad = Signal(ErrorCode)
         with m.If((ins.mode != SoftmaxMode.BLOCK) & (ins.mode != SoftmaxMode.NORMALIZE)):
             m.d.comb += bad.eq(ErrorCode.UNKNOWN_OPCODE)
@@ -245,7 +272,8 @@ class SoftmaxUnit(wiring.Component):
             m.d.sync += [checking.eq(0), judging.eq(1), o_span.eq(ins.o_tiles * ins.count),
                          tile_span.eq(ins.tiles * ins.count)]
         with m.If(judging):
-            m.d.sync += judging.eq(0)
+            m.d.sync += [judging.eq(0), p_offset.eq(ins.p_row - ins.score_row),
+                         l_offset.eq(ins.state_row - ins.p_row - tile_span + ins.count)]
             with m.If(bad != ErrorCode.NONE):
                 m.d.sync += self.error.eq(bad)
             with m.Else():
@@ -261,7 +289,9 @@ class SoftmaxUnit(wiring.Component):
         # Two issuers share the read port: the front runs the max pass (BLOCK) or the
         # reciprocal (NORMALIZE) of each query and queues a job; the back takes jobs and
         # issues the exp pass and the O rows. The front has priority but runs at most _JOBS
-        # queries ahead of the back.
+        # queries ahead of the back. Without `first`, the front's pass is speculative (pass
+        # A): its rows are max-pass rows and exp-pass rows with the stored m as m' (`spec`);
+        # a query whose m' is its stored m (a hit) is done then and queues no job.
         ahead = Signal(range(_JOBS + 1))
         started = Signal()
         f_query, f_tile, f_addr, f_key = Signal(16), Signal(8), Signal(16), Signal(16)
@@ -272,8 +302,9 @@ class SoftmaxUnit(wiring.Component):
         # NORMALIZE reads each O row twice when lanes share a multiplier (`b_again`: the
         # first pass, PRODUCT, then SCALE).
         b_have, b_job, b_scale, b_second = Signal(), Signal(_JOB), Signal(), Signal()
-        b_tile, b_addr, b_paddr, b_key, b_jobs = (Signal(8), Signal(16), Signal(16), Signal(16),
-                                                  Signal(16))
+        b_tile, b_addr, b_paddr, b_key = Signal(8), Signal(16), Signal(16), Signal(16)
+        retired = Signal(16)  # queries whose job was taken or that hit
+        hit = Signal()  # a query of pass A hit: it is done and queues no job
         back = Signal()
         b_again = b_scale & ~block & ~b_second if cols > 1 else C(0)
         b_end = Mux(b_scale, (b_tile + 1 == ins.o_tiles) & ~b_again,
@@ -285,12 +316,17 @@ class SoftmaxUnit(wiring.Component):
             m.d.comb += [
                 self.acc_read.addr.eq(f_addr),
                 op.valid.eq(1),
-                op.kind.eq(_Kind.MAX),
+                op.kind.eq(Mux(ins.first, _Kind.MAX, _Kind.EXP)),
+                op.spec.eq(~ins.first),
                 op.first.eq(f_tile == 0),
                 op.last.eq(f_tile + 1 == ins.tiles),
                 op.lanes.eq(valid_lanes(f_query, f_key)),
+                op.addr.eq(f_addr + p_offset),
+                row.shift.eq(ins.frac),
                 started.eq(f_tile == 0),
             ]
+            with m.If(f_tile == 0):  # the stored m: pass A's base, then `stored`
+                m.d.comb += [m_read.addr.eq(ins.state_row + f_query), m_read.en.eq(1)]
         with m.Elif(back):
             m.d.comb += [self.acc_read.addr.eq(b_addr), op.valid.eq(1)]
             with m.If(b_scale & block):
@@ -334,13 +370,13 @@ class SoftmaxUnit(wiring.Component):
         pop = Signal()
         m.d.comb += [pop.eq(jobs.r_rdy & (~b_have | (back & b_end))), jobs.r_en.eq(pop)]
         with m.If(start):
-            m.d.sync += [b_have.eq(0), b_jobs.eq(0)]
+            m.d.sync += b_have.eq(0)
         with m.Elif(pop):
             m.d.sync += [
                 b_have.eq(1), b_job.eq(job_out), b_scale.eq(~block), b_second.eq(0),
                 b_tile.eq(0), b_key.eq(0),
                 b_addr.eq(Mux(block, ins.score_row, ins.o_row) + job_out.query),
-                b_paddr.eq(ins.p_row + job_out.query), b_jobs.eq(b_jobs + 1),
+                b_paddr.eq(ins.p_row + job_out.query),
             ]
         with m.Elif(back & b_end):
             m.d.sync += b_have.eq(0)
@@ -351,7 +387,8 @@ class SoftmaxUnit(wiring.Component):
         with m.Elif(back):
             m.d.sync += [b_tile.eq(b_tile + 1), b_second.eq(0), b_addr.eq(b_addr + ins.count),
                          b_paddr.eq(b_paddr + ins.count), b_key.eq(b_key + cols)]
-        m.d.sync += ahead.eq(Mux(start, 0, ahead + started - pop))
+        m.d.sync += [ahead.eq(Mux(start, 0, ahead + started - pop - hit)),
+                     retired.eq(Mux(start, 0, retired + pop + hit))]
 
         # The row pipeline: ops[s] is the operation in stage s (read issued in stage 0).
         ops = [op]
@@ -367,7 +404,13 @@ class SoftmaxUnit(wiring.Component):
         # P index.
         read_data = Signal.like(self.acc_read.data)
         m.d.sync += read_data.eq(self.acc_read.data)
-        _, row_2, row_3 = _delays(m, row, 3)
+        # Pass A's base, from the stored m the front read at its query's first row (the read
+        # port holds it through the query's rows).
+        row_1, row_2 = _delays(m, row, 1)[0], Signal(_ROW)
+        m.d.sync += row_2.eq(row_1)
+        with m.If(at(1).spec):
+            m.d.sync += row_2.base.eq(_p_base(m_read.data.m, ins.frac))
+        row_3 = _delays(m, row_2, 1)[0]
         # Lanes 2i and 2i + 1 share a multiplier: lane 2i's product in the PRODUCT pass,
         # 2i + 1's in the SCALE pass after it. Each lane's sum holds through its partner's pass.
         operands = [Signal(signed(32)) for _ in range(0, cols, 2)]
@@ -416,29 +459,33 @@ class SoftmaxUnit(wiring.Component):
             item = Signal(_MAXIMUM)
             m.d.comb += [item.valid.eq(j < at(2).lanes), item.x.eq(read_data[j])]
             items.append(item)
-        row_max, latency = _reduce(m, items, lambda a, b: _larger(m, a, b))
-        op_max = at(2 + latency)
+        row_max, max_latency = _reduce(m, items, lambda a, b: _larger(m, a, b))
+        op_max = at(2 + max_latency)
         running, merged = Signal(_MAXIMUM), Signal(_MAXIMUM)
         m.d.comb += merged.eq(Mux(op_max.first, row_max, _larger(m, running, row_max)))
-        is_max = op_max.valid & (op_max.kind == _Kind.MAX)
+        is_max = op_max.valid & ((op_max.kind == _Kind.MAX) | op_max.spec)
         with m.If(is_max):
             m.d.sync += running.eq(merged)
         m_query = Signal(16)  # the query of the max pass's next job
         with m.If(start):
             m.d.sync += m_query.eq(0)
         with m.Elif(is_max & op_max.last):
-            m.d.comb += [m_read.addr.eq(ins.state_row + m_query), m_read.en.eq(1)]
             m.d.sync += m_query.eq(m_query + 1)
+        m.d.sync += stored.w_en.eq(m_read.en)
+        m.d.comb += stored.w_data.eq(m_read.data)
 
-        # 0: m_blk = ceil(max s / 2**frac).  1: m' (written back).  2: a and the job's base.
+        # 0: m_blk = ceil(max s / 2**frac).  1: m' (written back), a hit.  2: a and the job's
+        # base.
         step = data.StructLayout({"valid": 1, "query": 16, "m": _MAXIMUM, "old": _MAXIMUM})
         new = Signal(step)
         m.d.sync += [new.valid.eq(is_max & op_max.last), new.query.eq(m_query),
                      new.m.eq(merged)]
         old, ceiling = Signal(_MAXIMUM), Signal(_MAXIMUM)
+        stored_m = data.View(STATE_M, stored.r_data)
         m.d.comb += [
-            old.valid.eq(m_read.data.m_valid & ~ins.first),
-            old.x.eq(m_read.data.m),
+            stored.r_en.eq(new.valid),
+            old.valid.eq(stored_m.m_valid & ~ins.first),
+            old.x.eq(stored_m.m),
             ceiling.valid.eq(new.m.valid),
             ceiling.x.eq(-(-new.m.x >> ins.frac)),
         ]
@@ -451,15 +498,15 @@ class SoftmaxUnit(wiring.Component):
             m_write.data.m_valid.eq(steps[0].m.valid),
         ]
         rise = steps[0].m.x - steps[0].old.x
-        top = steps[0].m.x << ins.frac  # >= the largest valid s of the block
-        limit = 1 << 36  # d >= limit - 2**31 makes p = 0 for any frac
         alpha_shift, base = Signal(6), Signal(_BASE)
         m.d.sync += [
             alpha_shift.eq(Mux(~steps[0].old.valid | (rise > SHIFT_MAX), SHIFT_MAX, rise)),
-            base.eq((Mux(top > limit, limit, top) << EXP_BITS) + 1),
+            base.eq(_p_base(steps[0].m.x, ins.frac)),
+            # m' = m (not -inf, so no first): pass A's P rows and sum are the exp pass's.
+            hit.eq(steps[0].valid & steps[0].old.valid & (rise == 0)),
         ]
         pushed = data.View(_JOB, jobs.w_data)
-        with m.If(steps[1].valid):
+        with m.If(steps[1].valid & ~hit):
             m.d.comb += [
                 jobs.w_en.eq(1),
                 pushed.query.eq(steps[1].query),
@@ -468,7 +515,7 @@ class SoftmaxUnit(wiring.Component):
             ]
 
         # Exp pass: P rows (the table is read in stage 4, p rounded in 5, written in 6), their
-        # sum, then l read (stage 6 + latency - 1) and written.
+        # sum, then l read (stage 5 + sum_latency) and written.
         index = data.StructLayout({"f": EXP_BITS, "n": 4, "big": _OUT - EXP_BITS - 4})
         # A block RAM ROM per two lanes (one yosys memory with a read port per lane crashes its
         # memory_libmap at 16 lanes).
@@ -494,28 +541,29 @@ class SoftmaxUnit(wiring.Component):
         ]
         for j in range(cols):
             m.d.comb += self.p_write.data[j].eq(probs[j])
-        row_sum, latency = _reduce(m, probs, lambda a, b: a + b)
-        op_sum = at(6 + latency)
-        running_sum = Signal(range(255 * 255 * cols + 1))
-        total = Mux(op_sum.first, 0, running_sum) + row_sum
+        row_sum, sum_latency = _reduce(m, probs, lambda a, b: a + b)
+        op_sum = at(6 + sum_latency)
         is_exp = op_sum.valid & (op_sum.kind == _Kind.EXP)
-        with m.If(is_exp):
-            m.d.sync += running_sum.eq(total)
-        l_query = Signal(16)  # the query of the exp pass's next state write
-        before = at(5 + latency)
-        with m.If(start):
-            m.d.sync += l_query.eq(0)
-        with m.Elif(is_exp & op_sum.last):
-            m.d.sync += l_query.eq(l_query + 1)
+        # The front's (pass A) and the back's rows interleave: a running sum for each.
+        totals = []
+        for spec in (0, 1):
+            running_sum = Signal(range(255 * 255 * cols + 1))
+            totals.append(Mux(op_sum.first, 0, running_sum) + row_sum)
+            with m.If(is_exp & (op_sum.spec == spec)):
+                m.d.sync += running_sum.eq(totals[-1])
+        total = Mux(op_sum.spec, totals[1], totals[0])
+        # Whether pass A's query hit, from its max pass's end (`hit`) to its sum's.
+        hit_sum = _delays(m, hit, 1 + sum_latency - max_latency)[-1]
+        # A query's state row is its last P row (`addr`) plus `l_offset`.
+        before = at(5 + sum_latency)
         with m.If(before.valid & (before.kind == _Kind.EXP) & before.last):
-            m.d.comb += [l_read.addr.eq(ins.state_row + l_query + (is_exp & op_sum.last)),
-                         l_read.en.eq(1)]
+            m.d.comb += [l_read.addr.eq(before.addr + l_offset), l_read.en.eq(1)]
         l_old = Mux(ins.first, 0, l_read.data)
         shift = op_sum.alpha_shift
         l_new = ((l_old + _half(shift)) >> shift) + (total << LF)
         m.d.sync += [
-            l_write.en.eq(is_exp & op_sum.last),
-            l_write.addr.eq(ins.state_row + l_query),
+            l_write.en.eq(is_exp & op_sum.last & (~op_sum.spec | hit_sum)),
+            l_write.addr.eq(op_sum.addr + l_offset),
             l_write.data.eq(Mux(l_new > L_MAX, L_MAX, l_new)),
         ]
 
@@ -566,7 +614,7 @@ class SoftmaxUnit(wiring.Component):
 
         stages = [o.valid for o in ops[1:]] + [new.valid] + [s.valid for s in steps]
         m.d.comb += [
-            self.done.eq(active & ~b_have & (b_jobs == ins.count) & ~Cat(*stages).any()
+            self.done.eq(active & ~b_have & (retired == ins.count) & ~Cat(*stages).any()
                          & ~l_write.en),
             self.progress.eq(accept | checking | judging | self.acc_read.en | self.acc_write.en
                              | self.p_write.en | m_read.en | l_read.en | m_write.en | l_write.en),

@@ -26,7 +26,7 @@ def attention_int8_model(config, q, k, v, frac, causal=False):
     int32 (heads, L, d) in units of v / 256, with the key blocks of the core's program."""
     heads, seq, dim = q.shape
     kv = k.shape[1]
-    plan = plan_attention(config, seq, kv, dim)
+    plan = plan_attention(config, seq, kv, dim, causal)
     out = np.zeros((heads, seq, dim), dtype=np.int64)
     for h in range(heads):
         scores = q[h].astype(np.int64) @ k[h].astype(np.int64).T

@@ -19,7 +19,7 @@ from types import SimpleNamespace
 from amaranth.hdl import Shape
 from amaranth.lib import data
 
-from ..arch import OPCODE_ENGINE, QUEUE_DEPTH, Engine, opcode_of
+from ..arch import OPCODE_ENGINE, QUEUE_DEPTH, Engine, block_query_cycles, opcode_of
 from ..isa import DIMS, INSTRUCTION_BYTES, ErrorCode, Header, Opcode, SoftmaxMode, instruction_layout
 
 __all__ = ["DONE", "FETCH_CYCLES", "MEMORY_SIZE", "Prediction", "predict"]
@@ -190,7 +190,8 @@ def _softmax(config, instr):
         code = ErrorCode.SRAM_RANGE
     else:
         code = ErrorCode.NONE
-    per_query = 2 * instr.tiles + instr.o_tiles if block else max(instr.o_tiles, 10)
+    per_query = (block_query_cycles(instr.tiles, instr.o_tiles, first=False, hit=False) if block
+                 else max(instr.o_tiles, 10))
     return code, 60 + 2 * instr.count * per_query
 
 

@@ -91,7 +91,7 @@ def _conv2d(cfg, rng, x, w, stride, padding, dilation):
 def _attention(cfg, rng, heads, seq, kv, dim, causal):
     q, k, v = (rng.standard_normal((heads, n, dim)) for n in (seq, kv, kv))
     (q, k, v), _, frac = quantize_attention(q, k, v)
-    plan = plan_attention(cfg, seq, kv, dim)
+    plan = plan_attention(cfg, seq, kv, dim, causal)
     return _Job(f"attention {heads}x{seq}x{kv}x{dim}{' causal' * causal}",
                 list(attention_operands(plan, q, k, v)),
                 attention_int8_model(cfg, q, k, v, frac, causal),

@@ -6,7 +6,7 @@ from amaranth.lib import data, memory, wiring
 from amaranth.sim import Simulator
 
 from tpugen import CoreConfig
-from tpugen.arch import normalize_query_cycles
+from tpugen.arch import block_query_cycles, normalize_query_cycles
 from tpugen.hdl.softmax import L_MAX, STATE_M, SoftmaxUnit
 from tpugen.isa import ErrorCode, SoftmaxInstruction, SoftmaxMode
 from tpugen.sim import softmax_model as model
@@ -200,8 +200,9 @@ def test_normalize_any_state():
 
 
 def test_throughput():
-    """BLOCK keeps the read port busy: count * (2 * tiles + o_tiles) cycles plus a fill;
-    NORMALIZE takes `normalize_query_cycles` per query."""
+    """BLOCK keeps the read port busy: at most count * (2 * tiles + o_tiles) cycles plus a
+    fill (`test_speculative_pass`: fewer on hits); NORMALIZE takes `normalize_query_cycles`
+    per query."""
     config = SQUARE
     acc, prob = _memories(config, 3)
     acc[:] >>= 10
@@ -217,6 +218,64 @@ def test_throughput():
         per_query = per_query or normalize_query_cycles(config, fields["o_tiles"])
         bound = fields["count"] * per_query + 24
         assert got <= bound, (fields, got, bound)
+
+
+def _block_rows(config, acc, prob, instructions):
+    """Rows each BLOCK of ``instructions`` (run in order from a fresh state) reads
+    (`block_query_cycles` of each query: a hit when the BLOCK is not ``first`` and the query's
+    m is valid and unchanged), and its misses."""
+    acc, prob = acc.copy(), prob.copy()
+    state_m = np.full(config.probability_rows, model.M_NONE, dtype=np.int64)
+    state_l = np.zeros(config.probability_rows, dtype=np.int64)
+    rows, misses = [], []
+    for fields in instructions:
+        states = slice(fields["state_row"], fields["state_row"] + fields["count"])
+        old = state_m[states].copy()
+        model.run_instruction(config, fields, acc, prob, state_m, state_l)
+        first = bool(fields.get("first"))
+        hits = (old != model.M_NONE) & (state_m[states] == old) & (not first)
+        rows.append(sum(block_query_cycles(fields["tiles"], fields["o_tiles"], first, bool(hit))
+                        for hit in hits))
+        misses.append(int(np.sum(~hits)))
+    return rows, misses
+
+
+@pytest.mark.parametrize("config", [SQUARE, ODD], ids=["4x4", "3x3"])
+def test_speculative_pass(config):
+    """A BLOCK without ``first`` computes P with the stored m while it finds the maximum (pass
+    A); a query whose m is unchanged (a hit) is done then, the others (m rises or is -inf) run
+    the exp pass and the O rescale. Bit-exact for all-hit, mixed and all-miss blocks, causal
+    masks, queries whose keys were all masked so far (m = -inf), count = 1 and one tile; and
+    every row read is one cycle: the rows plus a fill of at most 14."""
+    rng = np.random.default_rng(40 + config.cols)
+    acc, prob = _memories(config, 40 + config.cols)
+    count, tiles, o_tiles = 8, 2, 2
+    area = tiles * count
+    base = rng.integers(-2**14, 2**14, (area, config.cols))
+    rise = rng.integers(0, 2, count)  # the queries whose maximum rises in the mixed block
+    acc[:area] = base - 2**13  # low: each query's maximum is its key 0
+    acc[:count, 0] = 2**14
+    acc[area:2 * area] = base + (np.tile(rise, tiles) << 16)[:, None]  # mixed
+    acc[2 * area:3 * area] = base + 2**20  # high: every m rises
+    low, mixed, high = 0, area, 2 * area
+    common = {"count": count, "tiles": tiles, "o_tiles": o_tiles, "o_row": 3 * area,
+              "keys": tiles * config.cols, "frac": 10, "p_row": 0, "state_row": 0}
+    instructions = [_block(common, **fields) for fields in (
+        {"first": 1, "causal": 1, "causal_offset": -3, "score_row": low},  # 0..2: m = -inf
+        {"causal": 1, "causal_offset": -2, "score_row": low},  # 0, 1 still -inf, 2 rises
+        {"score_row": low},  # hits but queries 0 and 1
+        {"score_row": mixed},
+        {"causal": 1, "causal_offset": -2 * config.cols - 1, "score_row": mixed},  # masked
+        {"score_row": high},  # all miss
+        {"count": 1, "state_row": 5, "score_row": low},  # count = 1: a hit
+        {"tiles": 1, "score_row": low},  # one tile per query: hits
+        {"tiles": 1, "score_row": high, "frac": 9})]  # one tile per query: misses
+    rows, misses = _block_rows(config, acc, prob, instructions)
+    assert 0 < rise.sum() < count
+    assert misses == [8, 3, 2, rise.sum(), 0, 8, 0, 0, 8]
+    cycles = _simulate(config, acc, prob, instructions)
+    for want, got in zip(rows, cycles):
+        assert want <= got <= want + 14, (rows, cycles)
 
 
 @pytest.mark.parametrize("config", [SQUARE, WIDE, ODD], ids=["4x4", "2x8", "3x3"])

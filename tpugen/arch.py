@@ -9,8 +9,8 @@ from .isa import Header, Opcode
 
 __all__ = ["ENGINE_OPCODES", "Engine", "MAX_OUTSTANDING", "OPCODE_BITS", "OPCODE_ENGINE",
            "OPCODE_MASK", "PENDING_DEPTH", "PLAN_DEPTH", "QUEUE_DEPTH", "SOFTMAX_DIVIDE_CYCLES",
-           "SOFTMAX_OUT_FRAC", "TOKEN_BITS", "TOKEN_FLAGS", "TOKEN_LIMIT", "min_tile_length",
-           "normalize_query_cycles", "opcode_of", "token_flag_bit"]
+           "SOFTMAX_OUT_FRAC", "TOKEN_BITS", "TOKEN_FLAGS", "TOKEN_LIMIT", "block_query_cycles",
+           "min_tile_length", "normalize_query_cycles", "opcode_of", "token_flag_bit"]
 
 
 class Engine(enum.IntEnum, shape=2):
@@ -72,6 +72,15 @@ SOFTMAX_OUT_FRAC = 8
 """Fraction bits of the softmax unit's NORMALIZE output: it is in units of V / 2**8."""
 SOFTMAX_DIVIDE_CYCLES = 10
 """Cycles of NORMALIZE's reciprocal of one query (``hdl/softmax.py``)."""
+
+
+def block_query_cycles(tiles, o_tiles, first, hit):
+    """Cycles per query of a softmax BLOCK (``hdl/softmax.py``): with ``first``, the max and exp
+    passes; else the speculative pass A, and on a miss (``hit`` False: m rises or is -inf)
+    the exp pass and the O rescale after it."""
+    if first:
+        return 2 * tiles
+    return tiles if hit else 2 * tiles + o_tiles
 
 
 def normalize_query_cycles(config, o_tiles):

@@ -1196,7 +1196,7 @@ class InferenceSession:
         o = self.device.attention_int8(*operands, layer.frac, causal=layer.causal)
         values[layer.output] = layer.model_output(o, q.shape)
         plan = plan_attention(self.device.config, *operands[0].shape[1:2],
-                              *operands[1].shape[1:3])
+                              *operands[1].shape[1:3], layer.causal)
         sent = sum(a.nbytes for a in attention_operands(plan, *operands))
         return self._core_report(layer, start, layer.macs(q.shape, k.shape),
                                  [(sent, self.device.stats)], o.nbytes)
