@@ -155,8 +155,8 @@ def limiting_factor(config, entry):
 def attention_speculation(config, inputs):
     """How often the softmax unit's speculative max pass hit on an attention workload's
     ``inputs`` (float q, k, v, causal), counted on the core's program by the bit-exact model
-    (`speculation_hits`): ``{"fraction", "hits", "query_blocks"}`` (fraction None without
-    query blocks, i.e. BLOCKs without ``first``)."""
+    (`speculation_hits`): ``{"fraction", "hits", "query_blocks"}``, ``query_blocks`` the
+    queries of the BLOCKs without ``first`` (``fraction`` None when there are none)."""
     from .sim.attention_model import speculation_hits
 
     (qi, ki, vi), _, frac, causal = _quantized_attention(inputs)
