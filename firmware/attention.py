@@ -111,6 +111,12 @@ class AttentionPlan:
         """S rounded up to whole blocks: the rows of V and the row length of K^T in memory."""
         return -(-self.kv // self.block_keys) * self.block_keys
 
+    def query_blocks(self, causal):
+        """[(q0, count, [(first key, key tiles)])]: the query tiles of one head in the order
+        `compile_attention` runs them, each with its blocks of key tiles (the first BLOCK of a
+        tile is ``first``; with ``causal`` none whose keys are all masked for the tile)."""
+        return _tile_blocks(self.cols, self.block_keys, self.seq, self.kv, self.m_tile, causal)
+
 
 def _query_tiles(seq, m_tile):
     """Rows of the query tiles: as few as tiles of ``m_tile`` need, balanced."""
@@ -124,6 +130,14 @@ def _key_blocks(cols, block_keys, seq, kv, q0, count, causal):
     last_key = kv - 1 if not causal else min(kv - 1, q0 + count - 1 + kv - seq)
     return [(k0, -(-min(block_keys, last_key + 1 - k0) // cols))
             for k0 in range(0, last_key + 1, block_keys)]
+
+
+def _tile_blocks(cols, block_keys, seq, kv, m_tile, causal):
+    """[(q0, count, [(first key, key tiles)])]: the query tiles of one head in order, each with
+    the blocks it runs (`_key_blocks`)."""
+    counts = _query_tiles(seq, m_tile)
+    return [(q0, count, _key_blocks(cols, block_keys, seq, kv, q0, count, causal))
+            for q0, count in zip(accumulate(counts, initial=0), counts)]
 
 
 def attention_macs(heads, seq, kv, dim, causal=False):
@@ -158,10 +172,9 @@ def plan_attention(config, seq, kv, dim, causal=False):
         first misses (its query's m rises) as if the scores were independent: block b holds
         the maximum of blocks 0..b with probability 1 / (b + 1) (m's ceiling makes it less)."""
         tiles, m = option
-        counts = _query_tiles(seq, m)
         total = 0
-        for q0, count in zip(accumulate(counts, initial=0), counts):
-            for b, (_, width) in enumerate(_key_blocks(n, tiles * n, seq, kv, q0, count, causal)):
+        for _, count, blocks in _tile_blocks(n, tiles * n, seq, kv, m, causal):
+            for b, (_, width) in enumerate(blocks):
                 hit, miss = (block_query_cycles(width, d_chunks, first=b == 0, hit=h)
                              for h in (True, False))
                 total += (2 * width * d_chunks * max(count, min_tile_length(config))
@@ -220,12 +233,7 @@ def compile_attention(config, plan, heads, *, q_addr, kt_addr, v_addr, o_addr, c
     o_row, score_row = 0, d_chunks * plan.m_tile
     offset = kv - seq
 
-    work = []  # (head, q0, count, [(k0, tiles)])
-    counts = _query_tiles(seq, plan.m_tile)  # the split the plan's cost model counted
-    for head in range(heads):
-        for q0, count in zip(accumulate(counts, initial=0), counts):
-            work.append((head, q0, count,
-                         _key_blocks(n, plan.block_keys, seq, kv, q0, count, causal)))
+    work = [(head, *tile) for head in range(heads) for tile in plan.query_blocks(causal)]
 
     # Execute instructions are numbered in order (``e``). Block g's loads go LEAD instructions
     # into block g - 1 (whose buffers are the other half), a query tile's STOREs right after

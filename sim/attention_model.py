@@ -3,9 +3,9 @@ reference it approximates."""
 import numpy as np
 
 from ..firmware.attention import plan_attention
-from .softmax_model import block, normalize
+from .softmax_model import M_NONE, block, normalize
 
-__all__ = ["attention_float", "attention_int8_model", "softmax_int8_model"]
+__all__ = ["attention_float", "attention_int8_model", "softmax_int8_model", "speculation_hits"]
 
 
 def attention_float(q, k, v, causal=False):
@@ -21,24 +21,47 @@ def attention_float(q, k, v, causal=False):
     return weights / weights.sum(axis=-1, keepdims=True) @ v
 
 
-def attention_int8_model(config, q, k, v, frac, causal=False):
-    """What `SimDevice.attention_int8` returns: int8 (heads, L, d), (heads, S, d) x2 ->
-    int32 (heads, L, d) in units of v / 256, with the key blocks of the core's program."""
+def _flash_attention(config, q, k, v, frac, causal):
+    """The core's program on the bit-exact model: its query tiles and blocks of keys
+    (`AttentionPlan.query_blocks`) in order. Returns (int64 O, speculation hits, query blocks
+    without ``first``): a hit is a query whose m is valid and unchanged by a BLOCK."""
     heads, seq, dim = q.shape
     kv = k.shape[1]
     plan = plan_attention(config, seq, kv, dim, causal)
     out = np.zeros((heads, seq, dim), dtype=np.int64)
+    hits = speculative = 0
     for h in range(heads):
         scores = q[h].astype(np.int64) @ k[h].astype(np.int64).T
-        m = l = o = None
-        for k0 in range(0, kv, plan.block_keys):
-            width = min(plan.block_keys, kv - k0)
-            m, l, p, o = block(m, l, scores[:, k0:k0 + width], width, causal, kv - seq - k0,
-                               frac, k0 == 0, o)
-            pv = p.astype(np.int64) @ v[h, k0:k0 + width].astype(np.int64)
-            o = pv if k0 == 0 else o + pv
-        out[h] = normalize(l, o)
-    return out.astype(np.int32)
+        for q0, count, blocks in plan.query_blocks(causal):
+            queries = slice(q0, q0 + count)
+            m = l = o = None
+            for b, (k0, tiles) in enumerate(blocks):
+                keys = slice(k0, k0 + tiles * plan.cols)
+                m_new, l, p, o = block(m, l, scores[queries, keys], min(plan.block_keys, kv - k0),
+                                       causal, q0 - k0 + kv - seq, frac, b == 0, o)
+                if b:
+                    hits += int(np.sum((m != M_NONE) & (m_new == m)))
+                    speculative += count
+                m = m_new
+                pv = p.astype(np.int64) @ v[h, keys].astype(np.int64)
+                o = pv if b == 0 else o + pv
+            out[h, queries] = normalize(l, o)
+    return out, hits, speculative
+
+
+def attention_int8_model(config, q, k, v, frac, causal=False):
+    """What `SimDevice.attention_int8` returns: int8 (heads, L, d), (heads, S, d) x2 ->
+    int32 (heads, L, d) in units of v / 256, with the query tiles and key blocks of the core's
+    program."""
+    return _flash_attention(config, q, k, v, frac, causal)[0].astype(np.int32)
+
+
+def speculation_hits(config, q, k, v, frac, causal=False):
+    """(hits, query blocks) of the softmax unit's speculative max pass on the core's program
+    for the inputs of `attention_int8_model`: of the queries of every BLOCK without ``first``,
+    those whose running max m is valid and unchanged (each costs ``tiles`` cycles instead of
+    ``2 * tiles + o_tiles``, `arch.block_query_cycles`)."""
+    return _flash_attention(config, q, k, v, frac, causal)[1:]
 
 
 def softmax_int8_model(x, frac):

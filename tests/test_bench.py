@@ -8,14 +8,15 @@ import numpy as np
 import pytest
 
 from tpugen.bench import (LARGE_ATTENTIONS, LARGE_CONVS, README_BEGIN, README_END, READ_LATENCY,
-                          BenchCheckError, bench_markdown, compulsory_bytes,
-                          ideal_attention_utilization, limiting_factor, measure_workloads,
-                          plot_bench, readme_with_targets, roofline_utilization, run_bench,
-                          target_rows)
+                          BenchCheckError, attention_speculation, bench_markdown,
+                          compulsory_bytes, ideal_attention_utilization, limiting_factor,
+                          measure_workloads, plot_bench, readme_with_targets,
+                          roofline_utilization, run_bench, target_rows)
 from tpugen.cli import main
 from tpugen.config import PRESETS, CoreConfig
 from tpugen.firmware.device import Device, Stats
-from tpugen.sim.attention_model import attention_int8_model
+from tpugen.firmware.attention import plan_attention
+from tpugen.sim.attention_model import attention_int8_model, speculation_hits
 from tpugen.sim.golden import apply_epilogue, conv2d_int32, matmul_int32
 
 LARGE = PRESETS["large"]
@@ -78,6 +79,18 @@ def _entry(op="matmul", cycles=1000, util=0.5, issued=0.5, execute_busy=1000, re
 ])
 def test_limiting_factor_names_the_largest_loss(entry, expected):
     assert limiting_factor(LARGE, entry).startswith(expected)
+
+
+def test_limiting_factor_of_attention_names_the_speculation_hit_rate():
+    entry = _entry(op="attention", execute_busy=1000, util=0.6, issued=0.6)
+    spread = {"fraction": 0.9273, "hits": 7122, "query_blocks": 7680}
+    assert limiting_factor(LARGE, {**entry, "speculation_hits": spread}) == (
+        "softmax passes and per-MATMUL fill: 40.0% of cycles; speculation hit 92.7% of 7,680 "
+        "query blocks")
+    one_block = {"fraction": None, "hits": 0, "query_blocks": 0}
+    assert limiting_factor(LARGE, {**entry, "speculation_hits": one_block}) == (
+        "softmax passes and per-MATMUL fill: 40.0% of cycles; no speculation (one block of keys "
+        "per query)")
 
 
 def _workload(op, shape, util, seconds=1.0):
@@ -146,7 +159,8 @@ SMALL = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1, axi_data
 TINY_WORKLOADS = [("matmul", (5, 7, 3)), ("conv2d", (1, 2, 5, 5, 3, 3, 3, 1, 1)),
                   ("conv2d_epilogue", (1, 3, 6, 5, 5, 3, 3, 2, 1)),
                   ("conv2d_pool", (1, 3, 7, 9, 5, 3, 3, 1, 1)),
-                  ("attention", (5, 7, 4, False)), ("attention", (5, 7, 4, True))]
+                  ("attention", (5, 7, 4, False)), ("attention", (5, 7, 4, True)),
+                  ("attention", (9, 70, 4, True))]
 
 
 class _GoldenDevice(Device):
@@ -156,6 +170,7 @@ class _GoldenDevice(Device):
     def __init__(self, config, wrong=None, **options):
         super().__init__(config, 1 << 20)
         self.wrong = wrong
+        self.attention_inputs = []  # (q, k, v, frac, causal) of each attention_int8
 
     def __enter__(self):
         return self
@@ -185,20 +200,52 @@ class _GoldenDevice(Device):
 
     def attention_int8(self, q, k, v, frac, causal=False):
         # `Device.attention` quantizes, calls this and dequantizes: the runtime's own float path.
+        self.attention_inputs.append((q, k, v, frac, causal))
         return self._answer("attention", attention_int8_model(self.config, q, k, v, frac,
                                                               causal=causal))
 
 
 def test_every_bench_workload_is_checked_against_the_golden_model():
-    entries = measure_workloads(_GoldenDevice(SMALL), "4x4", TINY_WORKLOADS,
-                                np.random.default_rng(0))
+    device = _GoldenDevice(SMALL)
+    entries = measure_workloads(device, "4x4", TINY_WORKLOADS, np.random.default_rng(0))
     assert [(e["op"], e["check_passed"]) for e in entries] == [
         ("matmul", True), ("conv2d", True), ("conv2d_epilogue", True), ("conv2d_pool", True),
-        ("attention", True), ("attention", True)]
+        ("attention", True), ("attention", True), ("attention", True)]
     assert [e["check"] for e in entries[:4]] == ["exact"] * 4
     for entry in entries[4:]:
         assert re.fullmatch(r"exact, float err \d\.\d\d%", entry["check"]), entry["check"]
     assert entries[5]["useful_macs"] < entries[4]["useful_macs"]  # causal: masked pairs
+    # The speculation's hits, counted by the model on the inputs the device ran.
+    assert all("speculation_hits" not in e for e in entries[:4])
+    for entry, inputs in zip(entries[4:], device.attention_inputs, strict=True):
+        hits, blocks = speculation_hits(SMALL, *inputs)
+        fraction = round(hits / blocks, 4) if blocks else None
+        assert entry["speculation_hits"] == {"fraction": fraction, "hits": hits,
+                                             "query_blocks": blocks}
+    assert entries[4]["limit"].endswith("; no speculation (one block of keys per query)")
+    spread = entries[6]["speculation_hits"]
+    assert 0 < spread["hits"] < spread["query_blocks"]
+    assert entries[6]["limit"].endswith(f"; speculation hit {spread['fraction']:.1%} of "
+                                        f"{spread['query_blocks']:,} query blocks")
+    markdown = bench_markdown({"targets": [], "workloads": entries})
+    assert markdown.count("; speculation hit ") == 1
+
+
+def test_attention_speculation_by_hand():
+    """Query 0's scores rise with the key, query 1's fall: in each block after the first (4
+    blocks of up to 28 keys on the 4x4 core) query 0's max rises (a miss), query 1's stays key
+    0's (a hit). Equal scores hit everywhere; one block has nothing to speculate on."""
+    assert plan_attention(SMALL, 2, 100, 4).query_blocks(False) == [
+        (0, 2, [(0, 7), (28, 7), (56, 7), (84, 4)])]
+    q = np.array([[1, 0, 0, 0], [-1, 0, 0, 0]], np.float32)
+    k = np.zeros((100, 4), np.float32)
+    k[:, 0] = np.arange(100) - 50
+    assert attention_speculation(SMALL, (q, k, k, False)) == {
+        "fraction": 0.5, "hits": 3, "query_blocks": 6}
+    assert attention_speculation(SMALL, (q, 0 * k, k, False)) == {
+        "fraction": 1.0, "hits": 6, "query_blocks": 6}
+    assert attention_speculation(SMALL, (q, k[:5], k[:5], False)) == {
+        "fraction": None, "hits": 0, "query_blocks": 0}
 
 
 @pytest.mark.parametrize("wrong", list(dict.fromkeys(op for op, _ in TINY_WORKLOADS)))

@@ -1,4 +1,6 @@
 """The softmax unit in amaranth.sim against its bit-exact model, and the model against float."""
+from functools import partial
+
 import numpy as np
 import pytest
 from amaranth.hdl import Module, signed, unsigned
@@ -6,10 +8,12 @@ from amaranth.lib import data, memory, wiring
 from amaranth.sim import Simulator
 
 from tpugen import CoreConfig
-from tpugen.arch import block_query_cycles, normalize_query_cycles
+from tpugen.arch import block_query_cycles, normalize_query_cycles, opcode_of
+from tpugen.firmware.attention import compile_attention, plan_attention, quantize_attention
 from tpugen.hdl.softmax import L_MAX, STATE_M, SoftmaxUnit
-from tpugen.isa import ErrorCode, SoftmaxInstruction, SoftmaxMode
+from tpugen.isa import ErrorCode, Opcode, SoftmaxInstruction, SoftmaxMode, decode
 from tpugen.sim import softmax_model as model
+from tpugen.sim.attention_model import speculation_hits
 
 SQUARE = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1)
 WIDE = CoreConfig(rows=2, cols=8, scratchpad_kib=1, accumulator_kib=2)
@@ -53,17 +57,18 @@ def _memories(config, seed):
     return acc, prob
 
 
-def _simulate(config, acc, prob, instructions, states=None, after_error=None):
+def _simulate(config, acc, prob, instructions, states=None, after_error=None, writes=None):
     """Runs ``instructions`` in order, checking error, memories and state against the model
     after each. ``states``: (m, m_valid, l) preset per state row. ``after_error``: an
-    instruction offered (and never to be taken) once the unit stopped. Returns cycles per
-    instruction."""
+    instruction offered (and never to be taken) once the unit stopped. ``writes``: per
+    instruction, (first row, rows) written into the accumulator before it (what MATMULs would
+    write). Returns (cycles, accumulator rows read) per instruction."""
     bench = _Bench(config, acc, prob)
     unit = bench.unit
     acc, prob = acc.copy(), prob.copy()
     state_m = np.full(config.probability_rows, model.M_NONE, dtype=np.int64)
     state_l = np.zeros(config.probability_rows, dtype=np.int64)
-    cycles = []
+    cycles, reads = [], []
 
     def check(ctx):
         got_acc = [[ctx.get(bench.acc.data[r])[c] for c in range(config.cols)]
@@ -84,18 +89,24 @@ def _simulate(config, acc, prob, instructions, states=None, after_error=None):
             ctx.set(unit.state_m.data[row], STATE_M.const({"m": m, "m_valid": m_valid}))
             ctx.set(unit.state_l.data[row], l)
             state_m[row], state_l[row] = m if m_valid else model.M_NONE, l
-        for fields in instructions:
+        for i, fields in enumerate(instructions):
+            row, values = writes[i] if writes else (0, ())
+            for r, value in enumerate(values, row):
+                acc[r] = value
+                ctx.set(bench.acc.data[r], value.tolist())
             expected = model.run_instruction(config, fields, acc, prob, state_m, state_l)
             ctx.set(unit.instr.payload.as_value(), _bits(fields))
             ctx.set(unit.instr.valid, 1)
             await ctx.tick().until(unit.instr.ready)
             ctx.set(unit.instr.valid, 0)
-            count = 0
+            count = rows = 0
             while not ctx.get(unit.done) and ctx.get(unit.error) == ErrorCode.NONE:
+                rows += ctx.get(unit.acc_read.en)
                 await ctx.tick()
                 count += 1
                 assert count < 2000, fields
             cycles.append(count)
+            reads.append(rows)
             assert ctx.get(unit.error) == expected, fields
             await ctx.tick()
             assert ctx.get(unit.done) == 0 and ctx.get(unit.busy) == 0
@@ -113,7 +124,7 @@ def _simulate(config, acc, prob, instructions, states=None, after_error=None):
     sim.add_clock(1e-6)
     sim.add_testbench(testbench)
     sim.run()
-    return cycles
+    return cycles, reads
 
 
 def _scores(rng, rows, cols, low=-2**20, high=2**20):
@@ -213,7 +224,7 @@ def test_throughput():
         ({"mode": SoftmaxMode.NORMALIZE, "count": 16, "o_tiles": 1, "o_row": 48}, None),
         ({"mode": SoftmaxMode.NORMALIZE, "count": 8, "o_tiles": 8, "o_row": 0}, None),
     ]
-    cycles = _simulate(config, acc, prob, [fields for fields, _ in runs])
+    cycles, _ = _simulate(config, acc, prob, [fields for fields, _ in runs])
     for (fields, per_query), got in zip(runs, cycles):
         per_query = per_query or normalize_query_cycles(config, fields["o_tiles"])
         bound = fields["count"] * per_query + 24
@@ -273,9 +284,51 @@ def test_speculative_pass(config):
     rows, misses = _block_rows(config, acc, prob, instructions)
     assert 0 < rise.sum() < count
     assert misses == [8, 3, 2, rise.sum(), 0, 8, 0, 0, 8]
-    cycles = _simulate(config, acc, prob, instructions)
+    cycles, reads = _simulate(config, acc, prob, instructions)
+    assert reads == rows
     for want, got in zip(rows, cycles):
         assert want <= got <= want + 14, (rows, cycles)
+
+
+_BLOCK_FIELDS = ("first", "causal", "count", "tiles", "o_tiles", "keys", "causal_offset",
+                 "score_row", "p_row", "o_row", "state_row", "frac")
+
+
+def test_attention_blocks_cost_the_replayed_hits():
+    """The BLOCKs of a fused attention program (two query tiles of 10 queries, eight blocks of
+    3 key tiles each), with the scores its MATMULs write, read as many rows (one a cycle) as
+    `block_query_cycles` of the hits and misses that `speculation_hits` counts on the same
+    program, and take a fill of at most 16 cycles beyond them each (a miss at a BLOCK's end
+    waits for its exp pass)."""
+    config, seq, kv, dim = SQUARE, 20, 96, 4
+    rng = np.random.default_rng(20)
+    q, k, v = (rng.standard_normal((1, n, dim)).astype(np.float32) for n in (seq, kv, kv))
+    (qi, ki, vi), _, frac = quantize_attention(q, k, v)
+    plan = plan_attention(config, seq, kv, dim)
+    program = compile_attention(config, plan, 1, q_addr=0, kt_addr=0, v_addr=0, o_addr=0,
+                                causal=False, frac=frac)
+    views = [decode(raw) for raw in program.instructions if opcode_of(raw) == Opcode.SOFTMAX]
+    blocks = [_block(**{name: int(getattr(view, name)) for name in _BLOCK_FIELDS})
+              for view in views if view.mode == SoftmaxMode.BLOCK]
+    scores = qi[0].astype(np.int64) @ ki[0].astype(np.int64).T
+    writes = []
+    steps = [(q0, count, k0, tiles) for q0, count, tile_blocks in plan.query_blocks(False)
+             for k0, tiles in tile_blocks]
+    for fields, (q0, count, k0, tiles) in zip(blocks, steps, strict=True):
+        assert (fields["count"], fields["tiles"], fields["first"]) == (count, tiles, k0 == 0)
+        tile = scores[q0:q0 + count, k0:k0 + tiles * config.cols]  # S[i, t] at t * count + i
+        writes.append((fields["score_row"], tile.reshape(count, tiles, config.cols)
+                       .transpose(1, 0, 2).reshape(tiles * count, config.cols)))
+    acc, prob = _memories(config, 20)
+    cycles, reads = _simulate(config, acc, prob, blocks, writes=writes)
+    hits, speculative = speculation_hits(config, qi, ki, vi, frac)
+    per_query = partial(block_query_cycles, plan.tiles, plan.d_chunks)  # every block: 3 tiles
+    want = (seq * per_query(first=True, hit=False) + hits * per_query(first=False, hit=True)
+            + (speculative - hits) * per_query(first=False, hit=False))
+    assert (plan.m_tile, plan.tiles, len(blocks)) == (10, 3, 16)
+    assert 0 < hits < speculative == 2 * 7 * 10
+    assert sum(reads) == want
+    assert all(0 <= got - rows <= 16 for got, rows in zip(cycles, reads)), (cycles, reads)
 
 
 @pytest.mark.parametrize("config", [SQUARE, WIDE, ODD], ids=["4x4", "2x8", "3x3"])

@@ -14,8 +14,8 @@ from .arch import SOFTMAX_OUT_FRAC
 from .config import PRESETS, CoreConfig
 from .demo import useful_macs
 
-__all__ = ["READ_LATENCY", "bench_markdown", "bench_workloads", "BenchCheckError",
-           "check_workload", "compulsory_bytes", "ideal_attention_utilization",
+__all__ = ["READ_LATENCY", "attention_speculation", "bench_markdown", "bench_workloads",
+           "BenchCheckError", "check_workload", "compulsory_bytes", "ideal_attention_utilization",
            "ideal_gemm_utilization", "limiting_factor", "measure_workloads", "plot_bench",
            "roofline_utilization", "run_bench", "target_rows", "workload_label", "workload_macs"]
 
@@ -126,7 +126,8 @@ def roofline_utilization(config, useful_macs, ideal, bytes_read, bytes_written):
 def limiting_factor(config, entry):
     """What the measured cycles beyond the useful ones went to, largest first, from the
     hardware counters: memory bus, execute waits (loads / tokens), execute overhead (fill, drain,
-    instruction issue, softmax passes), unused lanes (partial tiles)."""
+    instruction issue, softmax passes), unused lanes (partial tiles); for attention then the
+    speculation's hit rate (`attention_speculation`), which sets the softmax passes' cost."""
     cycles = entry["cycles"]
     beat = config.axi_data_width // 8
     streaming = entry["issued_mac_utilization"] * cycles
@@ -142,10 +143,30 @@ def limiting_factor(config, entry):
     text = f"{name}: {lost / cycles:.1%} of cycles"
     if bus > 0.85:
         text = f"memory bus: {bus:.0%} of cycles move a beat; then {text}"
+    speculation = entry.get("speculation_hits")
+    if speculation and speculation["query_blocks"]:
+        text += (f"; speculation hit {speculation['fraction']:.1%} of "
+                 f"{speculation['query_blocks']:,} query blocks")
+    elif speculation:
+        text += "; no speculation (one block of keys per query)"
     return text
 
 
-def _workload_entry(config, label, op, shape, useful_macs, ideal, stats, seconds):
+def attention_speculation(config, inputs):
+    """How often the softmax unit's speculative max pass hit on an attention workload's
+    ``inputs`` (float q, k, v, causal), counted on the core's program by the bit-exact model
+    (`speculation_hits`): ``{"fraction", "hits", "query_blocks"}``, ``query_blocks`` the
+    queries of the BLOCKs without ``first`` (``fraction`` None when there are none)."""
+    from .sim.attention_model import speculation_hits
+
+    (qi, ki, vi), _, frac, causal = _quantized_attention(inputs)
+    hits, blocks = speculation_hits(config, qi, ki, vi, frac, causal)
+    return {"fraction": round(hits / blocks, 4) if blocks else None, "hits": hits,
+            "query_blocks": blocks}
+
+
+def _workload_entry(config, label, op, shape, useful_macs, ideal, stats, seconds, **extra):
+    """A workload's results; ``extra`` entries come before the limit, which may name them."""
     entry = {
         "op": op, "shape": list(shape), "config": label, "read_latency": READ_LATENCY,
         "cycles": stats.cycles, "useful_macs": useful_macs,
@@ -158,6 +179,7 @@ def _workload_entry(config, label, op, shape, useful_macs, ideal, stats, seconds
         "store_busy_cycles": stats.store_busy_cycles,
         "sim_seconds": round(seconds, 4),
         "sim_cycles_per_second": round(stats.cycles / seconds),
+        **extra,
     }
     read, written = compulsory_bytes(op, shape)
     entry["roofline_utilization"] = round(
@@ -216,12 +238,9 @@ def check_workload(config, op, inputs, got):
                                                 bias=bias, requant=requant, relu=True,
                                                 pool=op == "conv2d_pool"))
         return not problem, problem or "exact"
-    from .firmware.attention import quantize_attention
     from .sim.attention_model import attention_float, attention_int8_model
 
-    *operands, causal = inputs
-    q, k, v = (x[None] for x in operands)
-    (qi, ki, vi), (sq, sk, sv), frac = quantize_attention(q, k, v)
+    (qi, ki, vi), (sq, sk, sv), frac, causal = _quantized_attention(inputs)
     model = attention_int8_model(config, qi, ki, vi, frac, causal)
     expected = (model.astype(np.float64) * (sv / 2 ** SOFTMAX_OUT_FRAC)).astype(np.float32)[0]
     reference = attention_float(qi * sq, ki * sk, vi * sv, causal)[0]
@@ -232,6 +251,15 @@ def check_workload(config, op, inputs, got):
         problem = (f"{problem + '; ' if problem else ''}float err {error:.2%} over the "
                    f"{ATTENTION_TOLERANCE:.0%} budget")
     return not problem, problem or f"exact, float err {error:.2%}"
+
+
+def _quantized_attention(inputs):
+    """An attention workload's inputs (float q, k, v (n, d), causal) as the core runs them:
+    ((q, k, v) int8 of one head, their scales, frac, causal) (`quantize_attention`)."""
+    from .firmware.attention import quantize_attention
+
+    *operands, causal = inputs
+    return (*quantize_attention(*(x[None] for x in operands)), causal)
 
 
 def bench_workloads(large):
@@ -284,10 +312,12 @@ def measure_workloads(dev, label, workloads, rng, progress=None):
                              pool=op == "conv2d_pool")
         else:
             got = dev.attention(*inputs[:3], causal=inputs[3])
-        entry = _workload_entry(config, label, op, shape, workload_macs(op, shape), ideal, dev.stats,
-                                time.perf_counter() - start)
-        if op == "attention":
-            entry["score_matrix_bytes"] = 4 * shape[0] * shape[1]
+        seconds = time.perf_counter() - start
+        extra = ({"score_matrix_bytes": 4 * shape[0] * shape[1],
+                  "speculation_hits": attention_speculation(config, inputs)}
+                 if op == "attention" else {})
+        entry = _workload_entry(config, label, op, shape, workload_macs(op, shape), ideal,
+                                dev.stats, seconds, **extra)
         entry["check_passed"], entry["check"] = check_workload(config, op, inputs, got)
         entries.append(entry)
         if progress:
