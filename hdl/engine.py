@@ -4,7 +4,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..isa import NUM_WINDOWS, ErrorCode, Window
 
-__all__ = ["dma_engine_members", "engine_members"]
+__all__ = ["check_state", "dma_engine_members", "engine_members"]
 
 
 def engine_members(instruction_layout):
@@ -30,3 +30,16 @@ def dma_engine_members(instruction_layout, axi_signature):
         "windows": In(data.ArrayLayout(Window, NUM_WINDOWS)),
         "axi": Out(axi_signature),
     }
+
+
+def check_state(m, engine, check, stopped):
+    """A DMA engine's CHECK state (call it inside ``with m.State(...)``): busy, waiting for the
+    `TileCheck`'s verdict, then RUN, or ERROR with its code (``stopped`` asserted)."""
+    m.d.comb += [engine.busy.eq(1), check.result.ready.eq(1)]
+    with m.If(check.result.valid):
+        with m.If(check.result.payload == ErrorCode.NONE):
+            m.next = "RUN"
+        with m.Else():
+            m.d.comb += stopped.eq(1)
+            m.d.sync += engine.error.eq(check.result.payload)
+            m.next = "ERROR"

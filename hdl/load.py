@@ -9,7 +9,7 @@ from ..config import check_config
 from ..isa import (ErrorCode, Header, Im2colDescriptor, LoadIm2colInstruction, LoadInstruction,
                    TensorDescriptor)
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_read_signature
-from .engine import dma_engine_members
+from .engine import check_state, dma_engine_members
 from .walker import (BurstPlanner, Im2colWalker, TileCheck, TileWalker, move_units, step_layout,
                      walker_signature)
 
@@ -166,14 +166,7 @@ class LoadEngine(wiring.Component):
                     m.d.sync += self.error.eq(im2col_code)
                     m.next = "ERROR"
             with m.State("CHECK"):
-                m.d.comb += [self.busy.eq(1), check.result.ready.eq(1)]
-                with m.If(check.result.valid):
-                    with m.If(check.result.payload == ErrorCode.NONE):
-                        m.next = "RUN"
-                    with m.Else():
-                        m.d.comb += stopped.eq(1)
-                        m.d.sync += self.error.eq(check.result.payload)
-                        m.next = "ERROR"
+                check_state(m, self, check, stopped)
             with m.State("RUN"):
                 m.d.comb += [self.busy.eq(1), running.eq(1)]
                 with m.If((planner.error != ErrorCode.NONE) | bus_error):

@@ -7,7 +7,7 @@ from amaranth.utils import ceil_log2
 from ..isa import (Epilogue, ErrorCode, Header, Opcode, ParamsInstruction, StoreInstruction,
                    TensorDescriptor)
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_write_signature
-from .engine import dma_engine_members
+from .engine import check_state, dma_engine_members
 from .epilogue import EpilogueDatapath, LaneParams, pipeline_register
 from ..config import check_config
 from .load import MAX_OUTSTANDING
@@ -246,14 +246,7 @@ class StoreEngine(wiring.Component):
                                                       ErrorCode.BAD_ELEMENT))
                         m.next = "ERROR"
             with m.State("CHECK"):
-                m.d.comb += [self.busy.eq(1), check.result.ready.eq(1)]
-                with m.If(check.result.valid):
-                    with m.If(check.result.payload == ErrorCode.NONE):
-                        m.next = "RUN"
-                    with m.Else():
-                        m.d.comb += stopped.eq(1)
-                        m.d.sync += self.error.eq(check.result.payload)
-                        m.next = "ERROR"
+                check_state(m, self, check, stopped)
             with m.State("RUN"):
                 m.d.comb += [self.busy.eq(1), running.eq(1)]
                 with m.If(build & d_step.last):
