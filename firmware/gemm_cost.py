@@ -52,7 +52,6 @@ def gemm_cycles(config, plan):
     matmuls = outputs * k_tiles
     a_buffers = blocks * (1 if plan.a_resident else -(-n_tiles // plan.group) * chunks)
     dma = MEMORY_LATENCY + _INSTRUCTION_CYCLES
-    row_cycles = _row_cycles
 
     def a_loads(tiles, max_tiles, a_rows=count):
         """LOADs and cycles of ``tiles`` K tiles of ``a_rows`` rows of A in regions of up to
@@ -60,7 +59,7 @@ def gemm_cycles(config, plan):
         of beats."""
         beats = [-(-size * rows // beat)
                  for _, size in a_regions(0, tiles, plan.k // rows, max_tiles)]
-        return sum(beats), sum(beats) * dma + a_rows * sum(map(row_cycles, beats))
+        return sum(beats), sum(beats) * dma + a_rows * sum(map(_row_cycles, beats))
 
     # Split ends (`GemmPlan.split_ends`): the first MATMULs wait for the first piece's rows of
     # A, and the last STORE is the smallest piece's, where the array is the busiest engine
@@ -69,10 +68,11 @@ def gemm_cycles(config, plan):
     _, first_chunk = a_loads(plan.k_chunk, plan.k_chunk)
     _, first_piece = a_loads(plan.k_chunk, plan.k_chunk, pieces[0])
     buffer_loads, buffer = a_loads(plan.a_tiles, a_region_limit(plan, later=True))
-    if plan.b_contiguous:
-        panel = dma + row_cycles(-(-plan.k_chunk * rows * cols // beat))
-    else:
-        panel = dma + plan.k_chunk * rows * row_cycles(-(-cols // beat))
+    if plan.b_contiguous:  # one run
+        panel_beats = -(-plan.k_chunk * rows * cols // beat)
+        panel = load_cycles(1, panel_beats, panel_beats)
+    else:  # a burst per K row
+        panel = load_cycles(plan.k_chunk * rows, -(-cols // beat), -(-cols // beat))
     load = a_buffers * buffer + panels * panel
     row_beats = -(-cols * 4 // beat)
     # The first output tile is stored by the first panel's pieces when that panel is all of K.
