@@ -21,7 +21,7 @@ from ..firmware.epilogue import Epilogue
 from ..firmware.conv2d import compile_conv2d, conv2d_lowering, conv2d_output_shape, conv2d_weights
 from ..firmware.matmul import compile_matmul
 from ..firmware.program import Deps, Dim, Program, tensor
-from ..isa import INSTRUCTION_BYTES, Opcode, SoftmaxInstruction, SoftmaxMode
+from ..isa import INSTRUCTION_BYTES, Opcode, SoftmaxInstruction, SoftmaxMode, TensorDescriptor
 from .fuzz_model import DONE, MEMORY_SIZE, predict
 from .golden import apply_epilogue, conv2d_int32, matmul_int32
 
@@ -108,7 +108,8 @@ def _descriptor(draw, max_extent0, rows, area, elem_bytes, odds):
     if draw(_rarely(st.just(True), st.just(False), odds["stride"])):
         base -= base % elem_bytes
     lane = draw(_rarely(st.integers(0, max(max_extent0 - dims[0].extent, 0)),
-                        st.integers(0, 63), odds["shape"]))
+                        st.integers(0, (1 << TensorDescriptor["lane"].width) - 1),
+                        odds["shape"]))
     return tensor(base, elem_bytes, sram_row, dims, lane=lane)
 
 

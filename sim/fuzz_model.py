@@ -19,7 +19,8 @@ from types import SimpleNamespace
 from amaranth.hdl import Shape
 from amaranth.lib import data
 
-from ..arch import OPCODE_ENGINE, QUEUE_DEPTH, Engine, block_query_cycles, opcode_of
+from ..arch import (OPCODE_ENGINE, QUEUE_DEPTH, SOFTMAX_DIVIDE_CYCLES, Engine,
+                    block_query_cycles, opcode_of)
 from ..isa import DIMS, INSTRUCTION_BYTES, ErrorCode, Header, Opcode, SoftmaxMode, instruction_layout
 
 __all__ = ["DONE", "FETCH_CYCLES", "MEMORY_SIZE", "Prediction", "predict"]
@@ -191,7 +192,7 @@ def _softmax(config, instr):
     else:
         code = ErrorCode.NONE
     per_query = (block_query_cycles(instr.tiles, instr.o_tiles, first=False, hit=False) if block
-                 else max(instr.o_tiles, 10))
+                 else max(instr.o_tiles, SOFTMAX_DIVIDE_CYCLES))
     return code, 60 + 2 * instr.count * per_query
 
 
