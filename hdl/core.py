@@ -1,5 +1,6 @@
 """`tpu_core`: the array with its memories, DMA engines, controller and control registers."""
-from amaranth.hdl import Module, Mux, ResetInserter, Signal
+from amaranth.hdl import (ClockDomain, ClockSignal, DomainRenamer, Instance, Module, Mux,
+                          ResetSignal, Signal)
 from amaranth.lib import memory, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import Out
@@ -14,6 +15,16 @@ from .load import LoadEngine
 from .store import StoreEngine
 
 __all__ = ["TpuCore", "run_wiring"]
+
+
+def fabric_global(m, platform, value, name):
+    """``value`` on a global network where nextpnr routes one into the fabric: through an ECP5
+    DCCA (nextpnr-ecp5 promotes only clocks to globals by itself); elsewhere ``value`` itself."""
+    if getattr(platform, "family", None) != "ecp5":
+        return value
+    buffered = Signal(name=name)
+    m.submodules[f"{name}_dcca"] = Instance("DCCA", i_CLKI=value, i_CE=1, o_CLKO=buffered)
+    return buffered
 
 
 def run_wiring(csr, controller, *, start, busy):
@@ -62,9 +73,16 @@ class TpuCore(wiring.Component):
         connect_by_name(m, csr.bus, "", self, "s_axil_", csr.bus.signature)
         m.d.comb += self.irq.eq(csr.irq)
 
-        # Everything but the control registers goes back to its reset state on a soft reset.
+        # Everything but the control registers goes back to its reset state on a soft reset:
+        # the "datapath" domain, on the core's clock, reset by either reset. That reset reaches
+        # most of the core's flip-flops (12,373 of the 8x8's, 6,821 of them in the execute
+        # engine), so on an ECP5 it takes a global network instead of the routing fabric.
+        m.domains.datapath = ClockDomain(local=True)
+        m.d.comb += ClockSignal("datapath").eq(ClockSignal())
+        reset = ResetSignal(allow_reset_less=True) | csr.soft_reset
+        m.d.comb += ResetSignal("datapath").eq(fabric_global(m, platform, reset, "datapath_reset"))
         datapath = Module()
-        m.submodules.datapath = ResetInserter(csr.soft_reset)(datapath)
+        m.submodules.datapath = DomainRenamer("datapath")(datapath)
         controller = Controller(cfg)
         load, execute, store = LoadEngine(cfg), ExecuteEngine(cfg), StoreEngine(cfg)
         datapath.submodules.controller = controller

@@ -564,7 +564,7 @@ def _internals(fragment, *names):
     for statements in fragment.statements.values():
         for statement in statements:
             for signal in statement._lhs_signals():
-                if signal.name in names:
+                if isinstance(signal, Signal) and signal.name in names:  # not a ClockSignal
                     if found.setdefault(signal.name, signal) is not signal:
                         raise NameError(f"{signal.name!r} names two signals of {fragment!r}")
     if missing := set(names) - found.keys():
