@@ -16,9 +16,12 @@ class ControlRegisters(wiring.Component):
     """The register map of ``REGISTERS`` behind an AXI4-Lite slave ``bus``.
 
     AW and W are accepted independently (one of each buffered); the write happens once both are
-    in and the previous B has been taken. One read at a time; R is registered.
+    in and the previous B has been taken. One read at a time: the cycle after AR the decoded
+    address is registered, R the cycle after that.
     ``start`` and ``soft_reset`` are one-cycle pulses. Writes to ``locked`` registers answer
-    SLVERR and change nothing from ``start`` on while ``busy``. ``irq`` is a level:
+    SLVERR and change nothing from ``start`` on while ``busy`` (and in the cycle after ``busy``
+    falls: the lock is a register). ``windows`` are the checked form (`isa.Window`), registered
+    from the window registers. ``irq`` is a level:
     ``irq_enable & (done or error pending in IRQ_STATUS)``. In the same cycle, an event wins
     over an acknowledge or ``start``, and ``soft_reset`` wins over an event.
     """
@@ -58,14 +61,18 @@ class ControlRegisters(wiring.Component):
             self.program_length.eq(store["PROGRAM_LENGTH"]),
             self.watchdog_limit.eq(store["WATCHDOG"]),
         ]
+        # The windows' ends and enabled permissions, registered: current from the cycle after
+        # their registers are written, which is no later than the cycle of the next write (it
+        # waits for this write's B), so before any START that follows can take effect.
         for i in range(NUM_WINDOWS):
+            base, size = store[f"WINDOW{i}_BASE"], store[f"WINDOW{i}_SIZE"]
             flags = register(f"WINDOW{i}_FLAGS").layout(store[f"WINDOW{i}_FLAGS"])
-            m.d.comb += [
-                self.windows[i].base.eq(store[f"WINDOW{i}_BASE"]),
-                self.windows[i].size.eq(store[f"WINDOW{i}_SIZE"]),
-                self.windows[i].read.eq(flags.read),
-                self.windows[i].write.eq(flags.write),
-            ]
+            end = Signal(33, name=f"window{i}_end")
+            read, write = Signal(name=f"window{i}_read"), Signal(name=f"window{i}_write")
+            m.d.sync += [end.eq(base + size), read.eq(flags.read & size.any()),
+                         write.eq(flags.write & size.any())]
+            m.d.comb += [self.windows[i].base.eq(base), self.windows[i].end.eq(end),
+                         self.windows[i].read.eq(read), self.windows[i].write.eq(write)]
 
         # Run state.
         done = Signal()
@@ -104,10 +111,12 @@ class ControlRegisters(wiring.Component):
         start = Signal()
         soft_reset = Signal()
         ack = Signal()
-        # The configuration is frozen from a START (the cycle after it, before the core shows
-        # busy) until the core is idle again.
+        # The configuration is frozen from a START until the core is idle again. The lock is a
+        # register, so the write enables depend on flip-flops only: set by the START write, held
+        # through the pulse's cycle (the core shows busy from the cycle after it) and while busy,
+        # and released the cycle after busy falls.
         locked = Signal()
-        m.d.comb += locked.eq(self.busy | self.start)
+        m.d.sync += locked.eq(start | self.start | self.busy)
         with m.If(write):
             m.d.sync += [aw_full.eq(0), w_full.eq(0), bus.bvalid.eq(1), bus.bresp.eq(AXI_RESP_OKAY)]
             with m.Switch(aw_word):
@@ -172,19 +181,25 @@ class ControlRegisters(wiring.Component):
                 values[f"{name.upper()}_HI"] = Const(0, 32)
         assert values.keys() == {reg.name for reg in REGISTERS}
 
-        # R from the AND-OR of the registers that can read other than 0, selected by the
-        # decoded address (SLVERR and 0 at an unmapped address).
+        # R in two steps (AXI4-Lite allows any read latency): the cycle after AR, the decoded
+        # address as a one-hot select of the registers that can read other than 0 (and RRESP:
+        # SLVERR at an unmapped address, which reads 0); the next, RDATA as the AND-OR of the
+        # selected registers.
         sources = [reg for reg in REGISTERS if not (isinstance(values[reg.name], Const)
                                                     and values[reg.name].value == 0)]
         word = bus.araddr[2:]
-        selected = Cat(word == reg.offset // 4 for reg in sources)
-        m.d.comb += bus.arready.eq(~bus.rvalid)
+        selected = Signal(len(sources))
+        decoded = Signal()  # an AR taken: RDATA from ``selected`` next
+        m.d.comb += bus.arready.eq(~decoded & ~bus.rvalid)
         with m.If(bus.rvalid & bus.rready):
             m.d.sync += bus.rvalid.eq(0)
         with m.If(bus.arvalid & bus.arready):
             mapped = _or(word == reg.offset // 4 for reg in REGISTERS)
-            m.d.sync += [bus.rvalid.eq(1),
-                         bus.rresp.eq(Mux(mapped, AXI_RESP_OKAY, AXI_RESP_SLVERR)),
+            m.d.sync += [decoded.eq(1),
+                         selected.eq(Cat(word == reg.offset // 4 for reg in sources)),
+                         bus.rresp.eq(Mux(mapped, AXI_RESP_OKAY, AXI_RESP_SLVERR))]
+        with m.If(decoded):
+            m.d.sync += [decoded.eq(0), bus.rvalid.eq(1),
                          bus.rdata.eq(_or(selected[i].replicate(32) & values[reg.name]
                                           for i, reg in enumerate(sources)))]
             for i, reg in enumerate(sources):

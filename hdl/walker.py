@@ -584,14 +584,12 @@ class Im2colWalker(wiring.Component):
 
 
 def window_ok(m, windows, addr, size, permission):
-    """``[addr, addr + size)`` lies inside an enabled window with ``permission`` (helper
-    signals driven in ``m``). The sum ``base + size`` stays combinational: with it registered
-    (a cycle behind the windows, two compares and no adder per beat) the burst planner's
-    formal proof went from 3 s to more than 13 minutes (its base case), so it is left as is."""
-    start, end = Signal.like(addr, name="window_start"), Signal.like(addr + size, name="window_end")
-    m.d.comb += [start.eq(addr), end.eq(addr + size)]
-    return Cat((w.size != 0) & w[permission] & (start >= w.base) & (end <= w.base + w.size)
-               for w in windows).any()
+    """``[addr, addr + size)`` lies inside a window with ``permission`` (helper signals driven in
+    ``m``): per window two compares with its ``base`` and ``end`` (`isa.Window`, whose end the
+    control registers add up when the window is written), one adder for ``addr + size``."""
+    start, stop = Signal.like(addr, name="window_start"), Signal.like(addr + size, name="window_stop")
+    m.d.comb += [start.eq(addr), stop.eq(addr + size)]
+    return Cat(w[permission] & (start >= w.base) & (stop <= w.end) for w in windows).any()
 
 
 class BurstPlanner(wiring.Component):

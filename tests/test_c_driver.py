@@ -563,8 +563,8 @@ def test_the_driver_on_the_control_registers_rtl(libraries):
         assert dev.call("tpu_init") == Result.TPU_OK
         assert dev.call("tpu_set_window", 2, 0x8000_0000, 0x1_0000, 3) == Result.TPU_OK
         window = rtl.peek(rtl.dut.windows[2])
-        assert (window.base, window.size, window.read, window.write) \
-            == (0x8000_0000, 0x1_0000, 1, 1)
+        assert (window.base, window.end, window.read, window.write) \
+            == (0x8000_0000, 0x8001_0000, 1, 1)
         assert dev.run(0x40, 9, max_polls=100) == Result.TPU_OK
         assert (rtl.peek(rtl.dut.program_base), rtl.peek(rtl.dut.program_length)) == (0x40, 9)
         assert dev.counter(list(COUNTERS).index("macs")) == (Result.TPU_OK, macs)

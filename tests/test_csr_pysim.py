@@ -15,6 +15,8 @@ from tpugen.registers import (COUNTERS, ID_MAGIC, REGISTERS, Register, constant_
                               counter_names, register, registers_markdown)
 from tpugen.sim.pysim_axil import WRITE_ORDERS, AxiLiteMaster
 
+from test_dma_pysim import window
+
 OKAY, SLVERR = AXI_RESP_OKAY, AXI_RESP_SLVERR
 RW = [reg for reg in REGISTERS if reg.access == "rw"]
 RO = [reg for reg in REGISTERS if reg.access == "ro"]
@@ -146,12 +148,29 @@ def test_reset_values_and_access(preset, counter_width):
     assert constants["CONFIG1"] >> 8 & 0xFF == config.lanes
 
 
+def window_outputs(ctx, dut):
+    """The `Window` values on ``dut.windows``, as dicts."""
+    return [{name: int(getattr(ctx.get(dut.windows[i]), name))
+             for name in ("base", "end", "read", "write")} for i in range(NUM_WINDOWS)]
+
+
+def windows_of(registers):
+    """The windows ``registers`` (name: value) describe, as `window_outputs` shows them."""
+    return [window(registers[f"WINDOW{i}_BASE"], registers[f"WINDOW{i}_SIZE"],
+                   registers[f"WINDOW{i}_FLAGS"] & 1, registers[f"WINDOW{i}_FLAGS"] >> 1 & 1)
+            for i in range(NUM_WINDOWS)]
+
+
 def test_outputs_follow_registers():
+    """The outputs after the writes; the windows as checked: ends past 2**32, a window of size
+    0 disabled whatever its flags."""
     values = {"PROGRAM_BASE": 0x8000_0040, "PROGRAM_LENGTH": 1234, "WATCHDOG": 77,
               "IRQ_ENABLE": 1}
     for i in range(NUM_WINDOWS):
         values |= {f"WINDOW{i}_BASE": 0x1000_0000 * (i + 1), f"WINDOW{i}_SIZE": 0x100 + i,
                    f"WINDOW{i}_FLAGS": i}
+    values |= {"WINDOW0_SIZE": 0, "WINDOW0_FLAGS": 3, "WINDOW3_BASE": 0xFFFF_F000,
+               "WINDOW3_SIZE": 0xFFFF_FFFF}
 
     async def body(ctx, dut, axi):
         for name, value in values.items():
@@ -160,10 +179,11 @@ def test_outputs_follow_registers():
         assert ctx.get(dut.program_length) == 1234
         assert ctx.get(dut.watchdog_limit) == 77
         assert ctx.get(dut.irq_enable) == 1
-        for i in range(NUM_WINDOWS):
-            window = ctx.get(dut.windows[i])
-            assert (window.base, window.size) == (0x1000_0000 * (i + 1), 0x100 + i)
-            assert (window.read, window.write) == (i & 1, i >> 1 & 1)
+        assert window_outputs(ctx, dut) == [
+            {"base": 0x1000_0000, "end": 0x1000_0000, "read": 0, "write": 0},
+            {"base": 0x2000_0000, "end": 0x2000_0101, "read": 1, "write": 0},
+            {"base": 0x3000_0000, "end": 0x3000_0102, "read": 0, "write": 1},
+            {"base": 0xFFFF_F000, "end": 0x1_FFFF_EFFF, "read": 1, "write": 1}]
 
     simulate(body)
 
@@ -427,6 +447,7 @@ def test_random_traffic_against_model():
                                        resp_delay=rng.randrange(3))
                 assert resp == OKAY
                 model[reg.name] = (model[reg.name] & ~mask | data & mask) & reg.mask
+                assert window_outputs(ctx, dut) == windows_of(model)
             else:
                 value = await axi.read(ctx, reg.offset, resp_delay=rng.randrange(3))
                 assert value == (model[reg.name], OKAY), reg.name

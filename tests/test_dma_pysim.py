@@ -26,10 +26,16 @@ def descriptor(base, dims, sram_row=0, elem_log2=0, lane=0):
             "dims": [dict(zip(("extent", "start", "bound", "stride"), d)) for d in dims]}
 
 
+def window(base, size, read, write):
+    """The `Window` value the control registers derive from a window's registers."""
+    return {"base": base, "end": base + size, "read": bool(size and read),
+            "write": bool(size and write)}
+
+
 def windows(*specs):
     """``(base, size, permissions)`` with permissions a subset of "rw"; the rest disabled."""
-    out = [{"base": b, "size": s, "read": "r" in p, "write": "w" in p} for b, s, p in specs]
-    return out + [{"base": 0, "size": 0, "read": 0, "write": 0}] * (NUM_WINDOWS - len(out))
+    out = [window(b, s, "r" in p, "w" in p) for b, s, p in specs]
+    return out + [window(0, 0, False, False)] * (NUM_WINDOWS - len(out))
 
 
 RW_ALL = windows((0, MEM_SIZE, "rw"))
@@ -571,9 +577,9 @@ class _WindowCheck(Elaboratable):
 
 @pytest.mark.parametrize("size", [4, 64])
 def test_window_ok_is_the_sum_check(size):
-    """`window_ok` against ``base <= addr`` and ``addr + size <= base + size_w`` without wrap:
-    unaligned windows, windows reaching past 2**32, addresses at and around each window's
-    edges."""
+    """`window_ok` on the windows derived from base, size and flags (`window`) against
+    ``base <= addr`` and ``addr + size <= base + size_w`` without wrap: unaligned windows,
+    windows reaching past 2**32, addresses at and around each window's edges."""
     rng = np.random.default_rng(size)
     dut = _WindowCheck(size)
     checked = [0, 0]
@@ -586,7 +592,7 @@ def test_window_ok_is_the_sum_check(size):
                                              rng.integers(1 << 32)])),
                      "read": int(rng.integers(4) != 0), "write": 0}
                     for _ in range(NUM_WINDOWS)]
-            ctx.set(dut.windows, wins)
+            ctx.set(dut.windows, [window(**w) for w in wins])
             edges = [w[k] + d for w in wins for k in ("base", "size") for d in (-size, 0, size)]
             edges += [w["base"] + w["size"] + d for w in wins for d in (-2 * size, -size, 0)]
             for addr in [e % (1 << 32) // size * size for e in edges]:

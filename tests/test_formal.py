@@ -329,7 +329,7 @@ class LegalHarness(Harness):
     def constrain(self, m):
         m.submodules.rules = self.rules
         window = self.rules.windows[0]
-        m.d.comb += [window.base.eq(0), window.size.eq(4096), window.write.eq(1)]
+        m.d.comb += [window.base.eq(0), window.end.eq(4096), window.write.eq(1)]
         m.d.comb += [getattr(self.rules, name).eq(getattr(self.dut.bus, name))
                      for name in axi_write_signature(32).members]
 

@@ -284,7 +284,11 @@ NUM_WINDOWS = 4
 
 Window = data.StructLayout({
     "base": 32,   # byte address; windows are checked at the granularity of the bus beat
-    "size": 32,   # bytes; 0 disables the window
-    "read": 1,
-    "write": 1,
+    "end": 33,    # base + size: one past the last byte (33 bits: a window does not wrap)
+    "read": 1,    # enabled (size not 0) and readable
+    "write": 1,   # enabled and writable
 })
+"""An access window as the DMA engines and the fetch check it: ``[base, end)``. The host writes
+``WINDOWn_BASE``, ``_SIZE`` and ``_FLAGS``; the control registers derive the end and the
+enabled permissions from them when they are written (`hdl.csr.ControlRegisters`), so a check
+is two compares per window and no adder."""
