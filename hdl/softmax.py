@@ -110,12 +110,15 @@ _JOBS = 8
 
 _MAXIMUM = data.StructLayout({"valid": 1, "x": signed(32)})
 _BASE = signed(45)
-"""Per-row addend of the lane adder: ``(m' << frac << 7) + 1`` (P rows) or a rounding bias."""
+"""Per-row addend of the lane adder: ``(m' << frac << 7) + 1`` (P rows) or the rounding bias
+``(1 << shift) >> 1`` (O rows)."""
+
+_OPERAND = data.UnionLayout({"m": signed(32), "mult": 17})
+"""A row's operand from its job: m' (BLOCK's P rows) or r (NORMALIZE)."""
 
 _JOB = data.StructLayout({
     "query": 16,
-    "base": _BASE,       # BLOCK: (m' << frac << 7) + 1, clamped
-    "mult": 17,          # NORMALIZE: r
+    "operand": _OPERAND,
     "shift": 6,          # BLOCK: a; NORMALIZE: sh
 })
 
@@ -141,7 +144,9 @@ def _op_layout(config):
     })
 
 
-_ROW = data.StructLayout({"base": _BASE, "mult": 17, "shift": 6})
+_ROW = data.StructLayout({"operand": _OPERAND, "shift": 6})
+"""A row's operands as issued; the next stage makes the lane datapath's (``_LANE_ROW``)."""
+_LANE_ROW = data.StructLayout({"base": _BASE, "mult": 17, "shift": 6})
 """The lane datapath's per-row operands: ``(base + (value << 7)) >> shift`` for BLOCK's O rows,
 ``(base + ~(value << 7)) >> shift`` for P rows, ``(base + value * mult) >> shift`` for
 NORMALIZE's."""
@@ -333,15 +338,13 @@ class SoftmaxUnit(wiring.Component):
                 m.d.comb += [
                     op.kind.eq(_Kind.SCALE),
                     op.addr.eq(b_addr),
-                    row.base.eq(_half(b_job.shift) << EXP_BITS),
                     row.shift.eq(b_job.shift + EXP_BITS),
                 ]
             with m.Elif(b_scale):
                 m.d.comb += [
                     op.kind.eq(Mux(b_again, _Kind.PRODUCT, _Kind.SCALE)),
                     op.addr.eq(b_addr),
-                    row.base.eq(_half(b_job.shift)),
-                    row.mult.eq(b_job.mult),
+                    row.operand.eq(b_job.operand),
                     row.shift.eq(b_job.shift),
                 ]
             with m.Else():
@@ -352,7 +355,7 @@ class SoftmaxUnit(wiring.Component):
                     op.lanes.eq(valid_lanes(b_job.query, b_key)),
                     op.addr.eq(b_paddr),
                     op.alpha_shift.eq(b_job.shift),
-                    row.base.eq(b_job.base),
+                    row.operand.eq(b_job.operand),
                     row.shift.eq(ins.frac),
                 ]
         m.d.comb += self.acc_read.en.eq(op.valid)
@@ -404,12 +407,17 @@ class SoftmaxUnit(wiring.Component):
         # P index.
         read_data = Signal.like(self.acc_read.data)
         m.d.sync += read_data.eq(self.acc_read.data)
-        # Pass A's base, from the stored m the front read at its query's first row (the read
-        # port holds it through the query's rows).
-        row_1, row_2 = _delays(m, row, 1)[0], Signal(_ROW)
-        m.d.sync += row_2.eq(row_1)
-        with m.If(at(1).spec):
-            m.d.sync += row_2.base.eq(_p_base(m_read.data.m, ins.frac))
+        # The lane adder's base: P rows' from m' (pass A's from the stored m the front read at
+        # its query's first row: the read port holds it through the query's rows), O rows' the
+        # rounding bias of their shift (BLOCK's a = 0: ((O << 7) + 64) >> 7 is O).
+        row_1, row_2 = _delays(m, row, 1)[0], Signal(_LANE_ROW)
+        m_p = Mux(at(1).spec, m_read.data.m, row_1.operand.m)
+        m.d.sync += [
+            row_2.base.eq(Mux(at(1).kind == _Kind.EXP, _p_base(m_p, ins.frac),
+                              _half(row_1.shift))),
+            row_2.mult.eq(row_1.operand.mult),
+            row_2.shift.eq(row_1.shift),
+        ]
         row_3 = _delays(m, row_2, 1)[0]
         # Lanes 2i and 2i + 1 share a multiplier: lane 2i's product in the PRODUCT pass,
         # 2i + 1's in the SCALE pass after it. Each lane's sum holds through its partner's pass.
@@ -474,8 +482,8 @@ class SoftmaxUnit(wiring.Component):
         m.d.sync += stored.w_en.eq(m_read.en)
         m.d.comb += stored.w_data.eq(m_read.data)
 
-        # 0: m_blk = ceil(max s / 2**frac).  1: m' (written back), a hit.  2: a and the job's
-        # base.
+        # 0: m_blk = ceil(max s / 2**frac).  1: m' (written back), a hit.  2: a; the job (m', a)
+        # queued.
         step = data.StructLayout({"valid": 1, "query": 16, "m": _MAXIMUM, "old": _MAXIMUM})
         new = Signal(step)
         m.d.sync += [new.valid.eq(is_max & op_max.last), new.query.eq(m_query),
@@ -498,10 +506,9 @@ class SoftmaxUnit(wiring.Component):
             m_write.data.m_valid.eq(steps[0].m.valid),
         ]
         rise = steps[0].m.x - steps[0].old.x
-        alpha_shift, base = Signal(6), Signal(_BASE)
+        alpha_shift = Signal(6)
         m.d.sync += [
             alpha_shift.eq(Mux(~steps[0].old.valid | (rise > SHIFT_MAX), SHIFT_MAX, rise)),
-            base.eq(_p_base(steps[0].m.x, ins.frac)),
             # m' = m (not -inf, so no first): pass A's P rows and sum are the exp pass's.
             hit.eq(steps[0].valid & steps[0].old.valid & (rise == 0)),
         ]
@@ -510,7 +517,7 @@ class SoftmaxUnit(wiring.Component):
             m.d.comb += [
                 jobs.w_en.eq(1),
                 pushed.query.eq(steps[1].query),
-                pushed.base.eq(base),
+                pushed.operand.m.eq(steps[1].m.x),
                 pushed.shift.eq(alpha_shift),
             ]
 
@@ -556,6 +563,8 @@ class SoftmaxUnit(wiring.Component):
         hit_sum = _delays(m, hit, 1 + sum_latency - max_latency)[-1]
         # A query's state row is its last P row (`addr`) plus `l_offset`.
         before = at(5 + sum_latency)
+        l_row = Signal(16)  # `before`'s state row, then op_sum's
+        m.d.sync += l_row.eq(before.addr + l_offset)
         with m.If(before.valid & (before.kind == _Kind.EXP) & before.last):
             m.d.comb += [l_read.addr.eq(before.addr + l_offset), l_read.en.eq(1)]
         l_old = Mux(ins.first, 0, l_read.data)
@@ -563,7 +572,7 @@ class SoftmaxUnit(wiring.Component):
         l_new = ((l_old + _half(shift)) >> shift) + (total << LF)
         m.d.sync += [
             l_write.en.eq(is_exp & op_sum.last & (~op_sum.spec | hit_sum)),
-            l_write.addr.eq(op_sum.addr + l_offset),
+            l_write.addr.eq(l_row),
             l_write.data.eq(Mux(l_new > L_MAX, L_MAX, l_new)),
         ]
 
@@ -579,8 +588,9 @@ class SoftmaxUnit(wiring.Component):
             mant = Mux(zeros[0], mant << k, mant)[:32]
         rem, bits = n_rem, []
         for _ in range(2):
-            fits = rem >= n_mant
-            rem = (Mux(fits, rem - n_mant, rem) << 1)[:33]
+            difference = rem - n_mant  # one carry chain: its sign is the compare
+            fits = ~difference[-1]
+            rem = (Mux(fits, difference, rem) << 1)[:33]
             bits.insert(0, fits)
         quotient = Cat(*bits, n_quot)[:18]
         read = Signal()
@@ -598,7 +608,7 @@ class SoftmaxUnit(wiring.Component):
                 m.d.sync += [n_rem.eq(rem), n_quot.eq(quotient), n_step.eq(n_step - 1)]
                 with m.If(n_step == 0):
                     m.d.comb += [jobs.w_en.eq(1), pushed.query.eq(n_current),
-                                 pushed.mult.eq(Mux(n_zero, 0, quotient)),
+                                 pushed.operand.mult.eq(Mux(n_zero, 0, quotient)),
                                  pushed.shift.eq(Mux(n_zero, 0, n_shift))]
                     m.d.comb += read.eq(can_read)
                     with m.If(can_read):
