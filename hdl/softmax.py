@@ -193,9 +193,11 @@ def _half(shift):
 def _p_base(m_x, frac):
     """The P rows' addend for a maximum ``m_x``: ``(m_x << frac << 7) + 1``, clamped (``d >=
     2**36 - 2**31`` makes p = 0 for any frac)."""
-    top = m_x << frac  # >= the largest valid s of the block
     limit = 1 << 36
-    return (Mux(top > limit, limit, top) << EXP_BITS) + 1
+    # m_x << frac > limit iff m_x > limit >> frac; below the clamp only the bits that reach
+    # _BASE matter: no 63-bit shift or compare.
+    top = (m_x << frac)[:_BASE.width - EXP_BITS]  # >= the largest valid s of the block
+    return (Mux(m_x > (C(limit, 37) >> frac), limit, top) << EXP_BITS) + 1
 
 
 class SoftmaxUnit(wiring.Component):
