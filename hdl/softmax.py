@@ -116,11 +116,26 @@ _BASE = signed(45)
 _OPERAND = data.UnionLayout({"m": signed(32), "mult": 17})
 """A row's operand from its job: m' (BLOCK's P rows) or r (NORMALIZE)."""
 
-_JOB = data.StructLayout({
-    "query": 16,
-    "operand": _OPERAND,
-    "shift": 6,          # BLOCK: a; NORMALIZE: sh
-})
+
+
+def _row_shape(config):
+    """An accumulator row (the probability buffer and the state are smaller): the range checks
+    keep every row an instruction reaches below this, so row arithmetic may wrap here."""
+    return unsigned(ceil_log2(config.accumulator_rows))
+
+
+def _query_shape(config):
+    """A query index or count of one instruction: a count beyond the state is SRAM_RANGE."""
+    return range(config.probability_rows + 1)
+
+
+def _job_layout(config):
+    """A query's job, from the front to the back."""
+    return data.StructLayout({
+        "query": _query_shape(config),
+        "operand": _OPERAND,
+        "shift": 6,          # BLOCK: a; NORMALIZE: sh
+    })
 
 
 class _Kind(enum.Enum, shape=2):
@@ -139,7 +154,7 @@ def _op_layout(config):
         "last": 1,
         "spec": 1,                        # EXP: pass A, p with the stored m (front)
         "lanes": range(config.cols + 1),  # MAX, EXP: lanes of valid keys
-        "addr": 16,                       # EXP: P row; SCALE: O row
+        "addr": _row_shape(config),       # EXP: P row; SCALE: O row
         "alpha_shift": 6,                 # EXP: a, for l
     })
 
@@ -237,7 +252,8 @@ class SoftmaxUnit(wiring.Component):
         m_read, m_write = self.state_m.read_port(), self.state_m.write_port()
         l_read, l_write = self.state_l.read_port(), self.state_l.write_port()
         m.d.comb += [m_read.en.eq(0), l_read.en.eq(0)]  # a read port's enable is 1 unless driven
-        m.submodules.jobs = jobs = SyncFIFO(width=_JOB.size, depth=_JOBS)
+        job, rows, queries = _job_layout(cfg), _row_shape(cfg), _query_shape(cfg)
+        m.submodules.jobs = jobs = SyncFIFO(width=job.size, depth=_JOBS)
         # The stored m of each query the front started, read as it starts, for its max pass's
         # end (as many as queries in flight, `ahead`).
         m.submodules.stored = stored = SyncFIFO(width=STATE_M.size, depth=_JOBS)
@@ -253,8 +269,8 @@ class SoftmaxUnit(wiring.Component):
         block = ins.mode == SoftmaxMode.BLOCK
         o_span = Signal(24)    # o_tiles * count
         tile_span = Signal(24)  # tiles * count
-        p_offset = Signal(16)  # a score row's P row, less the score row
-        l_offset = Signal(16)  # a query's state row, less its last P row
+        p_offset = Signal(rows)  # a score row's P row, less the score row
+        l_offset = Signal(rows)  # a query's state row, less its last P row
         bad = Signal(ErrorCode)
         with m.If((ins.mode != SoftmaxMode.BLOCK) & (ins.mode != SoftmaxMode.NORMALIZE)):
             m.d.comb += bad.eq(ErrorCode.UNKNOWN_OPCODE)
@@ -301,16 +317,16 @@ class SoftmaxUnit(wiring.Component):
         # a query whose m' is its stored m (a hit) is done then and queues no job.
         ahead = Signal(range(_JOBS + 1))
         started = Signal()
-        f_query, f_tile, f_addr, f_key = Signal(16), Signal(8), Signal(16), Signal(16)
+        f_query, f_tile, f_addr, f_key = Signal(queries), Signal(8), Signal(rows), Signal(16)
         front = Signal()
         m.d.comb += front.eq(active & block & (f_query < ins.count)
                              & ((f_tile != 0) | (ahead < _JOBS)))
 
         # NORMALIZE reads each O row twice when lanes share a multiplier (`b_again`: the
         # first pass, PRODUCT, then SCALE).
-        b_have, b_job, b_scale, b_second = Signal(), Signal(_JOB), Signal(), Signal()
-        b_tile, b_addr, b_paddr, b_key = Signal(8), Signal(16), Signal(16), Signal(16)
-        retired = Signal(16)  # queries whose job was taken or that hit
+        b_have, b_job, b_scale, b_second = Signal(), Signal(job), Signal(), Signal()
+        b_tile, b_addr, b_paddr, b_key = Signal(8), Signal(rows), Signal(rows), Signal(16)
+        retired = Signal(queries)  # queries whose job was taken or that hit
         hit = Signal()  # a query of pass A hit: it is done and queues no job
         back = Signal()
         b_again = b_scale & ~block & ~b_second if cols > 1 else C(0)
@@ -371,7 +387,7 @@ class SoftmaxUnit(wiring.Component):
             m.d.sync += [f_tile.eq(f_tile + 1), f_addr.eq(f_addr + ins.count),
                          f_key.eq(f_key + cols)]
 
-        job_out = data.View(_JOB, jobs.r_data)
+        job_out = data.View(job, jobs.r_data)
         pop = Signal()
         m.d.comb += [pop.eq(jobs.r_rdy & (~b_have | (back & b_end))), jobs.r_en.eq(pop)]
         with m.If(start):
@@ -476,7 +492,7 @@ class SoftmaxUnit(wiring.Component):
         is_max = op_max.valid & ((op_max.kind == _Kind.MAX) | op_max.spec)
         with m.If(is_max):
             m.d.sync += running.eq(merged)
-        m_query = Signal(16)  # the query of the max pass's next job
+        m_query = Signal(queries)  # the query of the max pass's next job
         with m.If(start):
             m.d.sync += m_query.eq(0)
         with m.Elif(is_max & op_max.last):
@@ -486,7 +502,7 @@ class SoftmaxUnit(wiring.Component):
 
         # 0: m_blk = ceil(max s / 2**frac).  1: m' (written back), a hit.  2: a; the job (m', a)
         # queued.
-        step = data.StructLayout({"valid": 1, "query": 16, "m": _MAXIMUM, "old": _MAXIMUM})
+        step = data.StructLayout({"valid": 1, "query": queries, "m": _MAXIMUM, "old": _MAXIMUM})
         new = Signal(step)
         m.d.sync += [new.valid.eq(is_max & op_max.last), new.query.eq(m_query),
                      new.m.eq(merged)]
@@ -514,7 +530,7 @@ class SoftmaxUnit(wiring.Component):
             # m' = m (not -inf, so no first): pass A's P rows and sum are the exp pass's.
             hit.eq(steps[0].valid & steps[0].old.valid & (rise == 0)),
         ]
-        pushed = data.View(_JOB, jobs.w_data)
+        pushed = data.View(job, jobs.w_data)
         with m.If(steps[1].valid & ~hit):
             m.d.comb += [
                 jobs.w_en.eq(1),
@@ -565,7 +581,7 @@ class SoftmaxUnit(wiring.Component):
         hit_sum = _delays(m, hit, 1 + sum_latency - max_latency)[-1]
         # A query's state row is its last P row (`addr`) plus `l_offset`.
         before = at(5 + sum_latency)
-        l_row = Signal(16)  # `before`'s state row, then op_sum's
+        l_row = Signal(rows)  # `before`'s state row, then op_sum's
         m.d.sync += l_row.eq(before.addr + l_offset)
         with m.If(before.valid & (before.kind == _Kind.EXP) & before.last):
             m.d.comb += [l_read.addr.eq(before.addr + l_offset), l_read.en.eq(1)]
@@ -579,7 +595,7 @@ class SoftmaxUnit(wiring.Component):
         ]
 
         # NORMALIZE: r = 2**47 // mant, two quotient bits per cycle (bits 17..0; 17 is 0).
-        n_query, n_current = Signal(16), Signal(16)
+        n_query, n_current = Signal(queries), Signal(queries)
         n_mant, n_rem, n_quot = Signal(32), Signal(33), Signal(18)
         n_shift, n_zero, n_step = Signal(6), Signal(), Signal(range(9))
         l_in = l_read.data
