@@ -586,8 +586,9 @@ class SoftmaxUnit(wiring.Component):
         with m.If(before.valid & (before.kind == _Kind.EXP) & before.last):
             m.d.comb += [l_read.addr.eq(before.addr + l_offset), l_read.en.eq(1)]
         l_old = Mux(ins.first, 0, l_read.data)
-        shift = op_sum.alpha_shift
-        l_new = ((l_old + _half(shift)) >> shift) + (total << LF)
+        # rs(l, a) + (sum << LF) with one adder: ((l << 1 >> a) + 1) >> 1 is rs(l, a) for any
+        # a >= 0 (floors nest), and the even sum << (LF + 1) joins it before the last shift.
+        l_new = (((l_old << 1) >> op_sum.alpha_shift) + (total << (LF + 1)) + 1) >> 1
         m.d.sync += [
             l_write.en.eq(is_exp & op_sum.last & (~op_sum.spec | hit_sum)),
             l_write.addr.eq(l_row),
