@@ -37,8 +37,8 @@ Q.10 maximum: 0.98 and 0.082): the 8-bit P dominates. Fused attention on random 
 128..512, d = 64): 1.1e-2 to 1.2e-2 relative error (``docs/DESIGN.md``).
 
 Hardware: per lane one adder and one right shifter serve every row kind (``base + value``, then
-``>> shift``: ``((m' << frac) - s) << 7 >> frac`` for P, ``((O << 7) + (half(a) << 7)) >> (a +
-7)`` = ``rs(O, a)`` for BLOCK's O rows, ``rs(O * r, sh)`` for NORMALIZE's), with ranges: the adder
+``>> shift``: ``((m' << frac) - s) << 7 >> frac`` for P, ``((O << 7) + half(a + 7)) >> (a + 7)``
+= ``rs(O, a)`` for BLOCK's O rows, ``rs(O * r, sh)`` for NORMALIZE's), with ranges: the adder
 is 49 bits signed (P rows of valid keys: ``0 <= d << 7 < 2**44``, as ``0 <= d <= 2**36 + 2**31``;
 BLOCK's O rows: ``|(O + 2**32) << 7| < 2**40``; NORMALIZE: ``|O * r| <= 2**47`` since ``r <=
 2**16``, plus ``2**30``); the shifter keeps 32 bits. Whether ``x >> shift`` fits them is a mask
@@ -49,8 +49,15 @@ multiplier per two lanes: each O row is read twice (PRODUCT: lane 2i's product; 
 2i + 1's, and the row written), the operand registered before the multiplier, and a lane's sum
 holds through its partner's pass. ``EXP_TABLE`` is in block RAM, one two-port read-only memory
 per two lanes, without its 3 low bits: ``((y >> 3 >> n) + 1) >> 1`` is the p above (floors
-nest). The per-query work (ceil, m', a, l) is done once per query; NORMALIZE normalizes l by
-shifts of 16, 8, 4, 2 and 1 and divides. The state is two memories, ``state_m`` (read as a
+nest). The per-query work (ceil, m', a, l) is done once per query: ``ceil(x / 2**frac)`` as
+``(x >> frac) + (x & (2**frac - 1) != 0)``, ``l' = rs(l, a) + (sum(p) << LF)`` as one adder,
+``(((l << 1) >> a) + (sum(p) << 9) + 1) >> 1``; NORMALIZE normalizes l by shifts of 16, 8, 4,
+2 and 1 and divides (each quotient bit's compare is its subtraction's sign). A row carries
+little down the pipeline: its valid lanes, its address (as wide as the accumulator's), a shift
+and one operand, m' or r (a job is a query, that operand and a); the stage after the read makes
+the lane adder's base from them, ``(m' << frac << 7) + 1`` for P rows (one shifter for pass A's
+stored m and the exp pass's m'; its clamp compares m' with ``2**36 >> frac``) or
+``half(shift)`` for O rows. The state is two memories, ``state_m`` (read as a
 query's max pass starts, written at its end) and ``state_l`` (read-modify-written at the end of
 the exp pass, read by NORMALIZE).
 
