@@ -54,12 +54,12 @@ nest). The per-query work (ceil, m', a, l) is done once per query: ``ceil(x / 2*
 ``(((l << 1) >> a) + (sum(p) << 9) + 1) >> 1``; NORMALIZE normalizes l by shifts of 16, 8, 4,
 2 and 1 and divides (each quotient bit's compare is its subtraction's sign). A row carries
 little down the pipeline: its valid lanes, its address (as wide as the accumulator's), a shift
-and one operand, m' or r (a job is a query, that operand and a); the stage after the read makes
-the lane adder's base from them, ``(m' << frac << 7) + 1`` for P rows (one shifter for pass A's
-stored m and the exp pass's m'; its clamp compares m' with ``2**36 >> frac``) or
-``half(shift)`` for O rows. The state is two memories, ``state_m`` (read as a
-query's max pass starts, written at its end) and ``state_l`` (read-modify-written at the end of
-the exp pass, read by NORMALIZE).
+and one operand, m' or r (a job: its query, that operand and a or sh); the stage after the read
+makes the lane adder's base from them, ``(m' << frac << 7) + 1`` for P rows (one shifter for
+pass A's stored m and the exp pass's m'; its clamp compares m' with ``2**36 >> frac``) or
+``half(shift)`` for O rows. The state is two memories, ``state_m`` (read as a query's max pass
+starts, written at its end) and ``state_l`` (read-modify-written at the end of the exp pass,
+read by NORMALIZE).
 
 Speculation (BLOCK without ``first``): m is an integer and settles after a query's first blocks,
 so usually m' = m, a = 0 and the O rescale is the identity. The max pass is then pass A: its
