@@ -37,8 +37,8 @@ Q.10 maximum: 0.98 and 0.082): the 8-bit P dominates. Fused attention on random 
 128..512, d = 64): 1.1e-2 to 1.2e-2 relative error (``docs/DESIGN.md``).
 
 Hardware: per lane one adder and one right shifter serve every row kind (``base + value``, then
-``>> shift``: ``((m' << frac) - s) << 7 >> frac`` for P, ``((O << 7) + (half(a) << 7)) >> (a +
-7)`` = ``rs(O, a)`` for BLOCK's O rows, ``rs(O * r, sh)`` for NORMALIZE's), with ranges: the adder
+``>> shift``: ``((m' << frac) - s) << 7 >> frac`` for P, ``((O << 7) + half(a + 7)) >> (a + 7)``
+= ``rs(O, a)`` for BLOCK's O rows, ``rs(O * r, sh)`` for NORMALIZE's), with ranges: the adder
 is 49 bits signed (P rows of valid keys: ``0 <= d << 7 < 2**44``, as ``0 <= d <= 2**36 + 2**31``;
 BLOCK's O rows: ``|(O + 2**32) << 7| < 2**40``; NORMALIZE: ``|O * r| <= 2**47`` since ``r <=
 2**16``, plus ``2**30``); the shifter keeps 32 bits. Whether ``x >> shift`` fits them is a mask
@@ -49,10 +49,17 @@ multiplier per two lanes: each O row is read twice (PRODUCT: lane 2i's product; 
 2i + 1's, and the row written), the operand registered before the multiplier, and a lane's sum
 holds through its partner's pass. ``EXP_TABLE`` is in block RAM, one two-port read-only memory
 per two lanes, without its 3 low bits: ``((y >> 3 >> n) + 1) >> 1`` is the p above (floors
-nest). The per-query work (ceil, m', a, l) is done once per query; NORMALIZE normalizes l by
-shifts of 16, 8, 4, 2 and 1 and divides. The state is two memories, ``state_m`` (read as a
-query's max pass starts, written at its end) and ``state_l`` (read-modify-written at the end of
-the exp pass, read by NORMALIZE).
+nest). The per-query work (ceil, m', a, l) is done once per query: ``ceil(x / 2**frac)`` as
+``(x >> frac) + (x & (2**frac - 1) != 0)``, ``l' = rs(l, a) + (sum(p) << LF)`` as one adder,
+``(((l << 1) >> a) + (sum(p) << 9) + 1) >> 1``; NORMALIZE normalizes l by shifts of 16, 8, 4,
+2 and 1 and divides (each quotient bit's compare is its subtraction's sign). A row carries
+little down the pipeline: its valid lanes, its address (as wide as the accumulator's), a shift
+and one operand, m' or r (a job: its query, that operand and a or sh); the stage after the read
+makes the lane adder's base from them, ``(m' << frac << 7) + 1`` for P rows (one shifter for
+pass A's stored m and the exp pass's m'; its clamp compares m' with ``2**36 >> frac``) or
+``half(shift)`` for O rows. The state is two memories, ``state_m`` (read as a query's max pass
+starts, written at its end) and ``state_l`` (read-modify-written at the end of the exp pass,
+read by NORMALIZE).
 
 Speculation (BLOCK without ``first``): m is an integer and settles after a query's first blocks,
 so usually m' = m, a = 0 and the O rescale is the identity. The max pass is then pass A: its
@@ -110,14 +117,32 @@ _JOBS = 8
 
 _MAXIMUM = data.StructLayout({"valid": 1, "x": signed(32)})
 _BASE = signed(45)
-"""Per-row addend of the lane adder: ``(m' << frac << 7) + 1`` (P rows) or a rounding bias."""
+"""Per-row addend of the lane adder: ``(m' << frac << 7) + 1`` (P rows) or the rounding bias
+``(1 << shift) >> 1`` (O rows)."""
 
-_JOB = data.StructLayout({
-    "query": 16,
-    "base": _BASE,       # BLOCK: (m' << frac << 7) + 1, clamped
-    "mult": 17,          # NORMALIZE: r
-    "shift": 6,          # BLOCK: a; NORMALIZE: sh
-})
+_OPERAND = data.UnionLayout({"m": signed(32), "mult": 17})
+"""A row's operand from its job: m' (BLOCK's P rows) or r (NORMALIZE)."""
+
+
+
+def _row_shape(config):
+    """An accumulator row (the probability buffer and the state are smaller): the range checks
+    keep every row an instruction reaches below this, so row arithmetic may wrap here."""
+    return unsigned(ceil_log2(config.accumulator_rows))
+
+
+def _query_shape(config):
+    """A query index or count of one instruction: a count beyond the state is SRAM_RANGE."""
+    return range(config.probability_rows + 1)
+
+
+def _job_layout(config):
+    """A query's job, from the front to the back."""
+    return data.StructLayout({
+        "query": _query_shape(config),
+        "operand": _OPERAND,
+        "shift": 6,          # BLOCK: a; NORMALIZE: sh
+    })
 
 
 class _Kind(enum.Enum, shape=2):
@@ -136,12 +161,14 @@ def _op_layout(config):
         "last": 1,
         "spec": 1,                        # EXP: pass A, p with the stored m (front)
         "lanes": range(config.cols + 1),  # MAX, EXP: lanes of valid keys
-        "addr": 16,                       # EXP: P row; SCALE: O row
+        "addr": _row_shape(config),       # EXP: P row; SCALE: O row
         "alpha_shift": 6,                 # EXP: a, for l
     })
 
 
-_ROW = data.StructLayout({"base": _BASE, "mult": 17, "shift": 6})
+_ROW = data.StructLayout({"operand": _OPERAND, "shift": 6})
+"""A row's operands as issued; the next stage makes the lane datapath's (``_LANE_ROW``)."""
+_LANE_ROW = data.StructLayout({"base": _BASE, "mult": 17, "shift": 6})
 """The lane datapath's per-row operands: ``(base + (value << 7)) >> shift`` for BLOCK's O rows,
 ``(base + ~(value << 7)) >> shift`` for P rows, ``(base + value * mult) >> shift`` for
 NORMALIZE's."""
@@ -188,9 +215,11 @@ def _half(shift):
 def _p_base(m_x, frac):
     """The P rows' addend for a maximum ``m_x``: ``(m_x << frac << 7) + 1``, clamped (``d >=
     2**36 - 2**31`` makes p = 0 for any frac)."""
-    top = m_x << frac  # >= the largest valid s of the block
     limit = 1 << 36
-    return (Mux(top > limit, limit, top) << EXP_BITS) + 1
+    # m_x << frac > limit iff m_x > limit >> frac; below the clamp only the bits that reach
+    # _BASE matter: no 63-bit shift or compare.
+    top = (m_x << frac)[:_BASE.width - EXP_BITS]  # >= the largest valid s of the block
+    return (Mux(m_x > (C(limit, 37) >> frac), limit, top) << EXP_BITS) + 1
 
 
 class SoftmaxUnit(wiring.Component):
@@ -230,7 +259,8 @@ class SoftmaxUnit(wiring.Component):
         m_read, m_write = self.state_m.read_port(), self.state_m.write_port()
         l_read, l_write = self.state_l.read_port(), self.state_l.write_port()
         m.d.comb += [m_read.en.eq(0), l_read.en.eq(0)]  # a read port's enable is 1 unless driven
-        m.submodules.jobs = jobs = SyncFIFO(width=_JOB.size, depth=_JOBS)
+        job, rows, queries = _job_layout(cfg), _row_shape(cfg), _query_shape(cfg)
+        m.submodules.jobs = jobs = SyncFIFO(width=job.size, depth=_JOBS)
         # The stored m of each query the front started, read as it starts, for its max pass's
         # end (as many as queries in flight, `ahead`).
         m.submodules.stored = stored = SyncFIFO(width=STATE_M.size, depth=_JOBS)
@@ -246,8 +276,8 @@ class SoftmaxUnit(wiring.Component):
         block = ins.mode == SoftmaxMode.BLOCK
         o_span = Signal(24)    # o_tiles * count
         tile_span = Signal(24)  # tiles * count
-        p_offset = Signal(16)  # a score row's P row, less the score row
-        l_offset = Signal(16)  # a query's state row, less its last P row
+        p_offset = Signal(rows)  # a score row's P row, less the score row
+        l_offset = Signal(rows)  # a query's state row, less its last P row
         bad = Signal(ErrorCode)
         with m.If((ins.mode != SoftmaxMode.BLOCK) & (ins.mode != SoftmaxMode.NORMALIZE)):
             m.d.comb += bad.eq(ErrorCode.UNKNOWN_OPCODE)
@@ -294,16 +324,16 @@ class SoftmaxUnit(wiring.Component):
         # a query whose m' is its stored m (a hit) is done then and queues no job.
         ahead = Signal(range(_JOBS + 1))
         started = Signal()
-        f_query, f_tile, f_addr, f_key = Signal(16), Signal(8), Signal(16), Signal(16)
+        f_query, f_tile, f_addr, f_key = Signal(queries), Signal(8), Signal(rows), Signal(16)
         front = Signal()
         m.d.comb += front.eq(active & block & (f_query < ins.count)
                              & ((f_tile != 0) | (ahead < _JOBS)))
 
         # NORMALIZE reads each O row twice when lanes share a multiplier (`b_again`: the
         # first pass, PRODUCT, then SCALE).
-        b_have, b_job, b_scale, b_second = Signal(), Signal(_JOB), Signal(), Signal()
-        b_tile, b_addr, b_paddr, b_key = Signal(8), Signal(16), Signal(16), Signal(16)
-        retired = Signal(16)  # queries whose job was taken or that hit
+        b_have, b_job, b_scale, b_second = Signal(), Signal(job), Signal(), Signal()
+        b_tile, b_addr, b_paddr, b_key = Signal(8), Signal(rows), Signal(rows), Signal(16)
+        retired = Signal(queries)  # queries whose job was taken or that hit
         hit = Signal()  # a query of pass A hit: it is done and queues no job
         back = Signal()
         b_again = b_scale & ~block & ~b_second if cols > 1 else C(0)
@@ -333,15 +363,13 @@ class SoftmaxUnit(wiring.Component):
                 m.d.comb += [
                     op.kind.eq(_Kind.SCALE),
                     op.addr.eq(b_addr),
-                    row.base.eq(_half(b_job.shift) << EXP_BITS),
                     row.shift.eq(b_job.shift + EXP_BITS),
                 ]
             with m.Elif(b_scale):
                 m.d.comb += [
                     op.kind.eq(Mux(b_again, _Kind.PRODUCT, _Kind.SCALE)),
                     op.addr.eq(b_addr),
-                    row.base.eq(_half(b_job.shift)),
-                    row.mult.eq(b_job.mult),
+                    row.operand.eq(b_job.operand),
                     row.shift.eq(b_job.shift),
                 ]
             with m.Else():
@@ -352,7 +380,7 @@ class SoftmaxUnit(wiring.Component):
                     op.lanes.eq(valid_lanes(b_job.query, b_key)),
                     op.addr.eq(b_paddr),
                     op.alpha_shift.eq(b_job.shift),
-                    row.base.eq(b_job.base),
+                    row.operand.eq(b_job.operand),
                     row.shift.eq(ins.frac),
                 ]
         m.d.comb += self.acc_read.en.eq(op.valid)
@@ -366,7 +394,7 @@ class SoftmaxUnit(wiring.Component):
             m.d.sync += [f_tile.eq(f_tile + 1), f_addr.eq(f_addr + ins.count),
                          f_key.eq(f_key + cols)]
 
-        job_out = data.View(_JOB, jobs.r_data)
+        job_out = data.View(job, jobs.r_data)
         pop = Signal()
         m.d.comb += [pop.eq(jobs.r_rdy & (~b_have | (back & b_end))), jobs.r_en.eq(pop)]
         with m.If(start):
@@ -404,12 +432,17 @@ class SoftmaxUnit(wiring.Component):
         # P index.
         read_data = Signal.like(self.acc_read.data)
         m.d.sync += read_data.eq(self.acc_read.data)
-        # Pass A's base, from the stored m the front read at its query's first row (the read
-        # port holds it through the query's rows).
-        row_1, row_2 = _delays(m, row, 1)[0], Signal(_ROW)
-        m.d.sync += row_2.eq(row_1)
-        with m.If(at(1).spec):
-            m.d.sync += row_2.base.eq(_p_base(m_read.data.m, ins.frac))
+        # The lane adder's base: P rows' from m' (pass A's from the stored m the front read at
+        # its query's first row: the read port holds it through the query's rows), O rows' the
+        # rounding bias of their shift (BLOCK's a = 0: ((O << 7) + 64) >> 7 is O).
+        row_1, row_2 = _delays(m, row, 1)[0], Signal(_LANE_ROW)
+        m_p = Mux(at(1).spec, m_read.data.m, row_1.operand.m)
+        m.d.sync += [
+            row_2.base.eq(Mux(at(1).kind == _Kind.EXP, _p_base(m_p, ins.frac),
+                              _half(row_1.shift))),
+            row_2.mult.eq(row_1.operand.mult),
+            row_2.shift.eq(row_1.shift),
+        ]
         row_3 = _delays(m, row_2, 1)[0]
         # Lanes 2i and 2i + 1 share a multiplier: lane 2i's product in the PRODUCT pass,
         # 2i + 1's in the SCALE pass after it. Each lane's sum holds through its partner's pass.
@@ -466,7 +499,7 @@ class SoftmaxUnit(wiring.Component):
         is_max = op_max.valid & ((op_max.kind == _Kind.MAX) | op_max.spec)
         with m.If(is_max):
             m.d.sync += running.eq(merged)
-        m_query = Signal(16)  # the query of the max pass's next job
+        m_query = Signal(queries)  # the query of the max pass's next job
         with m.If(start):
             m.d.sync += m_query.eq(0)
         with m.Elif(is_max & op_max.last):
@@ -474,9 +507,9 @@ class SoftmaxUnit(wiring.Component):
         m.d.sync += stored.w_en.eq(m_read.en)
         m.d.comb += stored.w_data.eq(m_read.data)
 
-        # 0: m_blk = ceil(max s / 2**frac).  1: m' (written back), a hit.  2: a and the job's
-        # base.
-        step = data.StructLayout({"valid": 1, "query": 16, "m": _MAXIMUM, "old": _MAXIMUM})
+        # 0: m_blk = ceil(max s / 2**frac).  1: m' (written back), a hit.  2: a; the job (m', a)
+        # queued.
+        step = data.StructLayout({"valid": 1, "query": queries, "m": _MAXIMUM, "old": _MAXIMUM})
         new = Signal(step)
         m.d.sync += [new.valid.eq(is_max & op_max.last), new.query.eq(m_query),
                      new.m.eq(merged)]
@@ -487,7 +520,9 @@ class SoftmaxUnit(wiring.Component):
             old.valid.eq(stored_m.m_valid & ~ins.first),
             old.x.eq(stored_m.m),
             ceiling.valid.eq(new.m.valid),
-            ceiling.x.eq(-(-new.m.x >> ins.frac)),
+            # ceil(x / 2**frac) as floor plus "a remainder": yosys maps -(-x >> frac) to about
+            # three times the cells of one shifter.
+            ceiling.x.eq((new.m.x >> ins.frac) + (new.m.x & ((C(1, 32) << ins.frac) - 1)).any()),
         ]
         steps = _delays(m, new, 2)
         m.d.sync += [steps[0].m.eq(_larger(m, old, ceiling)), steps[0].old.eq(old)]
@@ -498,19 +533,18 @@ class SoftmaxUnit(wiring.Component):
             m_write.data.m_valid.eq(steps[0].m.valid),
         ]
         rise = steps[0].m.x - steps[0].old.x
-        alpha_shift, base = Signal(6), Signal(_BASE)
+        alpha_shift = Signal(6)
         m.d.sync += [
             alpha_shift.eq(Mux(~steps[0].old.valid | (rise > SHIFT_MAX), SHIFT_MAX, rise)),
-            base.eq(_p_base(steps[0].m.x, ins.frac)),
             # m' = m (not -inf, so no first): pass A's P rows and sum are the exp pass's.
             hit.eq(steps[0].valid & steps[0].old.valid & (rise == 0)),
         ]
-        pushed = data.View(_JOB, jobs.w_data)
+        pushed = data.View(job, jobs.w_data)
         with m.If(steps[1].valid & ~hit):
             m.d.comb += [
                 jobs.w_en.eq(1),
                 pushed.query.eq(steps[1].query),
-                pushed.base.eq(base),
+                pushed.operand.m.eq(steps[1].m.x),
                 pushed.shift.eq(alpha_shift),
             ]
 
@@ -556,19 +590,22 @@ class SoftmaxUnit(wiring.Component):
         hit_sum = _delays(m, hit, 1 + sum_latency - max_latency)[-1]
         # A query's state row is its last P row (`addr`) plus `l_offset`.
         before = at(5 + sum_latency)
+        l_row = Signal(rows)  # `before`'s state row, then op_sum's
+        m.d.sync += l_row.eq(before.addr + l_offset)
         with m.If(before.valid & (before.kind == _Kind.EXP) & before.last):
             m.d.comb += [l_read.addr.eq(before.addr + l_offset), l_read.en.eq(1)]
         l_old = Mux(ins.first, 0, l_read.data)
-        shift = op_sum.alpha_shift
-        l_new = ((l_old + _half(shift)) >> shift) + (total << LF)
+        # rs(l, a) + (sum << LF) with one adder: ((l << 1 >> a) + 1) >> 1 is rs(l, a) for any
+        # a >= 0 (floors nest), and the even sum << (LF + 1) joins it before the last shift.
+        l_new = (((l_old << 1) >> op_sum.alpha_shift) + (total << (LF + 1)) + 1) >> 1
         m.d.sync += [
             l_write.en.eq(is_exp & op_sum.last & (~op_sum.spec | hit_sum)),
-            l_write.addr.eq(op_sum.addr + l_offset),
+            l_write.addr.eq(l_row),
             l_write.data.eq(Mux(l_new > L_MAX, L_MAX, l_new)),
         ]
 
         # NORMALIZE: r = 2**47 // mant, two quotient bits per cycle (bits 17..0; 17 is 0).
-        n_query, n_current = Signal(16), Signal(16)
+        n_query, n_current = Signal(queries), Signal(queries)
         n_mant, n_rem, n_quot = Signal(32), Signal(33), Signal(18)
         n_shift, n_zero, n_step = Signal(6), Signal(), Signal(range(9))
         l_in = l_read.data
@@ -579,8 +616,9 @@ class SoftmaxUnit(wiring.Component):
             mant = Mux(zeros[0], mant << k, mant)[:32]
         rem, bits = n_rem, []
         for _ in range(2):
-            fits = rem >= n_mant
-            rem = (Mux(fits, rem - n_mant, rem) << 1)[:33]
+            difference = rem - n_mant  # one carry chain: its sign is the compare
+            fits = ~difference[-1]
+            rem = (Mux(fits, difference, rem) << 1)[:33]
             bits.insert(0, fits)
         quotient = Cat(*bits, n_quot)[:18]
         read = Signal()
@@ -598,7 +636,7 @@ class SoftmaxUnit(wiring.Component):
                 m.d.sync += [n_rem.eq(rem), n_quot.eq(quotient), n_step.eq(n_step - 1)]
                 with m.If(n_step == 0):
                     m.d.comb += [jobs.w_en.eq(1), pushed.query.eq(n_current),
-                                 pushed.mult.eq(Mux(n_zero, 0, quotient)),
+                                 pushed.operand.mult.eq(Mux(n_zero, 0, quotient)),
                                  pushed.shift.eq(Mux(n_zero, 0, n_shift))]
                     m.d.comb += read.eq(can_read)
                     with m.If(can_read):
