@@ -3,11 +3,12 @@ from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
-from amaranth.utils import ceil_log2, exact_log2
+from amaranth.utils import exact_log2
 
 from ..arch import ENGINE_OPCODES, PENDING_DEPTH, QUEUE_DEPTH, TOKEN_BITS, TOKEN_LIMIT, Engine
 from ..isa import (INSTRUCTION_BITS, INSTRUCTION_BYTES, NUM_WINDOWS, ErrorCode, Header, Opcode,
                    Window, instruction_layout)
+from .array import dsp_family
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_read_signature
 from .engine import engine_members
 from .execute import EXECUTE_INSTRUCTION
@@ -114,7 +115,7 @@ class Controller(wiring.Component):
     The fetcher decodes the opcode from the header in an instruction's first beat and writes
     each beat straight into its engine's `InstructionQueue`. RREADY stays high during a fetch
     (the load engine's beats may be behind it on an in-order bus): when the queue is full, the
-    beats go to a one-instruction ``overflow`` block RAM instead, and are copied into the queue,
+    beats go to a one-instruction ``overflow`` memory instead (LUT RAM on ECP5), and are copied into the queue,
     a beat a cycle, once it has room. Either way the instruction is queued when the queue has
     room and the next fetch starts then, as with a staging register.
 
@@ -274,8 +275,10 @@ class Controller(wiring.Component):
         target_beats = Array(Const(q.beats, range(beats + 1)) for q in queues)[target]
 
         overflow_beats = max(q.beats for q in queues)
+        # Flip-flops on an iCE40: its few block RAMs hold the scratchpad and the accumulator.
+        style = {"ram_style": "logic"} if dsp_family(platform) == "ice40" else {}
         m.submodules.overflow = overflow = memory.Memory(
-            shape=beat_bits, depth=overflow_beats, init=[], attrs={"ram_style": "block"})
+            shape=beat_bits, depth=overflow_beats, init=[], attrs=style)
         overflow_write, overflow_read = overflow.write_port(), overflow.read_port()
         copy_beat = Signal(range(overflow_beats))
         copying = Signal()
