@@ -16,7 +16,8 @@ from .load import LOAD_INSTRUCTION
 from .store import STORE_INSTRUCTION
 from .walker import window_ok
 
-__all__ = ["Controller", "ENGINES", "FETCH_ID", "InstructionQueue", "kept_bits", "supported_opcodes"]
+__all__ = ["Controller", "ENGINES", "FETCH_ID", "InstructionQueue", "kept_bits",
+           "supported_opcodes"]
 
 FETCH_ID = 1
 """ARID of instruction fetches (the load engine reads with ARID 0)."""
@@ -115,9 +116,9 @@ class Controller(wiring.Component):
     The fetcher decodes the opcode from the header in an instruction's first beat and writes
     each beat straight into its engine's `InstructionQueue`. RREADY stays high during a fetch
     (the load engine's beats may be behind it on an in-order bus): when the queue is full, the
-    beats go to a one-instruction ``overflow`` memory instead (LUT RAM on ECP5), and are copied into the queue,
-    a beat a cycle, once it has room. Either way the instruction is queued when the queue has
-    room and the next fetch starts then, as with a staging register.
+    beats go to a one-instruction ``overflow`` memory instead (LUT RAM on ECP5), and are copied
+    into the queue, a beat a cycle, once it has room. Either way an instruction is queued once
+    its queue has room and the next fetch starts then, as with a staging register.
 
     The first error (an engine's, a bad fetch, an unknown opcode, or the watchdog seeing no
     progress for ``watchdog_limit`` cycles) stops fetching and dispatching; once the engines are
@@ -372,7 +373,8 @@ class Controller(wiring.Component):
                 with m.Elif(~target_full):
                     m.next = "COPY"
             with m.State("COPY"):  # overflow[copy_beat] read, overflow[copy_beat + 1] asked
-                m.d.comb += [copying.eq(1), overflow_read.addr.eq(copy_beat + 1),
+                m.d.comb += [copying.eq(1), progress.eq(1),
+                             overflow_read.addr.eq(copy_beat + 1),
                              Array(q.beat_en for q in queues)[target].eq(1)]
                 m.d.sync += copy_beat.eq(copy_beat + 1)
                 with m.If(stopping):
