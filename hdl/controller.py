@@ -7,7 +7,7 @@ from amaranth.utils import exact_log2
 
 from ..arch import ENGINE_OPCODES, PENDING_DEPTH, QUEUE_DEPTH, TOKEN_BITS, TOKEN_LIMIT, Engine
 from ..isa import (INSTRUCTION_BITS, INSTRUCTION_BYTES, NUM_WINDOWS, ErrorCode, Header, Opcode,
-                   Window, instruction_layout)
+                   Window, defined_bits, instruction_layout)
 from .array import dsp_family
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_read_signature
 from .engine import engine_members
@@ -36,25 +36,42 @@ def supported_opcodes(config):
 
 
 def kept_bits(config, opcodes):
-    """Bits an engine's queue keeps of each instruction: the widest layout among ``opcodes``
-    that a core of ``config`` runs (an im2col LOAD only with ``config.im2col``). The engine
-    reads the bits of its layout past them as zero; it never looks at them."""
+    """The bit offsets an engine's queue keeps of each instruction: those of the defined fields
+    (`isa.defined_bits`) of the layouts among ``opcodes`` that a core of ``config`` runs (an
+    im2col LOAD only with ``config.im2col``). The engine reads the others as zero; it ignores
+    them (reserved fields) or never gets an instruction that has them."""
     supported = supported_opcodes(config)
-    return max(instruction_layout(op, im2col).size for op in opcodes if op in supported
-               for im2col in {False, op == Opcode.LOAD and config.im2col})
+    return frozenset().union(*(defined_bits(instruction_layout(op, im2col))
+                               for op in opcodes if op in supported
+                               for im2col in {False, op == Opcode.LOAD and config.im2col}))
+
+
+def _beat_runs(bits, beat_bits):
+    """{beat: [(first, end) bit offsets in the instruction]}: the runs of offsets ``bits``,
+    split at the beats of ``beat_bits``."""
+    runs = {}
+    for bit in sorted(bits):
+        beat_runs = runs.setdefault(bit // beat_bits, [])
+        if beat_runs and beat_runs[-1][1] == bit:
+            beat_runs[-1] = (beat_runs[-1][0], bit + 1)
+        else:
+            beat_runs.append((bit, bit + 1))
+    return runs
 
 
 class InstructionQueue(wiring.Component):
-    """``QUEUE_DEPTH`` instructions of one engine in a memory (LUT RAM on ECP5, flip-flops on
+    """``QUEUE_DEPTH`` instructions of one engine in memories (LUT RAM on ECP5, flip-flops on
     iCE40), each written a bus beat at a time (``beat_en``: rdata ``beat_data`` is beat
-    ``beat`` of the instruction) and queued by ``commit`` with its index. Only the first
-    ``bits`` of ``layout`` are kept (beats past them are dropped), the rest of ``head`` is zero.
+    ``beat`` of the instruction) and queued by ``commit`` with its index. Only the bits
+    ``kept`` of ``layout`` are stored, a memory per beat that has any; the rest of ``head`` is
+    zero.
     """
 
-    def __init__(self, layout, bits, beat_bits, depth=QUEUE_DEPTH):
-        self.bits, self.beat_bits, self.depth = bits, beat_bits, depth
-        self.beats = -(-bits // beat_bits)
-        """Beats of an instruction that the queue keeps."""
+    def __init__(self, layout, kept, beat_bits, depth=QUEUE_DEPTH):
+        self.runs = _beat_runs(kept, beat_bits)
+        self.beat_bits, self.depth = beat_bits, depth
+        self.beats = max(self.runs) + 1
+        """Beats of an instruction up to the last one the queue keeps bits of."""
         super().__init__({
             "beat": In(range(INSTRUCTION_BITS // beat_bits)),
             "beat_data": In(beat_bits),
@@ -67,32 +84,41 @@ class InstructionQueue(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.entries = entries = memory.Memory(
-            shape=data.ArrayLayout(self.beat_bits, self.beats), depth=self.depth, init=[])
-        m.submodules.indices = indices = memory.Memory(shape=32, depth=self.depth, init=[])
-        write, index_write = entries.write_port(granularity=1), indices.write_port()
-        read, index_read = entries.read_port(domain="comb"), indices.read_port(domain="comb")
         w_ptr, r_ptr = Signal(range(self.depth)), Signal(range(self.depth))
         level = Signal(range(self.depth + 1))
         pop = self.head.valid & self.head.ready
-
-        def advance(ptr):
-            return ptr.eq(Mux(ptr == self.depth - 1, 0, ptr + 1))
-
+        instr = self.head.payload.instr.as_value()
+        m.submodules.indices = indices = memory.Memory(shape=32, depth=self.depth, init=[])
+        index_write, index_read = indices.write_port(), indices.read_port(domain="comb")
         m.d.comb += [
-            write.addr.eq(w_ptr),
-            write.data.eq(self.beat_data.replicate(self.beats)),
-            write.en.eq(Cat(self.beat_en & (self.beat == i) for i in range(self.beats))),
             index_write.addr.eq(w_ptr),
             index_write.data.eq(self.commit_index),
             index_write.en.eq(self.commit),
-            read.addr.eq(r_ptr),
             index_read.addr.eq(r_ptr),
-            self.head.payload.instr.eq(read.data.as_value()[:self.bits]),
             self.head.payload.index.eq(index_read.data),
             self.head.valid.eq(level != 0),
             self.full.eq(level == self.depth),
         ]
+        for beat, runs in self.runs.items():
+            base = beat * self.beat_bits
+            entries = memory.Memory(shape=sum(end - first for first, end in runs),
+                                    depth=self.depth, init=[])
+            m.submodules[f"beat{beat}"] = entries
+            write, read = entries.write_port(), entries.read_port(domain="comb")
+            m.d.comb += [
+                write.addr.eq(w_ptr),
+                write.data.eq(Cat(self.beat_data[first - base:end - base] for first, end in runs)),
+                write.en.eq(self.beat_en & (self.beat == beat)),
+                read.addr.eq(r_ptr),
+            ]
+            offset = 0
+            for first, end in runs:
+                m.d.comb += instr[first:end].eq(read.data[offset:offset + end - first])
+                offset += end - first
+
+        def advance(ptr):
+            return ptr.eq(Mux(ptr == self.depth - 1, 0, ptr + 1))
+
         m.d.sync += level.eq(level + self.commit - pop)
         with m.If(self.commit):
             m.d.sync += advance(w_ptr)

@@ -8,7 +8,7 @@ from amaranth.sim import Simulator
 from tpugen import CoreConfig
 from tpugen.arch import opcode_of
 from tpugen.hdl.controller import ENGINES, FETCH_ID, Controller, kept_bits
-from tpugen.isa import INSTRUCTION_BYTES, NUM_WINDOWS, Opcode, encode
+from tpugen.isa import INSTRUCTION_BYTES, NUM_WINDOWS, Header, Opcode, defined_bits, encode
 from tpugen.sim.pysim_axi import AxiMemory
 
 HOLD = 300
@@ -16,11 +16,14 @@ HOLD = 300
 
 
 def _program(rng, config):
-    """Random instruction bytes (no tokens) for every engine, the first three LOADs, then END."""
+    """Random instruction bytes (no tokens, random reserved bits) for every engine, the first
+    three LOADs, then END."""
     opcodes = [Opcode.LOAD] * 3 + [rng.choice([op for ops, _ in ENGINES.values() for op in ops
                                                if op != Opcode.SOFTMAX or config.softmax])
                                    for _ in range(21)]
-    program = [bytes(encode(op)[:4]) + rng.randbytes(INSTRUCTION_BYTES - 4) for op in opcodes]
+    header = ~sum(1 << bit for bit in defined_bits(Header)) & ((1 << Header.size) - 1)
+    program = [(int.from_bytes(encode(op)[:4], "little") | rng.getrandbits(32) & header)
+               .to_bytes(4, "little") + rng.randbytes(INSTRUCTION_BYTES - 4) for op in opcodes]
     return program + [encode(Opcode.END)]
 
 
@@ -36,8 +39,8 @@ def test_every_instruction_reaches_its_engine_intact_in_order(width):
     expected = {name: [] for name in ENGINES}
     for raw in program[:-1]:
         name = next(name for name, (ops, _) in ENGINES.items() if opcode_of(raw) in ops)
-        bits = kept_bits(config, ENGINES[name][0])
-        expected[name].append(int.from_bytes(raw, "little") & ((1 << bits) - 1))
+        kept = sum(1 << bit for bit in kept_bits(config, ENGINES[name][0]))
+        expected[name].append(int.from_bytes(raw, "little") & kept)
     received = {name: [] for name in ENGINES}
     fetched_in_hold = []
 
