@@ -127,6 +127,23 @@ class InstructionQueue(wiring.Component):
         return m
 
 
+def _overflow_memory(m, platform, rdata, depth, write, beat, copying, copy_beat):
+    """The controller's overflow memory of ``depth`` beats: ``write`` stores ``rdata`` as beat
+    ``beat``; returns beat ``copy_beat`` while ``copying`` (beats are copied in order from 0).
+    LUT RAM, but a shift register on an iCE40 (no LUT RAM, its block RAMs are taken): shifted
+    in at the top, out at the bottom, it needs no read multiplexer and no write decoder."""
+    if dsp_family(platform) == "ice40":
+        shift = Signal(depth * len(rdata))
+        with m.If(write | copying):
+            m.d.sync += shift.eq(Cat(shift[len(rdata):], rdata))
+        return shift[:len(rdata)]
+    m.submodules.overflow = overflow = memory.Memory(shape=len(rdata), depth=depth, init=[])
+    write_port, read_port = overflow.write_port(), overflow.read_port(domain="comb")
+    m.d.comb += [write_port.addr.eq(beat), write_port.data.eq(rdata), write_port.en.eq(write),
+                 read_port.addr.eq(copy_beat)]
+    return read_port.data
+
+
 def engine_signature(layout):
     """The controller's side of one engine, plus ``stall``: the next instruction waits for a
     dependency token (a performance counter)."""
@@ -142,7 +159,7 @@ class Controller(wiring.Component):
     The fetcher decodes the opcode from the header in an instruction's first beat and writes
     each beat straight into its engine's `InstructionQueue`. RREADY stays high during a fetch
     (the load engine's beats may be behind it on an in-order bus): when the queue is full, the
-    beats go to a one-instruction ``overflow`` memory instead (LUT RAM on ECP5), and are copied
+    beats go to a one-instruction overflow memory instead (`_overflow_memory`), and are copied
     into the queue, a beat a cycle, once it has room. Either way an instruction is queued once
     its queue has room and the next fetch starts then, as with a staging register.
 
@@ -302,19 +319,15 @@ class Controller(wiring.Component):
         target_beats = Array(Const(q.beats, range(beats + 1)) for q in queues)[target]
 
         overflow_beats = max(q.beats for q in queues)
-        # Flip-flops on an iCE40: its few block RAMs hold the scratchpad and the accumulator.
-        style = {"ram_style": "logic"} if dsp_family(platform) == "ice40" else {}
-        m.submodules.overflow = overflow = memory.Memory(
-            shape=beat_bits, depth=overflow_beats, init=[], attrs=style)
-        overflow_write, overflow_read = overflow.write_port(), overflow.read_port()
+        overflow_write = Signal()  # beat `beat` of rdata into the overflow memory
         copy_beat = Signal(range(overflow_beats))
-        copying = Signal()
-        m.d.comb += [overflow_write.addr.eq(beat), overflow_write.data.eq(self.axi.rdata),
-                     overflow_read.addr.eq(0)]
+        copying = Signal()         # beat `copy_beat` of the overflow memory into `target`'s queue
+        overflow_data = _overflow_memory(m, platform, self.axi.rdata, overflow_beats,
+                                         overflow_write, beat, copying, copy_beat)
         for i, queue in enumerate(queues):
             m.d.comb += [
                 queue.beat.eq(Mux(copying, copy_beat, beat)),
-                queue.beat_data.eq(Mux(copying, overflow_read.data, self.axi.rdata)),
+                queue.beat_data.eq(Mux(copying, overflow_data, self.axi.rdata)),
                 queue.commit_index.eq(pc),
             ]
 
@@ -366,7 +379,7 @@ class Controller(wiring.Component):
                     m.d.comb += [
                         progress.eq(1),
                         Array(q.beat_en for q in queues)[this_target].eq(this_known & this_direct),
-                        overflow_write.en.eq(this_known & ~this_direct & (beat < overflow_beats)),
+                        overflow_write.eq(this_known & ~this_direct & (beat < overflow_beats)),
                     ]
                     m.d.sync += beat.eq(beat + 1)
                     with m.If(is_first):
@@ -392,15 +405,14 @@ class Controller(wiring.Component):
                             commit()
                         with m.Else():
                             m.next = "OVERFLOW"
-            with m.State("OVERFLOW"):  # waiting for room in the queue, overflow[0] read
+            with m.State("OVERFLOW"):  # waiting for room in the queue
                 m.d.sync += copy_beat.eq(0)
                 with m.If(stopping):
                     m.next = "STOP"
                 with m.Elif(~target_full):
                     m.next = "COPY"
-            with m.State("COPY"):  # overflow[copy_beat] read, overflow[copy_beat + 1] asked
+            with m.State("COPY"):
                 m.d.comb += [copying.eq(1), progress.eq(1),
-                             overflow_read.addr.eq(copy_beat + 1),
                              Array(q.beat_en for q in queues)[target].eq(1)]
                 m.d.sync += copy_beat.eq(copy_beat + 1)
                 with m.If(stopping):

@@ -3,6 +3,7 @@ the engines' queues, and through the overflow memory when a queue is full."""
 import random
 
 import pytest
+from amaranth.hdl import Elaboratable, Fragment
 from amaranth.sim import Simulator
 
 from tpugen import CoreConfig
@@ -27,8 +28,18 @@ def _program(rng, config):
     return program + [encode(Opcode.END)]
 
 
-@pytest.mark.parametrize("width", [32, 128])
-def test_every_instruction_reaches_its_engine_intact_in_order(width):
+class _ForFamily(Elaboratable):
+    """``dut`` elaborated as for synthesis on FPGA ``family`` (`hdl.array.dsp_family`)."""
+
+    def __init__(self, dut, family):
+        self.dut, self.dsp_family = dut, family
+
+    def elaborate(self, platform):
+        return Fragment.get(self.dut, self)
+
+
+@pytest.mark.parametrize("width,family", [(32, None), (128, None), (32, "ice40")])
+def test_every_instruction_reaches_its_engine_intact_in_order(width, family):
     config = CoreConfig(rows=2, cols=2, scratchpad_kib=1, accumulator_kib=1, axi_data_width=width,
                         softmax=width == 128, im2col=width == 128)
     rng = random.Random(width)
@@ -76,7 +87,7 @@ def test_every_instruction_reaches_its_engine_intact_in_order(width):
                 return
         raise AssertionError("no END")
 
-    sim = Simulator(dut)
+    sim = Simulator(_ForFamily(dut, family))
     sim.add_clock(1e-6)
     sim.add_testbench(memory.read_process(dut.axi), background=True)
     for name in ENGINES:
