@@ -1,12 +1,14 @@
 """Controller: fetches the program, dispatches to the engines under dependency tokens, watches."""
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
-from amaranth.lib import data, wiring
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from ..arch import ENGINE_OPCODES, PENDING_DEPTH, QUEUE_DEPTH, TOKEN_BITS, TOKEN_LIMIT, Engine
-from ..isa import INSTRUCTION_BITS, INSTRUCTION_BYTES, NUM_WINDOWS, ErrorCode, Header, Opcode, Window
+from ..isa import (INSTRUCTION_BITS, INSTRUCTION_BYTES, NUM_WINDOWS, ErrorCode, Header, Opcode,
+                   Window, defined_bits, instruction_layout)
+from .array import dsp_family
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_read_signature
 from .engine import engine_members
 from .execute import EXECUTE_INSTRUCTION
@@ -14,7 +16,8 @@ from .load import LOAD_INSTRUCTION
 from .store import STORE_INSTRUCTION
 from .walker import window_ok
 
-__all__ = ["Controller", "ENGINES", "FETCH_ID", "supported_opcodes"]
+__all__ = ["Controller", "ENGINES", "FETCH_ID", "InstructionQueue", "kept_bits",
+           "supported_opcodes"]
 
 FETCH_ID = 1
 """ARID of instruction fetches (the load engine reads with ARID 0)."""
@@ -32,6 +35,115 @@ def supported_opcodes(config):
             if op != Opcode.SOFTMAX or config.softmax}
 
 
+def kept_bits(config, opcodes):
+    """The bit offsets an engine's queue keeps of each instruction: those of the defined fields
+    (`isa.defined_bits`) of the layouts among ``opcodes`` that a core of ``config`` runs (an
+    im2col LOAD only with ``config.im2col``). The engine reads the others as zero; it ignores
+    them (reserved fields) or never gets an instruction that has them."""
+    supported = supported_opcodes(config)
+    return frozenset().union(*(defined_bits(instruction_layout(op, im2col))
+                               for op in opcodes if op in supported
+                               for im2col in {False, op == Opcode.LOAD and config.im2col}))
+
+
+def _beat_runs(bits, beat_bits):
+    """{beat: [(first, end) bit offsets in the instruction]}: the runs of offsets ``bits``,
+    split at the beats of ``beat_bits``."""
+    runs = {}
+    for bit in sorted(bits):
+        beat_runs = runs.setdefault(bit // beat_bits, [])
+        if beat_runs and beat_runs[-1][1] == bit:
+            beat_runs[-1] = (beat_runs[-1][0], bit + 1)
+        else:
+            beat_runs.append((bit, bit + 1))
+    return runs
+
+
+class InstructionQueue(wiring.Component):
+    """``QUEUE_DEPTH`` instructions of one engine in memories (LUT RAM on ECP5, flip-flops on
+    iCE40), each written a bus beat at a time (``beat_en``: rdata ``beat_data`` is beat
+    ``beat`` of the instruction) and queued by ``commit`` with its index. Only the bits
+    ``kept`` of ``layout`` are stored, a memory per beat that has any; the rest of ``head`` is
+    zero.
+    """
+
+    def __init__(self, layout, kept, beat_bits, depth=QUEUE_DEPTH):
+        self.runs = _beat_runs(kept, beat_bits)
+        self.beat_bits, self.depth = beat_bits, depth
+        self.beats = max(self.runs) + 1
+        """Beats of an instruction up to the last one the queue keeps bits of."""
+        super().__init__({
+            "beat": In(range(INSTRUCTION_BITS // beat_bits)),
+            "beat_data": In(beat_bits),
+            "beat_en": In(1),
+            "commit": In(1),
+            "commit_index": In(32),
+            "full": Out(1),
+            "head": Out(stream.Signature(data.StructLayout({"instr": layout, "index": 32}))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        w_ptr, r_ptr = Signal(range(self.depth)), Signal(range(self.depth))
+        level = Signal(range(self.depth + 1))
+        pop = self.head.valid & self.head.ready
+        instr = self.head.payload.instr.as_value()
+        m.submodules.indices = indices = memory.Memory(shape=32, depth=self.depth, init=[])
+        index_write, index_read = indices.write_port(), indices.read_port(domain="comb")
+        m.d.comb += [
+            index_write.addr.eq(w_ptr),
+            index_write.data.eq(self.commit_index),
+            index_write.en.eq(self.commit),
+            index_read.addr.eq(r_ptr),
+            self.head.payload.index.eq(index_read.data),
+            self.head.valid.eq(level != 0),
+            self.full.eq(level == self.depth),
+        ]
+        for beat, runs in self.runs.items():
+            base = beat * self.beat_bits
+            entries = memory.Memory(shape=sum(end - first for first, end in runs),
+                                    depth=self.depth, init=[])
+            m.submodules[f"beat{beat}"] = entries
+            write, read = entries.write_port(), entries.read_port(domain="comb")
+            m.d.comb += [
+                write.addr.eq(w_ptr),
+                write.data.eq(Cat(self.beat_data[first - base:end - base] for first, end in runs)),
+                write.en.eq(self.beat_en & (self.beat == beat)),
+                read.addr.eq(r_ptr),
+            ]
+            offset = 0
+            for first, end in runs:
+                m.d.comb += instr[first:end].eq(read.data[offset:offset + end - first])
+                offset += end - first
+
+        def advance(ptr):
+            return ptr.eq(Mux(ptr == self.depth - 1, 0, ptr + 1))
+
+        m.d.sync += level.eq(level + self.commit - pop)
+        with m.If(self.commit):
+            m.d.sync += advance(w_ptr)
+        with m.If(pop):
+            m.d.sync += advance(r_ptr)
+        return m
+
+
+def _overflow_memory(m, platform, rdata, depth, write, beat, copying, copy_beat):
+    """The controller's overflow memory of ``depth`` beats: ``write`` stores ``rdata`` as beat
+    ``beat``; returns beat ``copy_beat`` while ``copying`` (beats are copied in order from 0).
+    LUT RAM, but a shift register on an iCE40 (no LUT RAM, its block RAMs are taken): shifted
+    in at the top, out at the bottom, it needs no read multiplexer and no write decoder."""
+    if dsp_family(platform) == "ice40":
+        shift = Signal(depth * len(rdata))
+        with m.If(write | copying):
+            m.d.sync += shift.eq(Cat(shift[len(rdata):], rdata))
+        return shift[:len(rdata)]
+    m.submodules.overflow = overflow = memory.Memory(shape=len(rdata), depth=depth, init=[])
+    write_port, read_port = overflow.write_port(), overflow.read_port(domain="comb")
+    m.d.comb += [write_port.addr.eq(beat), write_port.data.eq(rdata), write_port.en.eq(write),
+                 read_port.addr.eq(copy_beat)]
+    return read_port.data
+
+
 def engine_signature(layout):
     """The controller's side of one engine, plus ``stall``: the next instruction waits for a
     dependency token (a performance counter)."""
@@ -43,6 +155,13 @@ class Controller(wiring.Component):
     """Fetches 64-byte instructions from ``program_base`` over AXI, queues them per engine, and
     dispatches each when the tokens it pops are available (VTA-style semaphores between
     neighbouring engines). END waits for every engine to finish, then ``done_event``.
+
+    The fetcher decodes the opcode from the header in an instruction's first beat and writes
+    each beat straight into its engine's `InstructionQueue`. RREADY stays high during a fetch
+    (the load engine's beats may be behind it on an in-order bus): when the queue is full, the
+    beats go to a one-instruction overflow memory instead (`_overflow_memory`), and are copied
+    into the queue, a beat a cycle, once it has room. Either way an instruction is queued once
+    its queue has room and the next fetch starts then, as with a staging register.
 
     The first error (an engine's, a bad fetch, an unknown opcode, or the watchdog seeing no
     progress for ``watchdog_limit`` cycles) stops fetching and dispatching; once the engines are
@@ -72,14 +191,13 @@ class Controller(wiring.Component):
         m = Module()
         beat_bits = self.config.axi_data_width
         beats = INSTRUCTION_BITS // beat_bits
+        assert beats > 1  # the first beat's decisions are registered for the others
         engines = [getattr(self, name) for name in ENGINES]
         supported = supported_opcodes(self.config)
 
         running = Signal()
         stopping = Signal()  # an error is latched; waiting for the engines to go idle
         pc = Signal(32)
-        raw = Signal(INSTRUCTION_BITS)
-        header = data.View(Header, raw[:Header.size])
         error = Signal(ErrorCode)
         error_index = Signal(32)
         progress = Signal()
@@ -96,15 +214,15 @@ class Controller(wiring.Component):
         queues = []
         # The watchdog blames the oldest instruction that waits for a token, else the fetcher.
         blocked, blocked_index = Const(0), Const(0, 32)
-        for i, (name, (_, layout)) in enumerate(ENGINES.items()):
+        for i, (name, (opcodes, layout)) in enumerate(ENGINES.items()):
             port = engines[i]
-            queue = SyncFIFO(width=layout.size + 32, depth=QUEUE_DEPTH)
+            queue = InstructionQueue(layout, kept_bits(self.config, opcodes), beat_bits)
             pending = SyncFIFO(width=2, depth=PENDING_DEPTH)  # push_prev, push_next
             m.submodules[f"{name}_queue"] = queue
             m.submodules[f"{name}_pending"] = pending
             queues.append(queue)
-            head = data.View(layout, queue.r_data[:layout.size])
-            head_index = queue.r_data[layout.size:]
+            head = queue.head.payload.instr
+            head_index = queue.head.payload.index
             index = Signal(32, name=f"{name}_index")
 
             pop_prev = tokens[i - 1] if i > 0 else None
@@ -126,13 +244,13 @@ class Controller(wiring.Component):
             dispatch = Signal(name=f"{name}_dispatch")
             m.d.comb += [
                 port.instr.payload.eq(head),
-                port.instr.valid.eq(queue.r_rdy & ready & ~stopping & pending.w_rdy),
+                port.instr.valid.eq(queue.head.valid & ready & ~stopping & pending.w_rdy),
                 dispatch.eq(port.instr.valid & port.instr.ready),
-                queue.r_en.eq(dispatch),
+                queue.head.ready.eq(dispatch),
                 pending.w_en.eq(dispatch),
                 pending.w_data.eq(Cat(head.header.push_prev, head.header.push_next)),
                 pending.r_en.eq(port.done),
-                port.stall.eq(queue.r_rdy & ~ready & ~stopping),
+                port.stall.eq(queue.head.valid & ~ready & ~stopping),
             ]
             with m.If(dispatch):
                 m.d.sync += index.eq(head_index)
@@ -146,9 +264,6 @@ class Controller(wiring.Component):
                 token_changes[id(back_tokens[i - 1])][0].append(port.done & pending.r_data[0])
             if i < len(engines) - 1:
                 token_changes[id(tokens[i])][0].append(port.done & pending.r_data[1])
-
-            # Instructions enter their queue from the fetcher below.
-            m.d.comb += queue.w_data.eq(Cat(raw[:layout.size], pc))
             with m.If(port.error != ErrorCode.NONE):
                 m.d.comb += [raise_error.eq(port.error), raise_index.eq(index)]
 
@@ -180,7 +295,48 @@ class Controller(wiring.Component):
             m.d.comb += self.axi.rready.eq(1)
             with m.If(self.axi.rvalid & (self.axi.rid == FETCH_ID) & self.axi.rlast):
                 m.d.sync += fetch_draining.eq(0)
-        engines_idle = Cat(~port.busy for port in engines).all() & Cat(~q.r_rdy for q in queues).all()
+        engines_idle = Cat(~port.busy for port in engines).all() & \
+            Cat(~q.head.valid for q in queues).all()
+
+        # The instruction being fetched: its beat, its engine (decoded from the first beat),
+        # and whether it goes straight into that engine's queue or to `overflow`.
+        beat = Signal(range(beats))
+        target = Signal(range(len(queues)))
+        known = Signal()     # its opcode runs on an engine of this core
+        ended = Signal()     # it is END
+        direct = Signal()    # its queue had room at the first beat (nothing else fills it)
+        first = data.View(Header, self.axi.rdata[:Header.size])
+        first_target = Signal.like(target)
+        first_known = Signal()
+        for i, (opcodes, _) in enumerate(ENGINES.values()):
+            with m.If(Cat(first.opcode == op for op in opcodes if op in supported).any()):
+                m.d.comb += [first_target.eq(i), first_known.eq(1)]
+        is_first = beat == 0
+        this_target = Mux(is_first, first_target, target)
+        this_known = Mux(is_first, first_known, known)
+        this_direct = Mux(is_first, ~Array(q.full for q in queues)[first_target], direct)
+        target_full = Array(q.full for q in queues)[target]
+        target_beats = Array(Const(q.beats, range(beats + 1)) for q in queues)[target]
+
+        overflow_beats = max(q.beats for q in queues)
+        overflow_write = Signal()  # beat `beat` of rdata into the overflow memory
+        copy_beat = Signal(range(overflow_beats))
+        copying = Signal()         # beat `copy_beat` of the overflow memory into `target`'s queue
+        overflow_data = _overflow_memory(m, platform, self.axi.rdata, overflow_beats,
+                                         overflow_write, beat, copying, copy_beat)
+        for i, queue in enumerate(queues):
+            m.d.comb += [
+                queue.beat.eq(Mux(copying, copy_beat, beat)),
+                queue.beat_data.eq(Mux(copying, overflow_data, self.axi.rdata)),
+                queue.commit_index.eq(pc),
+            ]
+
+        def commit():
+            """Queue the instruction in `target`'s queue and go on to the next one."""
+            m.d.comb += [progress.eq(1), Array(q.commit for q in queues)[target].eq(1)]
+            m.d.sync += [pc.eq(pc + 1), address.eq(address + INSTRUCTION_BYTES)]
+            m.next = "FETCH"
+
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += starting.eq(self.start)
@@ -194,7 +350,7 @@ class Controller(wiring.Component):
                     m.d.comb += self.axi.arvalid.eq(1)
                     with m.If(self.axi.arready):
                         m.d.comb += progress.eq(1)
-                        m.d.sync += ar_waiting.eq(0)
+                        m.d.sync += [ar_waiting.eq(0), beat.eq(0)]
                         m.next = "BEATS"
                 with m.Elif(stopping):
                     m.next = "STOP"
@@ -210,6 +366,7 @@ class Controller(wiring.Component):
                     m.d.comb += self.axi.arvalid.eq(1)
                     with m.If(self.axi.arready):
                         m.d.comb += progress.eq(1)
+                        m.d.sync += beat.eq(0)
                         m.next = "BEATS"
                     with m.Else():
                         m.d.sync += ar_waiting.eq(1)
@@ -219,34 +376,49 @@ class Controller(wiring.Component):
                     m.d.sync += fetch_draining.eq(1)
                     m.next = "STOP"
                 with m.Elif(self.axi.rvalid & (self.axi.rid == FETCH_ID)):
-                    m.d.comb += progress.eq(1)
-                    m.d.sync += raw.eq(Cat(raw[beat_bits:], self.axi.rdata))
-                    with m.If(self.axi.rresp != AXI_RESP_OKAY):
-                        m.d.sync += bus_error.eq(1)
+                    m.d.comb += [
+                        progress.eq(1),
+                        Array(q.beat_en for q in queues)[this_target].eq(this_known & this_direct),
+                        overflow_write.eq(this_known & ~this_direct & (beat < overflow_beats)),
+                    ]
+                    m.d.sync += beat.eq(beat + 1)
+                    with m.If(is_first):
+                        m.d.sync += [target.eq(first_target), known.eq(first_known),
+                                     ended.eq(first.opcode == Opcode.END),
+                                     direct.eq(this_direct)]
+                    failed = bus_error | (self.axi.rresp != AXI_RESP_OKAY)
+                    m.d.sync += bus_error.eq(failed)
                     with m.If(self.axi.rlast):
-                        m.next = "DECODE"
-            with m.State("DECODE"):
-                with m.If(bus_error):
-                    m.d.comb += [raise_error.eq(ErrorCode.BUS_ERROR), raise_index.eq(pc)]
-                    m.next = "FETCH"
-                with m.Elif(stopping):
+                        m.d.sync += bus_error.eq(0)
+                        with m.If(failed):
+                            m.d.comb += [raise_error.eq(ErrorCode.BUS_ERROR), raise_index.eq(pc)]
+                            m.next = "FETCH"
+                        with m.Elif(stopping):
+                            m.next = "STOP"
+                        with m.Elif(ended):
+                            m.next = "END"
+                        with m.Elif(~known):
+                            m.d.comb += [raise_error.eq(ErrorCode.UNKNOWN_OPCODE),
+                                         raise_index.eq(pc)]
+                            m.next = "FETCH"
+                        with m.Elif(direct):
+                            commit()
+                        with m.Else():
+                            m.next = "OVERFLOW"
+            with m.State("OVERFLOW"):  # waiting for room in the queue
+                m.d.sync += copy_beat.eq(0)
+                with m.If(stopping):
                     m.next = "STOP"
-                with m.Elif(header.opcode == Opcode.END):
-                    m.next = "END"
-                with m.Else():
-                    known = Signal()
-                    for queue, (opcodes, _) in zip(queues, ENGINES.values()):
-                        opcodes = [op for op in opcodes if op in supported]
-                        with m.If(Cat(header.opcode == opcode for opcode in opcodes).any()):
-                            m.d.comb += [known.eq(1), queue.w_en.eq(1)]
-                            with m.If(queue.w_rdy):
-                                m.d.comb += progress.eq(1)
-                                m.d.sync += [pc.eq(pc + 1),
-                                             address.eq(address + INSTRUCTION_BYTES)]
-                                m.next = "FETCH"
-                    with m.If(~known):
-                        m.d.comb += [raise_error.eq(ErrorCode.UNKNOWN_OPCODE), raise_index.eq(pc)]
-                        m.next = "FETCH"
+                with m.Elif(~target_full):
+                    m.next = "COPY"
+            with m.State("COPY"):
+                m.d.comb += [copying.eq(1), progress.eq(1),
+                             Array(q.beat_en for q in queues)[target].eq(1)]
+                m.d.sync += copy_beat.eq(copy_beat + 1)
+                with m.If(stopping):
+                    m.next = "STOP"
+                with m.Elif(copy_beat == target_beats - 1):
+                    commit()
             with m.State("END"):
                 # An engine that fails now is idle in this same cycle: its error wins over done.
                 with m.If(stopping | (raise_error != ErrorCode.NONE)):

@@ -20,17 +20,17 @@ class AxiMemory:
 
     ``ready`` and ``valid`` are the probabilities that a ready/valid is offered in a cycle;
     ``latency`` is the largest number of extra cycles before read data or a write response.
-    ``reads``/``writes`` count beats, ``ar``/``aw`` bursts.
+    ``reads``/``writes`` count beats, ``ar``/``aw`` bursts; ``ident``: the ID of every burst.
     """
 
     def __init__(self, size, data_width, *, allowed, error_ranges=(), seed=0, ready=0.7,
-                 valid=0.8, latency=6):
+                 valid=0.8, latency=6, ident=0):
         self.mem = bytearray(size)
         self.beat_bytes = data_width // 8
         self.allowed = list(allowed)
         self.error_ranges = list(error_ranges)
         self.rng = random.Random(seed)
-        self.ready, self.valid, self.latency = ready, valid, latency
+        self.ready, self.valid, self.latency, self.ident = ready, valid, latency, ident
         self.ar = self.aw = self.reads = self.writes = 0
         self._open_reads = self._open_writes = 0
 
@@ -46,7 +46,7 @@ class AxiMemory:
 
     def _check_burst(self, kind, addr, length, size, burst, ident):
         bb = self.beat_bytes
-        assert ident == 0, f"{kind}ID={ident}"
+        assert ident == self.ident, f"{kind}ID={ident}"
         assert burst == AXI_BURST_INCR, f"{kind}BURST={burst}"
         assert 1 << size == bb, f"{kind}SIZE={size} on a {bb}-byte bus"
         assert 0 <= length <= 255, f"{kind}LEN={length}"
@@ -82,7 +82,7 @@ class AxiMemory:
                     ctx.set(bus.rdata, beat[0])
                     ctx.set(bus.rresp, beat[1])
                     ctx.set(bus.rlast, beat[2])
-                    ctx.set(bus.rid, 0)
+                    ctx.set(bus.rid, self.ident)
                 _, _, arvalid, araddr, arlen, arsize, arburst, arid, rready = \
                     await ctx.tick().sample(bus.arvalid, bus.araddr, bus.arlen, bus.arsize,
                                             bus.arburst, bus.arid, bus.rready)

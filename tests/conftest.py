@@ -49,7 +49,7 @@ TIERS = {
 
 FILE_TIERS = {
     "pysim": {"test_array_pysim", "test_axi_memory_pysim", "test_c_driver", "test_csr_pysim",
-              "test_dma_pysim", "test_epilogue_pysim", "test_execute_pysim",
+              "test_controller_pysim", "test_dma_pysim", "test_epilogue_pysim", "test_execute_pysim",
               "test_im2col_pysim", "test_pe_multipliers", "test_softmax_pysim",
               "test_uart_bridge_pysim"},
     "verilator": {"test_array_verilator", "test_attention", "test_axi_compliance",

@@ -40,7 +40,7 @@ __all__ = [
     "TensorDescriptor", "Im2colDescriptor", "LoadInstruction", "LoadIm2colInstruction",
     "MatmulInstruction", "StoreInstruction", "Epilogue", "EpilogueParams", "ParamsInstruction",
     "PARAMS_PER_INSTRUCTION", "PARAMS_RESET", "SoftmaxMode", "SoftmaxInstruction", "decode", "encode",
-    "instruction_layout", "pack",
+    "defined_bits", "instruction_layout", "pack",
     "NUM_WINDOWS", "Window",
 ]
 
@@ -270,6 +270,19 @@ def _fields(layout):
     """{key: (offset, width, shape)} of the fields of ``layout``."""
     return {key: (field.offset, Shape.cast(field.shape).width, field.shape)
             for key, field in layout}
+
+
+def defined_bits(layout, offset=0):
+    """The set of bit offsets of ``layout`` (from ``offset``) in fields not named ``reserved``:
+    the core ignores the others (see the module's policies)."""
+    bits = set()
+    for key, field in layout:
+        if isinstance(field.shape, data.Layout):
+            bits |= defined_bits(field.shape, offset + field.offset)
+        elif key != "reserved":
+            width = Shape.cast(field.shape).width
+            bits |= set(range(offset + field.offset, offset + field.offset + width))
+    return bits
 
 
 def decode(raw):
