@@ -73,9 +73,9 @@ def test_every_instruction_reaches_its_engine_intact_in_order(width, family):
         return process
 
     async def host(ctx):
-        ctx.set(dut.windows[0], {"base": 0, "size": 1 << 12, "read": 1, "write": 0})
+        ctx.set(dut.windows[0], {"base": 0, "end": 1 << 12, "read": 1, "write": 0})
         for i in range(1, NUM_WINDOWS):
-            ctx.set(dut.windows[i], {"base": 0, "size": 0, "read": 0, "write": 0})
+            ctx.set(dut.windows[i], {"base": 0, "end": 0, "read": 0, "write": 0})
         ctx.set(dut.program_length, len(program))
         ctx.set(dut.start, 1)
         await ctx.tick()
