@@ -1,12 +1,13 @@
 """Shared DMA building blocks: descriptor checks, the tile walker and the burst planner."""
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from ..isa import DIMS, NUM_WINDOWS, ErrorCode, Im2colDescriptor, TensorDescriptor, Window
 
-__all__ = ["TileCheck", "TileWalker", "Im2colWalker", "BurstPlanner", "POOLING", "element_layout",
+__all__ = ["TileCheck", "TileWalker", "Im2colWalker", "ElementStage", "BurstPlanner", "POOLING",
+           "element_layout",
            "walker_signature", "step_layout", "burst_layout", "move_units", "select_units"]
 
 COORD = signed(18)
@@ -580,6 +581,37 @@ class Im2colWalker(wiring.Component):
                 stop_on_abort()
         with m.If(self.abort):
             m.d.sync += [self.elements.valid.eq(0), pending.eq(0)]
+        return m
+
+
+class ElementStage(wiring.Component):
+    """A registered stage for walked elements, between a walker and the `BurstPlanner`.
+
+    A two-entry `SyncFIFO`: ``input.ready`` comes from its level and ``output.payload`` from
+    its two entries, so neither the planner's ready nor an element is a combinational path
+    from the one to the other. One element per cycle sustained, one cycle of latency.
+    ``coords`` are not carried (the planner does not use them): zero at the output.
+    """
+
+    def __init__(self, lanes, rows):
+        layout = element_layout(lanes, rows)
+        super().__init__({"input": In(stream.Signature(layout)),
+                          "output": Out(stream.Signature(layout))})
+
+    def elaborate(self, platform):
+        m = Module()
+        carried = data.StructLayout({name: field.shape for name, field
+                                     in self.input.payload.shape() if name != "coords"})
+        m.submodules.fifo = queue = fifo.SyncFIFO(width=carried.size, depth=2)
+        written, read = carried(queue.w_data), carried(queue.r_data)
+        m.d.comb += [
+            *(written[name].eq(self.input.payload[name]) for name in carried.members),
+            *(self.output.payload[name].eq(read[name]) for name in carried.members),
+            queue.w_en.eq(self.input.valid),
+            self.input.ready.eq(queue.w_rdy),
+            self.output.valid.eq(queue.r_rdy),
+            queue.r_en.eq(self.output.ready),
+        ]
         return m
 
 
