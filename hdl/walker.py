@@ -615,13 +615,24 @@ class ElementStage(wiring.Component):
         return m
 
 
-def window_ok(m, windows, addr, size, permission):
+def window_ok(m, windows, addr, size, permission, aligned=False):
     """``[addr, addr + size)`` lies inside a window with ``permission`` (helper signals driven in
     ``m``): per window two compares with its ``base`` and ``end`` (`isa.Window`, whose end the
-    control registers add up when the window is written), one adder for ``addr + size``."""
-    start, stop = Signal.like(addr, name="window_start"), Signal.like(addr + size, name="window_stop")
-    m.d.comb += [start.eq(addr), stop.eq(addr + size)]
-    return Cat(w[permission] & (start >= w.base) & (stop <= w.end) for w in windows).any()
+    control registers add up when the window is written), one adder for ``addr + size``. With
+    ``aligned`` (``size`` a power of two that divides ``addr``) no adder: ``addr + size <= end``
+    is ``addr / size < floor(end / size)``."""
+    start = Signal.like(addr, name="window_start")
+    m.d.comb += start.eq(addr)
+    if aligned:
+        shift = ceil_log2(size)
+        if size != 1 << shift:
+            raise ValueError(f"size={size!r} is invalid with aligned: allowed a power of two")
+        fits = [start[shift:] < w.end[shift:] for w in windows]
+    else:
+        stop = Signal.like(addr + size, name="window_stop")
+        m.d.comb += stop.eq(addr + size)
+        fits = [stop <= w.end for w in windows]
+    return Cat(w[permission] & (start >= w.base) & fit for w, fit in zip(windows, fits)).any()
 
 
 class BurstPlanner(wiring.Component):
@@ -675,7 +686,7 @@ class BurstPlanner(wiring.Component):
                   (beats < self.max_beats))
         joins = ~flush & elem.in_bounds & (share | extend)
         window = window_ok(m, self.windows, Cat(Const(0, shift), beat), self.beat_bytes,
-                           self.permission)
+                           self.permission, aligned=True)
         bad = ~flush & elem.in_bounds & (elem.overflow | ~window)
         end_of_burst = is_open & ~joins
 
