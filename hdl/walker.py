@@ -7,8 +7,8 @@ from amaranth.utils import ceil_log2
 from ..isa import DIMS, NUM_WINDOWS, ErrorCode, Im2colDescriptor, TensorDescriptor, Window
 
 __all__ = ["TileCheck", "TileWalker", "Im2colWalker", "ElementStage", "BurstPlanner", "POOLING",
-           "element_layout",
-           "walker_signature", "step_layout", "burst_layout", "move_units", "select_units"]
+           "element_layout", "walker_signature", "step_layout", "burst_layout", "move_units",
+           "select_units"]
 
 COORD = signed(18)
 """A tile coordinate: start (signed 16) + index (unsigned 16)."""
