@@ -10,8 +10,8 @@ from ..isa import (ErrorCode, Header, Im2colDescriptor, LoadIm2colInstruction, L
                    TensorDescriptor)
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_read_signature
 from .engine import check_state, dma_engine_members
-from .walker import (BurstPlanner, Im2colWalker, TileCheck, TileWalker, move_units, step_layout,
-                     walker_signature)
+from .walker import (BurstPlanner, ElementStage, Im2colWalker, TileCheck, TileWalker, move_units,
+                     step_layout, walker_signature)
 
 __all__ = ["LoadEngine", "LOAD_INSTRUCTION", "MAX_OUTSTANDING", "PLAN_DEPTH"]
 
@@ -70,9 +70,11 @@ class LoadEngine(wiring.Component):
             m.submodules.im2col_walker = im2col_walker = Im2colWalker(lanes, rows)
         else:  # a walker that never starts: an im2col LOAD stops with UNKNOWN_OPCODE
             im2col_walker = walker_signature(Im2colDescriptor, lanes, rows).create()
+        m.submodules.stage = stage = ElementStage(lanes, rows)
         m.submodules.planner = planner = BurstPlanner(
             lanes, rows, beat_bytes, max_steps=PLAN_DEPTH // 4, max_beats=256,
             permission="read")
+        wiring.connect(m, stage.output, planner.elements)
         layout = step_layout(lanes, rows, beat_bytes)
         m.submodules.plan = plan = fifo.SyncFIFOBuffered(width=layout.size, depth=PLAN_DEPTH)
 
@@ -93,10 +95,10 @@ class LoadEngine(wiring.Component):
             im2col_code.eq(_im2col_check(im2col_desc, lanes, rows) if config.im2col
                            else ErrorCode.UNKNOWN_OPCODE),
             planner.windows.eq(self.windows),
-            planner.elements.payload.eq(source),
-            planner.elements.valid.eq(source_valid & running),
-            walker.elements.ready.eq(planner.elements.ready & running & ~im2col),
-            im2col_walker.elements.ready.eq(planner.elements.ready & running & im2col),
+            stage.input.payload.eq(source),
+            stage.input.valid.eq(source_valid & running),
+            walker.elements.ready.eq(stage.input.ready & running & ~im2col),
+            im2col_walker.elements.ready.eq(stage.input.ready & running & im2col),
             planner.abort.eq(stopped),
             walker.abort.eq(stopped),
             im2col_walker.abort.eq(stopped),

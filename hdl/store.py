@@ -11,7 +11,8 @@ from .engine import check_state, dma_engine_members
 from .epilogue import EpilogueDatapath, LaneParams, pipeline_register
 from ..config import check_config
 from .load import MAX_OUTSTANDING
-from .walker import BurstPlanner, TileCheck, TileWalker, move_units, select_units, step_layout
+from .walker import (BurstPlanner, ElementStage, TileCheck, TileWalker, move_units, select_units,
+                     step_layout)
 
 __all__ = ["StoreEngine", "STORE_INSTRUCTION", "W_DEPTH"]
 
@@ -72,9 +73,11 @@ class StoreEngine(wiring.Component):
         m.submodules.check = check = TileCheck(cols, rows, elem_log2=(0, 2), pool=True)
         m.submodules.walker = walker = TileWalker(cols, rows, elem_log2=(0, 2),
                                                   beat_bytes=beat_bytes, pool=True)
+        m.submodules.stage = stage = ElementStage(cols, rows)
         m.submodules.planner = planner = BurstPlanner(
             cols, rows, beat_bytes, max_steps=256 * words, max_beats=W_DEPTH // 2,
             permission="write")
+        wiring.connect(m, stage.output, planner.elements)
         beat_layout = data.StructLayout({"data": config.axi_data_width, "strb": beat_bytes,
                                          "last": 1})
         m.submodules.beats = beats = fifo.SyncFIFOBuffered(width=beat_layout.size, depth=W_DEPTH)
@@ -99,9 +102,9 @@ class StoreEngine(wiring.Component):
             check.pool.pitch.eq(instr.epilogue.pool_pitch),
             walker.pool.eq(check.pool),
             planner.windows.eq(self.windows),
-            planner.elements.payload.eq(walker.elements.payload),
-            planner.elements.valid.eq(walker.elements.valid & running),
-            walker.elements.ready.eq(planner.elements.ready & running),
+            stage.input.payload.eq(walker.elements.payload),
+            stage.input.valid.eq(walker.elements.valid & running),
+            walker.elements.ready.eq(stage.input.ready & running),
             planner.abort.eq(stopped),
             walker.abort.eq(stopped),
         ]

@@ -1,13 +1,14 @@
 """Shared DMA building blocks: descriptor checks, the tile walker and the burst planner."""
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from ..isa import DIMS, NUM_WINDOWS, ErrorCode, Im2colDescriptor, TensorDescriptor, Window
 
-__all__ = ["TileCheck", "TileWalker", "Im2colWalker", "BurstPlanner", "POOLING", "element_layout",
-           "walker_signature", "step_layout", "burst_layout", "move_units", "select_units"]
+__all__ = ["TileCheck", "TileWalker", "Im2colWalker", "ElementStage", "BurstPlanner", "POOLING",
+           "element_layout", "walker_signature", "step_layout", "burst_layout", "move_units",
+           "select_units"]
 
 COORD = signed(18)
 """A tile coordinate: start (signed 16) + index (unsigned 16)."""
@@ -583,13 +584,55 @@ class Im2colWalker(wiring.Component):
         return m
 
 
-def window_ok(m, windows, addr, size, permission):
+class ElementStage(wiring.Component):
+    """A registered stage for walked elements, between a walker and the `BurstPlanner`.
+
+    A two-entry `SyncFIFO`: ``input.ready`` comes from its level and ``output.payload`` from
+    its two entries, so neither the planner's ready nor an element is a combinational path
+    from the one to the other. One element per cycle sustained, one cycle of latency.
+    ``coords`` are not carried (the planner does not use them): zero at the output.
+    """
+
+    def __init__(self, lanes, rows):
+        layout = element_layout(lanes, rows)
+        super().__init__({"input": In(stream.Signature(layout)),
+                          "output": Out(stream.Signature(layout))})
+
+    def elaborate(self, platform):
+        m = Module()
+        carried = data.StructLayout({name: field.shape for name, field
+                                     in self.input.payload.shape() if name != "coords"})
+        m.submodules.fifo = queue = fifo.SyncFIFO(width=carried.size, depth=2)
+        written, read = carried(queue.w_data), carried(queue.r_data)
+        m.d.comb += [
+            *(written[name].eq(self.input.payload[name]) for name in carried.members),
+            *(self.output.payload[name].eq(read[name]) for name in carried.members),
+            queue.w_en.eq(self.input.valid),
+            self.input.ready.eq(queue.w_rdy),
+            self.output.valid.eq(queue.r_rdy),
+            queue.r_en.eq(self.output.ready),
+        ]
+        return m
+
+
+def window_ok(m, windows, addr, size, permission, aligned=False):
     """``[addr, addr + size)`` lies inside a window with ``permission`` (helper signals driven in
     ``m``): per window two compares with its ``base`` and ``end`` (`isa.Window`, whose end the
-    control registers add up when the window is written), one adder for ``addr + size``."""
-    start, stop = Signal.like(addr, name="window_start"), Signal.like(addr + size, name="window_stop")
-    m.d.comb += [start.eq(addr), stop.eq(addr + size)]
-    return Cat(w[permission] & (start >= w.base) & (stop <= w.end) for w in windows).any()
+    control registers add up when the window is written), one adder for ``addr + size``. With
+    ``aligned`` (``size`` a power of two that divides ``addr``) no adder: ``addr + size <= end``
+    is ``addr / size < floor(end / size)``."""
+    start = Signal.like(addr, name="window_start")
+    m.d.comb += start.eq(addr)
+    if aligned:
+        shift = ceil_log2(size)
+        if size != 1 << shift:
+            raise ValueError(f"size={size!r} is invalid with aligned: allowed a power of two")
+        fits = [start[shift:] < w.end[shift:] for w in windows]
+    else:
+        stop = Signal.like(addr + size, name="window_stop")
+        m.d.comb += stop.eq(addr + size)
+        fits = [stop <= w.end for w in windows]
+    return Cat(w[permission] & (start >= w.base) & fit for w, fit in zip(windows, fits)).any()
 
 
 class BurstPlanner(wiring.Component):
@@ -643,7 +686,7 @@ class BurstPlanner(wiring.Component):
                   (beats < self.max_beats))
         joins = ~flush & elem.in_bounds & (share | extend)
         window = window_ok(m, self.windows, Cat(Const(0, shift), beat), self.beat_bytes,
-                           self.permission)
+                           self.permission, aligned=True)
         bad = ~flush & elem.in_bounds & (elem.overflow | ~window)
         end_of_burst = is_open & ~joins
 

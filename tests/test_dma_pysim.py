@@ -563,25 +563,28 @@ def test_store_short_bursts_back_to_back():
 
 
 class _WindowCheck(Elaboratable):
-    def __init__(self, size):
-        self.size = size
+    def __init__(self, size, aligned):
+        self.size, self.aligned = size, aligned
         self.windows = Signal(data.ArrayLayout(Window, NUM_WINDOWS))
         self.addr = Signal(32)
         self.ok = Signal()
 
     def elaborate(self, platform):
         m = Module()
-        m.d.comb += self.ok.eq(window_ok(m, self.windows, self.addr, self.size, "read"))
+        m.d.comb += self.ok.eq(window_ok(m, self.windows, self.addr, self.size, "read",
+                                         aligned=self.aligned))
         return m
 
 
+@pytest.mark.parametrize("aligned", [False, True])
 @pytest.mark.parametrize("size", [4, 64])
-def test_window_ok_is_the_sum_check(size):
+def test_window_ok_is_the_sum_check(size, aligned):
     """`window_ok` on the windows derived from base, size and flags (`window`) against
     ``base <= addr`` and ``addr + size <= base + size_w`` without wrap: unaligned windows,
-    windows reaching past 2**32, addresses at and around each window's edges."""
+    windows reaching past 2**32, addresses (multiples of ``size``) at and around each window's
+    edges; with ``aligned`` the form without an adder."""
     rng = np.random.default_rng(size)
-    dut = _WindowCheck(size)
+    dut = _WindowCheck(size, aligned)
     checked = [0, 0]
 
     async def testbench(ctx):
