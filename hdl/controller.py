@@ -441,10 +441,15 @@ class Controller(wiring.Component):
             m.d.sync += idle_cycles.eq(0)
         with m.Else():
             m.d.sync += idle_cycles.eq(idle_cycles + 1)
+        # The instruction it blames, registered (a chain of 32-bit compares over the engines'
+        # queue heads): the watchdog fires after a cycle without progress, in which no queue,
+        # token or stall changed, so last cycle's blame is this cycle's.
+        blamed, blamed_index = Signal(), Signal(32)
+        m.d.sync += [blamed.eq(blocked), blamed_index.eq(blocked_index)]
         with m.If(running & ~stopping & (self.watchdog_limit != 0)
                   & (idle_cycles >= self.watchdog_limit)):
             m.d.comb += [raise_error.eq(ErrorCode.WATCHDOG),
-                         raise_index.eq(Mux(blocked, blocked_index, pc))]
+                         raise_index.eq(Mux(blamed, blamed_index, pc))]
 
         with m.If(running & ~stopping & (raise_error != ErrorCode.NONE)):
             m.d.sync += [stopping.eq(1), error.eq(raise_error), error_index.eq(raise_index)]
