@@ -314,8 +314,9 @@ class Controller(wiring.Component):
         is_first = beat == 0
         this_target = Mux(is_first, first_target, target)
         this_known = Mux(is_first, first_known, known)
-        this_direct = Mux(is_first, ~Array(q.full for q in queues)[first_target], direct)
-        target_full = Array(q.full for q in queues)[target]
+        full = Array(q.full for q in queues)
+        this_direct = Mux(is_first, ~full[first_target], direct)
+        target_full = full[target]
         target_beats = Array(Const(q.beats, range(beats + 1)) for q in queues)[target]
 
         overflow_beats = max(q.beats for q in queues)
