@@ -434,20 +434,22 @@ class Controller(wiring.Component):
                     m.d.sync += running.eq(0)
                     m.next = "IDLE"
 
-        # Watchdog: cycles without any progress while running.
+        # Watchdog: cycles without any progress while running. Whether the last cycle reset the
+        # count is registered (`was_reset`), which takes the engines' progress pulses off the
+        # counter's path; the count then restarts at 1 a cycle later, so wherever the watchdog
+        # can fire (the last cycle did not reset it) `idle_cycles` is exactly the cycles since.
         idle_cycles = Signal(32)
+        was_reset = Signal(init=1)
         any_progress = progress | Cat(p.progress | p.done | p.instr.valid & p.instr.ready
                                       for p in engines).any()
-        with m.If(~running | any_progress):
-            m.d.sync += idle_cycles.eq(0)
-        with m.Else():
-            m.d.sync += idle_cycles.eq(idle_cycles + 1)
+        m.d.sync += was_reset.eq(~running | any_progress)
+        m.d.sync += idle_cycles.eq(Mux(was_reset, 1, idle_cycles + 1))
         # The instruction it blames, registered (a chain of 32-bit compares over the engines'
         # queue heads): the watchdog fires after a cycle without progress, in which no queue,
         # token or stall changed, so last cycle's blame is this cycle's.
         blamed, blamed_index = Signal(), Signal(32)
         m.d.sync += [blamed.eq(blocked), blamed_index.eq(blocked_index)]
-        with m.If(running & ~stopping & (self.watchdog_limit != 0)
+        with m.If(running & ~stopping & ~was_reset & (self.watchdog_limit != 0)
                   & (idle_cycles >= self.watchdog_limit)):
             m.d.comb += [raise_error.eq(ErrorCode.WATCHDOG),
                          raise_index.eq(Mux(blamed, blamed_index, pc))]
