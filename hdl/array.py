@@ -5,10 +5,11 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from ..arch import min_tile_length
+from .family import fpga_family
 from .pe import (ICE40_MAC_WIDTHS, ProcessingElement, add_pe, ice40_mac_operands, ice40_mac_pair,
                  pe_outputs, pe_signature, pe_weight)
 
-__all__ = ["SystolicArray", "act_width", "activation_layout", "array_latency", "dsp_family",
+__all__ = ["SystolicArray", "act_width", "activation_layout", "array_latency",
            "ice40_mac_pairs", "lut_multiplier_pes", "min_tile_length", "pe_module",
            "pe_module_name", "psum_width", "result_layout", "weight_layout"]
 
@@ -64,19 +65,6 @@ def lut_multiplier_pes(config):
     return frozenset(order[len(order) - config.lut_multipliers:])
 
 
-def dsp_family(platform):
-    """``"ice40"`` when the array is elaborated for an iCE40 (an Amaranth iCE40 platform, or a
-    platform with ``dsp_family = "ice40"``, as `generate_verilog` makes for synthesis): then its
-    DSP PEs share SB_MAC16 blocks two by two (`ice40_mac_pairs`). Else None: ``*``, which yosys
-    maps to the family's DSP (MULT18X18D on ECP5) and the simulators compute."""
-    from amaranth.vendor import SiliconBluePlatform
-
-    family = getattr(platform, "dsp_family", None)
-    if family is None and isinstance(platform, SiliconBluePlatform):
-        family = "ice40"
-    return family
-
-
 def ice40_mac_pairs(config):
     """The PEs of ``config``'s array that share each SB_MAC16, as tuples of one or two (row, col):
     the DSP PEs (not `lut_multiplier_pes`) two by two down each column, column after column.
@@ -125,7 +113,7 @@ class SystolicArray(wiring.Component):
     platform's user emits once (`hdl.generate.generate_verilog`). Amaranth would emit the logic
     of each of the rows x cols PEs again. Those PEs' registers see the sync reset but not a
     `ResetInserter` around the array; every result they compute is flushed through them first.
-    On an iCE40 (`dsp_family`) the DSP PEs are logic of this module around SB_MAC16 instances,
+    On an iCE40 (`fpga_family`) the DSP PEs are logic of this module around SB_MAC16 instances,
     two PEs to a block (`ice40_mac_pairs`); a platform with a true ``dsp_model`` gets the same
     arithmetic without the instances, for the simulator.
 
@@ -157,7 +145,7 @@ class SystolicArray(wiring.Component):
         lut_pes = lut_multiplier_pes(self.config)
         instances = getattr(platform, "pe_modules", False)
         prefix = getattr(platform, "module_prefix", "tpu")
-        ice40 = dsp_family(platform) == "ice40"
+        ice40 = fpga_family(platform) == "ice40"
         if ice40 and (self.config.data_width, width) != ICE40_MAC_WIDTHS:
             raise ValueError("the iCE40 array takes int8 weights and int9 activations")
         for r in range(rows):

@@ -8,9 +8,9 @@ from amaranth.utils import exact_log2
 from ..arch import ENGINE_OPCODES, PENDING_DEPTH, QUEUE_DEPTH, TOKEN_BITS, TOKEN_LIMIT, Engine
 from ..isa import (INSTRUCTION_BITS, INSTRUCTION_BYTES, NUM_WINDOWS, ErrorCode, Header, Opcode,
                    Window, defined_bits, instruction_layout)
-from .array import dsp_family
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_read_signature
 from .engine import engine_members
+from .family import fpga_family
 from .execute import EXECUTE_INSTRUCTION
 from .load import LOAD_INSTRUCTION
 from .store import STORE_INSTRUCTION
@@ -132,7 +132,7 @@ def _overflow_memory(m, platform, rdata, depth, write, beat, copying, copy_beat)
     ``beat``; returns beat ``copy_beat`` while ``copying`` (beats are copied in order from 0).
     LUT RAM, but a shift register on an iCE40 (no LUT RAM, its block RAMs are taken): shifted
     in at the top, out at the bottom, it needs no read multiplexer and no write decoder."""
-    if dsp_family(platform) == "ice40":
+    if fpga_family(platform) == "ice40":
         shift = Signal(depth * len(rdata))
         with m.If(write | copying):
             m.d.sync += shift.eq(Cat(shift[len(rdata):], rdata))

@@ -11,6 +11,7 @@ from .axi import (axi_lite_signature, axi_read_signature, axi_write_signature, c
 from .controller import ENGINES, FETCH_ID, Controller
 from .csr import ControlRegisters
 from .execute import ExecuteEngine, accumulator_row, probability_row, scratchpad_row
+from .family import fpga_family
 from .load import LoadEngine
 from .store import StoreEngine
 
@@ -20,7 +21,7 @@ __all__ = ["TpuCore", "run_wiring"]
 def fabric_global(m, platform, value, name):
     """``value`` on a global network where nextpnr routes one into the fabric: through an ECP5
     DCCA (nextpnr-ecp5 promotes only clocks to globals by itself); elsewhere ``value`` itself."""
-    if getattr(platform, "family", None) != "ecp5":
+    if fpga_family(platform) != "ecp5":
         return value
     buffered = Signal(name=name)
     m.submodules[f"{name}_dcca"] = Instance("DCCA", i_CLKI=value, i_CE=1, o_CLKO=buffered)

@@ -38,23 +38,24 @@ _TOP_ATTRIBUTE = "(* top =  1  *)\n"
 class _VerilogTarget:
     """What `generate_verilog` elaborates for: the array's PEs as instances of modules emitted
     once (`SystolicArray`), so generating a 16x16 core elaborates and converts one PE of each
-    kind instead of 256; every module name starts with ``module_prefix``; ``dsp_family``: the
-    FPGA family whose DSP blocks the array instantiates (`hdl.array.dsp_family`), None for
+    kind instead of 256; every module name starts with ``module_prefix``; ``family``: the
+    FPGA family whose primitives the design instantiates (`hdl.family.fpga_family`), None for
     generic Verilog."""
     pe_modules = True
 
-    def __init__(self, module_prefix, dsp_family=None):
+    def __init__(self, module_prefix, family=None):
         self.module_prefix = module_prefix
-        self.dsp_family = dsp_family
+        self.family = family
 
 
 def generate_verilog(config, design="tpu_core", name=None, *, family=None, **options):
     """Verilog text with top module ``name`` (default: ``design``), ports named after the
     component's signature, after the modules of its PEs. Every other module's name starts with
     ``name`` too (submodules ``name.block``, PEs ``name_pe``), so cores generated under different
-    names can share one design; the default keeps ``tpu_pe``. ``family``: "ice40" puts the
-    array's DSP PEs on SB_MAC16 instances, as a board build does (for yosys, not for the
-    simulators); else generic."""
+    names can share one design; the default keeps ``tpu_pe``. ``family``: the FPGA whose
+    primitives to instantiate, as a board build does (for yosys, not for the simulators):
+    "ice40" puts the array's DSP PEs on SB_MAC16 instances, "ecp5" the datapath's reset on a
+    DCCA (`hdl.core.fabric_global`); else generic."""
     if name is not None and (not isinstance(name, str) or not _IDENTIFIER.fullmatch(name)):
         raise ValueError(f"name={name!r} is invalid: allowed a Verilog identifier "
                          "([A-Za-z_][A-Za-z0-9_]*)")

@@ -12,7 +12,7 @@ from tpugen.sim.testbench import stream_get, stream_put
 
 class _Ice40Model:
     """Elaborate the array as for an iCE40 (SB_MAC16 pairs), each block's arithmetic modelled."""
-    dsp_family = "ice40"
+    family = "ice40"
     dsp_model = True
 
 

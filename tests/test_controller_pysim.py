@@ -29,10 +29,10 @@ def _program(rng, config):
 
 
 class _ForFamily(Elaboratable):
-    """``dut`` elaborated as for synthesis on FPGA ``family`` (`hdl.array.dsp_family`)."""
+    """``dut`` elaborated as for synthesis on FPGA ``family`` (`hdl.family.fpga_family`)."""
 
     def __init__(self, dut, family):
-        self.dut, self.dsp_family = dut, family
+        self.dut, self.family = dut, family
 
     def elaborate(self, platform):
         return Fragment.get(self.dut, self)
