@@ -11,20 +11,22 @@ from tpugen.firmware.attention import compile_softmax
 from tpugen.firmware.device import DeviceError
 from tpugen.firmware.conv2d import compile_conv2d
 from tpugen.firmware.board import config_from_registers
+from tpugen.isa import NUM_WINDOWS
 from tpugen.registers import (BASIC_COUNTERS, COUNTERS, constant_registers, counter_names,
                               register)
 from tpugen.sim.golden import apply_epilogue, conv2d_int32, matmul_int32
 
 MICRO = PRESETS["micro"]
 FULL = dataclasses.replace(MICRO, softmax=True, im2col=True, epilogue_multiplier=True,
-                           counters="full")
+                           counters="full", windows=NUM_WINDOWS)
 """The same geometry with every feature: compiles the programs the micro core must refuse."""
 
 
 @pytest.mark.parametrize("field, value", [("softmax", 1), ("im2col", "yes"),
                                           ("counter_width", 48), ("counter_width", True),
                                           ("epilogue_multiplier", 0), ("counters", "none"),
-                                          ("counters", True)])
+                                          ("counters", True), ("windows", 0), ("windows", 5),
+                                          ("windows", True), ("windows", 2.0)])
 def test_bad_profile_fields_name_the_field(field, value):
     with pytest.raises(ValueError, match=f"CoreConfig.{field}="):
         CoreConfig(**{field: value})
