@@ -564,7 +564,7 @@ def fit_windows(windows, count):
     window that covers them, the writable ones kept exact; if that is still too many, the
     writable ones become one as well (readable if one of them is); with one window, it covers
     all of them with every permission asked for. A merged window grants its permissions on the
-    bytes between its parts too: the protection lost (docs/DESIGN.md, "Feature profiles")."""
+    bytes between its parts too: the protection lost (docs/DESIGN.md, `CoreConfig.windows`)."""
     if not 1 <= count <= NUM_WINDOWS:
         raise ValueError(f"count={count!r} is invalid: allowed an integer in 1..{NUM_WINDOWS}")
     read_only = [w for w in windows if not w[3]]
