@@ -30,7 +30,7 @@ def config_from_registers(read_register):
         softmax=bool(memory.softmax), im2col=bool(memory.im2col),
         counter_width=64 if memory.wide_counters else 32,
         epilogue_multiplier=not memory.shift_only_epilogue,
-        counters="basic" if memory.basic_counters else "full")
+        counters="basic" if memory.basic_counters else "full", windows=memory.windows)
 
 
 class BoardDevice(Device):

@@ -7,6 +7,7 @@ import numpy as np
 
 from ..arch import SOFTMAX_OUT_FRAC, Engine
 from ..config import CoreConfig, check_config
+from ..isa import NUM_WINDOWS
 from ..registers import register
 from ..run_protocol import drive, run_program
 from .attention import (attention_macs, attention_operands, compile_attention, compile_softmax,
@@ -17,8 +18,8 @@ from .conv2d import (compile_conv2d, conv2d_lowering, conv2d_macs, conv2d_output
 from .matmul import compile_matmul, matmul_weights, transposed_is_faster
 
 __all__ = ["Device", "DeviceError", "PreparedCall", "Resident", "RunImage", "Stats",
-           "access_windows", "check_option", "operand_layout", "program_placement",
-           "program_windows"]
+           "access_windows", "check_option", "fit_windows", "operand_layout",
+           "program_placement", "program_windows"]
 
 _PAGE = 4096
 
@@ -95,7 +96,8 @@ class PreparedCall:
     @property
     def windows(self):
         """The program and the input and weights readable (the weights writable too with a
-        ``scratch``), the output writable, nothing else."""
+        ``scratch``), the output writable, nothing else: four windows, which `Device.launch`
+        fits to the core's (`fit_windows`)."""
         if self.scratch:
             return program_windows(self.program, [self.input], [self.output],
                                    read_write=[self.weights])
@@ -352,7 +354,8 @@ class Device:
                 raise ValueError(f"x ({x.dtype}, {x.nbytes} bytes) does not fit the call's "
                                  f"int8 input of {call.input.size} bytes")
             self._write(call.input, np.ascontiguousarray(x).tobytes())
-        self._start(call.windows, call.program.address, call.program_length)
+        self._start(fit_windows(call.windows, self.config.windows), call.program.address,
+                    call.program_length)
         self._count(call.macs)
 
     def _allocate(self, size):
@@ -463,7 +466,8 @@ class Device:
                              f"{program_address + len(code)} bytes of memory: more than "
                              f"{self._free_memory()}")
         windows = access_windows([(address, array.nbytes) for address, array in inputs], written,
-                                 program_address, len(code), readback=scratch is not None)
+                                 program_address, len(code), readback=scratch is not None,
+                                 count=self.config.windows)
         return RunImage(code, program_address, len(program),
                         [(address, np.ascontiguousarray(array).tobytes())
                          for address, array in inputs], list(outputs), windows)
@@ -542,11 +546,40 @@ def program_windows(program, readable, writable, readback=False, read_write=()):
             + [(address, _round_up(size, 64), readback, True) for address, size in writable])
 
 
-def access_windows(inputs, outputs, program_address, program_bytes, readback=False):
+def access_windows(inputs, outputs, program_address, program_bytes, readback=False, *,
+                   count=NUM_WINDOWS):
     """The `program_windows` of a run: one window from 0 over the inputs [(address, size)], one
-    over the outputs (``readback`` as there)."""
+    over the outputs (``readback`` as there), fitted to ``count`` windows (`fit_windows`)."""
     inputs_end = max(address + size for address, size in inputs)
     outputs_start = min(address for address, _ in outputs)
     outputs_end = max(address + size for address, size in outputs)
-    return program_windows((program_address, program_bytes), [(0, inputs_end)],
-                           [(outputs_start, outputs_end - outputs_start)], readback)
+    return fit_windows(program_windows((program_address, program_bytes), [(0, inputs_end)],
+                                       [(outputs_start, outputs_end - outputs_start)], readback),
+                       count)
+
+
+def fit_windows(windows, count):
+    """``windows`` [(base, size, readable, writable)] as at most ``count`` (a core's
+    `CoreConfig.windows`). They are kept if they fit; else the read-only ones become the one
+    window that covers them, the writable ones kept exact; if that is still too many, the
+    writable ones become one as well (readable if one of them is); with one window, it covers
+    all of them with every permission asked for. A merged window grants its permissions on the
+    bytes between its parts too: the protection lost (docs/DESIGN.md, `CoreConfig.windows`)."""
+    if not 1 <= count <= NUM_WINDOWS:
+        raise ValueError(f"count={count!r} is invalid: allowed an integer in 1..{NUM_WINDOWS}")
+    read_only = [w for w in windows if not w[3]]
+    writable = [w for w in windows if w[3]]
+    for fitted in (windows, [*_cover(read_only), *writable],
+                   [*_cover(read_only), *_cover(writable)]):
+        if len(fitted) <= count:
+            return list(fitted)
+    return _cover(windows)
+
+
+def _cover(windows):
+    """[the window over all of ``windows``, with each permission one of them has], or []."""
+    if not windows:
+        return []
+    base = min(b for b, _, _, _ in windows)
+    end = max(b + s for b, s, _, _ in windows)
+    return [(base, end - base, any(r for _, _, r, _ in windows), any(w for *_, w in windows))]

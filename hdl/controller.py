@@ -6,12 +6,12 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from ..arch import ENGINE_OPCODES, PENDING_DEPTH, QUEUE_DEPTH, TOKEN_BITS, TOKEN_LIMIT, Engine
-from ..isa import (INSTRUCTION_BITS, INSTRUCTION_BYTES, NUM_WINDOWS, ErrorCode, Header, Opcode,
-                   Window, defined_bits, instruction_layout)
+from ..isa import (INSTRUCTION_BITS, INSTRUCTION_BYTES, ErrorCode, Header, Opcode, Window,
+                   defined_bits, instruction_layout)
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_read_signature
 from .engine import engine_members
-from .family import fpga_family
 from .execute import EXECUTE_INSTRUCTION
+from .family import fpga_family
 from .load import LOAD_INSTRUCTION
 from .store import STORE_INSTRUCTION
 from .walker import window_ok
@@ -174,7 +174,7 @@ class Controller(wiring.Component):
             "start": In(1),
             "program_base": In(32),
             "program_length": In(32),
-            "windows": In(data.ArrayLayout(Window, NUM_WINDOWS)),
+            "windows": In(data.ArrayLayout(Window, config.windows)),
             "watchdog_limit": In(32),
             "busy": Out(1),
             "done_event": Out(1),

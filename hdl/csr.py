@@ -4,9 +4,9 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import check_config
-from ..isa import NUM_WINDOWS, ErrorCode, Window
-from ..registers import (ADDR_WIDTH, COUNTERS, REGISTERS, constant_registers, counter_names,
-                         register)
+from ..isa import ErrorCode, Window
+from ..registers import (ADDR_WIDTH, COUNTERS, REGISTERS, absent_registers, constant_registers,
+                         counter_names, register)
 from .axi import AXI_RESP_OKAY, AXI_RESP_SLVERR, axi_lite_signature
 
 __all__ = ["ControlRegisters"]
@@ -20,8 +20,9 @@ class ControlRegisters(wiring.Component):
     address is registered, R the cycle after that.
     ``start`` and ``soft_reset`` are one-cycle pulses. Writes to ``locked`` registers answer
     SLVERR and change nothing from ``start`` on while ``busy`` (and in the cycle after ``busy``
-    falls: the lock is a register). ``windows`` are the checked form (`isa.Window`), registered
-    from the window registers. ``irq`` is a level:
+    falls: the lock is a register). ``windows`` are the checked form (`isa.Window`) of the
+    ``config.windows`` windows, registered from their registers; the registers of the others
+    (`registers.absent_registers`) read 0 and ignore writes. ``irq`` is a level:
     ``irq_enable & (done or error pending in IRQ_STATUS)``. In the same cycle, an event wins
     over an acknowledge or ``start``, and ``soft_reset`` wins over an event.
     """
@@ -37,7 +38,7 @@ class ControlRegisters(wiring.Component):
             "irq_enable": Out(1),
             "program_base": Out(32),
             "program_length": Out(32),
-            "windows": Out(data.ArrayLayout(Window, NUM_WINDOWS)),
+            "windows": Out(data.ArrayLayout(Window, config.windows)),
             "watchdog_limit": Out(32),
             "irq": Out(1),
             "busy": In(1),
@@ -52,9 +53,10 @@ class ControlRegisters(wiring.Component):
         m = Module()
         bus = self.bus
 
-        # Configuration registers: storage for every rw register, driving the outputs.
+        # Configuration registers: storage for every rw register the core has, driving the outputs.
+        absent = absent_registers(self.config)
         store = {reg.name: Signal(32, init=reg.reset, name=reg.name.lower())
-                 for reg in REGISTERS if reg.access == "rw"}
+                 for reg in REGISTERS if reg.access == "rw" and reg.name not in absent}
         m.d.comb += [
             self.irq_enable.eq(store["IRQ_ENABLE"][0]),
             self.program_base.eq(store["PROGRAM_BASE"]),
@@ -64,7 +66,7 @@ class ControlRegisters(wiring.Component):
         # The windows' ends and enabled permissions, registered: current from the cycle after
         # their registers are written, which is no later than the cycle of the next write (it
         # waits for this write's B), so before any START that follows can take effect.
-        for i in range(NUM_WINDOWS):
+        for i in range(self.config.windows):
             base, size = store[f"WINDOW{i}_BASE"], store[f"WINDOW{i}_SIZE"]
             flags = register(f"WINDOW{i}_FLAGS").layout(store[f"WINDOW{i}_FLAGS"])
             end = Signal(33, name=f"window{i}_end")
@@ -123,8 +125,9 @@ class ControlRegisters(wiring.Component):
                 for reg in REGISTERS:
                     with m.Case(reg.offset // 4):
                         if reg.access == "rw":
-                            target = store[reg.name]
-                            update = target.eq(((target & ~w_mask) | w_bits) & reg.mask)
+                            target = store.get(reg.name)
+                            update = ([] if target is None else
+                                      target.eq(((target & ~w_mask) | w_bits) & reg.mask))
                             if reg.locked:
                                 with m.If(locked):
                                     m.d.sync += bus.bresp.eq(AXI_RESP_SLVERR)
@@ -160,6 +163,7 @@ class ControlRegisters(wiring.Component):
         values = {
             **{name: Const(value, 32) for name, value in constants.items()},
             **store,
+            **{name: Const(0, 32) for name in absent},
             "CONTROL": Const(0, 32),
             "STATUS": status.as_value(),
             "IRQ_STATUS": pending.as_value(),

@@ -2,7 +2,7 @@
 from amaranth.lib import data, stream
 from amaranth.lib.wiring import In, Out
 
-from ..isa import NUM_WINDOWS, ErrorCode, Window
+from ..isa import ErrorCode, Window
 
 __all__ = ["check_state", "dma_engine_members", "engine_members"]
 
@@ -23,11 +23,12 @@ def engine_members(instruction_layout):
     }
 
 
-def dma_engine_members(instruction_layout, axi_signature):
-    """`engine_members` plus what a DMA engine needs: the access windows and its AXI channels."""
+def dma_engine_members(instruction_layout, axi_signature, windows):
+    """`engine_members` plus what a DMA engine needs: the ``windows`` access windows (the core's
+    `CoreConfig.windows`) and its AXI channels."""
     return {
         **engine_members(instruction_layout),
-        "windows": In(data.ArrayLayout(Window, NUM_WINDOWS)),
+        "windows": In(data.ArrayLayout(Window, windows)),
         "axi": Out(axi_signature),
     }
 

@@ -51,7 +51,8 @@ class LoadEngine(wiring.Component):
         check_config(config)
         self.config = config
         super().__init__({
-            **dma_engine_members(LOAD_INSTRUCTION, axi_read_signature(config.axi_data_width)),
+            **dma_engine_members(LOAD_INSTRUCTION, axi_read_signature(config.axi_data_width),
+                                 config.windows),
             "sp_write": In(memory.WritePort.Signature(
                 addr_width=ceil_log2(config.scratchpad_rows),
                 shape=data.ArrayLayout(signed(8), config.lanes), granularity=1)),
@@ -73,7 +74,7 @@ class LoadEngine(wiring.Component):
         m.submodules.stage = stage = ElementStage(lanes, rows)
         m.submodules.planner = planner = BurstPlanner(
             lanes, rows, beat_bytes, max_steps=PLAN_DEPTH // 4, max_beats=256,
-            permission="read")
+            permission="read", windows=config.windows)
         wiring.connect(m, stage.output, planner.elements)
         layout = step_layout(lanes, rows, beat_bytes)
         m.submodules.plan = plan = fifo.SyncFIFOBuffered(width=layout.size, depth=PLAN_DEPTH)

@@ -53,7 +53,8 @@ class StoreEngine(wiring.Component):
         check_config(config)
         self.config = config
         super().__init__({
-            **dma_engine_members(STORE_INSTRUCTION, axi_write_signature(config.axi_data_width)),
+            **dma_engine_members(STORE_INSTRUCTION, axi_write_signature(config.axi_data_width),
+                                 config.windows),
             "acc_read": In(memory.ReadPort.Signature(
                 addr_width=ceil_log2(config.accumulator_rows),
                 shape=data.ArrayLayout(signed(32), config.cols))),
@@ -76,7 +77,7 @@ class StoreEngine(wiring.Component):
         m.submodules.stage = stage = ElementStage(cols, rows)
         m.submodules.planner = planner = BurstPlanner(
             cols, rows, beat_bytes, max_steps=256 * words, max_beats=W_DEPTH // 2,
-            permission="write")
+            permission="write", windows=config.windows)
         wiring.connect(m, stage.output, planner.elements)
         beat_layout = data.StructLayout({"data": config.axi_data_width, "strb": beat_bytes,
                                          "last": 1})

@@ -646,22 +646,25 @@ class BurstPlanner(wiring.Component):
     checked against the windows with ``permission`` ("read"/"write") before it joins a burst; on
     a failing beat or an overflowing address ``error`` is set and the planner stops (the open
     burst is dropped). ``abort`` stops it as well; ``steps`` and ``bursts`` still drain.
+    ``windows``: how many access windows there are (`CoreConfig.windows`).
     """
 
-    def __init__(self, lanes, rows, beat_bytes, max_steps, max_beats, permission):
+    def __init__(self, lanes, rows, beat_bytes, max_steps, max_beats, permission,
+                 windows=NUM_WINDOWS):
         if beat_bytes not in (4, 8, 16):
             raise ValueError(f"beat_bytes={beat_bytes!r} is invalid: allowed 4, 8 or 16")
         _check_int("max_steps", max_steps, 1, 65535)
         _check_int("max_beats", max_beats, 1, 256)
         if permission not in ("read", "write"):
             raise ValueError(f'permission={permission!r} is invalid: allowed "read" or "write"')
+        _check_int("windows", windows, 1, NUM_WINDOWS)
         self.beat_bytes, self.max_steps, self.max_beats = beat_bytes, max_steps, max_beats
         self.permission = permission
         super().__init__({
             "elements": In(stream.Signature(element_layout(lanes, rows))),
             "steps": Out(stream.Signature(step_layout(lanes, rows, beat_bytes))),
             "bursts": Out(stream.Signature(burst_layout)),
-            "windows": In(data.ArrayLayout(Window, NUM_WINDOWS)),
+            "windows": In(data.ArrayLayout(Window, windows)),
             "abort": In(1),
             "error": Out(ErrorCode),
         })

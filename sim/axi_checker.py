@@ -22,6 +22,7 @@ import cocotb
 from cocotb.triggers import FallingEdge, RisingEdge
 
 from ..arch import MAX_OUTSTANDING
+from ..isa import NUM_WINDOWS
 
 __all__ = ["AxiChecker", "AxiRules"]
 
@@ -62,13 +63,15 @@ class AxiRules:
     master port ``<prefix>_*`` of ``dut``; no simulator needed.
 
     Violations go to ``errors`` (strings), so one does not hide the rest; ``windows``: the
-    (base, size, readable, writable) latched by `latch`, none before.
+    (base, size, readable, writable) latched by `latch`, none before; ``count``: the windows the
+    core has (`CoreConfig.windows`), the first ones of those the host writes.
     """
 
     def __init__(self, dut, *, prefix="m_axi", max_reads=MAX_OUTSTANDING + 1,
-                 max_writes=MAX_OUTSTANDING):
+                 max_writes=MAX_OUTSTANDING, count=NUM_WINDOWS):
         """``max_reads``: the load engine's bursts and one instruction fetch."""
         self.max_in_flight = {"read": max_reads, "write": max_writes}
+        self.count = count
         self.windows = []
         self.errors = []
         self.handshakes = dict.fromkeys(("AR", "AW", "W", "R", "B"), 0)
@@ -88,8 +91,9 @@ class AxiRules:
         self.clear()
 
     def latch(self, windows):
-        """The windows a program is started with: every burst from now on must lie in them."""
-        self.windows = list(windows)
+        """The windows a program is started with (of them, the core's ``count``): every burst
+        from now on must lie in them."""
+        self.windows = list(windows)[:self.count]
 
     def stats(self):
         """Handshakes seen and errors found (the first 20), as plain data; taken at the end of

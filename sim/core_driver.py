@@ -19,8 +19,9 @@ class CoreDriver:
     """The host's view of one core: memory, registers, and running programs.
 
     ``backpressure`` pauses every AXI channel of the memory at random (fixed seed); ``checker``,
-    a class taking ``dut`` (`AxiChecker`, which the testbenches pass), checks the AXI4 master on
-    every cycle at some cost in simulation speed, None checks nothing;
+    a class taking ``dut`` and the core's window ``count`` (`AxiChecker`, which the testbenches
+    pass), checks the AXI4 master on every cycle at some cost in simulation speed, None checks
+    nothing;
     ``ram_class``: the memory model (AxiRam's constructor; `HostileAxiRam` has its own pauses).
     """
 
@@ -34,7 +35,7 @@ class CoreDriver:
         self.ram = ram_class(AxiBus.from_prefix(dut, "m_axi"), dut.clk, dut.rst, size=memory_size)
         self.lite = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), dut.clk, dut.rst)
         self.windows = []
-        self.checker = checker(dut) if checker else None
+        self.checker = checker(dut, count=config.windows) if checker else None
         for log in (self.ram.write_if.log, self.ram.read_if.log, self.lite.write_if.log,
                     self.lite.read_if.log):
             log.setLevel("WARNING")
@@ -67,8 +68,9 @@ class CoreDriver:
         return [await self.lite.read_dword(offset + 4 * i) for i in range(count)]
 
     async def set_windows(self, windows):
-        """``windows``: up to NUM_WINDOWS (base, size, readable, writable); the rest disabled.
-        The checker takes them as the program's at the next `launch`."""
+        """``windows``: up to NUM_WINDOWS (base, size, readable, writable); the rest disabled
+        (a core with fewer ignores the others). The checker takes them as the program's at the
+        next `launch`."""
         writes = window_writes(windows)
         self.windows[:] = windows
         for name, value in writes:

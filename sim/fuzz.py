@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from ..arch import QUEUE_DEPTH, TOKEN_FLAGS, TOKEN_LIMIT, Engine, token_flag_bit
 from ..firmware.epilogue import Epilogue
 from ..firmware.conv2d import compile_conv2d, conv2d_lowering, conv2d_output_shape, conv2d_weights
+from ..firmware.device import fit_windows
 from ..firmware.matmul import compile_matmul
 from ..firmware.program import Deps, Dim, Program, tensor
 from ..isa import INSTRUCTION_BYTES, Opcode, SoftmaxInstruction, SoftmaxMode, TensorDescriptor
@@ -393,8 +394,8 @@ def _valid_case(config, name, program, memory, output, check, options):
     extra_length, watchdog, soft_reset = options
     if PROGRAM + program.size > DATA:
         return None
-    windows = [(PROGRAM, max(PROGRAM_SPACE, program.size), True, False), _STANDARD_WINDOWS[1],
-               output]
+    windows = fit_windows([(PROGRAM, max(PROGRAM_SPACE, program.size), True, False),
+                           _STANDARD_WINDOWS[1], output], config.windows)
     case = _case(config, name, program=program.to_bytes(), windows=windows, base=PROGRAM,
                  length=len(program) + extra_length, watchdog=watchdog, memory=memory,
                  check=check, soft_reset=soft_reset)

@@ -241,7 +241,9 @@ def _instruction_step(config, raw, windows):
 
 def predict(config, image, windows, program_base, program_length, watchdog):
     """What the core must do with the memory ``image`` (MEMORY_SIZE bytes), ``windows`` (base,
-    size, readable, writable) and the program registers: a `Prediction`."""
+    size, readable, writable) and the program registers: a `Prediction`. A core has only the
+    first ``config.windows`` windows; the others' registers ignore what the host writes."""
+    windows = windows[:config.windows]
     queues = [deque() for _ in Engine]
     forward = [0] * (len(Engine) - 1)   # forward[i]: tokens from engine i to i + 1
     backward = [0] * (len(Engine) - 1)  # backward[i]: tokens from engine i + 1 to i

@@ -1,6 +1,6 @@
 """`RegisterModel`: the control registers of a `tpu_core` as a Python object, for driver tests."""
 from ..isa import ErrorCode
-from ..registers import COUNTERS, REGISTERS, constant_registers, register
+from ..registers import COUNTERS, REGISTERS, absent_registers, constant_registers, register
 
 __all__ = ["RegisterModel"]
 
@@ -20,7 +20,8 @@ class RegisterModel:
     ``constants`` (ID, VERSION, CONFIG...) and ``counters`` (64-bit, by `COUNTERS` name; cycles
     counts busy ticks) may be changed by a test. ``log`` lists every access as
     ``("read" | "write", offset, value)``; ``unmapped`` the offsets that hit no register;
-    ``refused`` the locked registers written while the core was starting or busy.
+    ``refused`` the locked registers written while the core was starting or busy. The
+    registers of the windows the core lacks (`absent_registers`) read 0 and ignore writes.
     """
 
     def __init__(self, config, *, start_latency=0, run_ticks=3, outcome=ErrorCode.NONE,
@@ -36,6 +37,7 @@ class RegisterModel:
         self.error_index = error_index
         self.constants = constant_registers(config)
         self.stored = {reg.name: reg.reset for reg in REGISTERS if reg.access == "rw"}
+        self.absent = absent_registers(config)
         self.counters = dict.fromkeys(COUNTERS, 0)
         self.captured_high = dict.fromkeys(COUNTERS, 0)
         self.log = []
@@ -123,7 +125,7 @@ class RegisterModel:
             self.unmapped.append(offset)
         elif reg.locked and (self.busy or self._starting is not None):
             self.refused.append(reg.name)
-        elif reg.name in self.stored:
+        elif reg.name in self.stored and reg.name not in self.absent:
             self.stored[reg.name] = value & reg.mask
         elif reg.name == "IRQ_STATUS":
             self.pending &= ~value

@@ -34,11 +34,11 @@ WATCHDOG = 2000
 
 class _Job:
     """A job laid out as `SimDevice` does: the inputs from address 0, then the output, then the
-    program; windows that admit exactly those. ``compile_program`` gives its `Program`, given
-    the addresses of the inputs and the output as the keywords ``address_names``;
-    ``expected``: the output, an int32 array."""
+    program; windows that admit exactly those (fitted to ``cfg``'s). ``compile_program`` gives
+    its `Program`, given the addresses of the inputs and the output as the keywords
+    ``address_names``; ``expected``: the output, an int32 array."""
 
-    def __init__(self, name, inputs, expected, compile_program, address_names):
+    def __init__(self, cfg, name, inputs, expected, compile_program, address_names):
         self.name, self.inputs = name, inputs
         self.expected = expected.astype(np.int32)  # wrapped to int32 by the golden models
         nbytes = self.expected.nbytes
@@ -49,7 +49,7 @@ class _Job:
         self.base = program_placement([(self.output, nbytes)])
         self.windows = access_windows(
             [(address, x.nbytes) for address, x in zip(self.input_addresses, inputs)],
-            [(self.output, nbytes)], self.base, len(self.program))
+            [(self.output, nbytes)], self.base, len(self.program), count=cfg.windows)
 
     async def prepare(self, core):
         """The inputs and a zeroed output in memory, the windows set."""
@@ -75,15 +75,15 @@ def _int8(rng, shape):
 
 def _matmul(cfg, rng, m, k, n):
     a, b = _int8(rng, (m, k)), _int8(rng, (k, n))
-    return _Job(f"matmul {m}x{k}x{n}", [a, b], matmul_int32(a, b),
+    return _Job(cfg, f"matmul {m}x{k}x{n}", [a, b], matmul_int32(a, b),
                 partial(compile_matmul, cfg, m, k, n), ("a_addr", "b_addr", "c_addr"))
 
 
 def _conv2d(cfg, rng, x, w, stride, padding, dilation):
     x, w = _int8(rng, x), _int8(rng, w)
     lowering = conv2d_lowering(cfg, x.shape, w.shape)
-    return _Job(f"conv2d {lowering} {x.shape} * {w.shape}", [x, conv2d_weights(w, lowering)],
-                conv2d_int32(x, w, stride, padding, dilation),
+    return _Job(cfg, f"conv2d {lowering} {x.shape} * {w.shape}",
+                [x, conv2d_weights(w, lowering)], conv2d_int32(x, w, stride, padding, dilation),
                 partial(compile_conv2d, cfg, x.shape, w.shape, stride=stride, padding=padding,
                         dilation=dilation, lowering=lowering), ("x_addr", "w_addr", "y_addr"))
 
@@ -92,7 +92,7 @@ def _attention(cfg, rng, heads, seq, kv, dim, causal):
     q, k, v = (rng.standard_normal((heads, n, dim)) for n in (seq, kv, kv))
     (q, k, v), _, frac = quantize_attention(q, k, v)
     plan = plan_attention(cfg, seq, kv, dim, causal)
-    return _Job(f"attention {heads}x{seq}x{kv}x{dim}{' causal' * causal}",
+    return _Job(cfg, f"attention {heads}x{seq}x{kv}x{dim}{' causal' * causal}",
                 list(attention_operands(plan, q, k, v)),
                 attention_int8_model(cfg, q, k, v, frac, causal),
                 partial(compile_attention, cfg, plan, heads, causal=causal, frac=frac),

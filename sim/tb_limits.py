@@ -1,6 +1,6 @@
 """cocotb tests of the core's limits and fetch policy on `tpu_core` with AxiRam: dependency-token
 counters at their limit, instruction fetches that run past the top of the 32-bit address
-space, and the W bursts a soft reset finishes.
+space, the W bursts a soft reset finishes, and a core with fewer access windows than the map.
 
 TPUGEN_TB (JSON) carries ``config``, ``seed``, the memory's ``latency`` (optional) and the case
 parameters. Each test records what the core did in stats.json (tests/test_limits_verilator.py
@@ -20,7 +20,7 @@ from tpugen import CoreConfig
 
 from ..firmware.matmul import compile_matmul
 from ..firmware.program import Deps, Dim, Program, tensor
-from ..isa import INSTRUCTION_BYTES, PARAMS_RESET, Opcode, encode
+from ..isa import INSTRUCTION_BYTES, NUM_WINDOWS, PARAMS_RESET, Opcode, encode
 from .axi_checker import AxiChecker
 from .core_driver import CoreDriver
 from .golden import matmul_int32
@@ -127,6 +127,40 @@ async def fetch_wrap(dut):
             await core.soft_reset()
         core.ram.write(0, bytes(len(code)))
     core.write_stats({"runs": runs, "good_after": await _good_after(core, rng)})
+
+
+@cocotb.test()
+async def missing_windows(dut):
+    """On a core with one window (``CoreConfig.windows=1``) that the host gives WINDOWS and a
+    read-write window over the rest: only window 0 exists. A LOAD from A (window 1) stops with
+    LOAD_WINDOW and a STORE to C (window 2) with STORE_WINDOW, before any access (C keeps its
+    bytes); a program in window 1 alone stops with PROGRAM_WINDOW; the registers of windows
+    1.. read 0. Then a matmul in one read-write window over everything it touches."""
+    cfg, params, core, rng = await _start(dut)
+    everything = (PROGRAM, C + 0x1000 - PROGRAM, True, True)
+    pattern = bytes(range(256)) * 4
+    core.ram.write(C, pattern)
+    one_row = [Dim(extent=cfg.rows, bound=cfg.rows, stride=1)]
+    cases = {
+        "load": (WINDOWS + [everything], Program().load(tensor(A, 1, 0, one_row))),
+        "store": (WINDOWS + [everything], Program().store(
+            tensor(C, 4, 0, [Dim(extent=cfg.cols, bound=cfg.cols, stride=4)]))),
+        "fetch": ([WINDOWS[1], WINDOWS[0], everything], Program()),
+    }
+    runs = {}
+    for name, (windows, program) in cases.items():
+        await core.set_windows(windows)
+        result = await core.run(program.end().to_bytes(), PROGRAM, timeout_cycles=20_000)
+        runs[name] = _outcome(result)
+        await core.soft_reset()
+    lacked = [await core.read(f"WINDOW{i}_{part}") for i in range(cfg.windows, NUM_WINDOWS)
+              for part in ("BASE", "SIZE", "FLAGS")]
+    untouched = core.ram.read(C, len(pattern)) == pattern
+    result, exact = await exact_matmul(core, rng, [everything], program=PROGRAM, a_addr=A,
+                                       b_addr=B, c_addr=C)
+    assert not core.checker.errors, core.checker.errors[:5]
+    core.write_stats({"runs": runs, "lacked": lacked, "untouched": untouched,
+                      "good_after": bool(result.done and exact)})
 
 
 @cocotb.test()

@@ -48,7 +48,7 @@ async def matmul(dut):
     stats["load_seconds"] = time.perf_counter() - started
 
     windows = access_windows([(a_addr, a.nbytes), (b_addr, b.nbytes)], [(c_addr, c_bytes)],
-                             program_addr, len(code))
+                             program_addr, len(code), count=cfg.windows)
     await system.set_windows(windows)
     # The program is already in memory: not `system.start`, which would write it again, timed.
     await system.prepare(program_addr, len(code) // INSTRUCTION_BYTES, interrupt=True)

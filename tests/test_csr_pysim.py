@@ -11,8 +11,8 @@ from tpugen import CoreConfig
 from tpugen.hdl.axi import AXI_RESP_OKAY, AXI_RESP_SLVERR
 from tpugen.hdl.csr import ControlRegisters
 from tpugen.isa import NUM_WINDOWS, ErrorCode
-from tpugen.registers import (COUNTERS, ID_MAGIC, REGISTERS, Register, constant_registers,
-                              counter_names, register, registers_markdown)
+from tpugen.registers import (COUNTERS, ID_MAGIC, REGISTERS, Register, absent_registers,
+                              constant_registers, counter_names, register, registers_markdown)
 from tpugen.sim.pysim_axil import WRITE_ORDERS, AxiLiteMaster
 
 from test_dma_pysim import window
@@ -135,7 +135,7 @@ def test_reset_values_and_access(preset, counter_width):
         for reg in REGISTERS:
             value = await read_ok(ctx, axi, reg.name)
             if reg.access == "rw":
-                assert value == reg.mask, reg.name
+                assert value == (0 if reg.name in lacked(config.windows) else reg.mask), reg.name
             elif reg.access == "ro" and not reg.name.endswith("_HI"):
                 assert value == expected[reg.name], reg.name
         for reg in RW:
@@ -148,10 +148,16 @@ def test_reset_values_and_access(preset, counter_width):
     assert constants["CONFIG1"] >> 8 & 0xFF == config.lanes
 
 
+def lacked(count):
+    """The window registers a core of ``count`` windows lacks (they read 0, ignore writes)."""
+    return {f"WINDOW{i}_{part}" for i in range(count, NUM_WINDOWS)
+            for part in ("BASE", "SIZE", "FLAGS")}
+
+
 def window_outputs(ctx, dut):
-    """The `Window` values on ``dut.windows``, as dicts."""
+    """The `Window` values on ``dut.windows`` (the core's ``config.windows``), as dicts."""
     return [{name: int(getattr(ctx.get(dut.windows[i]), name))
-             for name in ("base", "end", "read", "write")} for i in range(NUM_WINDOWS)]
+             for name in ("base", "end", "read", "write")} for i in range(dut.config.windows)]
 
 
 def windows_of(registers):
@@ -161,9 +167,12 @@ def windows_of(registers):
             for i in range(NUM_WINDOWS)]
 
 
-def test_outputs_follow_registers():
+@pytest.mark.parametrize("count", [1, 2, NUM_WINDOWS])
+def test_outputs_follow_registers(count):
     """The outputs after the writes; the windows as checked: ends past 2**32, a window of size
-    0 disabled whatever its flags."""
+    0 disabled whatever its flags. A core with ``count`` windows has only the first ``count``:
+    the others' registers read 0 after the writes."""
+    config = CoreConfig(windows=count)
     values = {"PROGRAM_BASE": 0x8000_0040, "PROGRAM_LENGTH": 1234, "WATCHDOG": 77,
               "IRQ_ENABLE": 1}
     for i in range(NUM_WINDOWS):
@@ -183,9 +192,12 @@ def test_outputs_follow_registers():
             {"base": 0x1000_0000, "end": 0x1000_0000, "read": 0, "write": 0},
             {"base": 0x2000_0000, "end": 0x2000_0101, "read": 1, "write": 0},
             {"base": 0x3000_0000, "end": 0x3000_0102, "read": 0, "write": 1},
-            {"base": 0xFFFF_F000, "end": 0x1_FFFF_EFFF, "read": 1, "write": 1}]
+            {"base": 0xFFFF_F000, "end": 0x1_FFFF_EFFF, "read": 1, "write": 1}][:count]
+        assert dut.windows.shape().length == count
+        for name, value in values.items():
+            assert await read_ok(ctx, axi, name) == (0 if name in lacked(count) else value), name
 
-    simulate(body)
+    simulate(body, config)
 
 
 def test_wstrb_byte_writes():
@@ -406,9 +418,12 @@ def test_counters_read_as_lo_hi_pairs():
     simulate(body, CoreConfig(counter_width=64))
 
 
-def test_configuration_is_locked_from_start_until_idle():
+@pytest.mark.parametrize("count", [1, NUM_WINDOWS])
+def test_configuration_is_locked_from_start_until_idle(count):
     """PROGRAM_*, WATCHDOG and the windows answer SLVERR and keep their values while the core
-    is busy; other rw registers stay writable; once idle, OKAY again."""
+    is busy; other rw registers stay writable; once idle, OKAY again. The registers of the
+    windows a core lacks answer the same, and read 0."""
+    config = CoreConfig(windows=count)
     locked = [reg for reg in RW if reg.locked]
     assert {reg.name for reg in locked} == {"PROGRAM_BASE", "PROGRAM_LENGTH", "WATCHDOG"} | {
         f"WINDOW{i}_{part}" for i in range(NUM_WINDOWS) for part in ("BASE", "SIZE", "FLAGS")}
@@ -426,12 +441,16 @@ def test_configuration_is_locked_from_start_until_idle():
         ctx.set(dut.busy, 0)
         for reg in locked:
             assert await axi.write(ctx, reg.offset, 0x40) == OKAY, reg.name
-            assert await read_ok(ctx, axi, reg.name) == 0x40 & reg.mask, reg.name
+            expected = 0 if reg.name in lacked(count) else 0x40 & reg.mask
+            assert await read_ok(ctx, axi, reg.name) == expected, reg.name
 
-    simulate(body)
+    simulate(body, config)
 
 
-def test_random_traffic_against_model():
+@pytest.mark.parametrize("count", [2, NUM_WINDOWS])
+def test_random_traffic_against_model(count):
+    """Random writes and reads of the rw registers; a core with ``count`` windows ignores
+    writes to the others' registers."""
     rng = random.Random(7)
     model = {reg.name: reg.reset for reg in RW}
 
@@ -446,10 +465,20 @@ def test_random_traffic_against_model():
                                        order=rng.choice(WRITE_ORDERS), gap=rng.randrange(3),
                                        resp_delay=rng.randrange(3))
                 assert resp == OKAY
-                model[reg.name] = (model[reg.name] & ~mask | data & mask) & reg.mask
-                assert window_outputs(ctx, dut) == windows_of(model)
+                if reg.name not in lacked(count):
+                    model[reg.name] = (model[reg.name] & ~mask | data & mask) & reg.mask
+                assert window_outputs(ctx, dut) == windows_of(model)[:count]
             else:
                 value = await axi.read(ctx, reg.offset, resp_delay=rng.randrange(3))
                 assert value == (model[reg.name], OKAY), reg.name
 
-    simulate(body)
+    simulate(body, CoreConfig(windows=count))
+
+
+@pytest.mark.parametrize("count", range(1, NUM_WINDOWS + 1))
+def test_the_window_count_is_reported(count):
+    """CONFIG1.windows tells the host how many windows the core has; `absent_registers` are
+    the others'."""
+    config = CoreConfig(windows=count)
+    assert set(absent_registers(config)) == lacked(count)
+    assert register("CONFIG1").fields_of(constant_registers(config)["CONFIG1"]).windows == count

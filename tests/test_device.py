@@ -6,7 +6,9 @@ from tpugen import PRESETS, CoreConfig
 from tpugen.sim import SimDevice
 from tpugen.firmware.conv2d import (POOLED_PIXELS, compile_conv2d, conv2d_lowering,
                                     conv2d_scratch_bytes, conv2d_weights)
-from tpugen.firmware.device import Device, operand_layout
+from tpugen.firmware.device import (Device, access_windows, fit_windows, operand_layout,
+                                    program_placement)
+from tpugen.isa import NUM_WINDOWS
 from tpugen.firmware.epilogue import Epilogue
 from tpugen.sim.golden import apply_epilogue, conv2d_int32, matmul_int32
 
@@ -32,6 +34,55 @@ def _int8(rng, shape):
 def test_bad_arguments_are_refused_before_running(call, message, error):
     with pytest.raises(error, match=message):
         call(SimDevice(SMALL))  # never entered: the checks come first
+
+
+def _inside(window, windows, permission):
+    """``window`` (base, size) lies inside one of ``windows`` that grants ``permission`` (2:
+    read, 3: write): what the core checks an access against."""
+    base, size = window[:2]
+    return any(w[permission] and w[0] <= base and base + size <= w[0] + w[1] for w in windows)
+
+
+def test_fit_windows_grants_what_was_asked_and_widens_only_by_merging():
+    rng = np.random.default_rng(16)
+    for _ in range(300):
+        asked = [(64 * int(rng.integers(0, 1024)), 64 * int(rng.integers(1, 64)), *flags)
+                 for flags in rng.permutation([(1, 0), (0, 1), (1, 1)] * 2)[
+                     :rng.integers(1, NUM_WINDOWS + 1)].astype(bool).tolist()]
+        writable = [w for w in asked if w[3]]
+        read_only = [w for w in asked if not w[3]]
+        for count in range(1, NUM_WINDOWS + 1):
+            fitted = fit_windows(asked, count)
+            assert len(fitted) <= count
+            for window in asked:  # every grant asked for
+                for permission in (2, 3):
+                    assert not window[permission] or _inside(window, fitted, permission)
+            if len(asked) <= count:
+                assert fitted == asked
+            elif count > len(writable) and read_only:  # only the read-only ones merge
+                assert [w for w in fitted if w[3]] == writable
+                assert [w for w in fitted if not w[3]] == [
+                    (min(w[0] for w in read_only),
+                     max(w[0] + w[1] for w in read_only) - min(w[0] for w in read_only),
+                     True, False)]
+            elif count > 1:  # writes only where the writable ones' cover is
+                first = min(w[0] for w in writable)
+                assert all(_inside(w, [(first, max(v[0] + v[1] for v in writable) - first,
+                                        True, True)], 3) for w in fitted if w[3])
+    with pytest.raises(ValueError, match="count=0"):
+        fit_windows(asked, 0)
+
+
+def test_two_windows_read_the_run_and_write_exactly_its_outputs():
+    """A run laid out as `Device` does, on a core with two windows: one readable window from 0
+    to the program's end (the outputs readable too), the outputs writable, exactly."""
+    (inputs, (output,)), _ = operand_layout([700, 5000], [300])
+    program = program_placement([(output, 300)])
+    asked = access_windows(list(zip(inputs, [700, 5000])), [(output, 300)], program, 640)
+    assert asked == [(program, 640, True, False), (0, 9152, True, False),
+                     (output, 320, False, True)]
+    assert access_windows(list(zip(inputs, [700, 5000])), [(output, 300)], program, 640,
+                          count=2) == [(0, program + 640, True, False), (output, 320, False, True)]
 
 
 def test_matmul_and_conv2d_on_awkward_shapes():

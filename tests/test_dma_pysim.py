@@ -518,6 +518,8 @@ def test_walker_abort():
     (lambda: BurstPlanner(4, 16, 12, 8, 8, "read"), "beat_bytes"),
     (lambda: BurstPlanner(4, 16, 8, 8, 257, "read"), "max_beats"),
     (lambda: BurstPlanner(4, 16, 8, 8, 8, "execute"), "permission"),
+    (lambda: BurstPlanner(4, 16, 8, 8, 8, "read", windows=0), "windows"),
+    (lambda: BurstPlanner(4, 16, 8, 8, 8, "read", windows=NUM_WINDOWS + 1), "windows"),
     (lambda: LoadEngine({"rows": 4}), "config"),
     (lambda: StoreEngine(None), "config"),
 ])
@@ -563,9 +565,9 @@ def test_store_short_bursts_back_to_back():
 
 
 class _WindowCheck(Elaboratable):
-    def __init__(self, size, aligned):
+    def __init__(self, size, aligned, count):
         self.size, self.aligned = size, aligned
-        self.windows = Signal(data.ArrayLayout(Window, NUM_WINDOWS))
+        self.windows = Signal(data.ArrayLayout(Window, count))
         self.addr = Signal(32)
         self.ok = Signal()
 
@@ -576,15 +578,16 @@ class _WindowCheck(Elaboratable):
         return m
 
 
+@pytest.mark.parametrize("count", [1, 2, NUM_WINDOWS])
 @pytest.mark.parametrize("aligned", [False, True])
 @pytest.mark.parametrize("size", [4, 64])
-def test_window_ok_is_the_sum_check(size, aligned):
-    """`window_ok` on the windows derived from base, size and flags (`window`) against
-    ``base <= addr`` and ``addr + size <= base + size_w`` without wrap: unaligned windows,
-    windows reaching past 2**32, addresses (multiples of ``size``) at and around each window's
-    edges; with ``aligned`` the form without an adder."""
+def test_window_ok_is_the_sum_check(size, aligned, count):
+    """`window_ok` on ``count`` windows (`CoreConfig.windows`) derived from base, size and
+    flags (`window`) against ``base <= addr`` and ``addr + size <= base + size_w`` without
+    wrap: unaligned windows, windows reaching past 2**32, addresses (multiples of ``size``) at
+    and around each window's edges; with ``aligned`` the form without an adder."""
     rng = np.random.default_rng(size)
-    dut = _WindowCheck(size, aligned)
+    dut = _WindowCheck(size, aligned, count)
     checked = [0, 0]
 
     async def testbench(ctx):
@@ -594,7 +597,7 @@ def test_window_ok_is_the_sum_check(size, aligned):
                      "size": int(rng.choice([0, rng.integers(1, 3 * size),
                                              rng.integers(1 << 32)])),
                      "read": int(rng.integers(4) != 0), "write": 0}
-                    for _ in range(NUM_WINDOWS)]
+                    for _ in range(count)]
             ctx.set(dut.windows, [window(**w) for w in wins])
             edges = [w[k] + d for w in wins for k in ("base", "size") for d in (-size, 0, size)]
             edges += [w["base"] + w["size"] + d for w in wins for d in (-2 * size, -size, 0)]

@@ -9,6 +9,7 @@ minimum number of times.
 TPUGEN_FUZZ_PROGRAMS sets the number of cases (default 200; e.g. 2000 for a deep run).
 """
 import collections
+import dataclasses
 import json
 import os
 import random
@@ -16,7 +17,7 @@ import random
 from hypothesis import HealthCheck, Phase, given, settings
 
 from tpugen import CoreConfig
-from tpugen.firmware.program import Program
+from tpugen.firmware.program import Dim, Program, tensor
 from tpugen.isa import ErrorCode
 from tpugen.registers import register
 from tpugen.sim.fuzz import KINDS
@@ -71,12 +72,13 @@ def _draw_kind(strategy, count):
     return drawn
 
 
-def _draw(count):
-    """About ``count`` cases, each kind of `KINDS` in its share and drawn on its own (drawn
-    together, hypothesis leans to some kinds and may leave one out), in a fixed mixed order."""
+def _draw(count, config=SMALL):
+    """About ``count`` cases for ``config``, each kind of `KINDS` in its share and drawn on its
+    own (drawn together, hypothesis leans to some kinds and may leave one out), in a fixed mixed
+    order."""
     total = sum(share for _, share in KINDS.values())
     drawn = [case for kind, share in KINDS.values()
-             for case in _draw_kind(kind(SMALL), round(count * share / total))]
+             for case in _draw_kind(kind(config), round(count * share / total))]
     random.Random(count).shuffle(drawn)
     return drawn
 
@@ -115,14 +117,25 @@ def _problems(case, outcome):
     return problems
 
 
+def _fuzz(run_tb, tmp_path, config, drawn):
+    """The stats of ``drawn`` cases run in one simulation of a ``config`` core, and the
+    failures (`_problems`) of those that ran."""
+    path = tmp_path / "cases.json"
+    path.write_text(json.dumps(drawn))
+    stats = run_tb(config, "tpugen.sim.tb_fuzz",
+                   {"cases": str(path), "seed": 7, "backpressure": False, "slack": SLACK},
+                   design="tpu_core", testcase="fuzz")
+    failures = []
+    for number, (case, outcome) in enumerate(zip(drawn, stats["outcomes"])):
+        if problems := _problems(case, outcome):
+            failures.append(f"case {number} ({case['name']}): " + "; ".join(problems))
+    return stats, failures
+
+
 def test_fuzzed_programs_end_as_the_model_says(run_tb, tmp_path):
     """PROGRAMS cases in one simulation, each with its own memory timing (`_with_timing`)."""
     drawn = _with_timing(_draw(PROGRAMS))
-    path = tmp_path / "cases.json"
-    path.write_text(json.dumps(drawn))
-    stats = run_tb(SMALL, "tpugen.sim.tb_fuzz",
-                   {"cases": str(path), "seed": 7, "backpressure": False, "slack": SLACK},
-                   design="tpu_core", testcase="fuzz")
+    stats, failures = _fuzz(run_tb, tmp_path, SMALL, drawn)
     outcomes = stats["outcomes"]
     kinds = collections.Counter(case["name"].split()[0] for case in drawn[:len(outcomes)])
     ends = collections.Counter("hang" if o["hang"] else o["error"] for o in outcomes)
@@ -134,17 +147,39 @@ def test_fuzzed_programs_end_as_the_model_says(run_tb, tmp_path):
     print(f"\n{stats['programs']} fuzzed programs ran in {stats['sim_seconds']:.0f} s of "
           f"simulation ({sum(o.get('latency', 0) for o in outcomes)} cycles, {bursts['AR']} "
           f"read and {bursts['AW']} write bursts): {dict(kinds)}; ends: {dict(ends)}")
-    failures = []
-    for number, (case, outcome) in enumerate(zip(drawn, outcomes)):
-        if problems := _problems(case, outcome):
-            failure = f"case {number} ({case['name']}): " + "; ".join(problems)
-            failures.append(failure)
     assert not failures, (f"{len(failures)} of {len(outcomes)} cases failed:\n"
                           + "\n".join(failures[:20]))
     assert stats["programs"] == len(drawn)
     least = _minimums(len(drawn))
     assert {end: ends[end] for end, count in least.items() if ends[end] < count} == {}, (
         f"outcomes reached fewer times than {least}")
+
+
+def test_a_two_window_core_ends_as_the_model_says(run_tb, tmp_path):
+    """Fuzzed cases on a core with two windows (`CoreConfig.windows`): the core, the model and
+    the AXI checker take only the first two of the windows a case programs. Valid programs get
+    their windows fitted as the runtime does (`fit_windows`) and end done; the others' standard
+    output window (the third) is missing, so their STOREs end in STORE_WINDOW."""
+    config = dataclasses.replace(SMALL, windows=2)
+    drawn = _with_timing(_draw(40, config))
+    stats, failures = _fuzz(run_tb, tmp_path, config, drawn)
+    assert not failures, "\n".join(failures[:20])
+    assert stats["programs"] == len(drawn)
+    ends = collections.Counter(o["error"] for o in stats["outcomes"])
+    assert ends["NONE"] >= 10 and ends["STORE_WINDOW"] >= 3, ends  # 16 and 4 of 38 drawn
+
+
+def test_model_sees_only_the_windows_of_the_core():
+    """`predict` on a core with one window ignores the windows after it, as the core does."""
+    from tpugen.sim.tb_core import A, C, PROGRAM
+
+    windows = [(PROGRAM, A - PROGRAM, True, False), (A, C - A, True, False)]
+    image = bytearray(MEMORY_SIZE)
+    program = Program().load(tensor(A, 1, 0, [Dim(extent=4, bound=4, stride=1)])).end()
+    image[:program.size] = program.to_bytes()
+    assert predict(SMALL, image, windows, PROGRAM, 2, 500).outcomes == {DONE}
+    assert predict(dataclasses.replace(SMALL, windows=1), image, windows, PROGRAM, 2,
+                   500).outcomes == {(ErrorCode.LOAD_WINDOW.name, 0)}
 
 
 def test_model_predicts_the_hand_written_error_cases():

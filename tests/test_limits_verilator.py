@@ -1,7 +1,9 @@
 """Limits and policies of the whole core on Verilator: dependency-token counters at the
-hardware's limit and instruction fetches past the top of the address space (sim/tb_limits.py),
-and instruction bits that an opcode does not define (`SimDevice`). The policies are stated in
-`tpugen.isa`."""
+hardware's limit, instruction fetches past the top of the address space and a core with one
+access window (sim/tb_limits.py), and instruction bits that an opcode does not define
+(`SimDevice`). The policies are stated in `tpugen.isa`."""
+import dataclasses
+
 import numpy as np
 import pytest
 from amaranth.hdl import Shape
@@ -98,6 +100,18 @@ def test_soft_reset_sends_no_w_burst_without_its_aw(run_tb):
                    design="tpu_core", testcase="soft_reset_after_stores")
     assert stats["bursts"]["W"] == stats["bursts"]["AW"], stats["bursts"]
     assert stats["exact"] == [True] * 3
+
+
+def test_a_core_with_one_window_has_only_window_0(run_tb):
+    """`CoreConfig.windows=1`: the windows the host programs past the first do not exist, so
+    DMAs and fetches that only they admit stop with their window errors, touching nothing."""
+    stats = run_tb(dataclasses.replace(SMALL, windows=1), "tpugen.sim.tb_limits", {"seed": 18},
+                   design="tpu_core", testcase="missing_windows")
+    assert stats["runs"] == {
+        "load": {"done": False, "error": "LOAD_WINDOW", "index": 0},
+        "store": {"done": False, "error": "STORE_WINDOW", "index": 0},
+        "fetch": {"done": False, "error": "PROGRAM_WINDOW", "index": 0}}
+    assert stats["lacked"] == [0] * 9 and stats["untouched"] and stats["good_after"]
 
 
 _FLAGS_THAT_DO_NOT_APPLY = {

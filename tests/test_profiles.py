@@ -8,23 +8,25 @@ import pytest
 from tpugen import PRESETS, CoreConfig
 from tpugen.sim import SimDevice
 from tpugen.firmware.attention import compile_softmax
-from tpugen.firmware.device import DeviceError
+from tpugen.firmware.device import DeviceError, fit_windows
 from tpugen.firmware.conv2d import compile_conv2d
 from tpugen.firmware.board import config_from_registers
+from tpugen.isa import NUM_WINDOWS
 from tpugen.registers import (BASIC_COUNTERS, COUNTERS, constant_registers, counter_names,
                               register)
 from tpugen.sim.golden import apply_epilogue, conv2d_int32, matmul_int32
 
 MICRO = PRESETS["micro"]
 FULL = dataclasses.replace(MICRO, softmax=True, im2col=True, epilogue_multiplier=True,
-                           counters="full")
+                           counters="full", windows=NUM_WINDOWS)
 """The same geometry with every feature: compiles the programs the micro core must refuse."""
 
 
 @pytest.mark.parametrize("field, value", [("softmax", 1), ("im2col", "yes"),
                                           ("counter_width", 48), ("counter_width", True),
                                           ("epilogue_multiplier", 0), ("counters", "none"),
-                                          ("counters", True)])
+                                          ("counters", True), ("windows", 0), ("windows", 5),
+                                          ("windows", True), ("windows", 2.0)])
 def test_bad_profile_fields_name_the_field(field, value):
     with pytest.raises(ValueError, match=f"CoreConfig.{field}="):
         CoreConfig(**{field: value})
@@ -69,6 +71,28 @@ def test_micro_core_computes_what_it_has_and_refuses_the_rest():
             dev._run(im2col, [(0, x), (0x1000, w)], [(0x2000, 4 * 5 * 7 * 6)])
         np.testing.assert_array_equal(dev.matmul(a, b), matmul_int32(a, b))  # still usable
         check_shift_only_epilogue(dev, rng)
+        check_two_windows(dev, rng)
+
+
+def check_two_windows(dev, rng):
+    """A resident pooled conv2d with a scratch region asks for four windows (program and input
+    read, weights read-write, output write); the micro core's two are one readable window over
+    the program and the input and one read-write window over the weights and the output."""
+    x, w = rng.integers(-128, 128, (1, 3, 9, 7), dtype=np.int8), rng.integers(
+        -128, 128, (5, 3, 3, 3), dtype=np.int8)
+    options = {"bias": rng.integers(-3000, 3000, 5), "requant": ([1, 2, 4, 8, 16], 12),
+               "relu": True, "pool": True}
+    call = dev.prepare_conv2d(x.shape, w, padding=1, **options)
+    assert call.scratch and len(call.windows) == 4
+    low, high = call.output.address, call.weights.address + call.weights.size
+    assert fit_windows(call.windows, MICRO.windows) == [
+        (call.program.address, call.input.address + 64 * -(-x.size // 64) - call.program.address,
+         True, False),
+        (low, -(-(high - low) // 64) * 64, True, True)]
+    dev.launch(call, x)
+    np.testing.assert_array_equal(dev.download(call.output, call.dtype, call.shape),
+                                  apply_epilogue(conv2d_int32(x, w, 1, 1), channel_axis=1,
+                                                 spatial_axes=(2, 3), **options))
 
 
 def check_shift_only_epilogue(dev, rng):

@@ -7,7 +7,7 @@ from amaranth.sim import Simulator
 
 from tpugen import CoreConfig
 from tpugen.hdl.controller import ENGINES, FETCH_ID, Controller
-from tpugen.isa import INSTRUCTION_BYTES, NUM_WINDOWS, ErrorCode, Opcode, encode
+from tpugen.isa import INSTRUCTION_BYTES, ErrorCode, Opcode, encode
 from tpugen.sim.pysim_axi import AxiMemory
 
 SETTLE = 200
@@ -37,7 +37,7 @@ def test_watchdog_fires_exactly_limit_cycles_after_the_last_progress(limit):
 
     async def host(ctx):
         ctx.set(dut.windows[0], {"base": 0, "end": 1 << 12, "read": 1, "write": 0})
-        for i in range(1, NUM_WINDOWS):
+        for i in range(1, config.windows):
             ctx.set(dut.windows[i], {"base": 0, "end": 0, "read": 0, "write": 0})
         ctx.set(dut.program_length, len(program))
         ctx.set(dut.start, 1)

@@ -293,7 +293,8 @@ def decode(raw):
     return layout.from_bits(bits & ((1 << layout.size) - 1))
 
 NUM_WINDOWS = 4
-"""Access windows the host programs; every DMA must fall inside one of them."""
+"""Access windows of the register map; every DMA must fall inside one of them. A core builds
+the first `CoreConfig.windows` of them (the others' registers read 0)."""
 
 Window = data.StructLayout({
     "base": 32,   # byte address; windows are checked at the granularity of the bus beat

@@ -8,8 +8,8 @@ from .arch import Engine
 from .isa import NUM_WINDOWS
 
 __all__ = ["ACCESSES", "ADDR_WIDTH", "BASIC_COUNTERS", "COUNTERS", "CSR_VERSION", "ID_MAGIC",
-           "REGISTERS", "BitField", "Register", "constant_registers", "counter_names", "register",
-           "register_span", "registers_markdown", "window_writes"]
+           "REGISTERS", "BitField", "Register", "absent_registers", "constant_registers",
+           "counter_names", "register", "register_span", "registers_markdown", "window_writes"]
 
 ADDR_WIDTH = 12
 ID_MAGIC = 0x54505547
@@ -126,7 +126,8 @@ def _registers():
         Register("CONFIG1", 0x00C, "ro", "Memory interface of this core.", (
             BitField("axi_data_width", 0, 8, "AXI4 memory master data width in bits."),
             BitField("lanes", 8, 8, "int8 lanes in one scratchpad row."),
-            BitField("windows", 16, 8, "Number of access windows."),
+            BitField("windows", 16, 8, "Access windows the core has: WINDOW0.. up to this "
+                                       "count (the others read 0 and ignore writes)."),
             BitField("softmax", 24, 1, "The softmax unit is present (SOFTMAX, fused attention)."),
             BitField("im2col", 25, 1, "The load engine's im2col walker is present."),
             BitField("wide_counters", 26, 1, "Counters are 64 bits (else 32: _HI reads 0)."),
@@ -225,6 +226,13 @@ def window_writes(windows):
     return writes
 
 
+def absent_registers(config):
+    """The window registers a core of ``config`` lacks (windows ``CoreConfig.windows`` on):
+    they read 0 and ignore writes, answering as the locked registers they are."""
+    return tuple(f"WINDOW{i}_{part}" for i in range(config.windows, NUM_WINDOWS)
+                 for part in ("BASE", "SIZE", "FLAGS"))
+
+
 def constant_registers(config):
     """Values of the constant (identification and configuration) registers for ``config``."""
     fields = {
@@ -232,7 +240,7 @@ def constant_registers(config):
         "CONFIG0": {"rows": config.rows, "cols": config.cols, "data_width": config.data_width,
                     "acc_width": config.acc_width},
         "CONFIG1": {"axi_data_width": config.axi_data_width, "lanes": config.lanes,
-                    "windows": NUM_WINDOWS, "softmax": config.softmax, "im2col": config.im2col,
+                    "windows": config.windows, "softmax": config.softmax, "im2col": config.im2col,
                     "wide_counters": config.counter_width == 64,
                     "shift_only_epilogue": not config.epilogue_multiplier,
                     "basic_counters": config.counters == "basic"},
@@ -258,6 +266,8 @@ The configuration a program runs with (the registers marked "locked" below: prog
 length, watchdog, windows) is frozen from the write of CONTROL.start until STATUS.busy falls: a
 write to one of them in that time answers SLVERR and changes nothing, so a running program can
 neither be moved nor given more memory than it was started with.
+A core has `CONFIG1.windows` access windows (`CoreConfig.windows`, up to the map's four):
+the registers of the others read 0 and ignore writes (SLVERR while locked, as the others).
 Counters are LO/HI pairs: read LO first, then HI returns the upper half captured by that read
 (with 32-bit counters, `CONFIG1.wide_counters` 0, HI reads 0).
 

@@ -67,7 +67,8 @@ enum tpu_result tpu_soft_reset(const struct tpu *dev);
 
 /* The setters refuse (TPU_ERR_BUSY) while a program runs: it reads these registers.
  * Window `index` (< TPU_NUM_WINDOWS): `size` bytes from `base` (0: disabled), flags a mask of
- * TPU_WINDOW_READ and TPU_WINDOW_WRITE. */
+ * TPU_WINDOW_READ and TPU_WINDOW_WRITE. A core with fewer windows (CONFIG1.windows, checked by
+ * tpu_init) ignores the others: their registers read 0, so setting one is harmless. */
 enum tpu_result tpu_set_window(const struct tpu *dev, unsigned index, uint32_t base,
                                uint32_t size, uint32_t flags);
 /* `length` instructions of TPU_INSTRUCTION_BYTES from byte address `base`. */
