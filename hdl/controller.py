@@ -5,7 +5,7 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
-from ..arch import ENGINE_OPCODES, PENDING_DEPTH, QUEUE_DEPTH, TOKEN_BITS, TOKEN_LIMIT, Engine
+from ..arch import ENGINE_OPCODES, PENDING_DEPTH, TOKEN_BITS, TOKEN_LIMIT, Engine
 from ..isa import (INSTRUCTION_BITS, INSTRUCTION_BYTES, NUM_WINDOWS, ErrorCode, Header, Opcode,
                    Window, defined_bits, instruction_layout)
 from .array import dsp_family
@@ -60,14 +60,14 @@ def _beat_runs(bits, beat_bits):
 
 
 class InstructionQueue(wiring.Component):
-    """``QUEUE_DEPTH`` instructions of one engine in memories (LUT RAM on ECP5, flip-flops on
+    """``depth`` instructions of one engine (`CoreConfig.queue_depth`) in memories (LUT RAM on ECP5, flip-flops on
     iCE40), each written a bus beat at a time (``beat_en``: rdata ``beat_data`` is beat
     ``beat`` of the instruction) and queued by ``commit`` with its index. Only the bits
     ``kept`` of ``layout`` are stored, a memory per beat that has any; the rest of ``head`` is
     zero.
     """
 
-    def __init__(self, layout, kept, beat_bits, depth=QUEUE_DEPTH):
+    def __init__(self, layout, kept, beat_bits, depth):
         self.runs = _beat_runs(kept, beat_bits)
         self.beat_bits, self.depth = beat_bits, depth
         self.beats = max(self.runs) + 1
@@ -216,7 +216,8 @@ class Controller(wiring.Component):
         blocked, blocked_index = Const(0), Const(0, 32)
         for i, (name, (opcodes, layout)) in enumerate(ENGINES.items()):
             port = engines[i]
-            queue = InstructionQueue(layout, kept_bits(self.config, opcodes), beat_bits)
+            queue = InstructionQueue(layout, kept_bits(self.config, opcodes), beat_bits,
+                                     self.config.queue_depth)
             pending = SyncFIFO(width=2, depth=PENDING_DEPTH)  # push_prev, push_next
             m.submodules[f"{name}_queue"] = queue
             m.submodules[f"{name}_pending"] = pending

@@ -2,6 +2,8 @@
 import json
 from dataclasses import asdict, dataclass, fields
 
+from .arch import MAX_QUEUE_DEPTH, QUEUE_DEPTH
+
 __all__ = ["CoreConfig", "PRESETS", "check_config"]
 
 
@@ -49,6 +51,8 @@ class CoreConfig:
     counters: str = "full"
     """The performance counters: "full" (every one of ``registers.COUNTERS``) or "basic" (only
     ``registers.BASIC_COUNTERS``, what `Stats` reports; the others read 0)."""
+    queue_depth: int = QUEUE_DEPTH
+    """Instructions the controller queues per engine, 1..8 (flip-flops on iCE40)."""
 
     def __post_init__(self):
         def check(name, ok, allowed):
@@ -75,6 +79,7 @@ class CoreConfig:
                 raise ValueError(f"CoreConfig.{name}={value!r} is invalid: allowed True or False")
         check("counter_width", lambda v: v in (32, 64), "32 or 64")
         check("counters", lambda v: v in ("full", "basic"), '"full" or "basic"')
+        check("queue_depth", integer_in(1, MAX_QUEUE_DEPTH), f"an integer in 1..{MAX_QUEUE_DEPTH}")
         if self.scratchpad_rows > 65536:
             raise ValueError(f"CoreConfig.scratchpad_kib={self.scratchpad_kib!r} is invalid: "
                              f"at most 65536 rows of {self.lanes} bytes")
