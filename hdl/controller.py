@@ -318,18 +318,25 @@ class Controller(wiring.Component):
         full = Array(q.full for q in queues)
         this_direct = Mux(is_first, ~full[first_target], direct)
         target_full = full[target]
-        target_beats = Array(Const(q.beats, range(beats + 1)) for q in queues)[target]
 
-        overflow_beats = max(q.beats for q in queues)
-        overflow_write = Signal()  # beat `beat` of rdata into the overflow memory
-        copy_beat = Signal(range(overflow_beats))
-        copying = Signal()         # beat `copy_beat` of the overflow memory into `target`'s queue
-        overflow_data = _overflow_memory(m, platform, self.axi.rdata, overflow_beats,
-                                         overflow_write, beat, copying, copy_beat)
+        # With one-instruction queues there is no overflow memory: an instruction whose queue
+        # is full is dropped and fetched again once it has room.
+        refetch = self.config.queue_depth == 1
+        queue_beat, queue_data = beat, self.axi.rdata
+        if not refetch:
+            overflow_beats = max(q.beats for q in queues)
+            overflow_write = Signal()  # beat `beat` of rdata into the overflow memory
+            copy_beat = Signal(range(overflow_beats))
+            copying = Signal()         # beat `copy_beat` of the overflow memory into `target`'s queue
+            overflow_data = _overflow_memory(m, platform, self.axi.rdata, overflow_beats,
+                                             overflow_write, beat, copying, copy_beat)
+            target_beats = Array(Const(q.beats, range(beats + 1)) for q in queues)[target]
+            queue_beat = Mux(copying, copy_beat, beat)
+            queue_data = Mux(copying, overflow_data, self.axi.rdata)
         for i, queue in enumerate(queues):
             m.d.comb += [
-                queue.beat.eq(Mux(copying, copy_beat, beat)),
-                queue.beat_data.eq(Mux(copying, overflow_data, self.axi.rdata)),
+                queue.beat.eq(queue_beat),
+                queue.beat_data.eq(queue_data),
                 queue.commit_index.eq(pc),
             ]
 
@@ -381,8 +388,10 @@ class Controller(wiring.Component):
                     m.d.comb += [
                         progress.eq(1),
                         Array(q.beat_en for q in queues)[this_target].eq(this_known & this_direct),
-                        overflow_write.eq(this_known & ~this_direct & (beat < overflow_beats)),
                     ]
+                    if not refetch:
+                        m.d.comb += overflow_write.eq(this_known & ~this_direct
+                                                      & (beat < overflow_beats))
                     m.d.sync += beat.eq(beat + 1)
                     with m.If(is_first):
                         m.d.sync += [target.eq(first_target), known.eq(first_known),
@@ -408,19 +417,21 @@ class Controller(wiring.Component):
                         with m.Else():
                             m.next = "OVERFLOW"
             with m.State("OVERFLOW"):  # waiting for room in the queue
-                m.d.sync += copy_beat.eq(0)
+                if not refetch:
+                    m.d.sync += copy_beat.eq(0)
                 with m.If(stopping):
                     m.next = "STOP"
                 with m.Elif(~target_full):
-                    m.next = "COPY"
-            with m.State("COPY"):
-                m.d.comb += [copying.eq(1), progress.eq(1),
-                             Array(q.beat_en for q in queues)[target].eq(1)]
-                m.d.sync += copy_beat.eq(copy_beat + 1)
-                with m.If(stopping):
-                    m.next = "STOP"
-                with m.Elif(copy_beat == target_beats - 1):
-                    commit()
+                    m.next = "FETCH" if refetch else "COPY"
+            if not refetch:
+                with m.State("COPY"):
+                    m.d.comb += [copying.eq(1), progress.eq(1),
+                                 Array(q.beat_en for q in queues)[target].eq(1)]
+                    m.d.sync += copy_beat.eq(copy_beat + 1)
+                    with m.If(stopping):
+                        m.next = "STOP"
+                    with m.Elif(copy_beat == target_beats - 1):
+                        commit()
             with m.State("END"):
                 # An engine that fails now is idle in this same cycle: its error wins over done.
                 with m.If(stopping | (raise_error != ErrorCode.NONE)):
