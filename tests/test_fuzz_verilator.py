@@ -9,9 +9,12 @@ minimum number of times.
 TPUGEN_FUZZ_PROGRAMS sets the number of cases (default 200; e.g. 2000 for a deep run).
 """
 import collections
+import dataclasses
 import json
 import os
 import random
+
+import pytest
 
 from hypothesis import HealthCheck, Phase, given, settings
 
@@ -23,6 +26,9 @@ from tpugen.sim.fuzz import KINDS
 from tpugen.sim.fuzz_model import DONE, MEMORY_SIZE, predict
 
 SMALL = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1, axi_data_width=64)
+SHALLOW = dataclasses.replace(SMALL, queue_depth=1)
+"""One-instruction queues: no overflow memory, an instruction whose queue is full is fetched
+again."""
 PROGRAMS = int(os.environ.get("TPUGEN_FUZZ_PROGRAMS", "200"))
 SLACK = 2
 """The model's cycle bound assumes memory that never stalls and answers at once; each case
@@ -71,12 +77,13 @@ def _draw_kind(strategy, count):
     return drawn
 
 
-def _draw(count):
-    """About ``count`` cases, each kind of `KINDS` in its share and drawn on its own (drawn
-    together, hypothesis leans to some kinds and may leave one out), in a fixed mixed order."""
+def _draw(config, count):
+    """About ``count`` cases for ``config``, each kind of `KINDS` in its share and drawn on its
+    own (drawn together, hypothesis leans to some kinds and may leave one out), in a fixed mixed
+    order."""
     total = sum(share for _, share in KINDS.values())
     drawn = [case for kind, share in KINDS.values()
-             for case in _draw_kind(kind(SMALL), round(count * share / total))]
+             for case in _draw_kind(kind(config), round(count * share / total))]
     random.Random(count).shuffle(drawn)
     return drawn
 
@@ -115,12 +122,13 @@ def _problems(case, outcome):
     return problems
 
 
-def test_fuzzed_programs_end_as_the_model_says(run_tb, tmp_path):
+@pytest.mark.parametrize("config", [SMALL, SHALLOW], ids=["depth2", "depth1"])
+def test_fuzzed_programs_end_as_the_model_says(run_tb, tmp_path, config):
     """PROGRAMS cases in one simulation, each with its own memory timing (`_with_timing`)."""
-    drawn = _with_timing(_draw(PROGRAMS))
+    drawn = _with_timing(_draw(config, PROGRAMS))
     path = tmp_path / "cases.json"
     path.write_text(json.dumps(drawn))
-    stats = run_tb(SMALL, "tpugen.sim.tb_fuzz",
+    stats = run_tb(config, "tpugen.sim.tb_fuzz",
                    {"cases": str(path), "seed": 7, "backpressure": False, "slack": SLACK},
                    design="tpu_core", testcase="fuzz")
     outcomes = stats["outcomes"]
@@ -167,3 +175,21 @@ def test_model_predicts_the_hand_written_error_cases():
     assert predict(SMALL, image, windows, PROGRAM, 5, 500).outcomes == {DONE}
     assert predict(SMALL, image, windows, PROGRAM + 8, 5, 500).outcomes == {
         (ErrorCode.MISALIGNED.name, 0)}
+
+
+def test_model_queues_as_many_instructions_as_the_config_says():
+    """A MATMUL waiting for the LOAD fetched after the next MATMUL: with two-instruction queues
+    both MATMULs wait queued and the LOAD is fetched; with one, the fetcher waits for room behind
+    the first MATMUL and never reaches the LOAD (WATCHDOG blames the MATMUL)."""
+    from tpugen.firmware.program import Deps, Dim, tensor
+    from tpugen.sim.tb_core import A, C, PROGRAM
+
+    windows = [(PROGRAM, A - PROGRAM, True, False), (A, C - A, True, False)]
+    tile = tensor(A, 1, 0, [Dim(extent=4, bound=4, stride=1)])
+    program = (Program().matmul(0, 0, 0, 4, deps=Deps(pop_prev=True)).matmul(0, 0, 0, 4)
+               .load(tile, Deps(push_next=True)).end())
+    image = bytearray(MEMORY_SIZE)
+    image[PROGRAM:PROGRAM + program.size] = program.to_bytes()
+    outcomes = {depth: predict(dataclasses.replace(SMALL, queue_depth=depth), image, windows,
+                               PROGRAM, len(program), 500).outcomes for depth in (1, 2)}
+    assert outcomes == {1: {(ErrorCode.WATCHDOG.name, 0)}, 2: {DONE}}

@@ -29,8 +29,8 @@ OPCODE_ENGINE = {opcode: engine for engine, opcodes in ENGINE_OPCODES.items() fo
 
 QUEUE_DEPTH = 2
 """Instructions the controller queues per engine by default (`CoreConfig.queue_depth`)."""
-MAX_QUEUE_DEPTH = 8
-"""The most `CoreConfig.queue_depth` allows."""
+MAX_QUEUE_DEPTH = 7
+"""The most `CoreConfig.queue_depth` allows (``CONFIG1.queue_depth`` has 3 bits)."""
 PENDING_DEPTH = 8
 """Dispatched instructions per engine whose pushes may still be in flight."""
 TOKEN_BITS = 8

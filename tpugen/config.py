@@ -52,7 +52,9 @@ class CoreConfig:
     """The performance counters: "full" (every one of ``registers.COUNTERS``) or "basic" (only
     ``registers.BASIC_COUNTERS``, what `Stats` reports; the others read 0)."""
     queue_depth: int = QUEUE_DEPTH
-    """Instructions the controller queues per engine, 1..8 (flip-flops on iCE40)."""
+    """Instructions the controller queues per engine, 1..7 (LUT RAM on ECP5, flip-flops on
+    iCE40). At 1 there is no overflow memory either: an instruction fetched while its engine's
+    queue is full is dropped and fetched again once the queue has room."""
 
     def __post_init__(self):
         def check(name, ok, allowed):
@@ -147,7 +149,8 @@ PRESETS = {
     # The UP5K's 30 SB_RAM40_4K: the scratchpad and accumulator are each read through two
     # copies; 2 KiB of scratchpad is 8 of them, 4 KiB of accumulator (128-bit rows) 16.
     "micro": CoreConfig(rows=4, cols=4, scratchpad_kib=2, accumulator_kib=4, axi_data_width=32,
-                        softmax=False, im2col=False, epilogue_multiplier=False, counters="basic"),
+                        softmax=False, im2col=False, epilogue_multiplier=False, counters="basic",
+                        queue_depth=1),
 }
 
 
