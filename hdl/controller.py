@@ -60,11 +60,11 @@ def _beat_runs(bits, beat_bits):
 
 
 class InstructionQueue(wiring.Component):
-    """``depth`` instructions of one engine (`CoreConfig.queue_depth`) in memories (LUT RAM on ECP5, flip-flops on
-    iCE40), each written a bus beat at a time (``beat_en``: rdata ``beat_data`` is beat
-    ``beat`` of the instruction) and queued by ``commit`` with its index. Only the bits
-    ``kept`` of ``layout`` are stored, a memory per beat that has any; the rest of ``head`` is
-    zero.
+    """``depth`` instructions of one engine (`CoreConfig.queue_depth`) in memories (LUT RAM on
+    ECP5, flip-flops on iCE40), each written a bus beat at a time (``beat_en``: rdata
+    ``beat_data`` is beat ``beat`` of the instruction) and queued by ``commit`` with its index.
+    Only the bits ``kept`` of ``layout`` are stored, a memory per beat that has any; the rest of
+    ``head`` is zero.
     """
 
     def __init__(self, layout, kept, beat_bits, depth):
@@ -160,8 +160,10 @@ class Controller(wiring.Component):
     each beat straight into its engine's `InstructionQueue`. RREADY stays high during a fetch
     (the load engine's beats may be behind it on an in-order bus): when the queue is full, the
     beats go to a one-instruction overflow memory instead (`_overflow_memory`), and are copied
-    into the queue, a beat a cycle, once it has room. Either way an instruction is queued once
-    its queue has room and the next fetch starts then, as with a staging register.
+    into the queue, a beat a cycle, once it has room; with one-instruction queues
+    (``queue_depth`` 1) they are dropped instead and the instruction is fetched again then.
+    Either way an instruction is queued once its queue has room and the next fetch starts then,
+    as with a staging register.
 
     The first error (an engine's, a bad fetch, an unknown opcode, or the watchdog seeing no
     progress for ``watchdog_limit`` cycles) stops fetching and dispatching; once the engines are
@@ -327,7 +329,7 @@ class Controller(wiring.Component):
             overflow_beats = max(q.beats for q in queues)
             overflow_write = Signal()  # beat `beat` of rdata into the overflow memory
             copy_beat = Signal(range(overflow_beats))
-            copying = Signal()         # beat `copy_beat` of the overflow memory into `target`'s queue
+            copying = Signal()  # beat `copy_beat` of the overflow memory into `target`'s queue
             overflow_data = _overflow_memory(m, platform, self.axi.rdata, overflow_beats,
                                              overflow_write, beat, copying, copy_beat)
             target_beats = Array(Const(q.beats, range(beats + 1)) for q in queues)[target]

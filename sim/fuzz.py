@@ -288,7 +288,8 @@ def _case(config, name, *, program, windows, base, length, watchdog, memory=(), 
     for at, content in writes:
         image[at:at + len(content)] = content
     prediction = predict(config, image, windows, base, length, watchdog)
-    fetched = (base, base + (prediction.fetched + len(Engine) * config.queue_depth + 1) * INSTRUCTION_BYTES)
+    queued = len(Engine) * config.queue_depth + 1  # and one in the overflow memory or dropped
+    fetched = (base, base + (prediction.fetched + queued) * INSTRUCTION_BYTES)
     overwrites = any(_aliases(fetched, written) for written in prediction.written)
     if prediction.cycles > MAX_CYCLES or prediction.tokens > TOKEN_LIMIT or overwrites:
         return None

@@ -25,7 +25,8 @@ SMALL = CoreConfig(rows=2, cols=2, scratchpad_kib=1, accumulator_kib=1, axi_data
 
 
 def _fifo_depths(controller):
-    return {name: sub.origins[0].depth for sub, name, _ in Fragment.get(controller, None).subfragments}
+    fragment = Fragment.get(controller, None)
+    return {name: sub.origins[0].depth for sub, name, _ in fragment.subfragments}
 
 
 def test_the_controller_is_built_from_the_contract():

@@ -9,8 +9,9 @@ from .isa import Header, Opcode
 
 __all__ = ["ENGINE_OPCODES", "Engine", "MAX_OUTSTANDING", "MAX_QUEUE_DEPTH", "OPCODE_BITS",
            "OPCODE_ENGINE", "OPCODE_MASK", "PENDING_DEPTH", "PLAN_DEPTH", "QUEUE_DEPTH",
-           "SOFTMAX_DIVIDE_CYCLES", "SOFTMAX_OUT_FRAC", "TOKEN_BITS", "TOKEN_FLAGS", "TOKEN_LIMIT", "block_query_cycles",
-           "min_tile_length", "normalize_query_cycles", "opcode_of", "token_flag_bit"]
+           "SOFTMAX_DIVIDE_CYCLES", "SOFTMAX_OUT_FRAC", "TOKEN_BITS", "TOKEN_FLAGS", "TOKEN_LIMIT",
+           "block_query_cycles", "min_tile_length", "normalize_query_cycles", "opcode_of",
+           "token_flag_bit"]
 
 
 class Engine(enum.IntEnum, shape=2):
