@@ -1,4 +1,5 @@
 """`BoardDevice`: the runtime on a `tpugen build` bitstream, over the board's USB serial port."""
+from ..arch import QUEUE_DEPTH
 from ..config import CoreConfig, check_config
 from ..registers import CSR_VERSION, ID_MAGIC, register
 from .device import Device, DeviceError
@@ -30,7 +31,8 @@ def config_from_registers(read_register):
         softmax=bool(memory.softmax), im2col=bool(memory.im2col),
         counter_width=64 if memory.wide_counters else 32,
         epilogue_multiplier=not memory.shift_only_epilogue,
-        counters="basic" if memory.basic_counters else "full", windows=memory.windows)
+        counters="basic" if memory.basic_counters else "full", windows=memory.windows,
+        queue_depth=memory.queue_depth or QUEUE_DEPTH)
 
 
 class BoardDevice(Device):

@@ -5,7 +5,7 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
-from ..arch import ENGINE_OPCODES, PENDING_DEPTH, QUEUE_DEPTH, TOKEN_BITS, TOKEN_LIMIT, Engine
+from ..arch import ENGINE_OPCODES, PENDING_DEPTH, TOKEN_BITS, TOKEN_LIMIT, Engine
 from ..isa import (INSTRUCTION_BITS, INSTRUCTION_BYTES, ErrorCode, Header, Opcode, Window,
                    defined_bits, instruction_layout)
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_read_signature
@@ -60,14 +60,14 @@ def _beat_runs(bits, beat_bits):
 
 
 class InstructionQueue(wiring.Component):
-    """``QUEUE_DEPTH`` instructions of one engine in memories (LUT RAM on ECP5, flip-flops on
-    iCE40), each written a bus beat at a time (``beat_en``: rdata ``beat_data`` is beat
-    ``beat`` of the instruction) and queued by ``commit`` with its index. Only the bits
-    ``kept`` of ``layout`` are stored, a memory per beat that has any; the rest of ``head`` is
-    zero.
+    """``depth`` instructions of one engine (`CoreConfig.queue_depth`) in memories (LUT RAM on
+    ECP5, flip-flops on iCE40), each written a bus beat at a time (``beat_en``: rdata
+    ``beat_data`` is beat ``beat`` of the instruction) and queued by ``commit`` with its index.
+    Only the bits ``kept`` of ``layout`` are stored, a memory per beat that has any; the rest of
+    ``head`` is zero.
     """
 
-    def __init__(self, layout, kept, beat_bits, depth=QUEUE_DEPTH):
+    def __init__(self, layout, kept, beat_bits, depth):
         self.runs = _beat_runs(kept, beat_bits)
         self.beat_bits, self.depth = beat_bits, depth
         self.beats = max(self.runs) + 1
@@ -160,8 +160,10 @@ class Controller(wiring.Component):
     each beat straight into its engine's `InstructionQueue`. RREADY stays high during a fetch
     (the load engine's beats may be behind it on an in-order bus): when the queue is full, the
     beats go to a one-instruction overflow memory instead (`_overflow_memory`), and are copied
-    into the queue, a beat a cycle, once it has room. Either way an instruction is queued once
-    its queue has room and the next fetch starts then, as with a staging register.
+    into the queue, a beat a cycle, once it has room; with one-instruction queues
+    (``queue_depth`` 1) they are dropped instead and the instruction is fetched again then.
+    Either way an instruction is queued once its queue has room and the next fetch starts then,
+    as with a staging register.
 
     The first error (an engine's, a bad fetch, an unknown opcode, or the watchdog seeing no
     progress for ``watchdog_limit`` cycles) stops fetching and dispatching; once the engines are
@@ -216,7 +218,8 @@ class Controller(wiring.Component):
         blocked, blocked_index = Const(0), Const(0, 32)
         for i, (name, (opcodes, layout)) in enumerate(ENGINES.items()):
             port = engines[i]
-            queue = InstructionQueue(layout, kept_bits(self.config, opcodes), beat_bits)
+            queue = InstructionQueue(layout, kept_bits(self.config, opcodes), beat_bits,
+                                     self.config.queue_depth)
             pending = SyncFIFO(width=2, depth=PENDING_DEPTH)  # push_prev, push_next
             m.submodules[f"{name}_queue"] = queue
             m.submodules[f"{name}_pending"] = pending
@@ -317,18 +320,25 @@ class Controller(wiring.Component):
         full = Array(q.full for q in queues)
         this_direct = Mux(is_first, ~full[first_target], direct)
         target_full = full[target]
-        target_beats = Array(Const(q.beats, range(beats + 1)) for q in queues)[target]
 
-        overflow_beats = max(q.beats for q in queues)
-        overflow_write = Signal()  # beat `beat` of rdata into the overflow memory
-        copy_beat = Signal(range(overflow_beats))
-        copying = Signal()         # beat `copy_beat` of the overflow memory into `target`'s queue
-        overflow_data = _overflow_memory(m, platform, self.axi.rdata, overflow_beats,
-                                         overflow_write, beat, copying, copy_beat)
+        # With one-instruction queues there is no overflow memory: an instruction whose queue
+        # is full is dropped and fetched again once it has room.
+        refetch = self.config.queue_depth == 1
+        queue_beat, queue_data = beat, self.axi.rdata
+        if not refetch:
+            overflow_beats = max(q.beats for q in queues)
+            overflow_write = Signal()  # beat `beat` of rdata into the overflow memory
+            copy_beat = Signal(range(overflow_beats))
+            copying = Signal()  # beat `copy_beat` of the overflow memory into `target`'s queue
+            overflow_data = _overflow_memory(m, platform, self.axi.rdata, overflow_beats,
+                                             overflow_write, beat, copying, copy_beat)
+            target_beats = Array(Const(q.beats, range(beats + 1)) for q in queues)[target]
+            queue_beat = Mux(copying, copy_beat, beat)
+            queue_data = Mux(copying, overflow_data, self.axi.rdata)
         for i, queue in enumerate(queues):
             m.d.comb += [
-                queue.beat.eq(Mux(copying, copy_beat, beat)),
-                queue.beat_data.eq(Mux(copying, overflow_data, self.axi.rdata)),
+                queue.beat.eq(queue_beat),
+                queue.beat_data.eq(queue_data),
                 queue.commit_index.eq(pc),
             ]
 
@@ -380,8 +390,10 @@ class Controller(wiring.Component):
                     m.d.comb += [
                         progress.eq(1),
                         Array(q.beat_en for q in queues)[this_target].eq(this_known & this_direct),
-                        overflow_write.eq(this_known & ~this_direct & (beat < overflow_beats)),
                     ]
+                    if not refetch:
+                        m.d.comb += overflow_write.eq(this_known & ~this_direct
+                                                      & (beat < overflow_beats))
                     m.d.sync += beat.eq(beat + 1)
                     with m.If(is_first):
                         m.d.sync += [target.eq(first_target), known.eq(first_known),
@@ -407,19 +419,21 @@ class Controller(wiring.Component):
                         with m.Else():
                             m.next = "OVERFLOW"
             with m.State("OVERFLOW"):  # waiting for room in the queue
-                m.d.sync += copy_beat.eq(0)
+                if not refetch:
+                    m.d.sync += copy_beat.eq(0)
                 with m.If(stopping):
                     m.next = "STOP"
                 with m.Elif(~target_full):
-                    m.next = "COPY"
-            with m.State("COPY"):
-                m.d.comb += [copying.eq(1), progress.eq(1),
-                             Array(q.beat_en for q in queues)[target].eq(1)]
-                m.d.sync += copy_beat.eq(copy_beat + 1)
-                with m.If(stopping):
-                    m.next = "STOP"
-                with m.Elif(copy_beat == target_beats - 1):
-                    commit()
+                    m.next = "FETCH" if refetch else "COPY"
+            if not refetch:
+                with m.State("COPY"):
+                    m.d.comb += [copying.eq(1), progress.eq(1),
+                                 Array(q.beat_en for q in queues)[target].eq(1)]
+                    m.d.sync += copy_beat.eq(copy_beat + 1)
+                    with m.If(stopping):
+                        m.next = "STOP"
+                    with m.Elif(copy_beat == target_beats - 1):
+                        commit()
             with m.State("END"):
                 # An engine that fails now is idle in this same cycle: its error wins over done.
                 with m.If(stopping | (raise_error != ErrorCode.NONE)):

@@ -16,7 +16,7 @@ import functools
 import numpy as np
 from hypothesis import strategies as st
 
-from ..arch import QUEUE_DEPTH, TOKEN_FLAGS, TOKEN_LIMIT, Engine, token_flag_bit
+from ..arch import TOKEN_FLAGS, TOKEN_LIMIT, Engine, token_flag_bit
 from ..firmware.epilogue import Epilogue
 from ..firmware.conv2d import compile_conv2d, conv2d_lowering, conv2d_output_shape, conv2d_weights
 from ..firmware.device import fit_windows
@@ -289,7 +289,8 @@ def _case(config, name, *, program, windows, base, length, watchdog, memory=(), 
     for at, content in writes:
         image[at:at + len(content)] = content
     prediction = predict(config, image, windows, base, length, watchdog)
-    fetched = (base, base + (prediction.fetched + len(Engine) * QUEUE_DEPTH + 1) * INSTRUCTION_BYTES)
+    queued = len(Engine) * config.queue_depth + 1  # and one in the overflow memory or dropped
+    fetched = (base, base + (prediction.fetched + queued) * INSTRUCTION_BYTES)
     overwrites = any(_aliases(fetched, written) for written in prediction.written)
     if prediction.cycles > MAX_CYCLES or prediction.tokens > TOKEN_LIMIT or overwrites:
         return None

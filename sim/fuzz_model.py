@@ -3,10 +3,10 @@
 `predict` is the model of the outcome. Each instruction's own result is exact: the descriptor
 checks in the hardware's order (``TileCheck``, the MATMUL and SOFTMAX checks, the im2col
 check), then a walk of every element, in order, against the windows and the 32-bit address
-space. The controller is modelled as in-order queues of two instructions per engine fed by an
-in-order fetcher, and VTA-style tokens between neighbouring engines. With one consumer per
-token counter the model's final state does not depend on timing, so a program that errs
-nowhere must end done, or with WATCHDOG blaming the oldest instruction waiting for a token.
+space. The controller is modelled as in-order queues of ``config.queue_depth`` instructions per
+engine fed by an in-order fetcher, and VTA-style tokens between neighbouring engines. With one
+consumer per token counter the model's final state does not depend on timing, so a program that
+errs nowhere must end done, or with WATCHDOG blaming the oldest instruction waiting for a token.
 When some reachable instruction errs, the core must stop with one of those errors (which one
 comes first depends on timing), at that instruction's index.
 """
@@ -19,8 +19,7 @@ from types import SimpleNamespace
 from amaranth.hdl import Shape
 from amaranth.lib import data
 
-from ..arch import (OPCODE_ENGINE, QUEUE_DEPTH, SOFTMAX_DIVIDE_CYCLES, Engine,
-                    block_query_cycles, opcode_of)
+from ..arch import OPCODE_ENGINE, SOFTMAX_DIVIDE_CYCLES, Engine, block_query_cycles, opcode_of
 from ..isa import DIMS, INSTRUCTION_BYTES, ErrorCode, Header, Opcode, SoftmaxMode, instruction_layout
 
 __all__ = ["DONE", "FETCH_CYCLES", "MEMORY_SIZE", "Prediction", "predict"]
@@ -298,7 +297,7 @@ def predict(config, image, windows, program_base, program_length, watchdog):
                 fault = ErrorCode.UNKNOWN_OPCODE
             else:
                 step = _instruction_step(config, raw, windows)
-                if len(queues[step.engine]) < QUEUE_DEPTH:  # else the fetcher waits
+                if len(queues[step.engine]) < config.queue_depth:  # else the fetcher waits
                     queues[step.engine].append((pc, step))
                     pc += 1
                     cycles += FETCH_CYCLES

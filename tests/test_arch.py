@@ -1,6 +1,7 @@
 """The architecture contract (`tpugen.arch`): the hardware is what it says, no copy of it is
 written out elsewhere, and imports flow one way (the runtime never loads the HDL)."""
 import ast
+import dataclasses
 import random
 import re
 import subprocess
@@ -23,13 +24,20 @@ ROOT = Path(__file__).parent.parent
 SMALL = CoreConfig(rows=2, cols=2, scratchpad_kib=1, accumulator_kib=1, axi_data_width=32)
 
 
+def _fifo_depths(controller):
+    fragment = Fragment.get(controller, None)
+    return {name: sub.origins[0].depth for sub, name, _ in fragment.subfragments}
+
+
 def test_the_controller_is_built_from_the_contract():
     controller = Controller(SMALL)
-    fifos = {name: sub.origins[0].depth for sub, name, _ in Fragment.get(controller, None).subfragments}
+    fifos = _fifo_depths(controller)
     assert list(ENGINES) == [engine.name.lower() for engine in Engine]
     assert [opcodes for opcodes, _ in ENGINES.values()] == list(ENGINE_OPCODES.values())
+    assert SMALL.queue_depth == QUEUE_DEPTH == 2
+    shallow = _fifo_depths(Controller(dataclasses.replace(SMALL, queue_depth=1)))
     for name in ENGINES:
-        assert fifos[f"{name}_queue"] == QUEUE_DEPTH
+        assert fifos[f"{name}_queue"] == QUEUE_DEPTH and shallow[f"{name}_queue"] == 1
         assert fifos[f"{name}_pending"] == PENDING_DEPTH
     text = rtlil.convert(controller)
     widths = re.findall(r"wire width (\d+) (?:\S+ )*\\tokens_\d_\d\n", text)
@@ -39,8 +47,7 @@ def test_the_controller_is_built_from_the_contract():
 
 
 def test_the_fuzz_model_uses_the_hardware_limits():
-    from tpugen.sim import fuzz, fuzz_model
-    assert fuzz_model.QUEUE_DEPTH == fuzz.QUEUE_DEPTH == QUEUE_DEPTH == 2
+    from tpugen.sim import fuzz
     assert fuzz.TOKEN_LIMIT == TOKEN_LIMIT == 247
 
 

@@ -14,6 +14,8 @@ import json
 import os
 import random
 
+import pytest
+
 from hypothesis import HealthCheck, Phase, given, settings
 
 from tpugen import CoreConfig
@@ -24,6 +26,8 @@ from tpugen.sim.fuzz import KINDS
 from tpugen.sim.fuzz_model import DONE, MEMORY_SIZE, predict
 
 SMALL = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1, axi_data_width=64)
+"""One-instruction queues: no overflow memory, an instruction whose queue is full is fetched
+again."""
 PROGRAMS = int(os.environ.get("TPUGEN_FUZZ_PROGRAMS", "200"))
 SLACK = 2
 """The model's cycle bound assumes memory that never stalls and answers at once; each case
@@ -155,12 +159,14 @@ def test_fuzzed_programs_end_as_the_model_says(run_tb, tmp_path):
         f"outcomes reached fewer times than {least}")
 
 
-def test_a_two_window_core_ends_as_the_model_says(run_tb, tmp_path):
-    """Fuzzed cases on a core with two windows (`CoreConfig.windows`): the core, the model and
-    the AXI checker take only the first two of the windows a case programs. Valid programs get
-    their windows fitted as the runtime does (`fit_windows`) and end done; the others' standard
-    output window (the third) is missing, so their STOREs end in STORE_WINDOW."""
-    config = dataclasses.replace(SMALL, windows=2)
+def test_a_reduced_core_ends_as_the_model_says(run_tb, tmp_path):
+    """Fuzzed cases on a core with micro's profile of two windows (`CoreConfig.windows`) and
+    one-deep queues (`CoreConfig.queue_depth`): the core, the model and the AXI checker take only
+    the first two of the windows a case programs, and the model queues one instruction per
+    engine. Valid programs get their windows fitted as the runtime does (`fit_windows`) and end
+    done; the others' standard output window (the third) is missing, so their STOREs end in
+    STORE_WINDOW."""
+    config = dataclasses.replace(SMALL, windows=2, queue_depth=1)
     drawn = _with_timing(_draw(40, config))
     stats, failures = _fuzz(run_tb, tmp_path, config, drawn)
     assert not failures, "\n".join(failures[:20])
@@ -202,3 +208,21 @@ def test_model_predicts_the_hand_written_error_cases():
     assert predict(SMALL, image, windows, PROGRAM, 5, 500).outcomes == {DONE}
     assert predict(SMALL, image, windows, PROGRAM + 8, 5, 500).outcomes == {
         (ErrorCode.MISALIGNED.name, 0)}
+
+
+def test_model_queues_as_many_instructions_as_the_config_says():
+    """A MATMUL waiting for the LOAD fetched after the next MATMUL: with two-instruction queues
+    both MATMULs wait queued and the LOAD is fetched; with one, the fetcher waits for room behind
+    the first MATMUL and never reaches the LOAD (WATCHDOG blames the MATMUL)."""
+    from tpugen.firmware.program import Deps, Dim, tensor
+    from tpugen.sim.tb_core import A, C, PROGRAM
+
+    windows = [(PROGRAM, A - PROGRAM, True, False), (A, C - A, True, False)]
+    tile = tensor(A, 1, 0, [Dim(extent=4, bound=4, stride=1)])
+    program = (Program().matmul(0, 0, 0, 4, deps=Deps(pop_prev=True)).matmul(0, 0, 0, 4)
+               .load(tile, Deps(push_next=True)).end())
+    image = bytearray(MEMORY_SIZE)
+    image[PROGRAM:PROGRAM + program.size] = program.to_bytes()
+    outcomes = {depth: predict(dataclasses.replace(SMALL, queue_depth=depth), image, windows,
+                               PROGRAM, len(program), 500).outcomes for depth in (1, 2)}
+    assert outcomes == {1: {(ErrorCode.WATCHDOG.name, 0)}, 2: {DONE}}

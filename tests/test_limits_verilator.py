@@ -1,7 +1,7 @@
 """Limits and policies of the whole core on Verilator: dependency-token counters at the
-hardware's limit, instruction fetches past the top of the address space and a core with one
-access window (sim/tb_limits.py), and instruction bits that an opcode does not define
-(`SimDevice`). The policies are stated in `tpugen.isa`."""
+hardware's limit, instruction fetches past the top of the address space, a core with one access
+window and cores with one-deep queues (sim/tb_limits.py), and instruction bits that an opcode
+does not define (`SimDevice`). The policies are stated in `tpugen.isa`."""
 import dataclasses
 
 import numpy as np
@@ -21,6 +21,9 @@ from tpugen.sim.attention_model import attention_int8_model, softmax_int8_model
 from tpugen.sim.golden import apply_epilogue, conv2d_int32, matmul_int32
 
 SMALL = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1, axi_data_width=64)
+SHALLOW = dataclasses.replace(SMALL, queue_depth=1)
+"""One-instruction queues and no overflow memory (tests/test_fuzz_verilator.py's model)."""
+QUEUE_DEPTHS = pytest.mark.parametrize("config", [SMALL, SHALLOW], ids=["depth2", "depth1"])
 FAST = CoreConfig(rows=8, cols=8)
 DIRECTIONS = ["load->execute", "execute->store", "execute->load", "store->execute"]
 WATCHDOG = 300
@@ -32,7 +35,8 @@ def test_token_limit_is_the_counter_less_the_pending_pushes():
     assert TOKEN_LIMIT == 2 ** TOKEN_BITS - 1 - PENDING_DEPTH
 
 
-def test_token_counters_saturate_without_wrapping(run_tb):
+@QUEUE_DEPTHS
+def test_token_counters_saturate_without_wrapping(run_tb, config):
     """On each of the four token counters, pushes that nothing pops. A push is dispatched only
     while its counter is below ``TOKEN_LIMIT``; the counter counts completed pushes, so pushes
     already dispatched (at most ``PENDING_DEPTH``) may still land on top of it:
@@ -46,7 +50,7 @@ def test_token_counters_saturate_without_wrapping(run_tb):
     wrap = 2 ** TOKEN_BITS
     cases = [[direction, pushes] for direction in DIRECTIONS
              for pushes in (TOKEN_LIMIT, TOKEN_LIMIT + 1, wrap)]
-    stats = run_tb(SMALL, "tpugen.sim.tb_limits",
+    stats = run_tb(config, "tpugen.sim.tb_limits",
                    {"seed": 15, "watchdog": WATCHDOG, "cases": cases},
                    design="tpu_core", testcase="tokens")
     got = {(r["direction"], r["pushes"]): (r["done"], r["error"], r["index"])
@@ -70,7 +74,8 @@ BEFORE = 3
 """Instructions of the program below 2**32; the rest wrap to address 0."""
 
 
-def test_instruction_fetch_wraps_to_zero_and_is_checked_there(run_tb):
+@QUEUE_DEPTHS
+def test_instruction_fetch_wraps_to_zero_and_is_checked_there(run_tb, config):
     """The fetch address is PROGRAM_BASE + 64 * pc modulo 2**32 (docs: `tpugen.isa`): a program
     that runs off the top of the address space continues at address 0 when a readable window
     holds it there, and stops with PROGRAM_WINDOW at that instruction when none does (a window
@@ -80,7 +85,7 @@ def test_instruction_fetch_wraps_to_zero_and_is_checked_there(run_tb):
         "top window only": [(TOP, 0x1000)],
         "window past 4 GiB": [((1 << 32) - BEFORE * 64, 0x1000)],
     }
-    stats = run_tb(SMALL, "tpugen.sim.tb_limits", {"seed": 16, "before": BEFORE, "cases": cases},
+    stats = run_tb(config, "tpugen.sim.tb_limits", {"seed": 16, "before": BEFORE, "cases": cases},
                    design="tpu_core", testcase="fetch_wrap")
     runs = stats["runs"]
     assert runs["instructions"] > BEFORE + 1 and runs["base"] == (1 << 32) - 64 * BEFORE

@@ -26,7 +26,9 @@ FULL = dataclasses.replace(MICRO, softmax=True, im2col=True, epilogue_multiplier
                                           ("counter_width", 48), ("counter_width", True),
                                           ("epilogue_multiplier", 0), ("counters", "none"),
                                           ("counters", True), ("windows", 0), ("windows", 5),
-                                          ("windows", True), ("windows", 2.0)])
+                                          ("windows", True), ("windows", 2.0),
+                                          ("queue_depth", 0), ("queue_depth", 8),
+                                          ("queue_depth", True), ("queue_depth", 2.0)])
 def test_bad_profile_fields_name_the_field(field, value):
     with pytest.raises(ValueError, match=f"CoreConfig.{field}="):
         CoreConfig(**{field: value})
@@ -139,9 +141,12 @@ def check_shift_only_epilogue(dev, rng):
 
 def test_the_registers_describe_the_profile():
     # CONFIG1 tells the runtime (BoardDevice) what the core has; an older core reads as full.
-    for config in (MICRO, FULL, PRESETS["default"]):
+    for config in (MICRO, FULL, PRESETS["default"], dataclasses.replace(MICRO, queue_depth=7)):
         constants = constant_registers(config)
         assert config_from_registers(constants.__getitem__) == config
+    older = constant_registers(PRESETS["default"])  # map 1.1: CONFIG1.queue_depth reads 0
+    older["CONFIG1"] &= ~register("CONFIG1").value(queue_depth=7)
+    assert config_from_registers(older.__getitem__) == PRESETS["default"]
     fields = register("CONFIG1").fields_of(constant_registers(MICRO)["CONFIG1"])
     assert (fields.shift_only_epilogue, fields.basic_counters) == (1, 1)
     assert counter_names(MICRO) == BASIC_COUNTERS and counter_names(FULL) == tuple(COUNTERS)

@@ -7,10 +7,11 @@ from amaranth.lib import enum
 
 from .isa import Header, Opcode
 
-__all__ = ["ENGINE_OPCODES", "Engine", "MAX_OUTSTANDING", "OPCODE_BITS", "OPCODE_ENGINE",
-           "OPCODE_MASK", "PENDING_DEPTH", "PLAN_DEPTH", "QUEUE_DEPTH", "SOFTMAX_DIVIDE_CYCLES",
-           "SOFTMAX_OUT_FRAC", "TOKEN_BITS", "TOKEN_FLAGS", "TOKEN_LIMIT", "block_query_cycles",
-           "min_tile_length", "normalize_query_cycles", "opcode_of", "token_flag_bit"]
+__all__ = ["ENGINE_OPCODES", "Engine", "MAX_OUTSTANDING", "MAX_QUEUE_DEPTH", "OPCODE_BITS",
+           "OPCODE_ENGINE", "OPCODE_MASK", "PENDING_DEPTH", "PLAN_DEPTH", "QUEUE_DEPTH",
+           "SOFTMAX_DIVIDE_CYCLES", "SOFTMAX_OUT_FRAC", "TOKEN_BITS", "TOKEN_FLAGS", "TOKEN_LIMIT",
+           "block_query_cycles", "min_tile_length", "normalize_query_cycles", "opcode_of",
+           "token_flag_bit"]
 
 
 class Engine(enum.IntEnum, shape=2):
@@ -28,7 +29,9 @@ OPCODE_ENGINE = {opcode: engine for engine, opcodes in ENGINE_OPCODES.items() fo
 """The engine of each opcode that has one."""
 
 QUEUE_DEPTH = 2
-"""Instructions the controller queues per engine."""
+"""Instructions the controller queues per engine by default (`CoreConfig.queue_depth`)."""
+MAX_QUEUE_DEPTH = 7
+"""The most `CoreConfig.queue_depth` allows (``CONFIG1.queue_depth`` has 3 bits)."""
 PENDING_DEPTH = 8
 """Dispatched instructions per engine whose pushes may still be in flight."""
 TOKEN_BITS = 8

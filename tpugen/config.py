@@ -2,6 +2,7 @@
 import json
 from dataclasses import asdict, dataclass, fields
 
+from .arch import MAX_QUEUE_DEPTH, QUEUE_DEPTH
 from .isa import NUM_WINDOWS
 
 __all__ = ["CoreConfig", "PRESETS", "check_config"]
@@ -55,6 +56,10 @@ class CoreConfig:
     """Access windows in hardware, 1..``isa.NUM_WINDOWS``: windows 0..windows-1 (the register
     map keeps all ``NUM_WINDOWS``; the others' registers read 0 and ignore writes). The runtime
     merges a run's windows to fit (`firmware.device.fit_windows`)."""
+    queue_depth: int = QUEUE_DEPTH
+    """Instructions the controller queues per engine, 1..7 (LUT RAM on ECP5, flip-flops on
+    iCE40). At 1 there is no overflow memory either: an instruction fetched while its engine's
+    queue is full is dropped and fetched again once the queue has room."""
 
     def __post_init__(self):
         def check(name, ok, allowed):
@@ -82,6 +87,7 @@ class CoreConfig:
         check("counter_width", lambda v: v in (32, 64), "32 or 64")
         check("counters", lambda v: v in ("full", "basic"), '"full" or "basic"')
         check("windows", integer_in(1, NUM_WINDOWS), f"an integer in 1..{NUM_WINDOWS}")
+        check("queue_depth", integer_in(1, MAX_QUEUE_DEPTH), f"an integer in 1..{MAX_QUEUE_DEPTH}")
         if self.scratchpad_rows > 65536:
             raise ValueError(f"CoreConfig.scratchpad_kib={self.scratchpad_kib!r} is invalid: "
                              f"at most 65536 rows of {self.lanes} bytes")
@@ -150,7 +156,7 @@ PRESETS = {
     # copies; 2 KiB of scratchpad is 8 of them, 4 KiB of accumulator (128-bit rows) 16.
     "micro": CoreConfig(rows=4, cols=4, scratchpad_kib=2, accumulator_kib=4, axi_data_width=32,
                         softmax=False, im2col=False, epilogue_multiplier=False, counters="basic",
-                        windows=2),
+                        windows=2, queue_depth=1),
 }
 
 
