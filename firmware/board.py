@@ -1,5 +1,6 @@
 """`BoardDevice`: the runtime on a `tpugen build` bitstream, over the board's USB serial port."""
 from ..config import CoreConfig, check_config
+from ..isa import DIMS
 from ..registers import CSR_VERSION, ID_MAGIC, register
 from .device import Device, DeviceError
 
@@ -30,7 +31,8 @@ def config_from_registers(read_register):
         softmax=bool(memory.softmax), im2col=bool(memory.im2col),
         counter_width=64 if memory.wide_counters else 32,
         epilogue_multiplier=not memory.shift_only_epilogue,
-        counters="basic" if memory.basic_counters else "full")
+        counters="basic" if memory.basic_counters else "full",
+        descriptor_dims=DIMS - memory.missing_dims)
 
 
 class BoardDevice(Device):

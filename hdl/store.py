@@ -70,9 +70,9 @@ class StoreEngine(wiring.Component):
         units = min(cols, max(1, words))
         select = cols > units          # steps' lanes are moved to units 0.. (else unit = lane)
 
-        m.submodules.check = check = TileCheck(cols, rows, elem_log2=(0, 2), pool=True)
-        m.submodules.walker = walker = TileWalker(cols, rows, elem_log2=(0, 2),
-                                                  beat_bytes=beat_bytes, pool=True)
+        walked = {"elem_log2": (0, 2), "pool": True, "dims": config.descriptor_dims}
+        m.submodules.check = check = TileCheck(cols, rows, **walked)
+        m.submodules.walker = walker = TileWalker(cols, rows, beat_bytes=beat_bytes, **walked)
         m.submodules.stage = stage = ElementStage(cols, rows)
         m.submodules.planner = planner = BurstPlanner(
             cols, rows, beat_bytes, max_steps=256 * words, max_beats=W_DEPTH // 2,

@@ -2,6 +2,8 @@
 import json
 from dataclasses import asdict, dataclass, fields
 
+from .isa import DIMS
+
 __all__ = ["CoreConfig", "PRESETS", "check_config"]
 
 
@@ -49,6 +51,11 @@ class CoreConfig:
     counters: str = "full"
     """The performance counters: "full" (every one of ``registers.COUNTERS``) or "basic" (only
     ``registers.BASIC_COUNTERS``, what `Stats` reports; the others read 0)."""
+    descriptor_dims: int = DIMS
+    """Tensor descriptor dimensions the DMA walkers handle, 2..``isa.DIMS``. The instruction
+    format keeps ``isa.DIMS``; on a core with fewer a dim from ``descriptor_dims`` on must have
+    extent 1 and start 0 (else BAD_EXTENT; bound 0 there pads the whole tile, as on any core):
+    the runtime folds such dims into the base and refuses a tile that needs more."""
 
     def __post_init__(self):
         def check(name, ok, allowed):
@@ -75,6 +82,7 @@ class CoreConfig:
                 raise ValueError(f"CoreConfig.{name}={value!r} is invalid: allowed True or False")
         check("counter_width", lambda v: v in (32, 64), "32 or 64")
         check("counters", lambda v: v in ("full", "basic"), '"full" or "basic"')
+        check("descriptor_dims", integer_in(2, DIMS), f"an integer in 2..{DIMS}")
         if self.scratchpad_rows > 65536:
             raise ValueError(f"CoreConfig.scratchpad_kib={self.scratchpad_kib!r} is invalid: "
                              f"at most 65536 rows of {self.lanes} bytes")
@@ -142,7 +150,8 @@ PRESETS = {
     # The UP5K's 30 SB_RAM40_4K: the scratchpad and accumulator are each read through two
     # copies; 2 KiB of scratchpad is 8 of them, 4 KiB of accumulator (128-bit rows) 16.
     "micro": CoreConfig(rows=4, cols=4, scratchpad_kib=2, accumulator_kib=4, axi_data_width=32,
-                        softmax=False, im2col=False, epilogue_multiplier=False, counters="basic"),
+                        softmax=False, im2col=False, epilogue_multiplier=False, counters="basic",
+                        descriptor_dims=3),
 }
 
 

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from amaranth.lib import data
 
 from .arch import Engine
-from .isa import NUM_WINDOWS
+from .isa import DIMS, NUM_WINDOWS
 
 __all__ = ["ACCESSES", "ADDR_WIDTH", "BASIC_COUNTERS", "COUNTERS", "CSR_VERSION", "ID_MAGIC",
            "REGISTERS", "BitField", "Register", "constant_registers", "counter_names", "register",
@@ -14,7 +14,7 @@ __all__ = ["ACCESSES", "ADDR_WIDTH", "BASIC_COUNTERS", "COUNTERS", "CSR_VERSION"
 ADDR_WIDTH = 12
 ID_MAGIC = 0x54505547
 """Value of the ID register: "TPUG" in ASCII."""
-CSR_VERSION = (1, 1)
+CSR_VERSION = (1, 2)
 """Register map version (major, minor): major changes break software."""
 ACCESSES = {
     "ro": "read-only; writes are ignored",
@@ -133,7 +133,10 @@ def _registers():
             BitField("shift_only_epilogue", 27, 1, "The epilogue has no multiplier: it ignores "
                                                    "PARAMS' multiplier (as if 1)."),
             BitField("basic_counters", 28, 1, "Only the basic counters (cycles, macs, bytes, "
-                                              "busy cycles): the stall counters read 0."))),
+                                              "busy cycles): the stall counters read 0."),
+            BitField("missing_dims", 29, 2, "Tensor descriptor dims the DMA walkers lack: "
+                                            f"they walk {DIMS} less this; a dim past them must "
+                                            "have extent 1 and start 0."))),
         Register("SCRATCHPAD_ROWS", 0x010, "ro", "Scratchpad rows (of `lanes` bytes)."),
         Register("ACCUMULATOR_ROWS", 0x014, "ro", "Accumulator rows (of `cols` int32)."),
         Register("CONTROL", 0x020, "w1s", "Commands.", (
@@ -235,7 +238,8 @@ def constant_registers(config):
                     "windows": NUM_WINDOWS, "softmax": config.softmax, "im2col": config.im2col,
                     "wide_counters": config.counter_width == 64,
                     "shift_only_epilogue": not config.epilogue_multiplier,
-                    "basic_counters": config.counters == "basic"},
+                    "basic_counters": config.counters == "basic",
+                    "missing_dims": DIMS - config.descriptor_dims},
     }
     return {
         "ID": ID_MAGIC,
