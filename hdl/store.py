@@ -87,8 +87,10 @@ class StoreEngine(wiring.Component):
         is_params = instr.header.opcode == Opcode.PARAMS
         element_ok = instr.tensor.elem_log2 == Mux(instr.epilogue.requant, 0, 2)
         dims = instr.tensor.dims
-        rows_ok = ~instr.epilogue.per_row | (~instr.epilogue.pool & (dims[1].extent <= cols)
-                                             & (dims[2].extent == 1) & (dims[3].extent == 1))
+        # (The TileCheck finds a dim past the walked ones with an extent other than 1.)
+        rows_ok = ~instr.epilogue.per_row | (~instr.epilogue.pool & (dims[1].extent <= cols) &
+                                             Cat(dims[d].extent == 1 for d in
+                                                 range(2, config.descriptor_dims)).all())
         epilogue = Signal(Epilogue)  # of the running STORE
         first_row = Signal.like(instr.tensor.sram_row)  # of the running STORE
         int8 = epilogue.requant

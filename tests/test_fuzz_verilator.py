@@ -9,10 +9,12 @@ minimum number of times.
 TPUGEN_FUZZ_PROGRAMS sets the number of cases (default 200; e.g. 2000 for a deep run).
 """
 import collections
+import dataclasses
 import json
 import os
 import random
 
+import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 
 from tpugen import CoreConfig
@@ -23,6 +25,9 @@ from tpugen.sim.fuzz import KINDS
 from tpugen.sim.fuzz_model import DONE, MEMORY_SIZE, predict
 
 SMALL = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1, axi_data_width=64)
+CONFIGS = {"dims4": SMALL, "dims3": dataclasses.replace(SMALL, descriptor_dims=3)}
+"""The fuzzed cores: the small core, and the same with walkers of 3 dims
+(`CoreConfig.descriptor_dims`, as micro)."""
 PROGRAMS = int(os.environ.get("TPUGEN_FUZZ_PROGRAMS", "200"))
 SLACK = 2
 """The model's cycle bound assumes memory that never stalls and answers at once; each case
@@ -71,12 +76,12 @@ def _draw_kind(strategy, count):
     return drawn
 
 
-def _draw(count):
+def _draw(config, count):
     """About ``count`` cases, each kind of `KINDS` in its share and drawn on its own (drawn
     together, hypothesis leans to some kinds and may leave one out), in a fixed mixed order."""
     total = sum(share for _, share in KINDS.values())
     drawn = [case for kind, share in KINDS.values()
-             for case in _draw_kind(kind(SMALL), round(count * share / total))]
+             for case in _draw_kind(kind(config), round(count * share / total))]
     random.Random(count).shuffle(drawn)
     return drawn
 
@@ -115,12 +120,14 @@ def _problems(case, outcome):
     return problems
 
 
-def test_fuzzed_programs_end_as_the_model_says(run_tb, tmp_path):
+@pytest.mark.parametrize("core", CONFIGS)
+def test_fuzzed_programs_end_as_the_model_says(run_tb, tmp_path, core):
     """PROGRAMS cases in one simulation, each with its own memory timing (`_with_timing`)."""
-    drawn = _with_timing(_draw(PROGRAMS))
+    config = CONFIGS[core]
+    drawn = _with_timing(_draw(config, PROGRAMS))
     path = tmp_path / "cases.json"
     path.write_text(json.dumps(drawn))
-    stats = run_tb(SMALL, "tpugen.sim.tb_fuzz",
+    stats = run_tb(config, "tpugen.sim.tb_fuzz",
                    {"cases": str(path), "seed": 7, "backpressure": False, "slack": SLACK},
                    design="tpu_core", testcase="fuzz")
     outcomes = stats["outcomes"]
