@@ -306,7 +306,7 @@ def compile_attention(config, plan, heads, *, q_addr, kt_addr, v_addr, o_addr, c
                     Dim(extent=n, start=u * n, bound=dim, stride=4),
                     Dim(extent=count, start=q0, bound=seq, stride=4 * dim)])),
                 reads=(("O", j, 0),)))
-    return schedule(ops)
+    return schedule(config, ops)
 
 
 def compile_softmax(config, rows, width, *, x_addr, eye_addr, y_addr, frac):
@@ -322,7 +322,7 @@ def compile_softmax(config, rows, width, *, x_addr, eye_addr, y_addr, frac):
                  config.probability_rows // tiles, (config.scratchpad_rows - n) // tiles)
     if tiles > 255 or m_tile < 1:
         raise ValueError(f"rows of {width} elements do not fit this core's buffers")
-    program = Program()
+    program = Program(config)
     program.load(tensor(eye_addr, 1, 0, [Dim(extent=n, bound=n, stride=1),
                                          Dim(extent=n, bound=n, stride=n)]))
     for r0 in range(0, rows, m_tile):

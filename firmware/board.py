@@ -1,6 +1,7 @@
 """`BoardDevice`: the runtime on a `tpugen build` bitstream, over the board's USB serial port."""
 from ..arch import QUEUE_DEPTH
 from ..config import CoreConfig, check_config
+from ..isa import DIMS
 from ..registers import CSR_VERSION, ID_MAGIC, register
 from .device import Device, DeviceError
 
@@ -32,7 +33,7 @@ def config_from_registers(read_register):
         counter_width=64 if memory.wide_counters else 32,
         epilogue_multiplier=not memory.shift_only_epilogue,
         counters="basic" if memory.basic_counters else "full", windows=memory.windows,
-        queue_depth=memory.queue_depth or QUEUE_DEPTH)
+        queue_depth=memory.queue_depth or QUEUE_DEPTH, descriptor_dims=DIMS - memory.missing_dims)
 
 
 class BoardDevice(Device):

@@ -6,7 +6,7 @@ from functools import partial
 import numpy as np
 
 from ..arch import Engine, min_tile_length
-from ..isa import PARAMS_RESET
+from ..isa import DIMS, PARAMS_RESET
 from .epilogue import output_dtype
 from .gemm_cost import load_cycles
 from .gemm_plan import plan_gemm
@@ -56,18 +56,21 @@ def _pixels_fit(config, w_shape):
 class _PoolPass:
     """The geometry of `POOLED_PIXELS`' second pass: activation vectors of ``rows`` int8
     outputs of one row (``half`` pooled outputs each), ``segments`` of them a row
-    (``segment_rows`` apart in the scratchpad: a power of two), ``group`` channels a step."""
+    (``segment_rows`` apart in the scratchpad: a power of two), ``group`` channels a step,
+    loaded ``channels`` a LOAD (a 4-D tile; one, 3-D, on a core that walks fewer dims)."""
     half: int
     segments: int
     segment_rows: int
     group: int
+    channels: int
 
     @classmethod
     def of(cls, config, k_out, pooled_q):
         half = config.rows // 2
         segments = -(-pooled_q // half)
+        group = min(k_out, (config.accumulator_rows // 2 - k_out - 1) // 4)
         return cls(half=half, segments=segments, segment_rows=1 << (segments - 1).bit_length(),
-                   group=min(k_out, (config.accumulator_rows // 2 - k_out - 1) // 4))
+                   group=group, channels=group if config.descriptor_dims == DIMS else 1)
 
     def scratchpad_rows(self, k_out):
         """Scratchpad rows of its two buffers of an output-row pair."""
@@ -102,7 +105,7 @@ def _pooled_cycles(config, x_shape, w_shape, stride, padding, dilation):
     pairs, groups = n * (p // 2), -(-k_out // second.group)
     vectors = tiles * chunks * k_out + pairs * second.segments * 4 * k_out
     matmuls = tiles * chunks + pairs * (1 + 2 * groups * second.segments)
-    loads = tiles * s + pairs * groups
+    loads = tiles * s + pairs * -(-k_out // second.channels)
     pixels = vectors + (config.rows + config.cols) * (matmuls + 2 * loads)
     im2col = n * (p // 2 * 2) * q * chunks * config.rows * -(-k_out // config.cols)
     return pixels, im2col
@@ -280,7 +283,7 @@ def _compile_conv2d_pixels(config, x_shape, w_shape, *, stride, padding, dilatio
     if span is None:
         span = (_pixels_cycles(config, x_shape, w_shape, **conv, span=True)
                 < _pixels_cycles(config, x_shape, w_shape, **conv, span=False))
-    return schedule(_pixels_ops(
+    return schedule(config, _pixels_ops(
         config, x_shape, w_shape, **conv, x_addr=x_addr, w_addr=w_addr, y_addr=y_addr,
         epilogue=epilogue, computed=(p, q),
         per_row=epilogue is not None and not epilogue.per_tensor, span=span))
@@ -507,14 +510,18 @@ def _compile_conv2d_pooled(config, x_shape, w_shape, *, stride, padding, dilatio
         z_row = z_base[t % 2]
         for k0 in range(0, k_out, second.group):
             count = min(second.group, k_out - k0)
-            ops.append(Op(Engine.LOAD, fence + 0.25, partial(Program.load, descriptor=tensor(
-                scratch_addr + ((image * k_out + k0) * p + 2 * y2) * q, 1,
-                z_row + 2 * second.segment_rows * k0, [
-                    Dim(extent=rows, start=0, bound=rows, stride=1),
-                    Dim(extent=second.segment_rows, start=0, bound=second.segments, stride=rows),
-                    Dim(extent=2, start=0, bound=2, stride=q),
-                    Dim(extent=count, start=0, bound=count, stride=p * q)])),
-                reads=((("z ready", t), 0, 0),), writes=((("Z", t % 2), t, k0, 1),)))
+            channels = min(second.channels, count)
+            for k in range(k0, k0 + count, channels):
+                ops.append(Op(Engine.LOAD, fence + 0.25, partial(Program.load, descriptor=tensor(
+                    scratch_addr + ((image * k_out + k) * p + 2 * y2) * q, 1,
+                    z_row + 2 * second.segment_rows * k, [
+                        Dim(extent=rows, start=0, bound=rows, stride=1),
+                        Dim(extent=second.segment_rows, start=0, bound=second.segments,
+                            stride=rows),
+                        Dim(extent=2, start=0, bound=2, stride=q),
+                        Dim(extent=channels, start=0, bound=channels, stride=p * q)])),
+                    reads=((("z ready", t), 0, 0),),
+                    writes=((("Z", t % 2), t, k0, count // channels),)))
         for (k0, count, segment), position in zip(steps, matmul_at):
             acc_row = block_base[block % 2]
             act_row = z_row + 2 * second.segment_rows * k0 + segment
@@ -537,4 +544,4 @@ def _compile_conv2d_pooled(config, x_shape, w_shape, *, stride, padding, dilatio
             ops.append(Op(Engine.STORE, position + store_lead, store,
                           reads=((("P", block % 2), block, 0),)))
             block += 1
-    return schedule(ops)
+    return schedule(config, ops)

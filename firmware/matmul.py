@@ -181,7 +181,7 @@ def compile_gemm(config, plan, m_blocks, load_a, load_b, store_c, epilogue=None,
                                                   o["acc_row"] + lo),
                 epilogue=store_fields), reads=((("C", t % 2), t, (g, i)),)))
 
-    return schedule(ops)
+    return schedule(config, ops)
 
 
 TRANSPOSE_GAIN = 0.9

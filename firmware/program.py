@@ -6,7 +6,8 @@ from ..arch import Engine
 from ..isa import (DIMS, INSTRUCTION_BYTES, PARAMS_PER_INSTRUCTION, Opcode, SoftmaxMode,
                    TensorDescriptor, encode)
 
-__all__ = ["LEAD", "Deps", "Dim", "Op", "Program", "dependency_tokens", "schedule", "tensor"]
+__all__ = ["LEAD", "Deps", "Dim", "Op", "Program", "dependency_tokens", "fold_dims", "schedule",
+           "tensor"]
 
 
 @dataclass(frozen=True)
@@ -49,14 +50,41 @@ def tensor(base, elem_bytes, sram_row, dims, lane=0):
             "lane": lane, "dims": [d.fields() for d in dims]}
 
 
-class Program:
-    """A list of encoded instructions, built in order."""
+def fold_dims(descriptor, descriptor_dims):
+    """``descriptor`` (`tensor` fields) for a core whose walkers walk ``descriptor_dims`` dims
+    (`CoreConfig.descriptor_dims`): every dim from there on must have extent 1 and is folded
+    into the base, ``base += start * stride`` and start 0 if its start is in bounds, else bound
+    0 (the tile is padding, as it was); ValueError naming ``descriptor_dims`` if one has more."""
+    dims = [dict(d) for d in descriptor["dims"]]
+    base = descriptor["base"]
+    for d in range(descriptor_dims, DIMS):
+        dim = dims[d]
+        if dim["extent"] != 1:
+            raise ValueError(f"this tile needs dim {d} (extent {dim['extent']}): the core walks "
+                             f"only {descriptor_dims} (CoreConfig.descriptor_dims="
+                             f"{descriptor_dims})")
+        if 0 <= dim["start"] < dim["bound"]:
+            base += dim["start"] * dim["stride"]
+        else:
+            dim["bound"] = 0
+        dim["start"] = 0
+    if base >= 1 << 32:
+        raise ValueError(f"the tile's base {base:#x} after folding its dims past "
+                         f"descriptor_dims={descriptor_dims} is outside the 32-bit address space")
+    return {**descriptor, "base": base, "dims": dims}
 
-    def __init__(self):
+
+class Program:
+    """A list of encoded instructions, built in order. With a `CoreConfig` its tensor
+    descriptors are fitted to the core's walkers (`fold_dims`)."""
+
+    def __init__(self, config=None):
+        self.descriptor_dims = DIMS if config is None else config.descriptor_dims
         self.instructions = []
 
     def load(self, descriptor, deps=Deps()):
-        return self._add(Opcode.LOAD, header=deps.fields(), tensor=descriptor)
+        return self._add(Opcode.LOAD, header=deps.fields(),
+                         tensor=fold_dims(descriptor, self.descriptor_dims))
 
     def load_im2col(self, descriptor, deps=Deps()):
         """LOAD a tile of the lowered matrix; ``descriptor``: Im2colDescriptor fields."""
@@ -71,7 +99,8 @@ class Program:
 
     def store(self, descriptor, epilogue=None, deps=Deps()):
         """``epilogue``: `isa.Epilogue` fields (bias, requant, relu, pool, pool_pitch)."""
-        return self._add(Opcode.STORE, header=deps.fields(), tensor=descriptor,
+        return self._add(Opcode.STORE, header=deps.fields(),
+                         tensor=fold_dims(descriptor, self.descriptor_dims),
                          epilogue=epilogue or {})
 
     def params(self, entries, first_lane=0, broadcast=False):
@@ -170,11 +199,11 @@ def dependency_tokens(ops):
     return [Deps(**f) for f in flags]
 
 
-def schedule(ops):
-    """The program of ``ops`` (`Op`), in order of position (at equal positions, DMA before
-    execute), with the tokens `dependency_tokens` derives."""
+def schedule(config, ops):
+    """The program of ``ops`` (`Op`) for a core of ``config``, in order of position (at equal
+    positions, DMA before execute), with the tokens `dependency_tokens` derives."""
     ops = sorted(ops, key=lambda op: (op.position, op.engine == Engine.EXECUTE))
-    program = Program()
+    program = Program(config)
     for op, deps in zip(ops, dependency_tokens(ops)):
         op.emit(program, deps=deps)
     return program.end()

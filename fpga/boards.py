@@ -5,6 +5,7 @@ from amaranth_boards.icebreaker import ICEBreakerPlatform
 from amaranth_boards.ulx3s import ULX3S_85F_Platform
 
 from ..config import CoreConfig
+from ..isa import DIMS
 
 __all__ = ["BOARDS", "Board", "DeviceResource", "board_named"]
 
@@ -62,8 +63,9 @@ class Board:
     im2col: bool = True
     epilogue_multiplier: bool = True
     counters: str = "full"
+    descriptor_dims: int = DIMS
     """The feature profile of `default_config` (`CoreConfig.softmax`, `im2col`,
-    `epilogue_multiplier`, `counters`)."""
+    `epilogue_multiplier`, `counters`, `descriptor_dims`)."""
 
     @property
     def device(self):
@@ -94,7 +96,7 @@ class Board:
                             accumulator_kib=self.accumulator_kib,
                             axi_data_width=self.axi_data_width, softmax=self.softmax,
                             im2col=self.im2col, epilogue_multiplier=self.epilogue_multiplier,
-                            counters=self.counters)
+                            counters=self.counters, descriptor_dims=self.descriptor_dims)
         return self.with_dsp_pes(config)
 
     def with_dsp_pes(self, config):
@@ -151,7 +153,7 @@ BOARDS = {board.name: board for board in (
         # are LUTs.
         # The micro profile (no softmax unit, no im2col walker), as the `micro` preset.
         scratchpad_kib=1, accumulator_kib=1, axi_data_width=32, pes_per_dsp=2, softmax=False,
-        im2col=False, epilogue_multiplier=False, counters="basic"),
+        im2col=False, epilogue_multiplier=False, counters="basic", descriptor_dims=3),
 )}
 """Boards by name."""
 

@@ -6,8 +6,8 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from ..arch import ENGINE_OPCODES, PENDING_DEPTH, TOKEN_BITS, TOKEN_LIMIT, Engine
-from ..isa import (INSTRUCTION_BITS, INSTRUCTION_BYTES, ErrorCode, Header, Opcode, Window,
-                   defined_bits, instruction_layout)
+from ..isa import (DIMS, INSTRUCTION_BITS, INSTRUCTION_BYTES, Dim, ErrorCode, Header, Opcode,
+                   TensorDescriptor, Window, defined_bits, instruction_layout)
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_read_signature
 from .engine import engine_members
 from .execute import EXECUTE_INSTRUCTION
@@ -38,12 +38,25 @@ def supported_opcodes(config):
 def kept_bits(config, opcodes):
     """The bit offsets an engine's queue keeps of each instruction: those of the defined fields
     (`isa.defined_bits`) of the layouts among ``opcodes`` that a core of ``config`` runs (an
-    im2col LOAD only with ``config.im2col``). The engine reads the others as zero; it ignores
-    them (reserved fields) or never gets an instruction that has them."""
+    im2col LOAD only with ``config.im2col``), less the strides of the tensor dims its walkers
+    do not walk (``config.descriptor_dims``). The engine reads the others as zero; it ignores
+    them (reserved fields, those strides) or never gets an instruction that has them."""
     supported = supported_opcodes(config)
-    return frozenset().union(*(defined_bits(instruction_layout(op, im2col))
+    return frozenset().union(*(defined_bits(layout) - _unwalked_strides(config, layout)
                                for op in opcodes if op in supported
-                               for im2col in {False, op == Opcode.LOAD and config.im2col}))
+                               for im2col in {False, op == Opcode.LOAD and config.im2col}
+                               for layout in [instruction_layout(op, im2col)]))
+
+
+def _unwalked_strides(config, layout):
+    """The bit offsets of the strides of the dims past ``config.descriptor_dims`` in the
+    ``tensor`` of ``layout``, if it has one."""
+    if "tensor" not in layout.members:
+        return set()
+    dims = layout["tensor"].offset + TensorDescriptor["dims"].offset
+    stride = Dim["stride"]
+    return {dims + d * Dim.size + stride.offset + bit
+            for d in range(config.descriptor_dims, DIMS) for bit in range(stride.width)}
 
 
 def _beat_runs(bits, beat_bits):

@@ -64,9 +64,10 @@ class LoadEngine(wiring.Component):
         beat_bytes = config.axi_data_width // 8
         lanes, rows = config.lanes, config.scratchpad_rows
 
-        m.submodules.check = check = TileCheck(lanes, rows, elem_log2=0)
+        dims = config.descriptor_dims
+        m.submodules.check = check = TileCheck(lanes, rows, elem_log2=0, dims=dims)
         m.submodules.walker = walker = TileWalker(lanes, rows, elem_log2=0,
-                                                  beat_bytes=beat_bytes)
+                                                  beat_bytes=beat_bytes, dims=dims)
         if config.im2col:
             m.submodules.im2col_walker = im2col_walker = Im2colWalker(lanes, rows)
         else:  # a walker that never starts: an im2col LOAD stops with UNKNOWN_OPCODE

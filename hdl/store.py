@@ -71,9 +71,9 @@ class StoreEngine(wiring.Component):
         units = min(cols, max(1, words))
         select = cols > units          # steps' lanes are moved to units 0.. (else unit = lane)
 
-        m.submodules.check = check = TileCheck(cols, rows, elem_log2=(0, 2), pool=True)
-        m.submodules.walker = walker = TileWalker(cols, rows, elem_log2=(0, 2),
-                                                  beat_bytes=beat_bytes, pool=True)
+        walked = {"elem_log2": (0, 2), "pool": True, "dims": config.descriptor_dims}
+        m.submodules.check = check = TileCheck(cols, rows, **walked)
+        m.submodules.walker = walker = TileWalker(cols, rows, beat_bytes=beat_bytes, **walked)
         m.submodules.stage = stage = ElementStage(cols, rows)
         m.submodules.planner = planner = BurstPlanner(
             cols, rows, beat_bytes, max_steps=256 * words, max_beats=W_DEPTH // 2,
@@ -88,8 +88,10 @@ class StoreEngine(wiring.Component):
         is_params = instr.header.opcode == Opcode.PARAMS
         element_ok = instr.tensor.elem_log2 == Mux(instr.epilogue.requant, 0, 2)
         dims = instr.tensor.dims
-        rows_ok = ~instr.epilogue.per_row | (~instr.epilogue.pool & (dims[1].extent <= cols)
-                                             & (dims[2].extent == 1) & (dims[3].extent == 1))
+        # (The TileCheck finds a dim past the walked ones with an extent other than 1.)
+        rows_ok = ~instr.epilogue.per_row | (~instr.epilogue.pool & (dims[1].extent <= cols) &
+                                             Cat(dims[d].extent == 1 for d in
+                                                 range(2, config.descriptor_dims)).all())
         epilogue = Signal(Epilogue)  # of the running STORE
         first_row = Signal.like(instr.tensor.sram_row)  # of the running STORE
         int8 = epilogue.requant

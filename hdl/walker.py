@@ -39,6 +39,11 @@ def _elem_log2(desc, elem_log2s):
     return desc.elem_log2 if len(elem_log2s) > 1 else elem_log2s[0]
 
 
+def _check_dims(dims):
+    _check_int("dims", dims, 2, DIMS)
+    return dims
+
+
 def _members(signature, pool):
     """``signature``'s members, plus ``pool`` (sampled with the descriptor) if asked for."""
     return {**signature.members, **({"pool": In(POOLING)} if pool else {})}
@@ -62,7 +67,8 @@ def walker_signature(descriptor_layout, lanes, rows):
 
 def element_layout(lanes, rows):
     """One step of a walk: ``count`` consecutive lanes of a row, all in bounds or all padding,
-    with the tensor coordinates, address and SRAM position of the first."""
+    with the tensor coordinates (``isa.DIMS`` of them, those a walker does not walk 0), address
+    and SRAM position of the first."""
     return data.StructLayout({
         "coords": data.ArrayLayout(COORD, DIMS),
         "in_bounds": 1,   # every coordinate inside [0, bound)
@@ -104,13 +110,15 @@ class TileCheck(wiring.Component):
     sampled with the descriptor, there when built with ``pool=True``) ``e3`` must be 1 and the
     pitch non-zero, and the rows read, ``pitch * (2 * e2 - 1) + 2 * e1`` from ``sram_row`` on,
     must fit. The products are formed by two shift-add loops (one cycle per significant bit of
-    the multipliers), saturating above any SRAM size.
+    the multipliers), saturating above any SRAM size. A walker of ``dims`` dimensions (2..4)
+    needs every dim from ``dims`` on to have extent 1 and start 0 (else BAD_EXTENT); their
+    strides are not checked.
     """
 
-    def __init__(self, max_extent0, rows, elem_log2, pool=False):
+    def __init__(self, max_extent0, rows, elem_log2, pool=False, dims=DIMS):
         _check_int("max_extent0", max_extent0, 1, 65535)
         _check_int("rows", rows, 1, 65536)
-        self.max_extent0, self.rows = max_extent0, rows
+        self.max_extent0, self.rows, self.dims = max_extent0, rows, _check_dims(dims)
         self.elem_log2s = _elem_log2s(elem_log2)
         super().__init__(_members(wiring.Signature({
             "descriptor": In(stream.Signature(TensorDescriptor)),
@@ -131,20 +139,27 @@ class TileCheck(wiring.Component):
             m.d.sync += [acc.eq(Mux(acc_next > sat, sat, acc_next)),
                          x.eq(Mux(x >= sat // 2, sat, x << 1)), y.eq(y >> 1)]
 
-        dims = desc.dims
+        dims, walked = desc.dims, range(self.dims)
+
+        def extent(source, d):
+            """Dim ``d``'s extent in the products: 1 past the walked dims (else BAD_EXTENT)."""
+            return source.dims[d].extent if d in walked else 1
+
         elem_log2 = _elem_log2(desc, self.elem_log2s)
         mask = Cat(elem_log2 > b for b in range(3))  # the address bits below the element size
         code = Signal(ErrorCode)
         with m.If(~Cat(desc.elem_log2 == v for v in self.elem_log2s).any()):
             m.d.comb += code.eq(ErrorCode.BAD_ELEMENT)
-        with m.Elif(Cat(dims[d].extent == 0 for d in range(DIMS)).any() |
+        with m.Elif(Cat(dims[d].extent == 0 for d in walked).any() |
+                    Cat((dims[d].extent != 1) | (dims[d].start != 0)
+                        for d in range(self.dims, DIMS)).any() |
                     (desc.lane + dims[0].extent > self.max_extent0) |
-                    (pool.enable & ((dims[3].extent != 1) | (pool.pitch == 0)))):
+                    (pool.enable & ((extent(desc, 3) != 1) | (pool.pitch == 0)))):
             m.d.comb += code.eq(ErrorCode.BAD_EXTENT)
         with m.Elif(desc.sram_row + acc > self.rows):
             m.d.comb += code.eq(ErrorCode.SRAM_RANGE)
         with m.Elif(Cat((value[:3] & mask).any()
-                        for value in [desc.base, *(dims[d].stride for d in range(DIMS))]).any()):
+                        for value in [desc.base, *(dims[d].stride for d in walked)]).any()):
             m.d.comb += code.eq(ErrorCode.MISALIGNED)
 
         with m.If(self.result.ready):
@@ -157,12 +172,11 @@ class TileCheck(wiring.Component):
                     p = _pool_input(self)
                     m.d.sync += [desc.eq(d), pool.eq(p), acc.eq(0),
                                  x.eq(Mux(p.enable, p.pitch, d.dims[1].extent)),
-                                 y.eq(Mux(p.enable, (d.dims[2].extent << 1) - 1,
-                                          d.dims[2].extent))]
+                                 y.eq(Mux(p.enable, (extent(d, 2) << 1) - 1, extent(d, 2)))]
                     m.next = "E1E2"
             with m.State("E1E2"):
                 with m.If(y == 0):
-                    m.d.sync += [x.eq(acc), y.eq(dims[3].extent),
+                    m.d.sync += [x.eq(acc), y.eq(extent(desc, 3)),
                                  acc.eq(Mux(pool.enable, dims[1].extent << 1, 0))]
                     m.next = "E3"
                 with m.Else():
@@ -191,13 +205,16 @@ class TileWalker(wiring.Component):
     beat. With ``pool`` enabled (an input sampled with the descriptor, there when built with
     ``pool=True``) the row of element (i0, i1, i2) is ``sram_row + 2 * i1 + 2 * pitch * i2``,
     the first of its 2x2 window. ``elem_log2`` is the element size or a tuple of those allowed;
-    the descriptor must pass a ``TileCheck`` with the same ``elem_log2`` and ``pool``. ``abort``
-    returns to idle at once.
+    the descriptor must pass a ``TileCheck`` with the same ``elem_log2``, ``pool`` and ``dims``.
+    Only dims 0..``dims - 1`` are walked; each one past them (extent 1, start 0: its
+    coordinate 0, its stride unused) is a bound check made when the descriptor is taken: with
+    bound 0 there every element is padding. ``abort`` returns to idle at once.
     """
 
-    def __init__(self, lanes, rows, elem_log2, beat_bytes, pool=False):
+    def __init__(self, lanes, rows, elem_log2, beat_bytes, pool=False, dims=DIMS):
         _check_int("lanes", lanes, 1, 65535)
         _check_int("rows", rows, 1, 65536)
+        self.dims = _check_dims(dims)
         self.lanes, self.rows, self.elem_log2s = lanes, rows, _elem_log2s(elem_log2)
         if beat_bytes not in (4, 8, 16) or beat_bytes < 1 << max(self.elem_log2s):
             raise ValueError(f"beat_bytes={beat_bytes!r} is invalid: allowed 4, 8 or 16, at least "
@@ -208,16 +225,17 @@ class TileWalker(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         desc = Signal(TensorDescriptor)
-        dims = desc.dims
-        index = [Signal(16, name=f"i{d}") for d in range(DIMS)]
-        coord = [Signal(COORD, name=f"c{d}") for d in range(DIMS)]
+        dims, walked = desc.dims, self.dims
+        index = [Signal(16, name=f"i{d}") for d in range(walked)]
+        coord = [Signal(COORD, name=f"c{d}") for d in range(walked)]
+        empty = Signal()  # a dim past the walked ones has bound 0: every element is padding
         # a_d: the address (modulo 2**32) at i_0..i_{d-1} = 0. q_d (d >= 1): the same with every
         # coordinate below 0 taken as 0; its terms are >= 0, so over_d (q_d >= 2**32) is sticky
         # and exact. In bounds the two agree: over_0 is the flag of a_0, taken from q_1 when
         # dim 0 starts at or enters [0, ..), then kept up by a_0's carries.
-        addr = [Signal(32, name=f"a{d}") for d in range(DIMS)]
-        clamped = [None] + [Signal(32, name=f"q{d}") for d in range(1, DIMS)]
-        over = Signal(DIMS)
+        addr = [Signal(32, name=f"a{d}") for d in range(walked)]
+        clamped = [None] + [Signal(32, name=f"q{d}") for d in range(1, walked)]
+        over = Signal(walked)
         row = Signal(range(self.rows))
         pool = Signal(POOLING)
         pool_row = Signal(range(self.rows))  # pooling: the row at i1 = 0
@@ -225,7 +243,8 @@ class TileWalker(wiring.Component):
         # The step: lanes up to the end of the row, the padding / in-bounds edge and the beat.
         elem_log2 = _elem_log2(desc, self.elem_log2s)
         contiguous = dims[0].stride == Const(1, 4) << elem_log2
-        outer = Cat((coord[d] >= 0) & (coord[d] < dims[d].bound) for d in range(1, DIMS)).all()
+        outer = ~empty & Cat((coord[d] >= 0) & (coord[d] < dims[d].bound)
+                             for d in range(1, walked)).all()
         in_bounds = outer & (coord[0] >= 0) & (coord[0] < dims[0].bound)
         rest = dims[0].extent - index[0]
         beat_rest = (self.beat_bytes - addr[0][:ceil_log2(self.beat_bytes)]) >> elem_log2
@@ -242,15 +261,15 @@ class TileWalker(wiring.Component):
         count = Signal(range(1, self.lanes + 1))
         m.d.comb += count.eq(Mux(run < rest, run, rest))
 
-        following = [Signal(17, name=f"i{d}_next") for d in range(DIMS)]  # i_d after a step
+        following = [Signal(17, name=f"i{d}_next") for d in range(walked)]  # i_d after a step
         m.d.comb += [following[0].eq(index[0] + count),
-                     *(following[d].eq(index[d] + 1) for d in range(1, DIMS))]
-        last = Signal(DIMS)
+                     *(following[d].eq(index[d] + 1) for d in range(1, walked))]
+        last = Signal(walked)
         m.d.comb += last.eq(Cat(count == rest,
-                                *(following[d] == dims[d].extent for d in range(1, DIMS))))
+                                *(following[d] == dims[d].extent for d in range(1, walked))))
         out = self.elements.payload
         m.d.comb += [
-            out.coords.eq(Cat(coord)),
+            *(out.coords[d].eq(coord[d]) for d in range(walked)),  # the others are 0
             out.in_bounds.eq(in_bounds),
             out.addr.eq(addr[0]),
             out.overflow.eq(in_bounds & over[0]),
@@ -268,7 +287,7 @@ class TileWalker(wiring.Component):
         with m.If(~last[0]):
             m.d.comb += [step_from.eq(addr[0]),
                          step_by.eq(Mux(contiguous, count << elem_log2, dims[0].stride))]
-        for d in range(1, DIMS):
+        for d in range(1, walked):
             with m.Elif(~last[d]):
                 m.d.comb += [step_from.eq(addr[d]), step_by.eq(dims[d].stride),
                              clamp_from.eq(clamped[d]), clamp_over.eq(over[d]),
@@ -285,7 +304,7 @@ class TileWalker(wiring.Component):
         multiplicand = Signal(32)  # stride_d << (bits done)
         multiplicand_over = Signal()  # bits shifted out of the multiplicand
         negative = Signal()        # the term is subtracted
-        pending = Signal(DIMS)     # dims whose term is still to add
+        pending = Signal(walked)   # dims whose term is still to add
         acc = Signal(32)
         term = Mux(multiplier[0], multiplicand, 0)
         flip = negative.replicate(32)
@@ -295,13 +314,13 @@ class TileWalker(wiring.Component):
         q_over = Mux(negative, over[1],
                      over[1] | total[33] | (multiplier[0] & multiplicand_over))
         # The next term: the first pending dim with a start > 0, else the first one below 0.
-        next_dim = Signal(DIMS)
+        next_dim = Signal(walked)
         next_start, next_stride = Signal(signed(16)), Signal(32)
         negative_next = next_start < 0
-        choices = ([pending[k] & (dims[k].start > 0) for k in range(DIMS)] +
-                   [pending[k] & (dims[k].start < 0) for k in range(DIMS)])
+        choices = ([pending[k] & (dims[k].start > 0) for k in range(walked)] +
+                   [pending[k] & (dims[k].start < 0) for k in range(walked)])
         for i, chosen in enumerate(choices):
-            k = i % DIMS
+            k = i % walked
             with (m.If if i == 0 else m.Elif)(chosen):
                 m.d.comb += [next_dim.eq(1 << k), next_start.eq(dims[k].start),
                              next_stride.eq(dims[k].stride)]
@@ -314,9 +333,11 @@ class TileWalker(wiring.Component):
                     m.d.sync += [desc.eq(d), acc.eq(d.base), row.eq(d.sram_row),
                                  pool.eq(_pool_input(self)), pool_row.eq(d.sram_row),
                                  multiplier.eq(0), negative.eq(0), over.eq(0),
-                                 pending.eq(Cat(d.dims[k].start != 0 for k in range(DIMS)))]
+                                 pending.eq(Cat(d.dims[k].start != 0 for k in range(walked))),
+                                 empty.eq(Cat(d.dims[k].bound == 0
+                                              for k in range(walked, DIMS)).any())]
                     m.d.sync += [q.eq(d.base) for q in clamped[1:]]
-                    for k in range(DIMS):
+                    for k in range(walked):
                         m.d.sync += [index[k].eq(0), coord[k].eq(d.dims[k].start)]
                     m.next = "SETUP"
             with m.State("SETUP"):
@@ -324,7 +345,7 @@ class TileWalker(wiring.Component):
                              multiplicand.eq(multiplicand << 1),
                              multiplicand_over.eq(multiplicand_over | multiplicand[31])]
                 m.d.sync += [q.eq(q_next) for q in clamped[1:]]
-                m.d.sync += over[1:].eq(q_over.replicate(DIMS - 1))
+                m.d.sync += over[1:].eq(q_over.replicate(walked - 1))
                 with m.If(multiplier[1:] == 0):  # the term's last bit: the next term
                     with m.If(pending.any()):
                         m.d.sync += [multiplier.eq(Mux(negative_next, -next_start, next_start)),
@@ -341,7 +362,7 @@ class TileWalker(wiring.Component):
                 with m.If(self.elements.ready):
                     # The dim that advances: dim 0 by the step's lanes (count is 1 unless
                     # contiguous), the others by one, resetting the dims inside it.
-                    for d in range(DIMS):
+                    for d in range(walked):
                         with (m.If if d == 0 else m.Elif)(~last[d]):
                             step = count if d == 0 else 1
                             m.d.sync += [index[d].eq(following[d]), coord[d].eq(coord[d] + step)]

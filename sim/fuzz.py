@@ -75,18 +75,22 @@ def _address(inside_base, inside_size, span, one_in):
 
 
 @st.composite
-def _dims(draw, max_extent0, max_rows, elem_bytes, odds):
+def _dims(draw, max_extent0, max_rows, elem_bytes, odds, walked):
+    """Dims past the ``walked`` ones (`CoreConfig.descriptor_dims`) mostly extent 1, start 0."""
     extents = [draw(_rarely(st.integers(1, max_extent0),
                             st.sampled_from([0, max_extent0 + 1, 0xFFFF]), odds["shape"]))]
-    for limit in (6, 3, 2):
-        extents.append(draw(_rarely(st.integers(1, limit),
-                                    st.sampled_from([0, max_rows + 1, 0xFFFF]), odds["shape"])))
+    for d, limit in enumerate((6, 3, 2), 1):
+        extent = _rarely(st.integers(1, limit), st.sampled_from([0, max_rows + 1, 0xFFFF]),
+                         odds["shape"])
+        extents.append(draw(extent if d < walked else _rarely(st.just(1), extent,
+                                                              odds["shape"])))
     dims = []
     for d, extent in enumerate(extents):
         bound = draw(_rarely(st.integers(1, 8), st.sampled_from([0, 0x100, 0xFFFF]),
                              odds["padding"]))
-        start = draw(_rarely(st.integers(-2, max(bound - 1, 0)),
-                             st.sampled_from([-0x8000, -0x100, bound, 0x7FFF]), odds["padding"]))
+        start = _rarely(st.integers(-2, max(bound - 1, 0)),
+                        st.sampled_from([-0x8000, -0x100, bound, 0x7FFF]), odds["padding"])
+        start = draw(start if d < walked else _rarely(st.just(0), start, odds["padding"]))
         usual = st.sampled_from([1, 1, 1, 2, 3, 8]) if d == 0 else st.integers(0, 48)
         stride = draw(_rarely(usual.map(lambda s: s * elem_bytes),
                               st.one_of(_U32, st.just(0xFFFFFFFF), st.integers(1, 7),
@@ -101,8 +105,8 @@ def _span(dims):
 
 
 @st.composite
-def _descriptor(draw, max_extent0, rows, area, elem_bytes, odds):
-    dims = draw(_dims(max_extent0, rows, elem_bytes, odds))
+def _descriptor(draw, max_extent0, rows, area, elem_bytes, odds, walked):
+    dims = draw(_dims(max_extent0, rows, elem_bytes, odds, walked))
     used = dims[1].extent * dims[2].extent * dims[3].extent
     sram_row = draw(_rarely(st.integers(0, max(rows - used, 0)), _U16, odds["sram"]))
     base = draw(_address(*area, span=_span(dims), one_in=odds["address"]))
@@ -185,7 +189,8 @@ def _instruction(draw, config, density):
     if kind == "load":
         elem = draw(_rarely(st.just(1), _ELEMENTS, odds["element"]))
         area = draw(_rarely(st.just((DATA, DATA_SPACE)), st.just((TOP, TOP_SPACE)), 8))
-        program.load(draw(_descriptor(config.lanes, sp_rows, area, elem, odds)), deps)
+        program.load(draw(_descriptor(config.lanes, sp_rows, area, elem, odds,
+                                      config.descriptor_dims)), deps)
     elif kind == "im2col":
         program.load_im2col(draw(_im2col(config, odds)), deps)
     elif kind == "matmul":
@@ -201,7 +206,8 @@ def _instruction(draw, config, density):
         epilogue = draw(_epilogue_fields())
         elem = draw(_rarely(st.just(1 if epilogue["requant"] else 4), _ELEMENTS, odds["element"]))
         area = draw(_rarely(st.just((OUTPUT, OUTPUT_SPACE)), st.just((TOP, TOP_SPACE)), 8))
-        program.store(draw(_descriptor(config.cols, acc_rows, area, elem, odds)), epilogue, deps)
+        program.store(draw(_descriptor(config.cols, acc_rows, area, elem, odds,
+                                       config.descriptor_dims)), epilogue, deps)
     elif kind == "params":
         entries = draw(st.lists(st.tuples(st.integers(-2**31, 2**31 - 1), _U16,
                                           st.integers(0, 63)), min_size=1, max_size=8))

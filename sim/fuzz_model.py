@@ -95,18 +95,21 @@ def _tensor_addresses(desc):
             yield desc.base + sum(c * d.stride for c, d in zip(coords, dims))
 
 
-def _tile_check(desc, max_extent0, rows, elem_log2s, pool=False, pitch=0):
-    """``hdl/walker.py`` TileCheck: the descriptor's error before any access."""
+def _tile_check(config, desc, max_extent0, rows, elem_log2s, pool=False, pitch=0):
+    """``hdl/walker.py`` TileCheck: the descriptor's error before any access. A dim past
+    ``config.descriptor_dims`` must have extent 1 and start 0; its stride is not checked."""
     e = _extents(desc)
+    walked = config.descriptor_dims
     if desc.elem_log2 not in elem_log2s:
         return ErrorCode.BAD_ELEMENT
-    if 0 in e or desc.lane + e[0] > max_extent0 or pool and (e[3] != 1 or pitch == 0):
+    if (0 in e or desc.lane + e[0] > max_extent0 or pool and (e[3] != 1 or pitch == 0)
+            or any((e[d], desc.dims[d].start) != (1, 0) for d in range(walked, DIMS))):
         return ErrorCode.BAD_EXTENT
     used = pitch * (2 * e[2] - 1) * e[3] + 2 * e[1] if pool else e[1] * e[2] * e[3]
     if desc.sram_row + used > rows:
         return ErrorCode.SRAM_RANGE
     mask = (1 << desc.elem_log2) - 1
-    if any(v & mask for v in [desc.base] + [desc.dims[d].stride for d in range(DIMS)]):
+    if any(v & mask for v in [desc.base] + [desc.dims[d].stride for d in range(walked)]):
         return ErrorCode.MISALIGNED
     return ErrorCode.NONE
 
@@ -138,7 +141,7 @@ def _load(config, instr, windows):
             return ErrorCode.SRAM_RANGE, 40
         return _walk(_im2col_addresses(d), windows, beat, "read")[0], 80 + 3 * d.rows * d.lanes
     desc = instr.tensor
-    code = _tile_check(desc, config.lanes, config.scratchpad_rows, (0,))
+    code = _tile_check(config, desc, config.lanes, config.scratchpad_rows, (0,))
     if code != ErrorCode.NONE:
         return code, 60
     e = _extents(desc)
@@ -153,8 +156,8 @@ def _store(config, instr, windows):
     e = _extents(desc)
     if epilogue.per_row and (epilogue.pool or e[1] > config.cols or e[2] != 1 or e[3] != 1):
         return ErrorCode.BAD_EXTENT, 10, ()
-    code = _tile_check(desc, config.cols, config.accumulator_rows, (0, 2), bool(epilogue.pool),
-                       epilogue.pool_pitch)
+    code = _tile_check(config, desc, config.cols, config.accumulator_rows, (0, 2),
+                       bool(epilogue.pool), epilogue.pool_pitch)
     if code != ErrorCode.NONE:
         return code, 60, ()
     code, passed = _walk(_tensor_addresses(desc), windows, config.axi_data_width // 8, "write")

@@ -12,6 +12,8 @@ from tpugen.cli import main
     ("rows", 0), ("rows", 65), ("rows", 2.0), ("rows", True), ("cols", 0), ("cols", 100),
     ("data_width", 4), ("acc_width", 16), ("dataflow", "os"), ("scratchpad_kib", 3),
     ("scratchpad_kib", 2048), ("accumulator_kib", 0), ("axi_data_width", 48),
+    ("descriptor_dims", 1), ("descriptor_dims", 5), ("descriptor_dims", True),
+    ("descriptor_dims", 3.0),
 ])
 def test_bad_values_name_the_field(field, value):
     with pytest.raises(ValueError, match=rf"CoreConfig\.{field}="):
@@ -28,6 +30,7 @@ def test_presets():
     assert (PRESETS["tiny"].rows, PRESETS["tiny"].cols) == (2, 2)
     assert (PRESETS["default"].rows, PRESETS["default"].cols) == (8, 8)
     assert (PRESETS["large"].rows, PRESETS["large"].cols) == (16, 16)
+    assert (PRESETS["default"].descriptor_dims, PRESETS["micro"].descriptor_dims) == (4, 3)
     with pytest.raises(ValueError, match="unknown preset 'huge'"):
         CoreConfig.preset("huge")
 

@@ -10,7 +10,8 @@ from amaranth.sim import Simulator
 from tpugen import CoreConfig
 from tpugen.arch import opcode_of
 from tpugen.hdl.controller import ENGINES, FETCH_ID, Controller, kept_bits
-from tpugen.isa import INSTRUCTION_BYTES, NUM_WINDOWS, Header, Opcode, defined_bits, encode
+from tpugen.isa import (INSTRUCTION_BYTES, NUM_WINDOWS, Dim, Header, LoadInstruction, Opcode,
+                        TensorDescriptor, defined_bits, encode)
 from tpugen.sim.pysim_axi import AxiMemory
 
 HOLD = 300
@@ -43,7 +44,8 @@ class _ForFamily(Elaboratable):
                                                (64, None, 1), (32, "ice40", 1)])
 def test_every_instruction_reaches_its_engine_intact_in_order(width, family, depth):
     config = CoreConfig(rows=2, cols=2, scratchpad_kib=1, accumulator_kib=1, axi_data_width=width,
-                        softmax=width == 128, im2col=width == 128, queue_depth=depth)
+                        softmax=width == 128, im2col=width == 128, queue_depth=depth,
+                        descriptor_dims=2 if family else 4)
     rng = random.Random(width)
     program = _program(rng, config)
     dut = Controller(config)
@@ -104,3 +106,16 @@ def test_every_instruction_reaches_its_engine_intact_in_order(width, family, dep
         assert memory.ar == len(program)  # every instruction fetched once
     else:
         assert memory.ar > len(program)
+
+
+@pytest.mark.parametrize("dims", [2, 3, 4])
+def test_the_load_queue_drops_the_strides_the_walkers_do_not_use(dims):
+    # Of a dim past descriptor_dims only extent, start and bound are kept (the check and the
+    # bound 0 of a padded tile); of a walked dim every field.
+    kept = kept_bits(CoreConfig(im2col=False, descriptor_dims=dims), ENGINES["load"][0])
+    for d in range(4):
+        first = LoadInstruction["tensor"].offset + TensorDescriptor["dims"].offset + d * Dim.size
+        for name, field in Dim:
+            bits = set(range(first + field.offset, first + field.offset + field.width))
+            assert (bits <= kept) == (d < dims or name != "stride"), (d, name)
+            assert bits <= kept or not bits & kept

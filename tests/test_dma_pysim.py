@@ -1,5 +1,6 @@
 """amaranth.sim tests of the tile walker and the LOAD/STORE engines: numpy vs. a random AXI memory."""
 import itertools
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -12,6 +13,8 @@ from tpugen.hdl.load import LoadEngine
 from tpugen.hdl.store import StoreEngine
 from tpugen.hdl.walker import BurstPlanner, TileCheck, TileWalker, window_ok
 from tpugen.isa import NUM_WINDOWS, ErrorCode, Opcode, Window, decode
+from tpugen.firmware.program import Program
+from tpugen.sim.fuzz_model import MEMORY_SIZE, predict
 from tpugen.sim.pysim_axi import AxiMemory
 from tpugen.sim.testbench import put_instruction, stream_put, stream_take
 
@@ -494,6 +497,90 @@ def test_walker_random_addresses(seed):
     assert walked(walker, desc, ready_seed=seed, cycles=300) == expected
 
 
+def fewer_dims_descriptor(rng, dims, elem_log2, lanes, empty=False):
+    """A random descriptor for walkers of ``dims`` dims: awkward extents, padding on both sides
+    of every walked dim (a start below 0, a bound short of the end); past them extent 1, start
+    0, a stride that is neither walked nor checked (unaligned), and bound 0 if ``empty`` (the
+    whole tile is padding)."""
+    size = 1 << elem_log2
+    extents = [int(rng.integers(3, lanes + 1))] + [int(rng.integers(3, 5)) for _ in range(1, dims)]
+    starts = [-int(rng.integers(1, e - 1)) for e in extents]
+    bounds = [st + e - 1 for st, e in zip(starts, extents)]
+    strides = [size * int(rng.choice([1, 1, 2, 3]))]
+    for bound in bounds[:-1]:
+        strides.append(strides[-1] * bound + size * int(rng.integers(0, 3)))
+    past = [(1, 0, 0 if empty else int(rng.integers(1, 4)), 2 * int(rng.integers(0, 32)) + 1)
+            for _ in range(dims, 4)]
+    lane = int(rng.integers(0, lanes - extents[0] + 1))
+    return descriptor(size * int(rng.integers(0, 500)), [*zip(extents, starts, bounds, strides),
+                                                         *past],
+                      sram_row=int(rng.integers(0, 8)), elem_log2=elem_log2, lane=lane)
+
+
+@pytest.mark.parametrize("dims", [2, 3])
+@pytest.mark.parametrize("seed", range(3))
+def test_walker_of_fewer_dims(dims, seed):
+    # Every field of every step against walk_steps (the dims past the walker: coordinate 0,
+    # in bounds unless their bound is 0), padding everywhere, int8 and int32, backpressure.
+    rng = np.random.default_rng(200 + 10 * dims + seed)
+    elem_log2 = [0, 2, 0][seed]
+    for empty in (False, True):
+        desc = fewer_dims_descriptor(rng, dims, elem_log2, lanes=7, empty=empty)
+        expected = walk_steps(desc, elem_log2, 8)
+        assert any(e["in_bounds"] for e in expected) != empty
+        walker = TileWalker(lanes=7, rows=64, elem_log2=elem_log2, beat_bytes=8, dims=dims)
+        assert walked(walker, desc, ready_seed=seed) == expected
+
+
+def fewer_dims_config(dims):
+    return CoreConfig(rows=6, cols=7, scratchpad_kib=1, accumulator_kib=1, axi_data_width=32,
+                      descriptor_dims=dims)
+
+
+@pytest.mark.parametrize("dims", [2, 3])
+def test_engines_of_fewer_dims(dims):
+    # LOAD and STORE bit-exact against numpy (padded_tile, the scatter of store_case); a
+    # tile whose dim past the walker has bound 0 loads zeros and stores nothing.
+    config = fewer_dims_config(dims)
+    rng = np.random.default_rng(dims)
+    for seed, empty in enumerate((False, False, True)):
+        load_case(config, fewer_dims_descriptor(rng, dims, 0, config.lanes, empty), seed=seed)
+        error, _, axi_mem = store_case(
+            config, fewer_dims_descriptor(rng, dims, 2, config.cols, empty), seed=seed)
+        assert error == ErrorCode.NONE and (axi_mem.aw == 0) == empty
+
+
+@pytest.mark.parametrize("dims", [2, 3])
+@pytest.mark.parametrize("kind", ["load", "store"])
+def test_dims_past_the_walker_must_be_extent_1_start_0(kind, dims):
+    # Else BAD_EXTENT before any access (the engine and the fuzz model agree), whatever the
+    # dim's bound; its stride is not checked (an unaligned one passes, as above).
+    config = fewer_dims_config(dims)
+    elem_log2, lanes = (0, config.lanes) if kind == "load" else (2, config.cols)
+    good = descriptor(0x40, [(lanes, 0, lanes, 1 << elem_log2)], elem_log2=elem_log2)
+    for d, (extent, start) in itertools.product(range(dims, 4), [(2, 0), (1, 1), (1, -1)]):
+        bad = descriptor(0x40, [(lanes, 0, lanes, 1 << elem_log2)], elem_log2=elem_log2)
+        bad["dims"][d].update(extent=extent, start=start, bound=4)
+        axi_mem = AxiMemory(MEM_SIZE, 32, allowed=[(0, MEM_SIZE)], seed=d)
+        depth, width = ((config.scratchpad_rows, config.lanes) if kind == "load"
+                        else (config.accumulator_rows, config.cols))
+        outcomes, _ = run(kind, config, [good, bad, good], axi_mem, RW_ALL,
+                          np.zeros((depth, width), int))
+        assert [o[0] for o in outcomes] == [ErrorCode.NONE, ErrorCode.BAD_EXTENT], (d, extent)
+        assert (axi_mem.ar, axi_mem.aw) == ((1, 0) if kind == "load" else (0, 1))
+        program = Program()
+        if kind == "load":
+            program.load(bad)
+        else:
+            program.store(bad)
+        image = bytearray(MEMORY_SIZE)
+        image[:program.size] = program.to_bytes()
+        model = predict(config, image, [(0, MEMORY_SIZE, True, True)], 0, len(program), 500)
+        assert model.outcomes == {(ErrorCode.BAD_EXTENT.name, 0)}
+        assert predict(replace(config, descriptor_dims=4), image, [(0, MEMORY_SIZE, True, True)],
+                       0, len(program), 500).outcomes != model.outcomes
+
+
 def test_walker_abort():
     walker = TileWalker(lanes=4, rows=16, elem_log2=0, beat_bytes=8)
 
@@ -515,6 +602,8 @@ def test_walker_abort():
     (lambda: TileWalker(lanes=0, rows=4, elem_log2=0, beat_bytes=8), "lanes"),
     (lambda: TileWalker(lanes=4, rows=65537, elem_log2=0, beat_bytes=8), "rows"),
     (lambda: TileCheck(4, 16, elem_log2=4), "elem_log2"),
+    (lambda: TileWalker(lanes=4, rows=16, elem_log2=0, beat_bytes=8, dims=1), "dims"),
+    (lambda: TileCheck(4, 16, elem_log2=0, dims=5), "dims"),
     (lambda: BurstPlanner(4, 16, 12, 8, 8, "read"), "beat_bytes"),
     (lambda: BurstPlanner(4, 16, 8, 8, 257, "read"), "max_beats"),
     (lambda: BurstPlanner(4, 16, 8, 8, 8, "execute"), "permission"),

@@ -10,6 +10,11 @@ from tpugen.sim import SimDevice
 from tpugen.firmware.attention import compile_softmax
 from tpugen.firmware.device import DeviceError, fit_windows
 from tpugen.firmware.conv2d import compile_conv2d
+from tpugen.firmware.epilogue import Epilogue
+from tpugen.firmware.matmul import compile_matmul
+from tpugen.firmware.program import Dim, fold_dims, tensor
+from tpugen.arch import opcode_of
+from tpugen.isa import DIMS, Opcode, decode
 from tpugen.firmware.board import config_from_registers
 from tpugen.isa import NUM_WINDOWS
 from tpugen.registers import (BASIC_COUNTERS, COUNTERS, constant_registers, counter_names,
@@ -28,7 +33,8 @@ FULL = dataclasses.replace(MICRO, softmax=True, im2col=True, epilogue_multiplier
                                           ("counters", True), ("windows", 0), ("windows", 5),
                                           ("windows", True), ("windows", 2.0),
                                           ("queue_depth", 0), ("queue_depth", 8),
-                                          ("queue_depth", True), ("queue_depth", 2.0)])
+                                          ("queue_depth", True), ("queue_depth", 2.0),
+                                          ("descriptor_dims", 5)])
 def test_bad_profile_fields_name_the_field(field, value):
     with pytest.raises(ValueError, match=f"CoreConfig.{field}="):
         CoreConfig(**{field: value})
@@ -150,3 +156,54 @@ def test_the_registers_describe_the_profile():
     fields = register("CONFIG1").fields_of(constant_registers(MICRO)["CONFIG1"])
     assert (fields.shift_only_epilogue, fields.basic_counters) == (1, 1)
     assert counter_names(MICRO) == BASIC_COUNTERS and counter_names(FULL) == tuple(COUNTERS)
+
+
+def test_descriptors_are_fitted_to_the_walkers():
+    """`Program(config)` folds the extent-1 dims past `descriptor_dims` into the base (bound 0
+    when the start is out of bounds: the tile stays padding) and refuses a tile that needs them;
+    every program the micro core runs fits its walkers."""
+    dims = [Dim(4, -1, 9, 1), Dim(3, 0, 5, 100), Dim(1, 2, 4, 1000), Dim(1, 3, 3, 7)]
+    folded = fold_dims(tensor(0x100, 1, 0, dims), 2)
+    assert folded["base"] == 0x100 + 2 * 1000
+    assert [d["start"] for d in folded["dims"][2:]] == [0, 0]
+    assert [d["bound"] for d in folded["dims"][2:]] == [4, 0]
+    assert folded["dims"][:2] == tensor(0x100, 1, 0, dims)["dims"][:2]
+    assert fold_dims(tensor(0x100, 1, 0, dims), 4) == tensor(0x100, 1, 0, dims)
+    with pytest.raises(ValueError, match=r"dim 1 \(extent 3\).*CoreConfig.descriptor_dims=1"):
+        fold_dims(tensor(0, 1, 0, dims), 1)
+    with pytest.raises(ValueError, match="32-bit address space"):
+        fold_dims(tensor(0xFFFF_FF00, 1, 0, dims), 2)
+
+    x_shape, w_shape = (1, 3, 7, 6), (5, 3, 3, 3)
+    pooled = Epilogue.from_options(5, requant=(1, 2), pool=True)
+    programs = {
+        "matmul": lambda c: compile_matmul(c, 33, 20, 17, a_addr=0, b_addr=1 << 12,
+                                           c_addr=2 << 12),
+        "conv2d": lambda c: compile_conv2d(c, x_shape, w_shape, padding=1, x_addr=0,
+                                           w_addr=1 << 12, y_addr=2 << 12),
+        "pooled": lambda c: compile_conv2d(c, x_shape, w_shape, padding=1, x_addr=0,
+                                           w_addr=1 << 12, y_addr=2 << 12, epilogue=pooled,
+                                           scratch_addr=3 << 12)}
+    four = dataclasses.replace(MICRO, descriptor_dims=4)
+    for name, compile_ in programs.items():
+        tiles = [_tensor_dims(raw) for raw in compile_(MICRO).instructions]
+        used = max(len(t) - t[::-1].index(False) for t in tiles if t)
+        assert used == 3, name  # dims that are not extent 1 / start 0
+        with pytest.raises(ValueError, match="CoreConfig.descriptor_dims=2"):
+            compile_(dataclasses.replace(MICRO, descriptor_dims=2))
+    # The pooled lowering's second pass: a 4-D LOAD per channel group, or a 3-D one a channel.
+    full = [decode(raw) for raw in programs["pooled"](four).instructions]
+    four_d = [i.tensor.dims[3].extent for i in full
+              if i.header.opcode == Opcode.LOAD and i.tensor.dims[3].extent > 1]
+    assert four_d and sum(opcode_of(raw) == Opcode.LOAD
+                          for raw in programs["pooled"](MICRO).instructions) == (
+        sum(i.header.opcode == Opcode.LOAD for i in full) + sum(e - 1 for e in four_d))
+
+
+def _tensor_dims(raw):
+    """Per dim of a LOAD or STORE, whether it has extent 1 and start 0 (else [])."""
+    instruction = decode(raw)
+    if instruction.header.opcode not in (Opcode.LOAD, Opcode.STORE):
+        return []
+    dims = instruction.tensor.dims
+    return [(dims[d].extent, dims[d].start) == (1, 0) for d in range(DIMS)]

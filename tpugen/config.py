@@ -3,7 +3,7 @@ import json
 from dataclasses import asdict, dataclass, fields
 
 from .arch import MAX_QUEUE_DEPTH, QUEUE_DEPTH
-from .isa import NUM_WINDOWS
+from .isa import DIMS, NUM_WINDOWS
 
 __all__ = ["CoreConfig", "PRESETS", "check_config"]
 
@@ -60,6 +60,11 @@ class CoreConfig:
     """Instructions the controller queues per engine, 1..7 (LUT RAM on ECP5, flip-flops on
     iCE40). At 1 there is no overflow memory either: an instruction fetched while its engine's
     queue is full is dropped and fetched again once the queue has room."""
+    descriptor_dims: int = DIMS
+    """Tensor descriptor dimensions the DMA walkers handle, 2..``isa.DIMS``. The instruction
+    format keeps ``isa.DIMS``; on a core with fewer a dim from ``descriptor_dims`` on must have
+    extent 1 and start 0 (else BAD_EXTENT; bound 0 there pads the whole tile, as on any core):
+    the runtime folds such dims into the base and refuses a tile that needs more."""
 
     def __post_init__(self):
         def check(name, ok, allowed):
@@ -88,6 +93,7 @@ class CoreConfig:
         check("counters", lambda v: v in ("full", "basic"), '"full" or "basic"')
         check("windows", integer_in(1, NUM_WINDOWS), f"an integer in 1..{NUM_WINDOWS}")
         check("queue_depth", integer_in(1, MAX_QUEUE_DEPTH), f"an integer in 1..{MAX_QUEUE_DEPTH}")
+        check("descriptor_dims", integer_in(2, DIMS), f"an integer in 2..{DIMS}")
         if self.scratchpad_rows > 65536:
             raise ValueError(f"CoreConfig.scratchpad_kib={self.scratchpad_kib!r} is invalid: "
                              f"at most 65536 rows of {self.lanes} bytes")
@@ -156,7 +162,7 @@ PRESETS = {
     # copies; 2 KiB of scratchpad is 8 of them, 4 KiB of accumulator (128-bit rows) 16.
     "micro": CoreConfig(rows=4, cols=4, scratchpad_kib=2, accumulator_kib=4, axi_data_width=32,
                         softmax=False, im2col=False, epilogue_multiplier=False, counters="basic",
-                        windows=2, queue_depth=1),
+                        windows=2, queue_depth=1, descriptor_dims=3),
 }
 
 

@@ -28,6 +28,14 @@ Policies of every core (pinned by tests/test_limits_verilator.py):
   covers ``[base, min(base + size, 2**32))``), so the fetch reads address 0 only if a readable
   window covers it there, else the core stops with PROGRAM_WINDOW at that ``pc``. DMA element
   addresses do not wrap: an element past 2**32 is ADDRESS_OVERFLOW.
+* A core walks the first ``CoreConfig.descriptor_dims`` (2..``DIMS``) dims of a tensor
+  descriptor; the format keeps ``DIMS``. Each dim past them must have extent 1 and start 0, else
+  the LOAD or STORE is BAD_EXTENT (found before any access, like the other extents). Its stride
+  is ignored (the load queue does not keep it) and its bound is not: bound 0 makes every
+  element padding (a LOAD writes zeros, a STORE writes nothing), as where the dim is walked. So
+  an instruction such a core runs does what it does on a core with every dim (pinned by
+  tests/test_dma_pysim.py). The runtime folds extent-1 dims into the base to fit a core
+  (`firmware.program.fold_dims`).
 """
 import functools
 from collections.abc import Mapping
@@ -65,7 +73,8 @@ class ErrorCode(enum.Enum, shape=4):
     UNKNOWN_OPCODE = 1
     LOAD_WINDOW = 2       # a read outside every readable access window
     STORE_WINDOW = 3      # a write outside every writable access window
-    BAD_EXTENT = 4        # zero extent, or a tile larger than the SRAM row or region
+    BAD_EXTENT = 4        # zero extent, or a tile larger than the SRAM row or region, or a
+                          # dim the core does not walk with extent or start other than 1 or 0
     MISALIGNED = 5        # base or stride not a multiple of the element size
     SRAM_RANGE = 6        # scratchpad or accumulator row out of range
     WATCHDOG = 7          # no progress for WATCHDOG cycles (e.g. a token that never comes)
@@ -99,7 +108,8 @@ TensorDescriptor = data.StructLayout({
     "sram_row": 16,      # first scratchpad (LOAD) or accumulator (STORE) row
     "lane": 6,           # lane of element i0 = 0 (lanes below it: LOAD keeps them)
     "reserved": 8,
-    "dims": data.ArrayLayout(Dim, DIMS),
+    "dims": data.ArrayLayout(Dim, DIMS),  # dim 0 first; a core walks the first
+                                          # CoreConfig.descriptor_dims (see the policies)
 })
 """A TMA-style tile: element (i0, i1, i2, i3) sits at ``base + sum((start_d + i_d) * stride_d)``
 and goes to (LOAD) or comes from (STORE) lane ``lane + i0`` of SRAM row ``sram_row + i1 + extent1 *

@@ -93,6 +93,12 @@ def _enum_table(enum_type, comments):
     return "\n".join(lines)
 
 
+def _policies():
+    """The policies of every core, from the docstring of `tpugen.isa`."""
+    text = inspect.getdoc(isa)
+    return text[text.index("Policies of every core"):]
+
+
 def isa_markdown():
     """The text of ``docs/isa.md``."""
     comments = _comments()
@@ -102,8 +108,9 @@ def isa_markdown():
         "Generated from `tpugen/isa.py` by `python -m tpugen.isa_doc > docs/isa.md`; do not edit "
         "by hand. Bits count from the least significant bit of the instruction, which is "
         f"{isa.INSTRUCTION_BITS} bits ({isa.INSTRUCTION_BYTES} bytes, little endian in memory). "
-        "Bits past an opcode's layout are ignored (see the policies in `tpugen/isa.py`).",
+        "Bits past an opcode's layout are ignored (see the policies below).",
         "",
+        "## Policies", "", _policies(), "",
         "## Opcodes", "", _enum_table(isa.Opcode, comments), "",
     ]
     for opcode, layout in isa._LAYOUTS.items():

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from amaranth.lib import data
 
 from .arch import Engine
-from .isa import NUM_WINDOWS
+from .isa import DIMS, NUM_WINDOWS
 
 __all__ = ["ACCESSES", "ADDR_WIDTH", "BASIC_COUNTERS", "COUNTERS", "CSR_VERSION", "ID_MAGIC",
            "REGISTERS", "BitField", "Register", "absent_registers", "constant_registers",
@@ -126,8 +126,12 @@ def _registers():
         Register("CONFIG1", 0x00C, "ro", "Memory interface of this core.", (
             BitField("axi_data_width", 0, 8, "AXI4 memory master data width in bits."),
             BitField("lanes", 8, 8, "int8 lanes in one scratchpad row."),
-            BitField("windows", 16, 8, "Access windows the core has: WINDOW0.. up to this "
+            BitField("windows", 16, 4, "Access windows the core has: WINDOW0.. up to this "
                                        "count (the others read 0 and ignore writes)."),
+            BitField("missing_dims", 20, 2, "Tensor descriptor dims the DMA walkers lack: "
+                                            f"they walk {DIMS} less this; a dim past them must "
+                                            "have extent 1 and start 0 (0 on a core of map 1.1, "
+                                            "whose windows field was 8 bits)."),
             BitField("softmax", 24, 1, "The softmax unit is present (SOFTMAX, fused attention)."),
             BitField("im2col", 25, 1, "The load engine's im2col walker is present."),
             BitField("wide_counters", 26, 1, "Counters are 64 bits (else 32: _HI reads 0)."),
@@ -246,7 +250,8 @@ def constant_registers(config):
                     "wide_counters": config.counter_width == 64,
                     "shift_only_epilogue": not config.epilogue_multiplier,
                     "basic_counters": config.counters == "basic",
-                    "queue_depth": config.queue_depth},
+                    "queue_depth": config.queue_depth,
+                    "missing_dims": DIMS - config.descriptor_dims},
     }
     return {
         "ID": ID_MAGIC,
