@@ -56,6 +56,15 @@ def _pool_input(component):
     return POOLING(Const(0, POOLING.size))
 
 
+def _held(held):
+    """The descriptor ``component`` works on after taking it: its ``held`` input if built with
+    ``held=True`` (an engine's register keeps the descriptor taken until the work ends), else a
+    register of its own (the caller loads it with the descriptor taken)."""
+    if not isinstance(held, bool):
+        raise ValueError(f"held={held!r} is invalid: allowed True or False")
+    return {"held": In(TensorDescriptor)} if held else {}
+
+
 def walker_signature(descriptor_layout, lanes, rows):
     """What a walker shows the engine: a descriptor in, elements (or steps) out, and abort."""
     return wiring.Signature({
@@ -112,10 +121,11 @@ class TileCheck(wiring.Component):
     must fit. The products are formed by two shift-add loops (one cycle per significant bit of
     the multipliers), saturating above any SRAM size. A walker of ``dims`` dimensions (2..4)
     needs every dim from ``dims`` on to have extent 1 and start 0 (else BAD_EXTENT); their
-    strides are not checked.
+    strides are not checked. With ``held`` the descriptor taken stays on the ``held`` input
+    until the result is taken (no copy is kept here).
     """
 
-    def __init__(self, max_extent0, rows, elem_log2, pool=False, dims=DIMS):
+    def __init__(self, max_extent0, rows, elem_log2, pool=False, dims=DIMS, held=False):
         _check_int("max_extent0", max_extent0, 1, 65535)
         _check_int("rows", rows, 1, 65536)
         self.max_extent0, self.rows, self.dims = max_extent0, rows, _check_dims(dims)
@@ -123,16 +133,23 @@ class TileCheck(wiring.Component):
         super().__init__(_members(wiring.Signature({
             "descriptor": In(stream.Signature(TensorDescriptor)),
             "result": Out(stream.Signature(ErrorCode)),
+            **_held(held),
         }), pool))
 
     def elaborate(self, platform):
         m = Module()
-        sat = 1 << 17
-        desc = Signal(TensorDescriptor)
+        # The products saturate at a power of two above ``rows``: exact up to it, the verdict
+        # (``sram_row + product > rows``) the same.
+        sat = 1 << ceil_log2(self.rows + 1)
+        held = "held" in self.signature.members
+        desc = self.held if held else Signal(TensorDescriptor)
         pool = Signal(POOLING)
         x = Signal(range(sat + 1))
         y = Signal(17)
         acc = Signal(range(sat + 1))
+
+        def saturated(value):
+            return Mux(value > sat, sat, value)
 
         def shift_add():
             acc_next = acc + Mux(y[0], x, 0)
@@ -170,14 +187,16 @@ class TileCheck(wiring.Component):
                 with m.If(self.descriptor.valid):
                     d = self.descriptor.payload
                     p = _pool_input(self)
-                    m.d.sync += [desc.eq(d), pool.eq(p), acc.eq(0),
-                                 x.eq(Mux(p.enable, p.pitch, d.dims[1].extent)),
+                    m.d.sync += [pool.eq(p), acc.eq(0),
+                                 x.eq(saturated(Mux(p.enable, p.pitch, d.dims[1].extent))),
                                  y.eq(Mux(p.enable, (extent(d, 2) << 1) - 1, extent(d, 2)))]
+                    if not held:
+                        m.d.sync += desc.eq(d)
                     m.next = "E1E2"
             with m.State("E1E2"):
                 with m.If(y == 0):
                     m.d.sync += [x.eq(acc), y.eq(extent(desc, 3)),
-                                 acc.eq(Mux(pool.enable, dims[1].extent << 1, 0))]
+                                 acc.eq(Mux(pool.enable, saturated(dims[1].extent << 1), 0))]
                     m.next = "E3"
                 with m.Else():
                     shift_add()
@@ -208,10 +227,13 @@ class TileWalker(wiring.Component):
     the descriptor must pass a ``TileCheck`` with the same ``elem_log2``, ``pool`` and ``dims``.
     Only dims 0..``dims - 1`` are walked; each one past them (extent 1, start 0: its
     coordinate 0, its stride unused) is a bound check made when the descriptor is taken: with
-    bound 0 there every element is padding. ``abort`` returns to idle at once.
+    bound 0 there every element is padding. ``abort`` returns to idle at once. With ``held``
+    the descriptor taken stays on the ``held`` input until the walk ends (no copy is kept here).
+    Having passed the check, dim 0 spans at most ``lanes`` and each other dim at most ``rows``:
+    the indices are that wide.
     """
 
-    def __init__(self, lanes, rows, elem_log2, beat_bytes, pool=False, dims=DIMS):
+    def __init__(self, lanes, rows, elem_log2, beat_bytes, pool=False, dims=DIMS, held=False):
         _check_int("lanes", lanes, 1, 65535)
         _check_int("rows", rows, 1, 65536)
         self.dims = _check_dims(dims)
@@ -220,13 +242,17 @@ class TileWalker(wiring.Component):
             raise ValueError(f"beat_bytes={beat_bytes!r} is invalid: allowed 4, 8 or 16, at least "
                              f"the element size")
         self.beat_bytes = beat_bytes
-        super().__init__(_members(walker_signature(TensorDescriptor, lanes, rows), pool))
+        signature = walker_signature(TensorDescriptor, lanes, rows)
+        super().__init__(_members(wiring.Signature({**signature.members, **_held(held)}), pool))
 
     def elaborate(self, platform):
         m = Module()
-        desc = Signal(TensorDescriptor)
+        held = "held" in self.signature.members
+        desc = self.held if held else Signal(TensorDescriptor)
         dims, walked = desc.dims, self.dims
-        index = [Signal(16, name=f"i{d}") for d in range(walked)]
+        spans = [self.lanes] + [self.rows] * (walked - 1)  # the largest extent of each dim
+        extent = [dims[d].extent[:ceil_log2(spans[d] + 1)] for d in range(walked)]
+        index = [Signal(range(spans[d]), name=f"i{d}") for d in range(walked)]
         coord = [Signal(COORD, name=f"c{d}") for d in range(walked)]
         empty = Signal()  # a dim past the walked ones has bound 0: every element is padding
         # a_d: the address (modulo 2**32) at i_0..i_{d-1} = 0. q_d (d >= 1): the same with every
@@ -246,7 +272,8 @@ class TileWalker(wiring.Component):
         outer = ~empty & Cat((coord[d] >= 0) & (coord[d] < dims[d].bound)
                              for d in range(1, walked)).all()
         in_bounds = outer & (coord[0] >= 0) & (coord[0] < dims[0].bound)
-        rest = dims[0].extent - index[0]
+        rest = Signal(range(self.lanes + 1))  # lanes to the end of the row
+        m.d.comb += rest.eq(extent[0] - index[0])
         beat_rest = (self.beat_bytes - addr[0][:ceil_log2(self.beat_bytes)]) >> elem_log2
         bound_rest = dims[0].bound - coord[0]
         run = Signal(17)  # lanes to the next edge
@@ -258,15 +285,17 @@ class TileWalker(wiring.Component):
             m.d.comb += run.eq(-coord[0])
         with m.Else():
             m.d.comb += run.eq(rest)
+        # The step ends the row when the run reaches its end (then it is the rest of the row).
+        last = Signal(walked)
         count = Signal(range(1, self.lanes + 1))
-        m.d.comb += count.eq(Mux(run < rest, run, rest))
+        m.d.comb += count.eq(Mux(last[0], rest, run))
 
-        following = [Signal(17, name=f"i{d}_next") for d in range(walked)]  # i_d after a step
+        following = [Signal(range(spans[d] + 1), name=f"i{d}_next")  # i_d after a step
+                     for d in range(walked)]
         m.d.comb += [following[0].eq(index[0] + count),
                      *(following[d].eq(index[d] + 1) for d in range(1, walked))]
-        last = Signal(walked)
-        m.d.comb += last.eq(Cat(count == rest,
-                                *(following[d] == dims[d].extent for d in range(1, walked))))
+        m.d.comb += last.eq(Cat(run >= rest,
+                                *(following[d] == extent[d] for d in range(1, walked))))
         out = self.elements.payload
         m.d.comb += [
             *(out.coords[d].eq(coord[d]) for d in range(walked)),  # the others are 0
@@ -330,7 +359,9 @@ class TileWalker(wiring.Component):
                 m.d.comb += self.descriptor.ready.eq(1)
                 with m.If(self.descriptor.valid):
                     d = self.descriptor.payload
-                    m.d.sync += [desc.eq(d), acc.eq(d.base), row.eq(d.sram_row),
+                    if not held:
+                        m.d.sync += desc.eq(d)
+                    m.d.sync += [acc.eq(d.base), row.eq(d.sram_row),
                                  pool.eq(_pool_input(self)), pool_row.eq(d.sram_row),
                                  multiplier.eq(0), negative.eq(0), over.eq(0),
                                  pending.eq(Cat(d.dims[k].start != 0 for k in range(walked))),
