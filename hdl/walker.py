@@ -253,7 +253,8 @@ class TileWalker(wiring.Component):
         spans = [self.lanes] + [self.rows] * (walked - 1)  # the largest extent of each dim
         extent = [dims[d].extent[:ceil_log2(spans[d] + 1)] for d in range(walked)]
         index = [Signal(range(spans[d]), name=f"i{d}") for d in range(walked)]
-        coord = [Signal(COORD, name=f"c{d}") for d in range(walked)]
+        coord = [Signal(range(-2**15, 2**15 - 1 + spans[d]), name=f"c{d}")  # start + index
+                 for d in range(walked)]
         empty = Signal()  # a dim past the walked ones has bound 0: every element is padding
         # a_d: the address (modulo 2**32) at i_0..i_{d-1} = 0. q_d (d >= 1): the same with every
         # coordinate below 0 taken as 0; its terms are >= 0, so over_d (q_d >= 2**32) is sticky
@@ -274,15 +275,24 @@ class TileWalker(wiring.Component):
         in_bounds = outer & (coord[0] >= 0) & (coord[0] < dims[0].bound)
         rest = Signal(range(self.lanes + 1))  # lanes to the end of the row
         m.d.comb += rest.eq(extent[0] - index[0])
-        beat_rest = (self.beat_bytes - addr[0][:ceil_log2(self.beat_bytes)]) >> elem_log2
-        bound_rest = dims[0].bound - coord[0]
-        run = Signal(17)  # lanes to the next edge
+        # The run: lanes to the next edge, cut at 2**k - 1 (k: the bits of rest), which is no
+        # shorter than the row: the step and its end do not change, the compares stay narrow.
+        k = len(rest)
+        beat_rest = Signal(range(self.beat_bytes + 1))
+        m.d.comb += beat_rest.eq(
+            (self.beat_bytes - addr[0][:ceil_log2(self.beat_bytes)]) >> elem_log2)
+        bound_rest = Signal(17)  # in bounds: 1..bound
+        m.d.comb += bound_rest.eq(dims[0].bound - coord[0])
+        short = len(beat_rest)
+        near = coord[0][k:].all() & coord[0][:k].any()  # -2**k < coord0 < 0
+        run = Signal(range(max(2**k - 1, self.beat_bytes) + 1))
         with m.If(~contiguous):
             m.d.comb += run.eq(1)
         with m.Elif(in_bounds):
-            m.d.comb += run.eq(Mux(bound_rest < beat_rest, bound_rest, beat_rest))
+            m.d.comb += run.eq(Mux((bound_rest[short:] == 0) & (bound_rest[:short] < beat_rest),
+                                   bound_rest[:short], beat_rest))
         with m.Elif(outer & (coord[0] < 0) & (dims[0].bound != 0)):
-            m.d.comb += run.eq(-coord[0])
+            m.d.comb += run.eq(Mux(near, (-coord[0][:k])[:k], 2**k - 1))
         with m.Else():
             m.d.comb += run.eq(rest)
         # The step ends the row when the run reaches its end (then it is the rest of the row).

@@ -403,6 +403,10 @@ WALKS = {
     "contiguous_int32": (descriptor(0x104, [(5, -1, 5, 4), (2, 0, 1, 0x14), (2, 1, 3, 0x24)],
                                     elem_log2=2), 2, 16),
     "padding_only": (descriptor(0x40, [(5, -2, 0, 1), (2, 0, 2, 5)]), 0, 8),
+    # Rows starting far in the padding (runs cut short inside the walker) or 4 lanes before.
+    "padding_far": (descriptor(0x40, [(5, -8, 2, 1), (3, -1, 3, 0x10), (2, 0, 9, 0x100)]),
+                    0, 8),
+    "padding_near": (descriptor(0x40, [(5, -4, 3, 1), (3, -1, 2, 0x10)]), 0, 4),
     "contiguous_first_lane": (descriptor(0x43, [(3, -1, 9, 1), (2, 0, 2, 5)], lane=2), 0, 4),
 }
 
