@@ -104,6 +104,9 @@ class StoreEngine(wiring.Component):
             walker.descriptor.payload.eq(instr.tensor),
             check.held.eq(tensor),
             walker.held.eq(tensor),
+            check.held_pool.enable.eq(epilogue.pool),
+            check.held_pool.pitch.eq(epilogue.pool_pitch),
+            walker.held_pool.eq(check.held_pool),
             check.pool.enable.eq(instr.epilogue.pool),
             check.pool.pitch.eq(instr.epilogue.pool_pitch),
             walker.pool.eq(check.pool),
@@ -163,8 +166,9 @@ class StoreEngine(wiring.Component):
 
         a_valid, a_step = stage(fetch, "a_valid"), stage(step, "a_step")
         # The parameter entry: the step's first lane, or with per_row its tile row (< cols).
-        a_entry = stage(Mux(epilogue.per_row, step.row - tensor.sram_row, step.lane)[:ceil_log2(cols)],
-                        "a_entry")
+        a_entry = stage(
+            Mux(epilogue.per_row, step.row - tensor.sram_row, step.lane)[:ceil_log2(cols)],
+            "a_entry")
         a_read, a_last = stage(read, "a_read"), stage(last_read, "a_last")
 
         acc = self.acc_read.data.as_value()

@@ -44,9 +44,16 @@ def _check_dims(dims):
     return dims
 
 
-def _members(signature, pool):
-    """``signature``'s members, plus ``pool`` (sampled with the descriptor) if asked for."""
-    return {**signature.members, **({"pool": In(POOLING)} if pool else {})}
+def _members(signature, pool, held):
+    """``signature``'s members, plus ``pool`` (sampled with the descriptor) if asked for, and
+    with ``held`` the ``held`` descriptor (and ``held_pool``): what the component works on after
+    taking a descriptor, kept by an engine's register until the work ends (no copy is kept in
+    the component)."""
+    if not isinstance(held, bool):
+        raise ValueError(f"held={held!r} is invalid: allowed True or False")
+    return {**signature.members, **({"pool": In(POOLING)} if pool else {}),
+            **({"held": In(TensorDescriptor)} if held else {}),
+            **({"held_pool": In(POOLING)} if held and pool else {})}
 
 
 def _pool_input(component):
@@ -56,13 +63,15 @@ def _pool_input(component):
     return POOLING(Const(0, POOLING.size))
 
 
-def _held(held):
-    """The descriptor ``component`` works on after taking it: its ``held`` input if built with
-    ``held=True`` (an engine's register keeps the descriptor taken until the work ends), else a
-    register of its own (the caller loads it with the descriptor taken)."""
-    if not isinstance(held, bool):
-        raise ValueError(f"held={held!r} is invalid: allowed True or False")
-    return {"held": In(TensorDescriptor)} if held else {}
+def _taken(component, desc_in, pool_in):
+    """The descriptor and pooling ``component`` works on after taking them: its ``held``
+    inputs, or registers of its own, which the returned statements load with ``desc_in`` and
+    ``pool_in``."""
+    members = component.signature.members
+    desc = component.held if "held" in members else Signal(TensorDescriptor, name="desc")
+    pool = component.held_pool if "held_pool" in members else Signal(POOLING, name="pool")
+    return desc, pool, [*([] if "held" in members else [desc.eq(desc_in)]),
+                        *([] if "held_pool" in members else [pool.eq(pool_in)])]
 
 
 def walker_signature(descriptor_layout, lanes, rows):
@@ -119,10 +128,10 @@ class TileCheck(wiring.Component):
     sampled with the descriptor, there when built with ``pool=True``) ``e3`` must be 1 and the
     pitch non-zero, and the rows read, ``pitch * (2 * e2 - 1) + 2 * e1`` from ``sram_row`` on,
     must fit. The products are formed by two shift-add loops (one cycle per significant bit of
-    the multipliers), saturating above any SRAM size. A walker of ``dims`` dimensions (2..4)
-    needs every dim from ``dims`` on to have extent 1 and start 0 (else BAD_EXTENT); their
-    strides are not checked. With ``held`` the descriptor taken stays on the ``held`` input
-    until the result is taken (no copy is kept here).
+    the multipliers), saturating at the power of two above ``rows``. A walker of ``dims``
+    dimensions (2..4) needs every dim from ``dims`` on to have extent 1 and start 0 (else
+    BAD_EXTENT); their strides are not checked. With ``held`` the descriptor (and pooling) taken stay on the
+    ``held`` (and ``held_pool``) inputs until the result is taken: no copy is kept here.
     """
 
     def __init__(self, max_extent0, rows, elem_log2, pool=False, dims=DIMS, held=False):
@@ -133,17 +142,15 @@ class TileCheck(wiring.Component):
         super().__init__(_members(wiring.Signature({
             "descriptor": In(stream.Signature(TensorDescriptor)),
             "result": Out(stream.Signature(ErrorCode)),
-            **_held(held),
-        }), pool))
+        }), pool, held))
 
     def elaborate(self, platform):
         m = Module()
         # The products saturate at a power of two above ``rows``: exact up to it, the verdict
         # (``sram_row + product > rows``) the same.
         sat = 1 << ceil_log2(self.rows + 1)
-        held = "held" in self.signature.members
-        desc = self.held if held else Signal(TensorDescriptor)
-        pool = Signal(POOLING)
+        d, p = self.descriptor.payload, _pool_input(self)
+        desc, pool, take = _taken(self, d, p)
         x = Signal(range(sat + 1))
         y = Signal(17)
         acc = Signal(range(sat + 1))
@@ -185,13 +192,9 @@ class TileCheck(wiring.Component):
             with m.State("IDLE"):
                 m.d.comb += self.descriptor.ready.eq(1)
                 with m.If(self.descriptor.valid):
-                    d = self.descriptor.payload
-                    p = _pool_input(self)
-                    m.d.sync += [pool.eq(p), acc.eq(0),
+                    m.d.sync += [*take, acc.eq(0),
                                  x.eq(saturated(Mux(p.enable, p.pitch, d.dims[1].extent))),
                                  y.eq(Mux(p.enable, (extent(d, 2) << 1) - 1, extent(d, 2)))]
-                    if not held:
-                        m.d.sync += desc.eq(d)
                     m.next = "E1E2"
             with m.State("E1E2"):
                 with m.If(y == 0):
@@ -228,7 +231,8 @@ class TileWalker(wiring.Component):
     Only dims 0..``dims - 1`` are walked; each one past them (extent 1, start 0: its
     coordinate 0, its stride unused) is a bound check made when the descriptor is taken: with
     bound 0 there every element is padding. ``abort`` returns to idle at once. With ``held``
-    the descriptor taken stays on the ``held`` input until the walk ends (no copy is kept here).
+    the descriptor (and pooling) taken stay on the ``held`` (and ``held_pool``) inputs until
+    the walk ends: no copy is kept here.
     Having passed the check, dim 0 spans at most ``lanes`` and each other dim at most ``rows``:
     the indices are that wide.
     """
@@ -242,13 +246,11 @@ class TileWalker(wiring.Component):
             raise ValueError(f"beat_bytes={beat_bytes!r} is invalid: allowed 4, 8 or 16, at least "
                              f"the element size")
         self.beat_bytes = beat_bytes
-        signature = walker_signature(TensorDescriptor, lanes, rows)
-        super().__init__(_members(wiring.Signature({**signature.members, **_held(held)}), pool))
+        super().__init__(_members(walker_signature(TensorDescriptor, lanes, rows), pool, held))
 
     def elaborate(self, platform):
         m = Module()
-        held = "held" in self.signature.members
-        desc = self.held if held else Signal(TensorDescriptor)
+        desc, pool, take = _taken(self, self.descriptor.payload, _pool_input(self))
         dims, walked = desc.dims, self.dims
         spans = [self.lanes] + [self.rows] * (walked - 1)  # the largest extent of each dim
         extent = [dims[d].extent[:ceil_log2(spans[d] + 1)] for d in range(walked)]
@@ -264,7 +266,6 @@ class TileWalker(wiring.Component):
         clamped = [None] + [Signal(32, name=f"q{d}") for d in range(1, walked)]
         over = Signal(walked)
         row = Signal(range(self.rows))
-        pool = Signal(POOLING)
         pool_row = Signal(range(self.rows))  # pooling: the row at i1 = 0
 
         # The step: lanes up to the end of the row, the padding / in-bounds edge and the beat.
@@ -369,10 +370,8 @@ class TileWalker(wiring.Component):
                 m.d.comb += self.descriptor.ready.eq(1)
                 with m.If(self.descriptor.valid):
                     d = self.descriptor.payload
-                    if not held:
-                        m.d.sync += desc.eq(d)
-                    m.d.sync += [acc.eq(d.base), row.eq(d.sram_row),
-                                 pool.eq(_pool_input(self)), pool_row.eq(d.sram_row),
+                    m.d.sync += [*take, acc.eq(d.base), row.eq(d.sram_row),
+                                 pool_row.eq(d.sram_row),
                                  multiplier.eq(0), negative.eq(0), over.eq(0),
                                  pending.eq(Cat(d.dims[k].start != 0 for k in range(walked))),
                                  empty.eq(Cat(d.dims[k].bound == 0
