@@ -130,8 +130,9 @@ class TileCheck(wiring.Component):
     must fit. The products are formed by two shift-add loops (one cycle per significant bit of
     the multipliers), saturating at the power of two above ``rows``. A walker of ``dims``
     dimensions (2..4) needs every dim from ``dims`` on to have extent 1 and start 0 (else
-    BAD_EXTENT); their strides are not checked. With ``held`` the descriptor (and pooling) taken stay on the
-    ``held`` (and ``held_pool``) inputs until the result is taken: no copy is kept here.
+    BAD_EXTENT); their strides are not checked. With ``held`` the descriptor (and pooling)
+    taken stay on the ``held`` (and ``held_pool``) inputs until the result is taken: no copy
+    is kept here.
     """
 
     def __init__(self, max_extent0, rows, elem_log2, pool=False, dims=DIMS, held=False):
@@ -232,9 +233,8 @@ class TileWalker(wiring.Component):
     coordinate 0, its stride unused) is a bound check made when the descriptor is taken: with
     bound 0 there every element is padding. ``abort`` returns to idle at once. With ``held``
     the descriptor (and pooling) taken stay on the ``held`` (and ``held_pool``) inputs until
-    the walk ends: no copy is kept here.
-    Having passed the check, dim 0 spans at most ``lanes`` and each other dim at most ``rows``:
-    the indices are that wide.
+    the walk ends: no copy is kept here. Having passed the check, dim 0 spans at most
+    ``lanes`` and each other dim at most ``rows``: the indices are that wide.
     """
 
     def __init__(self, lanes, rows, elem_log2, beat_bytes, pool=False, dims=DIMS, held=False):
