@@ -65,9 +65,9 @@ class LoadEngine(wiring.Component):
         lanes, rows = config.lanes, config.scratchpad_rows
 
         dims = config.descriptor_dims
-        m.submodules.check = check = TileCheck(lanes, rows, elem_log2=0, dims=dims)
+        m.submodules.check = check = TileCheck(lanes, rows, elem_log2=0, dims=dims, held=True)
         m.submodules.walker = walker = TileWalker(lanes, rows, elem_log2=0,
-                                                  beat_bytes=beat_bytes, dims=dims)
+                                                  beat_bytes=beat_bytes, dims=dims, held=True)
         if config.im2col:
             m.submodules.im2col_walker = im2col_walker = Im2colWalker(lanes, rows)
         else:  # a walker that never starts: an im2col LOAD stops with UNKNOWN_OPCODE
@@ -93,6 +93,8 @@ class LoadEngine(wiring.Component):
         m.d.comb += [
             check.descriptor.payload.eq(instr.tensor),
             walker.descriptor.payload.eq(instr.tensor),
+            check.held.eq(instr.tensor),  # instr holds until the LOAD ends
+            walker.held.eq(instr.tensor),
             im2col_walker.descriptor.payload.eq(im2col_desc),
             im2col_code.eq(_im2col_check(im2col_desc, lanes, rows) if config.im2col
                            else ErrorCode.UNKNOWN_OPCODE),

@@ -71,7 +71,8 @@ class StoreEngine(wiring.Component):
         units = min(cols, max(1, words))
         select = cols > units          # steps' lanes are moved to units 0.. (else unit = lane)
 
-        walked = {"elem_log2": (0, 2), "pool": True, "dims": config.descriptor_dims}
+        walked = {"elem_log2": (0, 2), "pool": True, "dims": config.descriptor_dims,
+                  "held": True}
         m.submodules.check = check = TileCheck(cols, rows, **walked)
         m.submodules.walker = walker = TileWalker(cols, rows, beat_bytes=beat_bytes, **walked)
         m.submodules.stage = stage = ElementStage(cols, rows)
@@ -93,7 +94,7 @@ class StoreEngine(wiring.Component):
                                              Cat(dims[d].extent == 1 for d in
                                                  range(2, config.descriptor_dims)).all())
         epilogue = Signal(Epilogue)  # of the running STORE
-        first_row = Signal.like(instr.tensor.sram_row)  # of the running STORE
+        tensor = Signal(TensorDescriptor)  # of the running STORE, for the check and walker
         int8 = epilogue.requant
         running = Signal()
         stopped = Signal()
@@ -101,6 +102,11 @@ class StoreEngine(wiring.Component):
         m.d.comb += [
             check.descriptor.payload.eq(instr.tensor),
             walker.descriptor.payload.eq(instr.tensor),
+            check.held.eq(tensor),
+            walker.held.eq(tensor),
+            check.held_pool.enable.eq(epilogue.pool),
+            check.held_pool.pitch.eq(epilogue.pool_pitch),
+            walker.held_pool.eq(check.held_pool),
             check.pool.enable.eq(instr.epilogue.pool),
             check.pool.pitch.eq(instr.epilogue.pool_pitch),
             walker.pool.eq(check.pool),
@@ -160,8 +166,9 @@ class StoreEngine(wiring.Component):
 
         a_valid, a_step = stage(fetch, "a_valid"), stage(step, "a_step")
         # The parameter entry: the step's first lane, or with per_row its tile row (< cols).
-        a_entry = stage(Mux(epilogue.per_row, step.row - first_row, step.lane)[:ceil_log2(cols)],
-                        "a_entry")
+        a_entry = stage(
+            Mux(epilogue.per_row, step.row - tensor.sram_row, step.lane)[:ceil_log2(cols)],
+            "a_entry")
         a_read, a_last = stage(read, "a_read"), stage(last_read, "a_last")
 
         acc = self.acc_read.data.as_value()
@@ -245,7 +252,7 @@ class StoreEngine(wiring.Component):
                         m.d.sync += self.done.eq(1)
                     with m.Elif(element_ok & rows_ok):
                         m.d.sync += [walked.eq(0), epilogue.eq(instr.epilogue),
-                                     first_row.eq(instr.tensor.sram_row)]
+                                     tensor.eq(instr.tensor)]
                         m.next = "CHECK"
                     with m.Else():
                         m.d.sync += self.error.eq(Mux(element_ok, ErrorCode.BAD_EXTENT,

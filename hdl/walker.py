@@ -44,9 +44,16 @@ def _check_dims(dims):
     return dims
 
 
-def _members(signature, pool):
-    """``signature``'s members, plus ``pool`` (sampled with the descriptor) if asked for."""
-    return {**signature.members, **({"pool": In(POOLING)} if pool else {})}
+def _members(signature, pool, held):
+    """``signature``'s members, plus ``pool`` (sampled with the descriptor) if asked for, and
+    with ``held`` the ``held`` descriptor (and ``held_pool``): what the component works on after
+    taking a descriptor, kept by an engine's register until the work ends (no copy is kept in
+    the component)."""
+    if not isinstance(held, bool):
+        raise ValueError(f"held={held!r} is invalid: allowed True or False")
+    return {**signature.members, **({"pool": In(POOLING)} if pool else {}),
+            **({"held": In(TensorDescriptor)} if held else {}),
+            **({"held_pool": In(POOLING)} if held and pool else {})}
 
 
 def _pool_input(component):
@@ -54,6 +61,17 @@ def _pool_input(component):
     if "pool" in component.signature.members:
         return component.pool
     return POOLING(Const(0, POOLING.size))
+
+
+def _taken(component, desc_in, pool_in):
+    """The descriptor and pooling ``component`` works on after taking them: its ``held``
+    inputs, or registers of its own, which the returned statements load with ``desc_in`` and
+    ``pool_in``."""
+    members = component.signature.members
+    desc = component.held if "held" in members else Signal(TensorDescriptor, name="desc")
+    pool = component.held_pool if "held_pool" in members else Signal(POOLING, name="pool")
+    return desc, pool, [*([] if "held" in members else [desc.eq(desc_in)]),
+                        *([] if "held_pool" in members else [pool.eq(pool_in)])]
 
 
 def walker_signature(descriptor_layout, lanes, rows):
@@ -110,12 +128,14 @@ class TileCheck(wiring.Component):
     sampled with the descriptor, there when built with ``pool=True``) ``e3`` must be 1 and the
     pitch non-zero, and the rows read, ``pitch * (2 * e2 - 1) + 2 * e1`` from ``sram_row`` on,
     must fit. The products are formed by two shift-add loops (one cycle per significant bit of
-    the multipliers), saturating above any SRAM size. A walker of ``dims`` dimensions (2..4)
-    needs every dim from ``dims`` on to have extent 1 and start 0 (else BAD_EXTENT); their
-    strides are not checked.
+    the multipliers), saturating at the power of two above ``rows``. A walker of ``dims``
+    dimensions (2..4) needs every dim from ``dims`` on to have extent 1 and start 0 (else
+    BAD_EXTENT); their strides are not checked. With ``held`` the descriptor (and pooling)
+    taken stay on the ``held`` (and ``held_pool``) inputs until the result is taken: no copy
+    is kept here.
     """
 
-    def __init__(self, max_extent0, rows, elem_log2, pool=False, dims=DIMS):
+    def __init__(self, max_extent0, rows, elem_log2, pool=False, dims=DIMS, held=False):
         _check_int("max_extent0", max_extent0, 1, 65535)
         _check_int("rows", rows, 1, 65536)
         self.max_extent0, self.rows, self.dims = max_extent0, rows, _check_dims(dims)
@@ -123,16 +143,21 @@ class TileCheck(wiring.Component):
         super().__init__(_members(wiring.Signature({
             "descriptor": In(stream.Signature(TensorDescriptor)),
             "result": Out(stream.Signature(ErrorCode)),
-        }), pool))
+        }), pool, held))
 
     def elaborate(self, platform):
         m = Module()
-        sat = 1 << 17
-        desc = Signal(TensorDescriptor)
-        pool = Signal(POOLING)
+        # The products saturate at a power of two above ``rows``: exact up to it, the verdict
+        # (``sram_row + product > rows``) the same.
+        sat = 1 << ceil_log2(self.rows + 1)
+        d, p = self.descriptor.payload, _pool_input(self)
+        desc, pool, take = _taken(self, d, p)
         x = Signal(range(sat + 1))
         y = Signal(17)
         acc = Signal(range(sat + 1))
+
+        def saturated(value):
+            return Mux(value > sat, sat, value)
 
         def shift_add():
             acc_next = acc + Mux(y[0], x, 0)
@@ -168,16 +193,14 @@ class TileCheck(wiring.Component):
             with m.State("IDLE"):
                 m.d.comb += self.descriptor.ready.eq(1)
                 with m.If(self.descriptor.valid):
-                    d = self.descriptor.payload
-                    p = _pool_input(self)
-                    m.d.sync += [desc.eq(d), pool.eq(p), acc.eq(0),
-                                 x.eq(Mux(p.enable, p.pitch, d.dims[1].extent)),
+                    m.d.sync += [*take, acc.eq(0),
+                                 x.eq(saturated(Mux(p.enable, p.pitch, d.dims[1].extent))),
                                  y.eq(Mux(p.enable, (extent(d, 2) << 1) - 1, extent(d, 2)))]
                     m.next = "E1E2"
             with m.State("E1E2"):
                 with m.If(y == 0):
                     m.d.sync += [x.eq(acc), y.eq(extent(desc, 3)),
-                                 acc.eq(Mux(pool.enable, dims[1].extent << 1, 0))]
+                                 acc.eq(Mux(pool.enable, saturated(dims[1].extent << 1), 0))]
                     m.next = "E3"
                 with m.Else():
                     shift_add()
@@ -208,10 +231,13 @@ class TileWalker(wiring.Component):
     the descriptor must pass a ``TileCheck`` with the same ``elem_log2``, ``pool`` and ``dims``.
     Only dims 0..``dims - 1`` are walked; each one past them (extent 1, start 0: its
     coordinate 0, its stride unused) is a bound check made when the descriptor is taken: with
-    bound 0 there every element is padding. ``abort`` returns to idle at once.
+    bound 0 there every element is padding. ``abort`` returns to idle at once. With ``held``
+    the descriptor (and pooling) taken stay on the ``held`` (and ``held_pool``) inputs until
+    the walk ends: no copy is kept here. Having passed the check, dim 0 spans at most
+    ``lanes`` and each other dim at most ``rows``: the indices are that wide.
     """
 
-    def __init__(self, lanes, rows, elem_log2, beat_bytes, pool=False, dims=DIMS):
+    def __init__(self, lanes, rows, elem_log2, beat_bytes, pool=False, dims=DIMS, held=False):
         _check_int("lanes", lanes, 1, 65535)
         _check_int("rows", rows, 1, 65536)
         self.dims = _check_dims(dims)
@@ -220,14 +246,17 @@ class TileWalker(wiring.Component):
             raise ValueError(f"beat_bytes={beat_bytes!r} is invalid: allowed 4, 8 or 16, at least "
                              f"the element size")
         self.beat_bytes = beat_bytes
-        super().__init__(_members(walker_signature(TensorDescriptor, lanes, rows), pool))
+        super().__init__(_members(walker_signature(TensorDescriptor, lanes, rows), pool, held))
 
     def elaborate(self, platform):
         m = Module()
-        desc = Signal(TensorDescriptor)
+        desc, pool, take = _taken(self, self.descriptor.payload, _pool_input(self))
         dims, walked = desc.dims, self.dims
-        index = [Signal(16, name=f"i{d}") for d in range(walked)]
-        coord = [Signal(COORD, name=f"c{d}") for d in range(walked)]
+        spans = [self.lanes] + [self.rows] * (walked - 1)  # the largest extent of each dim
+        extent = [dims[d].extent[:ceil_log2(spans[d] + 1)] for d in range(walked)]
+        index = [Signal(range(spans[d]), name=f"i{d}") for d in range(walked)]
+        coord = [Signal(range(-2**15, 2**15 - 1 + spans[d]), name=f"c{d}")  # start + index
+                 for d in range(walked)]
         empty = Signal()  # a dim past the walked ones has bound 0: every element is padding
         # a_d: the address (modulo 2**32) at i_0..i_{d-1} = 0. q_d (d >= 1): the same with every
         # coordinate below 0 taken as 0; its terms are >= 0, so over_d (q_d >= 2**32) is sticky
@@ -237,7 +266,6 @@ class TileWalker(wiring.Component):
         clamped = [None] + [Signal(32, name=f"q{d}") for d in range(1, walked)]
         over = Signal(walked)
         row = Signal(range(self.rows))
-        pool = Signal(POOLING)
         pool_row = Signal(range(self.rows))  # pooling: the row at i1 = 0
 
         # The step: lanes up to the end of the row, the padding / in-bounds edge and the beat.
@@ -246,27 +274,39 @@ class TileWalker(wiring.Component):
         outer = ~empty & Cat((coord[d] >= 0) & (coord[d] < dims[d].bound)
                              for d in range(1, walked)).all()
         in_bounds = outer & (coord[0] >= 0) & (coord[0] < dims[0].bound)
-        rest = dims[0].extent - index[0]
-        beat_rest = (self.beat_bytes - addr[0][:ceil_log2(self.beat_bytes)]) >> elem_log2
-        bound_rest = dims[0].bound - coord[0]
-        run = Signal(17)  # lanes to the next edge
+        rest = Signal(range(self.lanes + 1))  # lanes to the end of the row
+        m.d.comb += rest.eq(extent[0] - index[0])
+        # The run: lanes to the next edge, cut at 2**k - 1 (k: the bits of rest), which is no
+        # shorter than the row: the step and its end do not change, the compares stay narrow.
+        k = len(rest)
+        beat_rest = Signal(range(self.beat_bytes + 1))
+        m.d.comb += beat_rest.eq(
+            (self.beat_bytes - addr[0][:ceil_log2(self.beat_bytes)]) >> elem_log2)
+        bound_rest = Signal(17)  # in bounds: 1..bound
+        m.d.comb += bound_rest.eq(dims[0].bound - coord[0])
+        short = len(beat_rest)
+        near = coord[0][k:].all() & coord[0][:k].any()  # -2**k < coord0 < 0
+        run = Signal(range(max(2**k - 1, self.beat_bytes) + 1))
         with m.If(~contiguous):
             m.d.comb += run.eq(1)
         with m.Elif(in_bounds):
-            m.d.comb += run.eq(Mux(bound_rest < beat_rest, bound_rest, beat_rest))
+            m.d.comb += run.eq(Mux((bound_rest[short:] == 0) & (bound_rest[:short] < beat_rest),
+                                   bound_rest[:short], beat_rest))
         with m.Elif(outer & (coord[0] < 0) & (dims[0].bound != 0)):
-            m.d.comb += run.eq(-coord[0])
+            m.d.comb += run.eq(Mux(near, (-coord[0][:k])[:k], 2**k - 1))
         with m.Else():
             m.d.comb += run.eq(rest)
+        # The step ends the row when the run reaches its end (then it is the rest of the row).
+        last = Signal(walked)
         count = Signal(range(1, self.lanes + 1))
-        m.d.comb += count.eq(Mux(run < rest, run, rest))
+        m.d.comb += count.eq(Mux(last[0], rest, run))
 
-        following = [Signal(17, name=f"i{d}_next") for d in range(walked)]  # i_d after a step
+        following = [Signal(range(spans[d] + 1), name=f"i{d}_next")  # i_d after a step
+                     for d in range(walked)]
         m.d.comb += [following[0].eq(index[0] + count),
                      *(following[d].eq(index[d] + 1) for d in range(1, walked))]
-        last = Signal(walked)
-        m.d.comb += last.eq(Cat(count == rest,
-                                *(following[d] == dims[d].extent for d in range(1, walked))))
+        m.d.comb += last.eq(Cat(run >= rest,
+                                *(following[d] == extent[d] for d in range(1, walked))))
         out = self.elements.payload
         m.d.comb += [
             *(out.coords[d].eq(coord[d]) for d in range(walked)),  # the others are 0
@@ -330,8 +370,8 @@ class TileWalker(wiring.Component):
                 m.d.comb += self.descriptor.ready.eq(1)
                 with m.If(self.descriptor.valid):
                     d = self.descriptor.payload
-                    m.d.sync += [desc.eq(d), acc.eq(d.base), row.eq(d.sram_row),
-                                 pool.eq(_pool_input(self)), pool_row.eq(d.sram_row),
+                    m.d.sync += [*take, acc.eq(d.base), row.eq(d.sram_row),
+                                 pool_row.eq(d.sram_row),
                                  multiplier.eq(0), negative.eq(0), over.eq(0),
                                  pending.eq(Cat(d.dims[k].start != 0 for k in range(walked))),
                                  empty.eq(Cat(d.dims[k].bound == 0

@@ -403,6 +403,10 @@ WALKS = {
     "contiguous_int32": (descriptor(0x104, [(5, -1, 5, 4), (2, 0, 1, 0x14), (2, 1, 3, 0x24)],
                                     elem_log2=2), 2, 16),
     "padding_only": (descriptor(0x40, [(5, -2, 0, 1), (2, 0, 2, 5)]), 0, 8),
+    # Rows starting far in the padding (runs cut short inside the walker) or 4 lanes before.
+    "padding_far": (descriptor(0x40, [(5, -8, 2, 1), (3, -1, 3, 0x10), (2, 0, 9, 0x100)]),
+                    0, 8),
+    "padding_near": (descriptor(0x40, [(5, -4, 3, 1), (3, -1, 2, 0x10)]), 0, 4),
     "contiguous_first_lane": (descriptor(0x43, [(3, -1, 9, 1), (2, 0, 2, 5)], lane=2), 0, 4),
 }
 
@@ -442,6 +446,8 @@ def walked(walker, desc, ready_seed=0, cycles=400):
     seen = []
 
     async def testbench(ctx):
+        if "held" in walker.signature.members:  # as an engine's register holds it
+            ctx.set(walker.held, desc)
         await stream_put(ctx, walker.descriptor, desc)
         fields = [name for name, _ in walker.elements.payload.shape() if name != "coords"]
         taken = await stream_take(ctx, walker.elements, cycles,
@@ -457,11 +463,13 @@ def walked(walker, desc, ready_seed=0, cycles=400):
     return seen
 
 
+@pytest.mark.parametrize("held", [False, True])
 @pytest.mark.parametrize("walk", WALKS)
-def test_walker_elements(walk):
-    # Every field of every step against walk_steps, with backpressure.
+def test_walker_elements(walk, held):
+    # Every field of every step against walk_steps, with backpressure; the descriptor kept by
+    # the walker or held outside.
     desc, elem_log2, beat_bytes = WALKS[walk]
-    walker = TileWalker(lanes=5, rows=64, elem_log2=elem_log2, beat_bytes=beat_bytes)
+    walker = TileWalker(lanes=5, rows=64, elem_log2=elem_log2, beat_bytes=beat_bytes, held=held)
     expected = walk_steps(desc, elem_log2, beat_bytes)
     assert any(e["overflow"] for e in expected) or walk != "overflow"
     assert any(e["count"] > 1 for e in expected) == walk.startswith(("contiguous", "padding"))
@@ -604,6 +612,8 @@ def test_walker_abort():
     (lambda: TileCheck(4, 16, elem_log2=4), "elem_log2"),
     (lambda: TileWalker(lanes=4, rows=16, elem_log2=0, beat_bytes=8, dims=1), "dims"),
     (lambda: TileCheck(4, 16, elem_log2=0, dims=5), "dims"),
+    (lambda: TileCheck(4, 16, elem_log2=0, held=1), "held"),
+    (lambda: TileWalker(lanes=4, rows=16, elem_log2=0, beat_bytes=8, held="yes"), "held"),
     (lambda: BurstPlanner(4, 16, 12, 8, 8, "read"), "beat_bytes"),
     (lambda: BurstPlanner(4, 16, 8, 8, 257, "read"), "max_beats"),
     (lambda: BurstPlanner(4, 16, 8, 8, 8, "execute"), "permission"),
