@@ -17,6 +17,15 @@ from .store import StoreEngine
 
 __all__ = ["TpuCore", "run_wiring"]
 
+SRAM_ATTRS = {"no_rw_check": 1}
+"""Attributes of the core's SRAMs. ``no_rw_check``: a read port that is not transparent returns an
+undefined value when it reads the row written in the same cycle (yosys maps the port straight
+to block RAM instead of emulating the old value with a delayed write and bypass registers). The
+engines never do that: a row is read only after the token of the engine that wrote it, and
+written only after the token of the engine that read it (`tests/test_sram_pysim.py`), and the
+probability buffer is not read while a SOFTMAX runs. The accumulator's execute port stays
+transparent (back-to-back updates of one row)."""
+
 
 def fabric_global(m, platform, value, name):
     """``value`` on a global network where nextpnr routes one into the fabric: through an ECP5
@@ -93,9 +102,9 @@ class TpuCore(wiring.Component):
         engines = dict(zip(ENGINES, (load, execute, store)))
 
         datapath.submodules.scratchpad = scratchpad = memory.Memory(
-            shape=scratchpad_row(cfg), depth=cfg.scratchpad_rows, init=[])
+            shape=scratchpad_row(cfg), depth=cfg.scratchpad_rows, init=[], attrs=SRAM_ATTRS)
         datapath.submodules.accumulator = accumulator = memory.Memory(
-            shape=accumulator_row(cfg), depth=cfg.accumulator_rows, init=[])
+            shape=accumulator_row(cfg), depth=cfg.accumulator_rows, init=[], attrs=SRAM_ATTRS)
         wiring.connect(datapath, load.sp_write, scratchpad.write_port(granularity=1))
         wiring.connect(datapath, execute.weight_read, scratchpad.read_port())
         wiring.connect(datapath, execute.act_read, scratchpad.read_port())
@@ -105,7 +114,7 @@ class TpuCore(wiring.Component):
         wiring.connect(datapath, store.acc_read, accumulator.read_port())
         if cfg.softmax:
             datapath.submodules.probabilities = probabilities = memory.Memory(
-                shape=probability_row(cfg), depth=cfg.probability_rows, init=[])
+                shape=probability_row(cfg), depth=cfg.probability_rows, init=[], attrs=SRAM_ATTRS)
             wiring.connect(datapath, execute.prob_write, probabilities.write_port())
             wiring.connect(datapath, execute.prob_read, probabilities.read_port())
 

@@ -43,16 +43,20 @@ class _RowFeeder(wiring.Component):
     ``stride_log2``) becomes ``count`` rows on ``rows``, ``1 << stride_log2`` apart, read
     through ``reads.source<source>``; the run's last row carries ``last`` and each row its
     ``source``. One run waits behind the current one, so runs follow each other without a gap.
-    A small FIFO absorbs the read latency so the output can stall.
+    A small FIFO absorbs the read latency so the output can stall. A row is as wide as the widest
+    port's address, a count ``count_width`` bits.
     """
 
-    def __init__(self, width, ports, *, strided=False):
+    def __init__(self, width, ports, *, count_width, strided=False):
         if not 1 <= len(ports) <= 2:
             raise ValueError(f"ports has {len(ports)} entries: allowed 1 or 2")
+        if not isinstance(count_width, int) or count_width < 1:
+            raise ValueError(f"count_width={count_width!r} is invalid: allowed an integer >= 1")
         self._ports, self._strided = ports, strided
         super().__init__({
             "run": In(stream.Signature(data.StructLayout({
-                "row": 16, "count": 16, **({"source": 1} if len(ports) > 1 else {}),
+                "row": max(port.addr_width for port in ports), "count": count_width,
+                **({"source": 1} if len(ports) > 1 else {}),
                 **({"stride_log2": 4} if strided else {})}))),
             "reads": In(wiring.Signature({f"source{i}": Out(port)
                                           for i, port in enumerate(ports)})),
@@ -65,8 +69,8 @@ class _RowFeeder(wiring.Component):
         layout = self.rows.payload.shape()
         m.submodules.fifo = fifo = SyncFIFO(width=layout.size, depth=3)
         written = data.View(layout, fifo.w_data)
-        row = Signal(16)
-        remaining = Signal(16)
+        row = Signal.like(self.run.payload.row)
+        remaining = Signal.like(self.run.payload.count)
         source = Signal()
         stride_log2 = Signal(4)
         queued = Signal.like(self.run.payload)
@@ -101,7 +105,8 @@ class _RowFeeder(wiring.Component):
             if self._strided:
                 m.d.sync += stride_log2.eq(queued.stride_log2)
         with m.Elif(issue):
-            m.d.sync += [row.eq(row + (Const(1, 16) << stride_log2)), remaining.eq(remaining - 1)]
+            m.d.sync += [row.eq(row + (Const(1, len(row)) << stride_log2)),
+                         remaining.eq(remaining - 1)]
         return m
 
 
@@ -149,12 +154,15 @@ class ExecuteEngine(wiring.Component):
         m = Module()
         cfg = self.config
         m.submodules.array = array = SystolicArray(cfg)
+        # A MATMUL's count is at most the accumulator's rows (its range check).
+        count_width = ceil_log2(cfg.accumulator_rows + 1)
         m.submodules.weights = weights = _RowFeeder(scratchpad_row(cfg).size,
-                                                    [self.weight_read.signature.flip()])
+                                                    [self.weight_read.signature.flip()],
+                                                    count_width=ceil_log2(cfg.rows + 1))
         act_sources = [self.act_read] + ([self.prob_read] if cfg.softmax else [])
         m.submodules.acts = acts = _RowFeeder(scratchpad_row(cfg).size,
                                               [port.signature.flip() for port in act_sources],
-                                              strided=True)
+                                              count_width=count_width, strided=True)
         wiring.connect(m, wiring.flipped(self.weight_read), weights.reads.source0)
         for i, port in enumerate(act_sources):
             wiring.connect(m, wiring.flipped(port), getattr(acts.reads, f"source{i}"))
@@ -165,7 +173,8 @@ class ExecuteEngine(wiring.Component):
             softmax = SoftmaxUnit.signature_of(cfg).create()
 
         # Result bookkeeping: one entry per accepted MATMUL, consumed as results arrive.
-        target = data.StructLayout({"acc_row": 16, "count": 16, "accumulate": 1})
+        target = data.StructLayout({"acc_row": len(self.acc_write.addr), "count": count_width,
+                                    "accumulate": 1})
         m.submodules.targets = targets = SyncFIFO(width=target.size, depth=_QUEUE_DEPTH)
 
         pushed = data.View(target, targets.w_data)
@@ -255,9 +264,9 @@ class ExecuteEngine(wiring.Component):
         # Results: read the old row (transparent, so back-to-back updates of a row see each
         # other), add or overwrite one cycle later.
         current = data.View(target, targets.r_data)
-        index = Signal(16)
+        index = Signal(count_width)
         result = Signal.like(array.results.payload.data)
-        result_row = Signal(16)
+        result_row = Signal.like(self.acc_write.addr)
         result_accumulate = Signal()
         result_last = Signal()
         last_of_instr = index + 1 == current.count

@@ -122,6 +122,27 @@ def test_strided_activations_follow_back_to_back():
     assert np.array_equal(state["acc"][14:18], matmul_int32(sp[90:94, :3], w[0]))
 
 
+def test_matmuls_at_the_ends_of_the_memories():
+    """A count of every accumulator row, the last weight rows, activations up to the last row,
+    and two back-to-back updates of the last accumulator row: the widths of rows and counts."""
+    cfg = CoreConfig(rows=2, cols=2, scratchpad_kib=1, accumulator_kib=1)
+    n, last = cfg.accumulator_rows, cfg.scratchpad_rows - 1
+    rng = np.random.default_rng(7)
+    sp = rng.integers(-128, 128, (cfg.scratchpad_rows, cfg.lanes))
+    first_act = last - 2 * (n - 1)
+    instructions = [
+        {"weight_row": last - 1, "act_row": first_act, "acc_row": 0, "count": n,
+         "act_stride_log2": 1},
+        {"header": {"accumulate": 1}, "weight_row": 0, "act_row": 0, "acc_row": n - 1, "count": 1},
+        {"header": {"accumulate": 1}, "weight_row": 2, "act_row": 1, "acc_row": n - 1, "count": 1},
+    ]
+    state, done = _run(cfg, sp, instructions)
+    assert state["error"] == ErrorCode.NONE and done == len(instructions)
+    expected = matmul_int32(sp[first_act::2], sp[last - 1:])
+    expected[n - 1] += (matmul_int32(sp[0:1], sp[0:2]) + matmul_int32(sp[1:2], sp[2:4]))[0]
+    assert np.array_equal(state["acc"], expected)
+
+
 def test_bad_matmul_sets_error_and_stops():
     cfg = CoreConfig(rows=2, cols=2, scratchpad_kib=1, accumulator_kib=1)
     sp = np.zeros((cfg.scratchpad_rows, cfg.lanes), dtype=np.int64)

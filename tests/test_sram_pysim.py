@@ -1,0 +1,141 @@
+"""amaranth.sim proof of `hdl.core.SRAM_ATTRS` (``no_rw_check``): while the whole core runs
+token-ordered programs, no read port of an SRAM that is not transparent reads the row written
+in the same cycle (on an FPGA that read would return an undefined value)."""
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from amaranth.hdl import Fragment, Module
+from amaranth.hdl._mem import MemoryInstance
+from amaranth.sim import Simulator
+
+from tpugen import CoreConfig
+from tpugen.firmware.device import Device
+from tpugen.hdl.axi import axi_lite_signature, axi_read_signature, axi_write_signature, \
+    connect_by_name
+from tpugen.hdl.axi_memory import AxiMemory
+from tpugen.hdl.core import SRAM_ATTRS, TpuCore
+from tpugen.registers import ADDR_WIDTH
+from tpugen.run_protocol import drive_async, run_program
+from tpugen.sim.golden import conv2d_int32, matmul_int32
+from tpugen.sim.pysim_axil import AxiLiteMaster
+
+CONFIG = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1, axi_data_width=32,
+                    softmax=False, im2col=False, counters="basic", windows=2, queue_depth=1,
+                    descriptor_dims=3)
+MEMORY_SIZE = 1 << 14
+
+
+def _srams(fragment):
+    """The `MemoryInstance` of every SRAM (``SRAM_ATTRS``) under ``fragment``."""
+    found = [fragment] if (isinstance(fragment, MemoryInstance)
+                           and fragment._attrs == SRAM_ATTRS) else []
+    for sub, _, _ in fragment.subfragments:
+        found += _srams(sub)
+    return found
+
+
+def _storage(fragment, depth):
+    """The `MemoryInstance` of ``depth`` words under ``fragment``: the system memory."""
+    if isinstance(fragment, MemoryInstance) and fragment._data.depth == depth:
+        return fragment
+    for sub, _, _ in fragment.subfragments:
+        if (found := _storage(sub, depth)) is not None:
+            return found
+    return None
+
+
+class _PysimDevice(Device):
+    """The core with its memory in amaranth.sim, one simulation per run; every run checks
+    each SRAM's ports each cycle (``collisions``)."""
+
+    def __init__(self, config):
+        super().__init__(config, MEMORY_SIZE)
+        self._transport = self  # only `_execute` runs programs
+        self.collisions = []
+        self.cycles = self.overlaps = 0  # overlaps: cycles with a read beside a write
+
+    def _execute(self, image, timeout_cycles=200_000):
+        core = TpuCore(self.config)
+        width = self.config.axi_data_width
+        memory = AxiMemory(width, MEMORY_SIZE, dual_port=True)
+        top = Module()
+        top.submodules.core, top.submodules.memory = core, memory
+        for signature in (axi_read_signature(width), axi_write_signature(width)):
+            connect_by_name(top, core, "m_axi_", memory, "s_axi_", signature)
+        fragment = Fragment.get(top, None)
+        beat = width // 8
+        srams, storage = _srams(fragment), _storage(fragment, MEMORY_SIZE // beat)
+        assert len(srams) == 2  # the scratchpad and the accumulator
+        image_bytes = bytearray(MEMORY_SIZE)
+        for address, data in [*image.inputs, (image.program_address, image.program)]:
+            image_bytes[address:address + len(data)] = data
+        words = np.frombuffer(bytes(image_bytes), dtype=f"<u{beat}")
+        bus = SimpleNamespace(**{name: getattr(core, f"s_axil_{name}")
+                                 for name in axi_lite_signature(ADDR_WIDTH).members})
+        master = AxiLiteMaster(bus)
+        outputs, run = [], {}
+
+        class Link:
+            async def write_register(self, offset, value):
+                await master.write(ctx, offset, value)
+
+            async def read_registers(self, offset, count):
+                return [(await master.read(ctx, offset + 4 * i))[0] for i in range(count)]
+
+            async def wait_interrupt(self, timeout):
+                for _ in range(timeout):
+                    if ctx.get(core.irq):
+                        return True
+                    await ctx.tick()
+                return False
+
+        async def host(context):
+            nonlocal ctx
+            ctx = context
+            for i in np.flatnonzero(words):
+                ctx.set(storage._data[int(i)], int(words[i]))
+            run["outcome"] = await drive_async(Link(), run_program(
+                image.windows, image.program_address, image.program_length, timeout_cycles))
+            got = b"".join(int(ctx.get(storage._data[i])).to_bytes(beat, "little")
+                           for i in range(MEMORY_SIZE // beat))
+            outputs.extend(got[address:address + size] for address, size in image.outputs)
+
+        async def monitor(ctx):
+            ports = [(sram, read, write) for sram in srams
+                     for read in sram._read_ports for w, write in enumerate(sram._write_ports)
+                     if w not in read._transparent_for]
+            signals = [s for _, read, write in ports
+                       for s in (read._en, read._addr, write._en, write._addr)]
+            async for _, _, *values in ctx.tick().sample(*signals):
+                self.cycles += 1
+                for i, (sram, _, _) in enumerate(ports):
+                    read_en, read_addr, write_en, write_addr = values[4 * i:4 * i + 4]
+                    self.overlaps += bool(read_en and write_en)
+                    if read_en and write_en and read_addr == write_addr:
+                        self.collisions.append((self.cycles, sram._data.depth, read_addr))
+
+        ctx = None
+        sim = Simulator(fragment)
+        sim.add_clock(1e-6)
+        sim.add_testbench(host)
+        sim.add_process(monitor)
+        sim.run()  # until `host` returns (`monitor` runs in the background)
+        assert run["outcome"].done, run["outcome"]
+        return outputs
+
+
+@pytest.mark.parametrize("workload", ["matmul", "conv2d"])
+def test_no_sram_port_reads_the_row_written_in_the_same_cycle(workload):
+    rng = np.random.default_rng(16)
+    device = _PysimDevice(CONFIG)
+    if workload == "matmul":
+        a = rng.integers(-128, 128, (12, 20), dtype=np.int8)
+        b = rng.integers(-128, 128, (20, 10), dtype=np.int8)
+        np.testing.assert_array_equal(device.matmul(a, b), matmul_int32(a, b))
+    else:
+        x = rng.integers(-128, 128, (1, 8, 5, 5), dtype=np.int8)
+        w = rng.integers(-128, 128, (6, 8, 1, 1), dtype=np.int8)
+        np.testing.assert_array_equal(device.conv2d(x, w), conv2d_int32(x, w))
+    assert device.overlaps > 0
+    assert device.collisions == []
