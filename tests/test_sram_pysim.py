@@ -17,13 +17,18 @@ from tpugen.hdl.axi_memory import AxiMemory
 from tpugen.hdl.core import SRAM_ATTRS, TpuCore
 from tpugen.registers import ADDR_WIDTH
 from tpugen.run_protocol import drive_async, run_program
+from tpugen.firmware.epilogue import apply_epilogue
+from tpugen.sim.attention_model import attention_float
 from tpugen.sim.golden import conv2d_int32, matmul_int32
 from tpugen.sim.pysim_axil import AxiLiteMaster
 
-CONFIG = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1, axi_data_width=32,
-                    softmax=False, im2col=False, counters="basic", windows=2, queue_depth=1,
-                    descriptor_dims=3)
-MEMORY_SIZE = 1 << 14
+MICRO = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1, axi_data_width=32,
+                   softmax=False, im2col=False, counters="basic", windows=2, queue_depth=1,
+                   descriptor_dims=3)
+FULL = CoreConfig(rows=4, cols=4, scratchpad_kib=2, accumulator_kib=2, axi_data_width=32)
+"""Every port of the full core: the softmax unit's on the accumulator and the probability
+buffer, the im2col loads, the pooled and accumulating paths."""
+MEMORY_SIZE = 1 << 15
 
 
 def _srams(fragment):
@@ -66,7 +71,7 @@ class _PysimDevice(Device):
         fragment = Fragment.get(top, None)
         beat = width // 8
         srams, storage = _srams(fragment), _storage(fragment, MEMORY_SIZE // beat)
-        assert len(srams) == 2  # the scratchpad and the accumulator
+        assert len(srams) == 2 + self.config.softmax  # scratchpad, accumulator, probabilities
         image_bytes = bytearray(MEMORY_SIZE)
         for address, data in [*image.inputs, (image.program_address, image.program)]:
             image_bytes[address:address + len(data)] = data
@@ -125,17 +130,37 @@ class _PysimDevice(Device):
         return outputs
 
 
-@pytest.mark.parametrize("workload", ["matmul", "conv2d"])
-def test_no_sram_port_reads_the_row_written_in_the_same_cycle(workload):
-    rng = np.random.default_rng(16)
-    device = _PysimDevice(CONFIG)
+def _run(device, workload, rng):
+    """Run ``workload`` on ``device`` and check its result (bit-exact, attention within the
+    2e-2 error budget)."""
     if workload == "matmul":
         a = rng.integers(-128, 128, (12, 20), dtype=np.int8)
         b = rng.integers(-128, 128, (20, 10), dtype=np.int8)
         np.testing.assert_array_equal(device.matmul(a, b), matmul_int32(a, b))
-    else:
+    elif workload == "conv2d":
         x = rng.integers(-128, 128, (1, 8, 5, 5), dtype=np.int8)
         w = rng.integers(-128, 128, (6, 8, 1, 1), dtype=np.int8)
         np.testing.assert_array_equal(device.conv2d(x, w), conv2d_int32(x, w))
+    elif workload == "conv2d_pool":  # im2col, accumulation over K tiles, bias, ReLU, 2x2 pool
+        x = rng.integers(-128, 128, (1, 3, 6, 6), dtype=np.int8)
+        w = rng.integers(-128, 128, (5, 3, 3, 3), dtype=np.int8)
+        bias = rng.integers(-1000, 1000, 5, dtype=np.int32)
+        expected = apply_epilogue(conv2d_int32(x, w, padding=1), 1, bias=bias, relu=True)
+        expected = expected.reshape(1, 5, 3, 2, 3, 2).max(axis=(3, 5))
+        np.testing.assert_array_equal(
+            device.conv2d(x, w, padding=1, bias=bias, relu=True, pool=True), expected)
+    else:  # causal attention: the softmax unit's reads and rescales of S, O and its state
+        q, k, v = (rng.standard_normal((9, 8)).astype(np.float32) for _ in range(3))
+        got = device.attention(q, k, v, causal=True)
+        want = attention_float(q[None], k[None], v[None], causal=True)[0]
+        assert np.linalg.norm(got - want) <= 2e-2 * np.linalg.norm(want)
+
+
+@pytest.mark.parametrize("config,workload", [
+    (MICRO, "matmul"), (MICRO, "conv2d"),
+    (FULL, "matmul"), (FULL, "conv2d_pool"), (FULL, "attention")])
+def test_no_sram_port_reads_the_row_written_in_the_same_cycle(config, workload):
+    device = _PysimDevice(config)
+    _run(device, workload, np.random.default_rng(16))
     assert device.overlaps > 0
     assert device.collisions == []
