@@ -107,9 +107,8 @@ class ControlRegisters(wiring.Component):
         with m.If(bus.bvalid & bus.bready):
             m.d.sync += bus.bvalid.eq(0)
 
-        w_mask = Cat(bit.replicate(8) for bit in w_strb)
         w_bits = Signal(32)
-        m.d.comb += w_bits.eq(w_data & w_mask)
+        m.d.comb += w_bits.eq(w_data & Cat(bit.replicate(8) for bit in w_strb))
         start = Signal()
         soft_reset = Signal()
         ack = Signal()
@@ -126,15 +125,12 @@ class ControlRegisters(wiring.Component):
                     with m.Case(reg.offset // 4):
                         if reg.access == "rw":
                             target = store.get(reg.name)
-                            update = ([] if target is None else
-                                      target.eq(((target & ~w_mask) | w_bits) & reg.mask))
                             if reg.locked:
                                 with m.If(locked):
                                     m.d.sync += bus.bresp.eq(AXI_RESP_SLVERR)
-                                with m.Else():
-                                    m.d.sync += update
-                            else:
-                                m.d.sync += update
+                            if target is not None:
+                                enables = w_strb & ~locked.replicate(4) if reg.locked else w_strb
+                                _write_bytes(m, target, w_data, enables, reg.mask)
                         elif reg.name == "CONTROL":
                             control = reg.layout(w_bits)
                             m.d.comb += [start.eq(control.start),
@@ -212,6 +208,16 @@ class ControlRegisters(wiring.Component):
                     with m.If(selected[i]):
                         m.d.sync += high.eq(source)
         return m
+
+
+def _write_bytes(m, target, data, strb, mask):
+    """Write the bytes of ``data`` that ``strb`` enables, masked by ``mask``, into ``target``:
+    a flip-flop enable per byte, so no multiplexer per bit."""
+    for i in range(4):
+        byte_mask = mask >> 8 * i & 0xFF
+        if byte_mask:
+            with m.If(strb[i]):
+                m.d.sync += target[8 * i:8 * i + 8].eq(data[8 * i:8 * i + 8] & byte_mask)
 
 
 def _or(values):
