@@ -181,14 +181,16 @@ class ControlRegisters(wiring.Component):
                 values[f"{name.upper()}_HI"] = Const(0, 32)
         assert values.keys() == {reg.name for reg in REGISTERS}
 
-        # R in two steps (AXI4-Lite allows any read latency): the cycle after AR, the decoded
-        # address as a one-hot select of the registers that can read other than 0 (and RRESP:
-        # SLVERR at an unmapped address, which reads 0); the next, RDATA as the AND-OR of the
-        # selected registers.
+        # R in two steps (AXI4-Lite allows any read latency): the cycle after AR, the word
+        # address registered (and RRESP: SLVERR at an unmapped address, which reads 0); the next,
+        # RDATA as the AND-OR of the registers that can read other than 0, selected by its
+        # decode (registering the word rather than the one-hot select saves flip-flops).
         sources = [reg for reg in REGISTERS if not (isinstance(values[reg.name], Const)
                                                     and values[reg.name].value == 0)]
         word = bus.araddr[2:]
+        read_word = Signal.like(word)
         selected = Signal(len(sources))
+        m.d.comb += selected.eq(Cat(read_word == reg.offset // 4 for reg in sources))
         decoded = Signal()  # an AR taken: RDATA from ``selected`` next
         m.d.comb += bus.arready.eq(~decoded & ~bus.rvalid)
         with m.If(bus.rvalid & bus.rready):
@@ -196,7 +198,7 @@ class ControlRegisters(wiring.Component):
         with m.If(bus.arvalid & bus.arready):
             mapped = _or(word == reg.offset // 4 for reg in REGISTERS)
             m.d.sync += [decoded.eq(1),
-                         selected.eq(Cat(word == reg.offset // 4 for reg in sources)),
+                         read_word.eq(word),
                          bus.rresp.eq(Mux(mapped, AXI_RESP_OKAY, AXI_RESP_SLVERR))]
         with m.If(decoded):
             m.d.sync += [decoded.eq(0), bus.rvalid.eq(1),
