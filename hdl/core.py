@@ -191,10 +191,10 @@ class TpuCore(wiring.Component):
         aw_done = port("awvalid") & port("awready")
         w_done = port("wvalid") & port("wready")
         b_done = port("bvalid") & port("bready")
-        # Bursts in flight at the ports: the load engine's and a fetch (writes: the store
-        # engine's), and one a soft reset left waiting.
-        reads = Signal(range(MAX_OUTSTANDING + 3))  # accepted, last beat not yet taken
-        writes = Signal(range(MAX_OUTSTANDING + 2))  # accepted, response not yet taken
+        # Bursts in flight at the ports: the load engine's MAX_OUTSTANDING and a fetch (writes:
+        # the store engine's); a soft reset adds none, as the datapath issues none until quiet.
+        reads = Signal(range(MAX_OUTSTANDING + 2))  # accepted, last beat not yet taken
+        writes = Signal(range(MAX_OUTSTANDING + 1))  # accepted, response not yet taken
         m.d.sync += [reads.eq(reads + ar_done - r_last), writes.eq(writes + aw_done - b_done)]
         # W beats may go before their AW is accepted, but not before it is presented: a burst
         # owes its W beats from the first cycle its AW is on the bus.
