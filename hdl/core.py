@@ -5,6 +5,7 @@ from amaranth.lib import memory, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import Out
 
+from ..arch import MAX_OUTSTANDING
 from ..registers import ADDR_WIDTH, counter_names
 from .axi import (axi_lite_signature, axi_read_signature, axi_write_signature, connect_by_name,
                   flat_ports)
@@ -199,15 +200,19 @@ class TpuCore(wiring.Component):
         aw_done = port("awvalid") & port("awready")
         w_done = port("wvalid") & port("wready")
         b_done = port("bvalid") & port("bready")
-        reads = Signal(8)   # read bursts accepted whose last beat is not yet taken
-        writes = Signal(8)  # write bursts accepted whose response is not yet taken
+        # Bursts in flight at the ports: the load engine's MAX_OUTSTANDING and a fetch (writes:
+        # the store engine's); a soft reset adds none, as the datapath issues none until quiet.
+        reads = Signal(range(MAX_OUTSTANDING + 2))  # accepted, last beat not yet taken
+        writes = Signal(range(MAX_OUTSTANDING + 1))  # accepted, response not yet taken
         m.d.sync += [reads.eq(reads + ar_done - r_last), writes.eq(writes + aw_done - b_done)]
         # W beats may go before their AW is accepted, but not before it is presented: a burst
         # owes its W beats from the first cycle its AW is on the bus.
         aw_waiting = Signal()
         aw_presented = port("awvalid") & ~aw_waiting
         m.d.sync += aw_waiting.eq(port("awvalid") & ~port("awready"))
-        m.submodules.w_owed = w_owed = SyncFIFO(width=8, depth=16)  # AWLEN of bursts with W beats owed
+        # AWLEN of the bursts with W beats owed: each has its AW presented and no B yet, so the
+        # store engine's MAX_OUTSTANDING at most (none are added while ``resetting``).
+        m.submodules.w_owed = w_owed = SyncFIFO(width=8, depth=MAX_OUTSTANDING)
         w_beat = Signal(8)
         # A one-beat burst whose W beat goes in the cycle its AW appears owes nothing: with no
         # older burst queued, that beat is its own (a FIFO would ignore the pop when empty).

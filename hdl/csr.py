@@ -107,9 +107,8 @@ class ControlRegisters(wiring.Component):
         with m.If(bus.bvalid & bus.bready):
             m.d.sync += bus.bvalid.eq(0)
 
-        w_mask = Cat(bit.replicate(8) for bit in w_strb)
         w_bits = Signal(32)
-        m.d.comb += w_bits.eq(w_data & w_mask)
+        m.d.comb += w_bits.eq(w_data & Cat(bit.replicate(8) for bit in w_strb))
         start = Signal()
         soft_reset = Signal()
         ack = Signal()
@@ -126,15 +125,12 @@ class ControlRegisters(wiring.Component):
                     with m.Case(reg.offset // 4):
                         if reg.access == "rw":
                             target = store.get(reg.name)
-                            update = ([] if target is None else
-                                      target.eq(((target & ~w_mask) | w_bits) & reg.mask))
                             if reg.locked:
                                 with m.If(locked):
                                     m.d.sync += bus.bresp.eq(AXI_RESP_SLVERR)
-                                with m.Else():
-                                    m.d.sync += update
-                            else:
-                                m.d.sync += update
+                            if target is not None:
+                                enables = w_strb & ~locked.replicate(4) if reg.locked else w_strb
+                                _write_bytes(m, target, w_data, enables, reg.mask)
                         elif reg.name == "CONTROL":
                             control = reg.layout(w_bits)
                             m.d.comb += [start.eq(control.start),
@@ -185,14 +181,16 @@ class ControlRegisters(wiring.Component):
                 values[f"{name.upper()}_HI"] = Const(0, 32)
         assert values.keys() == {reg.name for reg in REGISTERS}
 
-        # R in two steps (AXI4-Lite allows any read latency): the cycle after AR, the decoded
-        # address as a one-hot select of the registers that can read other than 0 (and RRESP:
-        # SLVERR at an unmapped address, which reads 0); the next, RDATA as the AND-OR of the
-        # selected registers.
+        # R in two steps (AXI4-Lite allows any read latency): the cycle after AR, the word
+        # address registered (and RRESP: SLVERR at an unmapped address, which reads 0); the next,
+        # RDATA as the AND-OR of the registers that can read other than 0, selected by its
+        # decode (registering the word rather than the one-hot select saves flip-flops).
         sources = [reg for reg in REGISTERS if not (isinstance(values[reg.name], Const)
                                                     and values[reg.name].value == 0)]
         word = bus.araddr[2:]
+        read_word = Signal.like(word)
         selected = Signal(len(sources))
+        m.d.comb += selected.eq(Cat(read_word == reg.offset // 4 for reg in sources))
         decoded = Signal()  # an AR taken: RDATA from ``selected`` next
         m.d.comb += bus.arready.eq(~decoded & ~bus.rvalid)
         with m.If(bus.rvalid & bus.rready):
@@ -200,7 +198,7 @@ class ControlRegisters(wiring.Component):
         with m.If(bus.arvalid & bus.arready):
             mapped = _or(word == reg.offset // 4 for reg in REGISTERS)
             m.d.sync += [decoded.eq(1),
-                         selected.eq(Cat(word == reg.offset // 4 for reg in sources)),
+                         read_word.eq(word),
                          bus.rresp.eq(Mux(mapped, AXI_RESP_OKAY, AXI_RESP_SLVERR))]
         with m.If(decoded):
             m.d.sync += [decoded.eq(0), bus.rvalid.eq(1),
@@ -212,6 +210,16 @@ class ControlRegisters(wiring.Component):
                     with m.If(selected[i]):
                         m.d.sync += high.eq(source)
         return m
+
+
+def _write_bytes(m, target, data, strb, mask):
+    """Write the bytes of ``data`` that ``strb`` enables, masked by ``mask``, into ``target``:
+    a flip-flop enable per byte, so no multiplexer per bit."""
+    for i in range(4):
+        byte_mask = mask >> 8 * i & 0xFF
+        if byte_mask:
+            with m.If(strb[i]):
+                m.d.sync += target[8 * i:8 * i + 8].eq(data[8 * i:8 * i + 8] & byte_mask)
 
 
 def _or(values):
