@@ -301,7 +301,8 @@ class Controller(wiring.Component):
             self.axi.arsize.eq(exact_log2(beat_bits // 8)),
             self.axi.arburst.eq(AXI_BURST_INCR),
         ]
-        in_window = window_ok(m, self.windows, address, INSTRUCTION_BYTES, "read")
+        # Used only when the program base is aligned (else MISALIGNED first): no adder.
+        in_window = window_ok(m, self.windows, address, INSTRUCTION_BYTES, "read", aligned=True)
         bus_error = Signal()
         ar_waiting = Signal()
         # A burst the watchdog gave up on: its beats are taken and dropped when they come, and
