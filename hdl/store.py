@@ -123,8 +123,8 @@ class StoreEngine(wiring.Component):
         m.submodules.datapath = datapath = EpilogueDatapath(units, multiplier=multiplier)
         m.d.comb += lane_params.instr.payload.eq(params_instr)
 
-        # Planned steps -> accumulator read -> A: parameter read, the epilogue datapath's
-        # stages -> D: beat builder -> W FIFO; the stages move together.
+        # Planned steps -> A: accumulator read -> B: its data registered, parameter read, the
+        # epilogue datapath's stages -> D: beat builder -> W FIFO; the stages move together.
         planned = planner.steps.payload
         read = Signal(2)  # which of the four rows of a pooled step
         last_read = ~(epilogue.pool & planned.in_bounds) | (read == 3)
@@ -174,11 +174,15 @@ class StoreEngine(wiring.Component):
         acc = self.acc_read.data.as_value()
         if select:  # the step's lanes, from unit 0 on
             acc = select_units(acc, a_step.lane, units, 32)
-        m.d.comb += [lane_params.lane.eq(a_entry), lane_params.same.eq(epilogue.per_row),
+        # B: the accumulator's read data registered (a block RAM output feeds no logic but
+        # the unit select), the parameters read from a registered entry beside it.
+        b_acc, b_entry, b_first = stage(acc, "b_acc"), stage(a_entry, "b_entry"), \
+            stage(a_read == 0, "b_first")
+        m.d.comb += [lane_params.lane.eq(b_entry), lane_params.same.eq(epilogue.per_row),
                      datapath.advance.eq(advance), datapath.options.eq(epilogue),
-                     datapath.first.eq(a_read == 0), datapath.acc.eq(acc),
+                     datapath.first.eq(b_first), datapath.acc.eq(b_acc),
                      datapath.params.eq(lane_params.params)]
-        valid, late_step = a_valid & a_last, a_step
+        valid, late_step = stage(a_valid & a_last, "b_valid"), stage(a_step, "b_step")
         for n in range(1, EpilogueDatapath.LATENCY):
             valid, late_step = stage(valid, f"valid{n}"), stage(late_step, f"step{n}")
         with m.If(advance):
