@@ -4,9 +4,9 @@ from dataclasses import dataclass
 
 from ..arch import Engine
 from ..isa import (DIMS, INSTRUCTION_BYTES, PARAMS_PER_INSTRUCTION, Opcode, SoftmaxMode,
-                   TensorDescriptor, encode)
+                   TensorDescriptor, encode, encode_tile)
 
-__all__ = ["LEAD", "Deps", "Dim", "Op", "Program", "dependency_tokens", "fold_dims", "schedule",
+__all__ = ["LEAD", "Deps", "Dim", "Op", "Program", "dependency_tokens", "schedule",
            "tensor"]
 
 
@@ -36,8 +36,9 @@ class Dim:
 
 
 def tensor(base, elem_bytes, sram_row, dims, lane=0):
-    """A tensor descriptor's fields; ``dims`` innermost (lanes) first, missing ones are 1 wide;
-    element i0 is lane ``lane + i0`` of its SRAM row."""
+    """A tile, TMA-style (`isa.encode_tile` turns it into `TensorDescriptor` fields); ``dims``
+    innermost (lanes) first, missing ones are 1 wide; element i0 is lane ``lane + i0`` of its
+    SRAM row."""
     if elem_bytes not in (1, 2, 4, 8):
         raise ValueError(f"elem_bytes={elem_bytes!r} is invalid: allowed 1, 2, 4 or 8")
     if not 1 <= len(dims) <= DIMS:
@@ -50,41 +51,20 @@ def tensor(base, elem_bytes, sram_row, dims, lane=0):
             "lane": lane, "dims": [d.fields() for d in dims]}
 
 
-def fold_dims(descriptor, descriptor_dims):
-    """``descriptor`` (`tensor` fields) for a core whose walkers walk ``descriptor_dims`` dims
-    (`CoreConfig.descriptor_dims`): every dim from there on must have extent 1 and is folded
-    into the base, ``base += start * stride`` and start 0 if its start is in bounds, else bound
-    0 (the tile is padding, as it was); ValueError naming ``descriptor_dims`` if one has more."""
-    dims = [dict(d) for d in descriptor["dims"]]
-    base = descriptor["base"]
-    for d in range(descriptor_dims, DIMS):
-        dim = dims[d]
-        if dim["extent"] != 1:
-            raise ValueError(f"this tile needs dim {d} (extent {dim['extent']}): the core walks "
-                             f"only {descriptor_dims} (CoreConfig.descriptor_dims="
-                             f"{descriptor_dims})")
-        if 0 <= dim["start"] < dim["bound"]:
-            base += dim["start"] * dim["stride"]
-        else:
-            dim["bound"] = 0
-        dim["start"] = 0
-    if base >= 1 << 32:
-        raise ValueError(f"the tile's base {base:#x} after folding its dims past "
-                         f"descriptor_dims={descriptor_dims} is outside the 32-bit address space")
-    return {**descriptor, "base": base, "dims": dims}
-
-
 class Program:
-    """A list of encoded instructions, built in order. With a `CoreConfig` its tensor
-    descriptors are fitted to the core's walkers (`fold_dims`)."""
+    """A list of encoded instructions, built in order. Tiles (`tensor` fields) are encoded for
+    the walkers of a `CoreConfig` (`isa.encode_tile`), of every dim without one. ``wrap``:
+    tiles whose in-bounds elements leave the 32-bit address space are encoded as the core walks
+    them, modulo 2**32, instead of refused (for tests of that wrap; compilers never need it)."""
 
-    def __init__(self, config=None):
+    def __init__(self, config=None, wrap=False):
         self.descriptor_dims = DIMS if config is None else config.descriptor_dims
+        self.wrap = wrap
         self.instructions = []
 
     def load(self, descriptor, deps=Deps()):
         return self._add(Opcode.LOAD, header=deps.fields(),
-                         tensor=fold_dims(descriptor, self.descriptor_dims))
+                         tensor=encode_tile(descriptor, self.descriptor_dims, self.wrap))
 
     def load_im2col(self, descriptor, deps=Deps()):
         """LOAD a tile of the lowered matrix; ``descriptor``: Im2colDescriptor fields."""
@@ -100,7 +80,7 @@ class Program:
     def store(self, descriptor, epilogue=None, deps=Deps()):
         """``epilogue``: `isa.Epilogue` fields (bias, requant, relu, pool, pool_pitch)."""
         return self._add(Opcode.STORE, header=deps.fields(),
-                         tensor=fold_dims(descriptor, self.descriptor_dims),
+                         tensor=encode_tile(descriptor, self.descriptor_dims, self.wrap),
                          epilogue=epilogue or {})
 
     def params(self, entries, first_lane=0, broadcast=False):

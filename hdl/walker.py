@@ -10,10 +10,6 @@ __all__ = ["TileCheck", "TileWalker", "Im2colWalker", "ElementStage", "BurstPlan
            "element_layout", "walker_signature", "step_layout", "burst_layout", "move_units",
            "select_units"]
 
-COORD = signed(18)
-"""A tile coordinate: start (signed 16) + index (unsigned 16)."""
-
-
 POOLING = data.StructLayout({"enable": 1, "pitch": 16})
 """2x2 max pooling of a tile (a STORE's ``Epilogue.pool`` and ``pool_pitch``): tile element
 (i0, i1, i2) is made of the rows from ``sram_row + 2 * i1 + 2 * pitch * i2`` on."""
@@ -85,13 +81,11 @@ def walker_signature(descriptor_layout, lanes, rows):
 
 def element_layout(lanes, rows):
     """One step of a walk: ``count`` consecutive lanes of a row, all in bounds or all padding,
-    with the tensor coordinates (``isa.DIMS`` of them, those a walker does not walk 0), address
-    and SRAM position of the first."""
+    with the address and SRAM position of the first."""
     return data.StructLayout({
-        "coords": data.ArrayLayout(COORD, DIMS),
         "in_bounds": 1,   # every coordinate inside [0, bound)
         "addr": 32,
-        "overflow": 1,    # in bounds, but the address is outside [0, 2**32)
+        "overflow": 1,    # in bounds, but the address is outside [0, 2**32) (im2col only)
         "lane": range(lanes),
         "count": range(1, lanes + 1),
         "row": range(rows),
@@ -122,15 +116,16 @@ burst_layout = data.StructLayout({"addr": 32, "len": 8})
 class TileCheck(wiring.Component):
     """Checks a descriptor before any memory is touched; ``result`` is NONE or the error.
 
-    The element size must be ``elem_log2`` (or one of a tuple of them), and ``lane + e0`` at
+    The element size must be ``elem_log2`` (or one of a tuple of them), the address and the
+    walked strides multiples of it (else MISALIGNED), and ``lane + e0`` at
     most ``max_extent0`` (the lanes of a row). The tile's rows,
     ``e1 * e2 * e3`` from ``sram_row`` on, must fit ``rows``. With ``pool`` enabled (an input
     sampled with the descriptor, there when built with ``pool=True``) ``e3`` must be 1 and the
     pitch non-zero, and the rows read, ``pitch * (2 * e2 - 1) + 2 * e1`` from ``sram_row`` on,
     must fit. The products are formed by two shift-add loops (one cycle per significant bit of
     the multipliers), saturating at the power of two above ``rows``. A walker of ``dims``
-    dimensions (2..4) needs every dim from ``dims`` on to have extent 1 and start 0 (else
-    BAD_EXTENT); their strides are not checked. With ``held`` the descriptor (and pooling)
+    dimensions (2..4) needs every dim from ``dims`` on to have extent 1 (else BAD_EXTENT);
+    their strides are not checked. With ``held`` the descriptor (and pooling)
     taken stay on the ``held`` (and ``held_pool``) inputs until the result is taken: no copy
     is kept here.
     """
@@ -176,15 +171,14 @@ class TileCheck(wiring.Component):
         with m.If(~Cat(desc.elem_log2 == v for v in self.elem_log2s).any()):
             m.d.comb += code.eq(ErrorCode.BAD_ELEMENT)
         with m.Elif(Cat(dims[d].extent == 0 for d in walked).any() |
-                    Cat((dims[d].extent != 1) | (dims[d].start != 0)
-                        for d in range(self.dims, DIMS)).any() |
+                    Cat(dims[d].extent != 1 for d in range(self.dims, DIMS)).any() |
                     (desc.lane + dims[0].extent > self.max_extent0) |
                     (pool.enable & ((extent(desc, 3) != 1) | (pool.pitch == 0)))):
             m.d.comb += code.eq(ErrorCode.BAD_EXTENT)
         with m.Elif(desc.sram_row + acc > self.rows):
             m.d.comb += code.eq(ErrorCode.SRAM_RANGE)
         with m.Elif(Cat((value[:3] & mask).any()
-                        for value in [desc.base, *(dims[d].stride for d in walked)]).any()):
+                        for value in [desc.address, *(dims[d].stride for d in walked)]).any()):
             m.d.comb += code.eq(ErrorCode.MISALIGNED)
 
         with m.If(self.result.ready):
@@ -217,24 +211,25 @@ class TileCheck(wiring.Component):
 
 
 class TileWalker(wiring.Component):
-    """Walks a descriptor a row segment at a time, dim 0 fastest (see ``TensorDescriptor``).
+    """Walks a descriptor a row segment at a time, dim 0 fastest (see ``TensorDescriptor``): an
+    affine loop nest, with no multiplier and no coordinates (VTA's ``TensorDataCtrl``).
 
-    A descriptor is accepted when idle. The start address ``base + sum(start_d * stride_d)``
-    takes one cycle, plus one per significant bit of each non-zero ``|start_d|``; then one step
-    per cycle follows, 32-bit addresses and rows advancing by additions only; element ``i0`` is
-    lane ``lane + i0`` of its row. A step is one
+    A descriptor is accepted when idle and walked from the next cycle, one step per cycle. Each
+    walked dim d keeps its index i_d and the address a_d of element (0, .., 0, i_d, ..): the dim
+    that advances (the innermost one not at its last index) adds its stride to its a_d in one
+    32-bit adder (modulo 2**32) and copies the sum to the dims inside it, whose indices restart
+    at 0. An element is in bounds when ``lo_d <= i_d < hi_d`` for every walked d (compares as
+    narrow as the indices) and every dim past them has ``lo`` 0 and ``hi`` above 0 (checked when
+    the descriptor is taken). Element ``i0`` is lane ``lane + i0`` of its row. A step is one
     element or, when the dim-0 stride is the element size (``1 << elem_log2`` bytes), the
     longest run of lanes that are all padding or all in bounds and inside one ``beat_bytes`` bus
     beat. With ``pool`` enabled (an input sampled with the descriptor, there when built with
     ``pool=True``) the row of element (i0, i1, i2) is ``sram_row + 2 * i1 + 2 * pitch * i2``,
     the first of its 2x2 window. ``elem_log2`` is the element size or a tuple of those allowed;
-    the descriptor must pass a ``TileCheck`` with the same ``elem_log2``, ``pool`` and ``dims``.
-    Only dims 0..``dims - 1`` are walked; each one past them (extent 1, start 0: its
-    coordinate 0, its stride unused) is a bound check made when the descriptor is taken: with
-    bound 0 there every element is padding. ``abort`` returns to idle at once. With ``held``
-    the descriptor (and pooling) taken stay on the ``held`` (and ``held_pool``) inputs until
-    the walk ends: no copy is kept here. Having passed the check, dim 0 spans at most
-    ``lanes`` and each other dim at most ``rows``: the indices are that wide.
+    the descriptor must pass a ``TileCheck`` with the same ``elem_log2``, ``pool`` and ``dims``,
+    so dim 0 spans at most ``lanes`` and each other dim at most ``rows``: the indices are that
+    wide. ``abort`` returns to idle at once. With ``held`` the descriptor (and pooling) taken
+    stay on the ``held`` (and ``held_pool``) inputs until the walk ends: no copy is kept here.
     """
 
     def __init__(self, lanes, rows, elem_log2, beat_bytes, pool=False, dims=DIMS, held=False):
@@ -253,47 +248,43 @@ class TileWalker(wiring.Component):
         desc, pool, take = _taken(self, self.descriptor.payload, _pool_input(self))
         dims, walked = desc.dims, self.dims
         spans = [self.lanes] + [self.rows] * (walked - 1)  # the largest extent of each dim
-        extent = [dims[d].extent[:ceil_log2(spans[d] + 1)] for d in range(walked)]
+        widths = [ceil_log2(span + 1) for span in spans]
+
+        def narrow(value, d):
+            """``value`` (16 bits) clipped to ``2**width - 1``: an index of dim d (at most
+            ``span - 1 <= 2**width - 2``) compares with it as with ``value``."""
+            width = widths[d]
+            return Mux(value[width:].any(), 2**width - 1, value[:width])
+
+        extent = [dims[d].extent[:widths[d]] for d in range(walked)]
+        lo = [narrow(dims[d].lo, d) for d in range(walked)]
+        hi = [narrow(dims[d].hi, d) for d in range(walked)]
         index = [Signal(range(spans[d]), name=f"i{d}") for d in range(walked)]
-        coord = [Signal(range(-2**15, 2**15 - 1 + spans[d]), name=f"c{d}")  # start + index
-                 for d in range(walked)]
-        empty = Signal()  # a dim past the walked ones has bound 0: every element is padding
-        # a_d: the address (modulo 2**32) at i_0..i_{d-1} = 0. q_d (d >= 1): the same with every
-        # coordinate below 0 taken as 0; its terms are >= 0, so over_d (q_d >= 2**32) is sticky
-        # and exact. In bounds the two agree: over_0 is the flag of a_0, taken from q_1 when
-        # dim 0 starts at or enters [0, ..), then kept up by a_0's carries.
         addr = [Signal(32, name=f"a{d}") for d in range(walked)]
-        clamped = [None] + [Signal(32, name=f"q{d}") for d in range(1, walked)]
-        over = Signal(walked)
+        empty = Signal()  # a dim past the walked ones is padding: so is every element
         row = Signal(range(self.rows))
         pool_row = Signal(range(self.rows))  # pooling: the row at i1 = 0
 
         # The step: lanes up to the end of the row, the padding / in-bounds edge and the beat.
         elem_log2 = _elem_log2(desc, self.elem_log2s)
         contiguous = dims[0].stride == Const(1, 4) << elem_log2
-        outer = ~empty & Cat((coord[d] >= 0) & (coord[d] < dims[d].bound)
+        outer = ~empty & Cat((lo[d] <= index[d]) & (index[d] < hi[d])
                              for d in range(1, walked)).all()
-        in_bounds = outer & (coord[0] >= 0) & (coord[0] < dims[0].bound)
+        before = index[0] < lo[0]
+        in_bounds = outer & ~before & (index[0] < hi[0])
         rest = Signal(range(self.lanes + 1))  # lanes to the end of the row
         m.d.comb += rest.eq(extent[0] - index[0])
-        # The run: lanes to the next edge, cut at 2**k - 1 (k: the bits of rest), which is no
-        # shorter than the row: the step and its end do not change, the compares stay narrow.
-        k = len(rest)
         beat_rest = Signal(range(self.beat_bytes + 1))
         m.d.comb += beat_rest.eq(
             (self.beat_bytes - addr[0][:ceil_log2(self.beat_bytes)]) >> elem_log2)
-        bound_rest = Signal(17)  # in bounds: 1..bound
-        m.d.comb += bound_rest.eq(dims[0].bound - coord[0])
-        short = len(beat_rest)
-        near = coord[0][k:].all() & coord[0][:k].any()  # -2**k < coord0 < 0
-        run = Signal(range(max(2**k - 1, self.beat_bytes) + 1))
+        # The run: lanes to the next edge (the beat's end, hi, lo or the row's end).
+        run = Signal(range(max(2**widths[0], self.beat_bytes) + 1))
         with m.If(~contiguous):
             m.d.comb += run.eq(1)
         with m.Elif(in_bounds):
-            m.d.comb += run.eq(Mux((bound_rest[short:] == 0) & (bound_rest[:short] < beat_rest),
-                                   bound_rest[:short], beat_rest))
-        with m.Elif(outer & (coord[0] < 0) & (dims[0].bound != 0)):
-            m.d.comb += run.eq(Mux(near, (-coord[0][:k])[:k], 2**k - 1))
+            m.d.comb += run.eq(Mux(hi[0] - index[0] < beat_rest, hi[0] - index[0], beat_rest))
+        with m.Elif(outer & before):
+            m.d.comb += run.eq(lo[0] - index[0])
         with m.Else():
             m.d.comb += run.eq(rest)
         # The step ends the row when the run reaches its end (then it is the rest of the row).
@@ -309,10 +300,8 @@ class TileWalker(wiring.Component):
                                 *(following[d] == extent[d] for d in range(1, walked))))
         out = self.elements.payload
         m.d.comb += [
-            *(out.coords[d].eq(coord[d]) for d in range(walked)),  # the others are 0
             out.in_bounds.eq(in_bounds),
             out.addr.eq(addr[0]),
-            out.overflow.eq(in_bounds & over[0]),
             out.lane.eq(desc.lane + index[0]),
             out.count.eq(count),
             out.row.eq(row),
@@ -320,102 +309,38 @@ class TileWalker(wiring.Component):
             out.last.eq(last.all()),
         ]
 
-        # One adder steps the addresses of the dim that advances (the innermost one not at its
-        # last index), another its clamped address: coordinates below 0 add nothing there.
+        # One adder steps the address of the dim that advances.
         step_from, step_by = Signal(32), Signal(32)
-        clamp_from, clamp_by, clamp_over = Signal(32), Signal(32), Signal()
         with m.If(~last[0]):
             m.d.comb += [step_from.eq(addr[0]),
                          step_by.eq(Mux(contiguous, count << elem_log2, dims[0].stride))]
         for d in range(1, walked):
             with m.Elif(~last[d]):
-                m.d.comb += [step_from.eq(addr[d]), step_by.eq(dims[d].stride),
-                             clamp_from.eq(clamped[d]), clamp_over.eq(over[d]),
-                             clamp_by.eq(Mux(coord[d] < 0, 0, dims[d].stride))]
-        stepped = Signal(33)
-        clamp_stepped = Signal(33)
-        m.d.comb += [stepped.eq(step_from + step_by), clamp_stepped.eq(clamp_from + clamp_by)]
-        clamp_overflows = clamp_over | clamp_stepped[32]
-
-        # Setup: a_d = base + sum(start_d * stride_d) and q_d = base + sum(max(start_d, 0) *
-        # stride_d), one multiplier bit a cycle through one adder: the dims with a start > 0
-        # first (q_d is the sum so far), then those below 0 (their terms subtracted).
-        multiplier = Signal(16)    # the bits of |start_d| still to add
-        multiplicand = Signal(32)  # stride_d << (bits done)
-        multiplicand_over = Signal()  # bits shifted out of the multiplicand
-        negative = Signal()        # the term is subtracted
-        pending = Signal(walked)   # dims whose term is still to add
-        acc = Signal(32)
-        term = Mux(multiplier[0], multiplicand, 0)
-        flip = negative.replicate(32)
-        total = Signal(34)  # [1:33]: acc + term, or acc - term (a carry-in through bit 0)
-        m.d.comb += total.eq(Cat(negative, acc) + Cat(negative, term ^ flip))
-        q_next = Mux(negative, clamped[1], total[1:33])
-        q_over = Mux(negative, over[1],
-                     over[1] | total[33] | (multiplier[0] & multiplicand_over))
-        # The next term: the first pending dim with a start > 0, else the first one below 0.
-        next_dim = Signal(walked)
-        next_start, next_stride = Signal(signed(16)), Signal(32)
-        negative_next = next_start < 0
-        choices = ([pending[k] & (dims[k].start > 0) for k in range(walked)] +
-                   [pending[k] & (dims[k].start < 0) for k in range(walked)])
-        for i, chosen in enumerate(choices):
-            k = i % walked
-            with (m.If if i == 0 else m.Elif)(chosen):
-                m.d.comb += [next_dim.eq(1 << k), next_start.eq(dims[k].start),
-                             next_stride.eq(dims[k].stride)]
+                m.d.comb += [step_from.eq(addr[d]), step_by.eq(dims[d].stride)]
+        stepped = Signal(32)
+        m.d.comb += stepped.eq(step_from + step_by)
 
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += self.descriptor.ready.eq(1)
                 with m.If(self.descriptor.valid):
                     d = self.descriptor.payload
-                    m.d.sync += [*take, acc.eq(d.base), row.eq(d.sram_row),
-                                 pool_row.eq(d.sram_row),
-                                 multiplier.eq(0), negative.eq(0), over.eq(0),
-                                 pending.eq(Cat(d.dims[k].start != 0 for k in range(walked))),
-                                 empty.eq(Cat(d.dims[k].bound == 0
+                    m.d.sync += [*take, row.eq(d.sram_row), pool_row.eq(d.sram_row),
+                                 *(a.eq(d.address) for a in addr),
+                                 *(i.eq(0) for i in index),
+                                 empty.eq(Cat((d.dims[k].lo != 0) | (d.dims[k].hi == 0)
                                               for k in range(walked, DIMS)).any())]
-                    m.d.sync += [q.eq(d.base) for q in clamped[1:]]
-                    for k in range(walked):
-                        m.d.sync += [index[k].eq(0), coord[k].eq(d.dims[k].start)]
-                    m.next = "SETUP"
-            with m.State("SETUP"):
-                m.d.sync += [acc.eq(total[1:33]), multiplier.eq(multiplier >> 1),
-                             multiplicand.eq(multiplicand << 1),
-                             multiplicand_over.eq(multiplicand_over | multiplicand[31])]
-                m.d.sync += [q.eq(q_next) for q in clamped[1:]]
-                m.d.sync += over[1:].eq(q_over.replicate(walked - 1))
-                with m.If(multiplier[1:] == 0):  # the term's last bit: the next term
-                    with m.If(pending.any()):
-                        m.d.sync += [multiplier.eq(Mux(negative_next, -next_start, next_start)),
-                                     multiplicand.eq(next_stride), multiplicand_over.eq(0),
-                                     negative.eq(negative_next), pending.eq(pending & ~next_dim)]
-                    with m.Else():
-                        m.d.sync += [a.eq(total[1:33]) for a in addr]
-                        m.d.sync += over[0].eq(q_over)
-                        m.next = "WALK"
-                with m.If(self.abort):
-                    m.next = "IDLE"
+                    m.next = "WALK"
             with m.State("WALK"):
                 m.d.comb += self.elements.valid.eq(1)
                 with m.If(self.elements.ready):
                     # The dim that advances: dim 0 by the step's lanes (count is 1 unless
-                    # contiguous), the others by one, resetting the dims inside it.
+                    # contiguous), the others by one, restarting the dims inside it.
                     for d in range(walked):
                         with (m.If if d == 0 else m.Elif)(~last[d]):
-                            step = count if d == 0 else 1
-                            m.d.sync += [index[d].eq(following[d]), coord[d].eq(coord[d] + step)]
-                            m.d.sync += [a.eq(stepped[:32]) for a in addr[:d + 1]]
-                            if d == 0:
-                                m.d.sync += over[0].eq(Mux(coord[0] < 0, over[1],
-                                                           over[0] | stepped[32]))
-                            else:
-                                m.d.sync += [q.eq(clamp_stepped[:32]) for q in clamped[1:d + 1]]
-                                m.d.sync += over[:d + 1].eq(clamp_overflows.replicate(d + 1))
-                            for inner in range(d):
-                                m.d.sync += [index[inner].eq(0),
-                                             coord[inner].eq(dims[inner].start)]
+                            m.d.sync += index[d].eq(following[d])
+                            m.d.sync += [a.eq(stepped) for a in addr[:d + 1]]
+                            m.d.sync += [i.eq(0) for i in index[:d]]
                             if d == 1:
                                 m.d.sync += row.eq(row + Mux(pool.enable, 2, 1))
                             elif d:
@@ -465,7 +390,7 @@ class Im2colWalker(wiring.Component):
     one element per cycle, from registers: mixed-radix counters for the pixel (n, p, q) of the
     row and the kernel position (c, r, s) of the lane, each digit carrying its coordinate and
     its byte offset (32 bits and ``HIGH`` saturating bits above), advance by additions only.
-    ``coords`` is left zero. The descriptor must have rows, lanes, kernel sizes and stride >= 1
+    The descriptor must have rows, lanes, kernel sizes and stride >= 1
     and its rows must fit ``rows``. ``abort`` returns to idle at once.
     """
 
@@ -651,7 +576,6 @@ class ElementStage(wiring.Component):
     A two-entry `SyncFIFO`: ``input.ready`` comes from its level and ``output.payload`` from
     its two entries, so neither the planner's ready nor an element is a combinational path
     from the one to the other. One element per cycle sustained, one cycle of latency.
-    ``coords`` are not carried (the planner does not use them): zero at the output.
     """
 
     def __init__(self, lanes, rows):
@@ -661,13 +585,11 @@ class ElementStage(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        carried = data.StructLayout({name: field.shape for name, field
-                                     in self.input.payload.shape() if name != "coords"})
-        m.submodules.fifo = queue = fifo.SyncFIFO(width=carried.size, depth=2)
-        written, read = carried(queue.w_data), carried(queue.r_data)
+        m.submodules.fifo = queue = fifo.SyncFIFO(width=len(self.input.payload.as_value()),
+                                                  depth=2)
         m.d.comb += [
-            *(written[name].eq(self.input.payload[name]) for name in carried.members),
-            *(self.output.payload[name].eq(read[name]) for name in carried.members),
+            queue.w_data.eq(self.input.payload),
+            self.output.payload.eq(queue.r_data),
             queue.w_en.eq(self.input.valid),
             self.input.ready.eq(queue.w_rdy),
             self.output.valid.eq(queue.r_rdy),

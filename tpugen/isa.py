@@ -26,16 +26,18 @@ Policies of every core (pinned by tests/test_limits_verilator.py):
   program that runs past the top of the address space continues at address 0. Every fetch is
   checked against the access windows at that wrapped address, and a window does not wrap (it
   covers ``[base, min(base + size, 2**32))``), so the fetch reads address 0 only if a readable
-  window covers it there, else the core stops with PROGRAM_WINDOW at that ``pc``. DMA element
-  addresses do not wrap: an element past 2**32 is ADDRESS_OVERFLOW.
+  window covers it there, else the core stops with PROGRAM_WINDOW at that ``pc``. A tensor
+  descriptor's element addresses wrap the same way (``address + sum(i_d * stride_d)`` modulo
+  2**32, each access checked against the windows at the wrapped address); `encode_tile` refuses
+  a tile whose in-bounds elements leave the address space, so wrapping is never what a program
+  built by the runtime asks for. An im2col LOAD's element past 2**32 is ADDRESS_OVERFLOW.
 * A core walks the first ``CoreConfig.descriptor_dims`` (2..``DIMS``) dims of a tensor
-  descriptor; the format keeps ``DIMS``. Each dim past them must have extent 1 and start 0, else
-  the LOAD or STORE is BAD_EXTENT (found before any access, like the other extents). Its stride
-  is ignored (the load queue does not keep it) and its bound is not: bound 0 makes every
-  element padding (a LOAD writes zeros, a STORE writes nothing), as where the dim is walked. So
-  an instruction such a core runs does what it does on a core with every dim (pinned by
-  tests/test_dma_pysim.py). The runtime folds extent-1 dims into the base to fit a core
-  (`firmware.program.fold_dims`).
+  descriptor; the format keeps ``DIMS``. Each dim past them must have extent 1, else the LOAD
+  or STORE is BAD_EXTENT (found before any access, like the other extents); its stride is
+  ignored (its index is always 0) and its in-bounds range is not: ``lo`` 0 and ``hi`` above 0
+  make its only index in bounds, anything else makes every element padding (a LOAD writes
+  zeros, a STORE writes nothing), as where the dim is walked. So an instruction such a core
+  runs does what it does on a core with every dim (pinned by tests/test_dma_pysim.py).
 """
 import functools
 from collections.abc import Mapping
@@ -48,7 +50,7 @@ __all__ = [
     "TensorDescriptor", "Im2colDescriptor", "LoadInstruction", "LoadIm2colInstruction",
     "MatmulInstruction", "StoreInstruction", "Epilogue", "EpilogueParams", "ParamsInstruction",
     "PARAMS_PER_INSTRUCTION", "PARAMS_RESET", "SoftmaxMode", "SoftmaxInstruction", "decode", "encode",
-    "defined_bits", "instruction_layout", "pack",
+    "defined_bits", "encode_tile", "instruction_layout", "pack",
     "NUM_WINDOWS", "Window",
 ]
 
@@ -81,7 +83,7 @@ class ErrorCode(enum.Enum, shape=4):
     PROGRAM_WINDOW = 8    # an instruction fetch outside every readable window
     BUS_ERROR = 9         # SLVERR / DECERR on the memory bus
     BAD_ELEMENT = 10      # unsupported element size for this engine
-    ADDRESS_OVERFLOW = 11 # an element address outside the 32-bit address space
+    ADDRESS_OVERFLOW = 11 # an im2col element address outside the 32-bit address space
 
 
 Header = data.StructLayout({
@@ -97,13 +99,13 @@ Header = data.StructLayout({
 
 Dim = data.StructLayout({
     "extent": 16,        # tile elements in this dimension (>= 1)
-    "start": signed(16), # tensor coordinate of the tile's first element (negative = padding)
-    "bound": 16,         # tensor size: coordinates outside [0, bound) read as zero / are not stored
-    "stride": 32,        # bytes between consecutive coordinates
+    "lo": 16,            # tile indices [lo, hi) are inside the tensor; the others are padding
+    "hi": 16,            # (read as zero, not stored): lo >= hi makes the whole tile padding
+    "stride": 32,        # bytes between consecutive indices
 })
 
 TensorDescriptor = data.StructLayout({
-    "base": 32,          # byte address of tensor coordinate (0, 0, 0, 0)
+    "address": 32,       # byte address of tile element (0, 0, 0, 0), in bounds or not
     "elem_log2": 2,      # element size is 1 << elem_log2 bytes
     "sram_row": 16,      # first scratchpad (LOAD) or accumulator (STORE) row
     "lane": 6,           # lane of element i0 = 0 (lanes below it: LOAD keeps them)
@@ -111,11 +113,41 @@ TensorDescriptor = data.StructLayout({
     "dims": data.ArrayLayout(Dim, DIMS),  # dim 0 first; a core walks the first
                                           # CoreConfig.descriptor_dims (see the policies)
 })
-"""A TMA-style tile: element (i0, i1, i2, i3) sits at ``base + sum((start_d + i_d) * stride_d)``
-and goes to (LOAD) or comes from (STORE) lane ``lane + i0`` of SRAM row ``sram_row + i1 + extent1 *
-(i2 + extent2 * i3)``; ``lane + extent0`` must not exceed the row's lanes (else BAD_EXTENT). A
-LOAD writes lanes ``lane`` to the end of each row (zero for padding and past ``extent0``) and
-keeps the lanes below ``lane``."""
+"""A tile in the form the DMA walks (an affine loop nest, as VTA's ``TensorDataCtrl``): element
+(i0, i1, i2, i3) sits at ``(address + sum(i_d * stride_d)) mod 2**32``, is in bounds when ``lo_d
+<= i_d < hi_d`` for every d, and goes to (LOAD) or comes from (STORE) lane ``lane + i0`` of SRAM
+row ``sram_row + i1 + extent1 * (i2 + extent2 * i3)``; ``lane + extent0`` must not exceed the
+row's lanes (else BAD_EXTENT). A LOAD writes lanes ``lane`` to the end of each row (zero for
+padding and past ``extent0``) and keeps the lanes below ``lane``. Programs describe tiles
+TMA-style (a tensor's base, bounds and strides, the tile's start coordinates) and `encode_tile`
+turns that into this form; the hardware has no multiplier and no coordinates."""
+
+
+def encode_tile(tile, walked=DIMS, wrap=False):
+    """`TensorDescriptor` fields of a TMA-style ``tile``: ``{"base", "elem_log2", "sram_row",
+    "lane", "dims": DIMS x {"extent", "start", "bound", "stride"}}``, element (i0..i3) at tensor
+    coordinate ``start_d + i_d``, padding outside ``[0, bound_d)``. ``walked``: the dims the
+    core walks (`CoreConfig.descriptor_dims`); each one past them must have extent 1 (ValueError
+    naming ``descriptor_dims``). ValueError if an in-bounds element's address is outside the
+    32-bit address space, unless ``wrap`` (the hardware's modulo-2**32 addresses, for tests)."""
+    dims = tile["dims"]
+    for d in range(walked, DIMS):
+        if dims[d]["extent"] != 1:
+            raise ValueError(f"this tile needs dim {d} (extent {dims[d]['extent']}): the core "
+                             f"walks only {walked} (CoreConfig.descriptor_dims={walked})")
+    ranges = [(min(max(-d["start"], 0), d["extent"]),
+               min(max(d["bound"] - d["start"], 0), d["extent"])) for d in dims]
+    address = tile["base"] + sum(d["start"] * d["stride"] for d in dims)
+    if not wrap and all(lo < hi for lo, hi in ranges):
+        last = address + sum((hi - 1) * d["stride"] for (_, hi), d in zip(ranges, dims))
+        if last >= 1 << 32:
+            raise ValueError(f"the tile's last in-bounds element, at {last:#x}, is outside the "
+                             f"32-bit address space")
+    return {"address": address % (1 << 32), "elem_log2": tile["elem_log2"],
+            "sram_row": tile["sram_row"], "lane": tile["lane"],
+            "dims": [{"extent": d["extent"], "lo": lo, "hi": hi, "stride": d["stride"]}
+                     for (lo, hi), d in zip(ranges, dims)]}
+
 
 Im2colDescriptor = data.StructLayout({
     "base": 32,          # byte address of x[0, 0, 0, 0] of an (N, C, H, W) int8 tensor
