@@ -283,7 +283,7 @@ class TileWalker(wiring.Component):
             m.d.comb += run.eq(1)
         with m.Elif(in_bounds):
             m.d.comb += run.eq(Mux(hi[0] - index[0] < beat_rest, hi[0] - index[0], beat_rest))
-        with m.Elif(outer & before):
+        with m.Elif(outer & before & (lo[0] < hi[0])):  # padding up to in-bounds lanes
             m.d.comb += run.eq(lo[0] - index[0])
         with m.Else():
             m.d.comb += run.eq(rest)

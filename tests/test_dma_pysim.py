@@ -12,9 +12,9 @@ from tpugen import CoreConfig
 from tpugen.hdl.load import LoadEngine
 from tpugen.hdl.store import StoreEngine
 from tpugen.hdl.walker import BurstPlanner, TileCheck, TileWalker, window_ok
-from tpugen.isa import NUM_WINDOWS, ErrorCode, Opcode, Window, decode
+from tpugen.isa import NUM_WINDOWS, ErrorCode, Opcode, Window, decode, encode_tile
 from tpugen.firmware.program import Program
-from tpugen.sim.fuzz_model import MEMORY_SIZE, predict
+from tpugen.sim.fuzz_model import DONE, MEMORY_SIZE, predict
 from tpugen.sim.pysim_axi import AxiMemory
 from tpugen.sim.testbench import put_instruction, stream_put, stream_take
 
@@ -23,7 +23,8 @@ MEM_SIZE = 1 << 14
 
 
 def descriptor(base, dims, sram_row=0, elem_log2=0, lane=0):
-    """``dims``: (extent, start, bound, stride) from dim 0 up; missing dims have extent 1."""
+    """A tile (`firmware.program.tensor` fields, encoded by `isa.encode_tile` for the hardware):
+    ``dims``: (extent, start, bound, stride) from dim 0 up; missing dims have extent 1."""
     dims = list(dims) + [(1, 0, 1, 0)] * (4 - len(dims))
     return {"base": base, "elem_log2": elem_log2, "sram_row": sram_row, "lane": lane,
             "dims": [dict(zip(("extent", "start", "bound", "stride"), d)) for d in dims]}
@@ -45,10 +46,11 @@ RW_ALL = windows((0, MEM_SIZE, "rw"))
 
 
 def tensor_addresses(desc):
-    """Byte address of every tensor element, shape (bound3, bound2, bound1, bound0)."""
+    """Byte address of every tensor element (modulo 2**32, as the core walks them), shape
+    (bound3, bound2, bound1, bound0)."""
     dims = desc["dims"]
     grids = np.meshgrid(*[np.arange(d["bound"]) for d in reversed(dims)], indexing="ij")
-    return desc["base"] + sum(g * d["stride"] for g, d in zip(grids, reversed(dims)))
+    return (desc["base"] + sum(g * d["stride"] for g, d in zip(grids, reversed(dims)))) % 2**32
 
 
 def padded_tile(tensor, desc):
@@ -98,7 +100,8 @@ def run(kind, config, descs, axi_mem, wins, sram_init, timeout=4000):
             if isinstance(desc, bytes):  # an encoded instruction
                 await put_instruction(ctx, engine.instr, desc)
             else:
-                await stream_put(ctx, engine.instr, {"header": {"opcode": opcode}, "tensor": desc})
+                await stream_put(ctx, engine.instr, {"header": {"opcode": opcode},
+                                                     "tensor": encode_tile(desc, wrap=True)})
             progress = 0
             for cycles in range(1, timeout):
                 _, _, done, error, busy, pulse = await ctx.tick().sample(
@@ -239,8 +242,8 @@ def test_load_sequence_and_broadcast():
     np.testing.assert_array_equal(rows[46:], init[46:])
 
 
-def test_load_overflow_only_in_bounds():
-    # Row 1 would be at 2**32 but lies outside the tensor: padding, no ADDRESS_OVERFLOW.
+def test_load_past_the_address_space_only_in_padding():
+    # Row 1 would be at 2**32 but lies outside the tensor: padding, which encode_tile accepts.
     load_case(CONFIG, descriptor(0x100, [(4, 0, 4, 1), (2, 0, 1, 0xFFFFFF00)]), seed=2)
 
 
@@ -330,8 +333,8 @@ LOAD_ERRORS = {
                                              (2, 0, 1, 0)]), ErrorCode.SRAM_RANGE),
     "bad_element": (descriptor(0, [(4, 0, 4, 4)], elem_log2=2), ErrorCode.BAD_ELEMENT),
     "lane_past_row": (descriptor(0, [(2, 0, 2, 1)], lane=3), ErrorCode.BAD_EXTENT),
-    "overflow": (descriptor(0x100, [(4, 0, 4, 1), (2, 0, 2, 0xFFFFFF00)]),
-                 ErrorCode.ADDRESS_OVERFLOW),
+    # Row 1 at 2**32 + 0x1000 wraps to 0x1000, which is not readable.
+    "wrap": (descriptor(0x2000, [(4, 0, 4, 1), (2, 0, 2, 0xFFFFF000)]), ErrorCode.LOAD_WINDOW),
     "window": (descriptor(0x800, [(4, 0, 4, 1), (8, 0, 8, 0x100)]), ErrorCode.LOAD_WINDOW),
     "window_unaligned": (descriptor(0x3804, [(4, 0, 4, 1)]), ErrorCode.LOAD_WINDOW),
     "bus_error": (descriptor(0x400, [(4, 0, 4, 1), (16, 0, 16, 0x40)]), ErrorCode.BUS_ERROR),
@@ -347,8 +350,9 @@ STORE_ERRORS = {
     "misaligned_stride": (descriptor(0, [(4, 0, 4, 4), (1, 0, 1, 0), (2, 0, 2, 18)],
                                      elem_log2=2), ErrorCode.MISALIGNED),
     "bad_element": (descriptor(0, [(4, 0, 4, 1)], elem_log2=0), ErrorCode.BAD_ELEMENT),
-    "overflow": (descriptor(0xC00, [(4, 0, 4, 4), (2, 0, 2, 0xFFFFF400)], elem_log2=2),
-                 ErrorCode.ADDRESS_OVERFLOW),
+    # Row 0 in the window at 0x3804; row 1 wraps to 0x2000, which is read-only.
+    "wrap": (descriptor(0x3808, [(4, 0, 4, 4), (2, 0, 2, 0xFFFFE7F8)], elem_log2=2),
+             ErrorCode.STORE_WINDOW),
     "window": (descriptor(0xC00, [(4, 0, 4, 4), (8, 0, 8, 0x100)], elem_log2=2),
                ErrorCode.STORE_WINDOW),
     "read_only_window": (descriptor(0x2000, [(4, 0, 4, 4)], elem_log2=2), ErrorCode.STORE_WINDOW),
@@ -360,7 +364,7 @@ STORE_ERRORS = {
 # fails bursts touching 0x700.
 ERROR_WINDOWS = windows((0, 0xB00, "rw"), (0xB00, 0x500, "w"), (0x2000, 0x1000, "r"),
                         (0x3804, 0x100, "rw"))
-ERROR_ALLOWED = [(0, 0x1000), (0x2000, 0x1000)]
+ERROR_ALLOWED = [(0, 0x1000), (0x2000, 0x1000), (0x3808, 0xF8)]
 
 
 @pytest.mark.parametrize("kind,case", [("load", c) for c in LOAD_ERRORS] +
@@ -384,16 +388,16 @@ def test_errors(kind, case):
     if kind == "store":  # only the good tile and parts of the failing one inside windows written
         changed = np.flatnonzero(np.frombuffer(before, np.uint8) != np.frombuffer(axi_mem.mem,
                                                                                    np.uint8))
-        assert all(0x10 <= a < 0x20 or 0x400 <= a < 0x1000 for a in changed), changed
+        assert all(0x10 <= a < 0x20 or 0x400 <= a < 0x1000 or 0x3808 <= a < 0x3818
+                   for a in changed), changed
     if code in (ErrorCode.BAD_EXTENT, ErrorCode.SRAM_RANGE, ErrorCode.MISALIGNED,
                 ErrorCode.BAD_ELEMENT):  # checked before touching memory
         assert (axi_mem.ar, axi_mem.aw) == ((1, 0) if kind == "load" else (0, 1))
 
 
 WALKS = {
-    # (descriptor, elem_log2, beat_bytes). In-bounds addresses at 2**32 (c1 = 2) are flagged;
-    # out-of-bounds ones (c3 = 1) are not.
-    "overflow": (descriptor(0xFFFF_FF00, [(5, -2, 2, 3), (2, 1, 3, 0x80), (3, -1, 2, 7),
+    # (descriptor, elem_log2, beat_bytes). In-bounds addresses past 2**32 (c1 = 2) wrap.
+    "wrap": (descriptor(0xFFFF_FF00, [(5, -2, 2, 3), (2, 1, 3, 0x80), (3, -1, 2, 7),
                                           (2, 0, 1, 0x100)], sram_row=3), 0, 8),
     "large_starts": (descriptor(0x10_0000, [(3, 32765, 32767, 0x1_0001), (2, -32768, 40000, 5),
                                             (1, -12345, 3, 0xFFFF_FFFF), (2, -1, 2000, 0)]), 0, 8),
@@ -424,8 +428,8 @@ def walk_steps(desc, elem_log2, beat_bytes):
         in_bounds = all(0 <= c < d["bound"] for c, d in zip(coords, dims))
         addr = desc["base"] + sum(c * d["stride"] for c, d in zip(coords, dims))
         element = {
-            "coords": coords, "in_bounds": int(in_bounds), "addr": addr % 2**32,
-            "overflow": int(in_bounds and not 0 <= addr < 2**32), "lane": desc["lane"] + i0,
+            "in_bounds": int(in_bounds), "addr": addr % 2**32, "overflow": 0,
+            "lane": desc["lane"] + i0,
             "count": 1,
             "row": desc["sram_row"] + i1 + extents[1] * (i2 + extents[2] * i3),
             "last_in_row": int(i0 == extents[0] - 1),
@@ -444,16 +448,17 @@ def walked(walker, desc, ready_seed=0, cycles=400):
     """The steps ``walker`` (a TileWalker or Im2colWalker) gives for ``desc``, every field,
     with random backpressure; it must be idle again after ``cycles``."""
     seen = []
+    if "address" not in desc and "rows" not in desc:  # a tile: as the core walks it
+        desc = encode_tile(desc, wrap=True)
 
     async def testbench(ctx):
         if "held" in walker.signature.members:  # as an engine's register holds it
             ctx.set(walker.held, desc)
         await stream_put(ctx, walker.descriptor, desc)
-        fields = [name for name, _ in walker.elements.payload.shape() if name != "coords"]
+        fields = [name for name, _ in walker.elements.payload.shape()]
         taken = await stream_take(ctx, walker.elements, cycles,
                                   np.random.default_rng(ready_seed))
-        seen.extend({"coords": [element.coords[d] for d in range(4)],
-                     **{k: int(getattr(element, k)) for k in fields}} for element in taken)
+        seen.extend({k: int(getattr(element, k)) for k in fields} for element in taken)
         assert ctx.get(walker.descriptor.ready)
 
     sim = Simulator(walker)
@@ -471,7 +476,9 @@ def test_walker_elements(walk, held):
     desc, elem_log2, beat_bytes = WALKS[walk]
     walker = TileWalker(lanes=5, rows=64, elem_log2=elem_log2, beat_bytes=beat_bytes, held=held)
     expected = walk_steps(desc, elem_log2, beat_bytes)
-    assert any(e["overflow"] for e in expected) or walk != "overflow"
+    if walk == "wrap":  # some in-bounds elements lie past 2**32
+        with pytest.raises(ValueError, match="32-bit address space"):
+            encode_tile(desc)
     assert any(e["count"] > 1 for e in expected) == walk.startswith(("contiguous", "padding"))
     assert walked(walker, desc) == expected
 
@@ -479,8 +486,8 @@ def test_walker_elements(walk, held):
 @pytest.mark.parametrize("seed", range(4))
 def test_walker_random_addresses(seed):
     # Tiles with padding on both sides, one stride up to 2**32 and the base placed so that the
-    # in-bounds addresses straddle 2**32: the 32-bit address and overflow flag of every step
-    # (padding ones too) against walk_steps (exact integers).
+    # in-bounds addresses straddle 2**32: the address modulo 2**32 of every step (padding ones
+    # too) against walk_steps (exact integers).
     rng = np.random.default_rng(100 + seed)
     elem_log2 = [0, 2, 0, 2][seed]
     big = seed  # the dim with a stride of 2**28..2**31
@@ -499,8 +506,8 @@ def test_walker_random_addresses(seed):
     base = ((1 << 32) - offsets[len(offsets) // 2]) >> elem_log2 << elem_log2
     desc = descriptor(base, dims)
     expected = walk_steps(desc, elem_log2, 8)
-    flags = {e["overflow"] for e in expected if e["in_bounds"]}
-    assert flags == {0, 1}
+    with pytest.raises(ValueError, match="32-bit address space"):  # they straddle 2**32
+        encode_tile(desc)
     walker = TileWalker(lanes=6, rows=64, elem_log2=elem_log2, beat_bytes=8)
     assert walked(walker, desc, ready_seed=seed, cycles=300) == expected
 
@@ -560,22 +567,32 @@ def test_engines_of_fewer_dims(dims):
 
 @pytest.mark.parametrize("dims", [2, 3])
 @pytest.mark.parametrize("kind", ["load", "store"])
-def test_dims_past_the_walker_must_be_extent_1_start_0(kind, dims):
+def test_dims_past_the_walker_must_be_extent_1(kind, dims):
     # Else BAD_EXTENT before any access (the engine and the fuzz model agree), whatever the
-    # dim's bound; its stride is not checked (an unaligned one passes, as above).
+    # dim's range; its start is folded into the address by encode_tile, and its stride is not
+    # checked (an unaligned one passes, as above).
     config = fewer_dims_config(dims)
     elem_log2, lanes = (0, config.lanes) if kind == "load" else (2, config.cols)
     good = descriptor(0x40, [(lanes, 0, lanes, 1 << elem_log2)], elem_log2=elem_log2)
-    for d, (extent, start) in itertools.product(range(dims, 4), [(2, 0), (1, 1), (1, -1)]):
+    cases = [(2, 0, ErrorCode.BAD_EXTENT), (3, -1, ErrorCode.BAD_EXTENT),
+             (1, 1, ErrorCode.NONE), (1, -1, ErrorCode.NONE)]
+    for d, (extent, start, code) in itertools.product(range(dims, 4), cases):
         bad = descriptor(0x40, [(lanes, 0, lanes, 1 << elem_log2)], elem_log2=elem_log2)
-        bad["dims"][d].update(extent=extent, start=start, bound=4)
+        bad["dims"][d].update(extent=extent, start=start, bound=4, stride=0x100)
         axi_mem = AxiMemory(MEM_SIZE, 32, allowed=[(0, MEM_SIZE)], seed=d)
         depth, width = ((config.scratchpad_rows, config.lanes) if kind == "load"
                         else (config.accumulator_rows, config.cols))
-        outcomes, _ = run(kind, config, [good, bad, good], axi_mem, RW_ALL,
-                          np.zeros((depth, width), int))
-        assert [o[0] for o in outcomes] == [ErrorCode.NONE, ErrorCode.BAD_EXTENT], (d, extent)
-        assert (axi_mem.ar, axi_mem.aw) == ((1, 0) if kind == "load" else (0, 1))
+        if code == ErrorCode.BAD_EXTENT:
+            outcomes, _ = run(kind, config, [good, bad, good], axi_mem, RW_ALL,
+                              np.zeros((depth, width), int))
+            assert [o[0] for o in outcomes] == [ErrorCode.NONE, code], (d, extent)
+            assert (axi_mem.ar, axi_mem.aw) == ((1, 0) if kind == "load" else (0, 1))
+        else:  # start 1 is in bounds (one access), start -1 is padding (none)
+            outcomes, _ = run(kind, config, [bad], axi_mem, RW_ALL, np.zeros((depth, width), int))
+            assert [o[0] for o in outcomes] == [ErrorCode.NONE], (d, start)
+            accesses = int(start == 1)
+            assert (axi_mem.ar, axi_mem.aw) == ((accesses, 0) if kind == "load"
+                                                else (0, accesses))
         program = Program()
         if kind == "load":
             program.load(bad)
@@ -584,16 +601,19 @@ def test_dims_past_the_walker_must_be_extent_1_start_0(kind, dims):
         image = bytearray(MEMORY_SIZE)
         image[:program.size] = program.to_bytes()
         model = predict(config, image, [(0, MEMORY_SIZE, True, True)], 0, len(program), 500)
-        assert model.outcomes == {(ErrorCode.BAD_EXTENT.name, 0)}
-        assert predict(replace(config, descriptor_dims=4), image, [(0, MEMORY_SIZE, True, True)],
-                       0, len(program), 500).outcomes != model.outcomes
+        assert model.outcomes == ({DONE} if code == ErrorCode.NONE else {(code.name, 0)})
+        if code == ErrorCode.BAD_EXTENT:
+            assert predict(replace(config, descriptor_dims=4), image,
+                           [(0, MEMORY_SIZE, True, True)], 0, len(program), 500
+                           ).outcomes != model.outcomes
 
 
 def test_walker_abort():
     walker = TileWalker(lanes=4, rows=16, elem_log2=0, beat_bytes=8)
 
     async def testbench(ctx):
-        await stream_put(ctx, walker.descriptor, descriptor(0, [(4, 0, 4, 1), (4, 0, 4, 4)]))
+        await stream_put(ctx, walker.descriptor,
+                         encode_tile(descriptor(0, [(4, 0, 4, 1), (4, 0, 4, 4)])))
         await ctx.tick().until(walker.elements.valid)
         ctx.set(walker.abort, 1)
         await ctx.tick()

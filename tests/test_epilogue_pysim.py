@@ -12,7 +12,8 @@ from amaranth.sim import Simulator
 from tpugen import CoreConfig
 from tpugen.hdl.epilogue import EpilogueDatapath
 from tpugen.hdl.store import StoreEngine
-from tpugen.isa import PARAMS_PER_INSTRUCTION, EpilogueParams, ErrorCode, Opcode, decode, encode
+from tpugen.isa import (PARAMS_PER_INSTRUCTION, EpilogueParams, ErrorCode, Opcode, decode, encode,
+                        encode_tile)
 from tpugen.sim.golden import epilogue, maxpool2x2, round_half_even_shift
 from tpugen.sim.pysim_axi import AxiMemory
 
@@ -37,7 +38,7 @@ def params(entries, first_lane=0, broadcast=0):
 
 
 def store(desc, **epilogue_fields):
-    return encode(Opcode.STORE, tensor=desc, epilogue=epilogue_fields)
+    return encode(Opcode.STORE, tensor=encode_tile(desc), epilogue=epilogue_fields)
 
 
 def set_lanes(lanes, instruction):

@@ -135,7 +135,7 @@ def im2col_steps(d, wrap=2**32):
             addr = (d["base"] + n * d["stride_n"] + c * d["stride_c"] + h * d["stride_h"] +
                     w * d["stride_w"])
             last_in_row = j == d["lanes"] - 1
-            steps.append({"coords": [0] * 4, "in_bounds": int(in_bounds),
+            steps.append({"in_bounds": int(in_bounds),
                           "addr": addr % wrap if wrap else addr,
                           "overflow": int(in_bounds and addr >= 2**32), "lane": j, "count": 1,
                           "row": d["sram_row"] + i, "last_in_row": int(last_in_row),

@@ -12,9 +12,9 @@ from tpugen.firmware.device import DeviceError, fit_windows
 from tpugen.firmware.conv2d import compile_conv2d
 from tpugen.firmware.epilogue import Epilogue
 from tpugen.firmware.matmul import compile_matmul
-from tpugen.firmware.program import Dim, fold_dims, tensor
+from tpugen.firmware.program import Dim, tensor
 from tpugen.arch import opcode_of
-from tpugen.isa import DIMS, Opcode, decode
+from tpugen.isa import DIMS, Opcode, decode, encode_tile
 from tpugen.firmware.board import config_from_registers
 from tpugen.isa import NUM_WINDOWS
 from tpugen.registers import (BASIC_COUNTERS, COUNTERS, constant_registers, counter_names,
@@ -159,20 +159,21 @@ def test_the_registers_describe_the_profile():
 
 
 def test_descriptors_are_fitted_to_the_walkers():
-    """`Program(config)` folds the extent-1 dims past `descriptor_dims` into the base (bound 0
-    when the start is out of bounds: the tile stays padding) and refuses a tile that needs them;
-    every program the micro core runs fits its walkers."""
+    """`Program(config)` encodes tiles for the core's walkers (`isa.encode_tile`): the starts of
+    the extent-1 dims past `descriptor_dims` go into the address (an out-of-bounds one makes the
+    tile padding, as it was) and a tile that needs those dims is refused; every program the
+    micro core runs fits its walkers."""
     dims = [Dim(4, -1, 9, 1), Dim(3, 0, 5, 100), Dim(1, 2, 4, 1000), Dim(1, 3, 3, 7)]
-    folded = fold_dims(tensor(0x100, 1, 0, dims), 2)
-    assert folded["base"] == 0x100 + 2 * 1000
-    assert [d["start"] for d in folded["dims"][2:]] == [0, 0]
-    assert [d["bound"] for d in folded["dims"][2:]] == [4, 0]
-    assert folded["dims"][:2] == tensor(0x100, 1, 0, dims)["dims"][:2]
-    assert fold_dims(tensor(0x100, 1, 0, dims), 4) == tensor(0x100, 1, 0, dims)
+    encoded = encode_tile(tensor(0x100, 1, 0, dims), 2)
+    assert encoded["address"] == 0x100 - 1 + 2 * 1000 + 3 * 7
+    assert [(d["lo"], d["hi"]) for d in encoded["dims"]] == [(1, 4), (0, 3), (0, 1), (0, 0)]
+    assert encoded == encode_tile(tensor(0x100, 1, 0, dims), 4)
     with pytest.raises(ValueError, match=r"dim 1 \(extent 3\).*CoreConfig.descriptor_dims=1"):
-        fold_dims(tensor(0, 1, 0, dims), 1)
+        encode_tile(tensor(0, 1, 0, dims), 1)
     with pytest.raises(ValueError, match="32-bit address space"):
-        fold_dims(tensor(0xFFFF_FF00, 1, 0, dims), 2)
+        encode_tile(tensor(0xFFFF_FF00, 1, 0, dims[:3]), 2)
+    assert encode_tile(tensor(0xFFFF_FF00, 1, 0, dims[:3]), 2, wrap=True)["address"] == (
+        0xFFFF_FF00 - 1 + 2 * 1000) % 2**32
 
     x_shape, w_shape = (1, 3, 7, 6), (5, 3, 3, 3)
     pooled = Epilogue.from_options(5, requant=(1, 2), pool=True)
