@@ -130,8 +130,8 @@ def _registers():
                                        "count (the others read 0 and ignore writes)."),
             BitField("missing_dims", 20, 2, "Tensor descriptor dims the DMA walkers lack: "
                                             f"they walk {DIMS} less this; a dim past them must "
-                                            "have extent 1 and start 0 (0 on a core of map 1.1, "
-                                            "whose windows field was 8 bits)."),
+                                            "have extent 1 (0 on a core of map 1.1, whose "
+                                            "windows field was 8 bits)."),
             BitField("softmax", 24, 1, "The softmax unit is present (SOFTMAX, fused attention)."),
             BitField("im2col", 25, 1, "The load engine's im2col walker is present."),
             BitField("wide_counters", 26, 1, "Counters are 64 bits (else 32: _HI reads 0)."),
