@@ -5,15 +5,18 @@ and WATCHDOG, the outcomes the core may end with, a bound on its cycles (and the
 fetched) and, for valid programs, the expected bytes of the output window. `cases` draws them:
 tiled matmuls and conv2d (padding, strides, epilogues) from the firmware, those programs
 mutated (tokens flipped, instructions dropped, duplicated, swapped, corrupted, truncated),
-random instructions from the encoder with mostly sensible and sometimes broken fields, single
-LOADs and STOREs made to reach the errors that random programs rarely reach first, and raw
-random bytes.
+random instructions from the encoder with mostly sensible and sometimes broken fields (tiles
+TMA-style through `isa.encode_tile`, then now and then raw ``lo`` / ``hi`` values it never
+makes), single LOADs and STOREs made to reach the errors that random programs rarely reach
+first, tiles that wrap past 4 GiB through W = I, and raw random bytes.
 
 The outcome model, `predict`, is `sim/fuzz_model.py`.
 """
 import functools
+from types import SimpleNamespace
 
 import numpy as np
+from hypothesis import assume
 from hypothesis import strategies as st
 
 from ..arch import TOKEN_FLAGS, TOKEN_LIMIT, Engine, token_flag_bit
@@ -22,8 +25,9 @@ from ..firmware.conv2d import compile_conv2d, conv2d_lowering, conv2d_output_sha
 from ..firmware.device import fit_windows
 from ..firmware.matmul import compile_matmul
 from ..firmware.program import Deps, Dim, Program, tensor
-from ..isa import INSTRUCTION_BYTES, Opcode, SoftmaxInstruction, SoftmaxMode, TensorDescriptor
-from .fuzz_model import DONE, MEMORY_SIZE, predict
+from ..isa import (DIMS, INSTRUCTION_BYTES, LoadInstruction, Opcode, SoftmaxInstruction,
+                   SoftmaxMode, StoreInstruction, TensorDescriptor)
+from .fuzz_model import DONE, MEMORY_SIZE, _im2col_addresses, predict
 from .golden import apply_epilogue, conv2d_int32, matmul_int32
 
 __all__ = ["KINDS", "cases", "defect_cases"]
@@ -32,7 +36,8 @@ PROGRAM, PROGRAM_SPACE = 0x00000, 0x2000
 DATA, DATA_SPACE = 0x10000, 0x8000
 OUTPUT, OUTPUT_SPACE = 0x20000, 0x8000
 TOP, TOP_SPACE = (1 << 32) - 0x10000, 0x10000
-"""The last 64 KiB of the address space: tiles there run past 4 GiB (ADDRESS_OVERFLOW)."""
+"""The last 64 KiB of the address space: tensor tiles there run past 4 GiB and wrap to address
+0 (each access checked against the windows there); im2col tiles stop with ADDRESS_OVERFLOW."""
 WATCHDOGS = (256, 1024)
 MAX_CYCLES = 60_000
 """Cases whose bound is larger are not drawn (they would slow the run down)."""
@@ -76,7 +81,9 @@ def _address(inside_base, inside_size, span, one_in):
 
 @st.composite
 def _dims(draw, max_extent0, max_rows, elem_bytes, odds, walked):
-    """Dims past the ``walked`` ones (`CoreConfig.descriptor_dims`) mostly extent 1, start 0."""
+    """TMA-style dims (`firmware.program.Dim`); those past the ``walked`` ones
+    (`CoreConfig.descriptor_dims`) mostly extent 1 and start 0 (another start is no error:
+    `isa.encode_tile` folds it into the address, or makes the tile padding)."""
     extents = [draw(_rarely(st.integers(1, max_extent0),
                             st.sampled_from([0, max_extent0 + 1, 0xFFFF]), odds["shape"]))]
     for d, limit in enumerate((6, 3, 2), 1):
@@ -172,6 +179,28 @@ def _with_bits(raw, offset, width, value):
     return bits.to_bytes(len(raw), "little")
 
 
+_DIM = TensorDescriptor["dims"].shape.elem_shape
+_RANGE_VALUES = st.one_of(st.integers(0, 9), st.sampled_from(
+    sorted({min((1 << k) + o, 0xFFFF) for k in range(1, 17) for o in (-1, 0, 1)})))
+"""Raw ``lo`` / ``hi`` values: around the extents drawn, and around each power of two (the
+walker compares them narrowed to the widths of its indices)."""
+
+
+@st.composite
+def _raw_ranges(draw, raw, tensor_offset, one_in):
+    """Instruction bytes ``raw`` of a LOAD or STORE (its descriptor at bit ``tensor_offset``),
+    about one draw in ``one_in`` with the ``lo`` or ``hi`` of some dims set to raw values, which
+    `isa.encode_tile` never makes: past the extent, ``lo`` above ``hi``, 0xFFFF..."""
+    if not draw(_one_in(one_in)):
+        return raw
+    for d in sorted(draw(st.sets(st.integers(0, DIMS - 1), min_size=1))):
+        first = tensor_offset + TensorDescriptor["dims"].offset + d * _DIM.size
+        for name in draw(st.sampled_from([("lo",), ("hi",), ("lo", "hi")])):
+            raw = _with_bits(raw, first + _DIM[name].offset, _DIM[name].width,
+                             draw(_RANGE_VALUES))
+    return raw
+
+
 @st.composite
 def _instruction(draw, config, density):
     """Encoded bytes of one random instruction: sensible fields, edge values now and then, and
@@ -180,7 +209,7 @@ def _instruction(draw, config, density):
                                 + ["matmul", "store"] * 4 + ["unknown"]))
     odds = _odds(draw(st.sampled_from([None] * len(DEFECTS) + list(DEFECTS))))
     deps = draw(_deps(density))
-    program = Program()
+    program = Program(wrap=True)  # every dim encoded, tiles past 4 GiB wrapped as walked
     sp_rows, acc_rows = config.scratchpad_rows, config.accumulator_rows
 
     def rows(limit, used):
@@ -191,6 +220,9 @@ def _instruction(draw, config, density):
         area = draw(_rarely(st.just((DATA, DATA_SPACE)), st.just((TOP, TOP_SPACE)), 8))
         program.load(draw(_descriptor(config.lanes, sp_rows, area, elem, odds,
                                       config.descriptor_dims)), deps)
+        program.instructions[0] = draw(_raw_ranges(program.instructions[0],
+                                                   LoadInstruction["tensor"].offset,
+                                                   odds["padding"]))
     elif kind == "im2col":
         program.load_im2col(draw(_im2col(config, odds)), deps)
     elif kind == "matmul":
@@ -208,6 +240,9 @@ def _instruction(draw, config, density):
         area = draw(_rarely(st.just((OUTPUT, OUTPUT_SPACE)), st.just((TOP, TOP_SPACE)), 8))
         program.store(draw(_descriptor(config.cols, acc_rows, area, elem, odds,
                                        config.descriptor_dims)), epilogue, deps)
+        program.instructions[0] = draw(_raw_ranges(program.instructions[0],
+                                                   StoreInstruction["tensor"].offset,
+                                                   odds["padding"]))
     elif kind == "params":
         entries = draw(st.lists(st.tuples(st.integers(-2**31, 2**31 - 1), _U16,
                                           st.integers(0, 63)), min_size=1, max_size=8))
@@ -282,18 +317,25 @@ def _aliases(a, b):
                for shift in (-MEMORY_SIZE, 0, MEMORY_SIZE))
 
 
-def _case(config, name, *, program, windows, base, length, watchdog, memory=(), check=(),
-          soft_reset=True):
-    """A case dict, or None when it is not fit to run (too long, tokens past their counters,
-    or stores that could overwrite instructions)."""
-    writes = []  # (offset, bytes) inside the memory, which addresses wrap around
-    for address, content in [(base, program), *memory]:
+def _image(contents):
+    """The memory with ``contents``, (address, bytes) written in order, and those writes as
+    (offset, bytes) inside the memory, which addresses wrap around."""
+    writes = []
+    for address, content in contents:
         at = address % MEMORY_SIZE
         writes += [(at, content[:MEMORY_SIZE - at])] + ([(0, content[MEMORY_SIZE - at:])]
                                                          if len(content) > MEMORY_SIZE - at else [])
     image = bytearray(MEMORY_SIZE)
     for at, content in writes:
         image[at:at + len(content)] = content
+    return image, writes
+
+
+def _case(config, name, *, program, windows, base, length, watchdog, memory=(), check=(),
+          soft_reset=True):
+    """A case dict, or None when it is not fit to run (too long, tokens past their counters,
+    or stores that could overwrite instructions)."""
+    image, writes = _image([(base, program), *memory])
     prediction = predict(config, image, windows, base, length, watchdog)
     queued = len(Engine) * config.queue_depth + 1  # and one in the overflow memory or dropped
     fetched = (base, base + (prediction.fetched + queued) * INSTRUCTION_BYTES)
@@ -470,36 +512,184 @@ def random_cases(draw, config):
 def defect_cases(draw, config):
     """One LOAD or STORE made to stop the core with an error that random programs rarely reach
     first (each is checked before most others, or needs a tile placed just so): BAD_ELEMENT, an
-    element size the engine does not move; ADDRESS_OVERFLOW, a tile that runs past 4 GiB inside
-    a window at the top of the address space; STORE_WINDOW, a STORE into a read-only window.
-    Sizes, places and the rest of the program are random."""
-    target = draw(st.sampled_from(["element", "overflow", "store window"]))
-    store = target == "store window" or draw(st.booleans())
+    element size the engine does not move; ADDRESS_OVERFLOW, an im2col tile (on a core with the
+    im2col walker) that runs past 4 GiB inside a window at the top of the address space;
+    STORE_WINDOW, a STORE into a read-only window. Or tiles that run past 4 GiB and wrap
+    (`_wrap_case`). Sizes, places and the rest of the program are random."""
+    target = draw(st.sampled_from(["element", "store window", "wrap"]
+                                  + ["overflow"] * config.im2col))
+    if target == "wrap":
+        return draw(_wrap_case(config))
+    store = target == "store window" or target == "element" and draw(st.booleans())
     elem = 4 if store else 1
     if target == "element":
         elem = draw(st.sampled_from([1, 2, 8] if store else [2, 4, 8]))
-    lanes = config.cols if store else config.lanes
-    extent, rows = draw(st.integers(1, lanes)), draw(st.integers(2, 3))
-    dims = [Dim(extent=extent, bound=extent, stride=elem),
-            Dim(extent=rows, bound=rows, stride=extent * elem)]
-    if target == "overflow":  # some of the tile's elements lie past 2**32
-        base = (1 << 32) - elem * draw(st.integers(1, extent * rows - 1))
-    else:  # a store into DATA is outside every writable window
+    program = Program(config)
+    if target == "overflow":  # the tensor's end, and so some in-bounds elements, past 2**32
+        descriptor = draw(_overflowing_im2col(config))
+        program.load_im2col(descriptor)
+        base = descriptor["base"]
+        what = "im2col LOAD"
+    else:
+        lanes = config.cols if store else config.lanes
+        extent, rows = draw(st.integers(1, lanes)), draw(st.integers(2, 3))
+        dims = [Dim(extent=extent, bound=extent, stride=elem),
+                Dim(extent=rows, bound=rows, stride=extent * elem)]
+        # a store into DATA is outside every writable window
         area = OUTPUT if store and target == "element" else DATA
         base = area + elem * draw(st.integers(0, 256))
-    descriptor = tensor(base, elem, draw(st.integers(0, 8)), dims)
-    program = Program()
-    if store:
-        program.store(descriptor)
-    else:
-        program.load(descriptor)
+        descriptor = tensor(base, elem, draw(st.integers(0, 8)), dims)
+        if store:
+            program.store(descriptor)
+        else:
+            program.load(descriptor)
+        what = f"{'STORE' if store else 'LOAD'} of {elem}-byte elements"
     program.end()
-    return _case(config, f"defects {target} ({'STORE' if store else 'LOAD'} of {elem}-byte "
-                 f"elements at {base:#x})", program=program.to_bytes(),
+    return _case(config, f"defects {target} ({what} at {base:#x})", program=program.to_bytes(),
                  windows=_STANDARD_WINDOWS + [(TOP, TOP_SPACE, True, True)], base=PROGRAM,
                  length=len(program), watchdog=draw(st.sampled_from(WATCHDOGS)),
                  memory=[(DATA, draw(st.binary(min_size=64, max_size=256)))],
                  soft_reset=draw(st.booleans()))
+
+
+@st.composite
+def _overflowing_im2col(draw, config):
+    """Im2colDescriptor fields of a convolution's first tile (kernel position and pixel 0, a
+    padding of 0 or 1) over an (N, C, H, W) tensor in the last bytes of the address space, with
+    the tile's last in-bounds element past 2**32."""
+    batch, channels, height, width = (draw(st.integers(1, 2)), draw(st.integers(1, 3)),
+                                      draw(st.integers(1, 6)), draw(st.integers(1, 6)))
+    kernel_h, kernel_w = draw(st.integers(1, height)), draw(st.integers(1, width))
+    padding = draw(st.integers(0, 1))
+    out_height, out_width = height + 2 * padding - kernel_h + 1, width + 2 * padding - kernel_w + 1
+    fields = {"base": 0, "sram_row": draw(st.integers(0, 8)),
+              "rows": draw(st.integers(1, min(8, batch * out_height * out_width))),
+              "lanes": draw(st.integers(1, min(config.lanes, channels * kernel_h * kernel_w))),
+              "batch": batch, "channels": channels, "height": height, "width": width,
+              "out_height": out_height, "out_width": out_width, "kernel_h": kernel_h,
+              "kernel_w": kernel_w, "conv_stride": 1, "dilation": 1, "padding": padding,
+              "n0": 0, "p0": 0, "q0": 0, "c0": 0, "r0": 0, "s0": 0,
+              "stride_n": channels * height * width, "stride_c": height * width,
+              "stride_h": width, "stride_w": 1}
+    furthest = max(_im2col_addresses(SimpleNamespace(**fields)), default=0)
+    assume(furthest > 0)  # else no element can lie past 2**32
+    return {**fields, "base": (1 << 32) - draw(st.integers(1, furthest))}
+
+
+@st.composite
+def _wrapped_tile(draw, elem, extent, low, low_space, repeats):
+    """A TMA-style tile of ``elem``-byte elements, ``extent`` x 2 x ``repeats``, whose
+    in-bounds elements run past 4 GiB and wrap: either its rows i1 = 0 in the last bytes of the
+    address space and its rows i1 = 1 wrapped to ``low`` (in ``[low, low + low_space)``, or
+    elsewhere), or a contiguous tile that crosses 2**32 inside a row (its end at address 0..);
+    sometimes with padding at its edges. Returns (tile fields, how it wraps)."""
+    if draw(st.booleans()):  # rows i1 = 0 at the top, rows i1 = 1 low
+        row_stride = elem * draw(st.sampled_from([extent, extent + 1, 8, 16]))
+        span = extent * elem + (repeats - 1) * row_stride  # of the rows at either end
+        top = (1 << 32) - span - elem * draw(_rarely(st.integers(0, 16),
+                                                     st.integers(0, 0x3000), 4))
+        target = draw(_rarely(st.integers(0, (low_space - span) // elem).map(
+            lambda k: low + elem * k), st.sampled_from([0x80000, OUTPUT, DATA, PROGRAM]), 4))
+        dims = [Dim(extent=extent, bound=extent, stride=elem),
+                Dim(extent=2, bound=2, stride=(target - top) % (1 << 32)),
+                Dim(extent=repeats, bound=repeats, stride=row_stride)]
+        how = f"rows at {top:#x} and {target:#x}"
+    else:  # contiguous, crossing 2**32 after k elements
+        count = extent * 2 * repeats
+        top = (1 << 32) - elem * draw(st.integers(1, count - 1))
+        dims = [Dim(extent=extent, bound=extent, stride=elem),
+                Dim(extent=2, bound=2, stride=extent * elem),
+                Dim(extent=repeats, bound=repeats, stride=2 * extent * elem)]
+        how = f"contiguous from {top:#x}"
+    if draw(_one_in(4)):  # padding: start a dim before the tensor, or bound it inside the tile
+        d = draw(st.integers(0, 2))
+        shift = draw(st.integers(1, 2))
+        dim = dims[d]
+        if draw(st.booleans()):
+            dims[d] = Dim(extent=dim.extent, start=-shift, bound=dim.bound, stride=dim.stride)
+            top = (top + shift * dim.stride) % (1 << 32)  # the tile stays where it was
+        else:
+            dims[d] = Dim(extent=dim.extent, bound=max(dim.extent - shift, 0), stride=dim.stride)
+        how += f", padded in dim {d}"
+    return tensor(top, elem, 0, dims), how
+
+
+@st.composite
+def _wrap_case(draw, config):
+    """Tensor tiles past 4 GiB (`isa.encode_tile(wrap=True)`), whose addresses the core wraps
+    modulo 2**32 and checks against the windows there: a LOAD of weights W = I, a LOAD of
+    activations and a STORE of the MATMUL's result, both `_wrapped_tile`, between the window at
+    the top of the address space (readable and writable) and DATA (the LOAD) or OUTPUT (the
+    STORE), or address 0 (the program's window, at random writable or not; the program sits
+    past the bytes a tile wraps to), and now and then to a window without the permission or to
+    none. The model decides the outcome; where it expects done, the bytes of and around every
+    element of the STORE's tile (padding or not) are checked: numpy's result, or what they were."""
+    rows, cols = config.rows, config.cols
+    repeats = draw(st.integers(1, 3))
+    count = 2 * repeats  # tile rows: i1 + 2 * i2
+    weights = DATA + 0x4000
+    act, act_how = draw(_wrapped_tile(1, draw(st.integers(1, config.lanes)), DATA, 0x1000,
+                                      repeats))
+    out, out_how = draw(_wrapped_tile(4, draw(st.integers(1, cols)), OUTPUT, 0x1000, repeats))
+    act["sram_row"] = rows
+    program = Program(config, wrap=True)
+    program.load(tensor(weights, 1, 0, [Dim(extent=cols, bound=cols, stride=1),
+                                         Dim(extent=rows, bound=rows, stride=cols)]))
+    program.load(act, Deps(push_next=True))
+    program.matmul(0, rows, 0, count, deps=Deps(pop_prev=True, push_next=True))
+    program.store(out, deps=Deps(pop_prev=True))
+    program.end()
+    base = PROGRAM + 0x1000
+    # Random bytes wherever the activations may be read from: the top of the address space,
+    # DATA and the bytes from address 0 on.
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    memory = [((1 << 32) - 0x3100, rng.integers(0, 256, 0x3100, dtype=np.uint8).tobytes()),
+              (DATA, rng.integers(0, 256, 0x1000, dtype=np.uint8).tobytes()),
+              (PROGRAM, rng.integers(0, 256, 0x100, dtype=np.uint8).tobytes()),
+              (weights, np.eye(rows, cols, dtype=np.int8).tobytes())]
+    low_writable = draw(st.booleans())
+    windows = [(PROGRAM, PROGRAM_SPACE, True, low_writable), *_STANDARD_WINDOWS[1:],
+               (TOP, TOP_SPACE, True, True)]
+    case = _case(config, f"defects wrap (LOAD {act_how}; STORE {out_how}; "
+                 f"{'writable' if low_writable else 'read-only'} at 0)",
+                 program=program.to_bytes(), windows=windows, base=base, length=len(program),
+                 watchdog=draw(st.sampled_from(WATCHDOGS)), memory=memory,
+                 soft_reset=draw(st.booleans()))
+    if case is None or case["expect"] != [list(DONE)]:
+        return case
+    image, _ = _image([(base, program.to_bytes()), *memory])
+    loaded = np.zeros((count, config.lanes), dtype=np.int64)  # zero: padding and past extent0
+    for (i0, i1, i2), address in _tile_elements(act):
+        loaded[i1 + 2 * i2, i0] = (image[address % MEMORY_SIZE] ^ 0x80) - 0x80  # int8
+    result = np.zeros((count, cols), dtype=np.int64)  # through W = I: lanes below min(rows, cols)
+    usable = min(rows, cols)
+    result[:, :usable] = loaded[:, :usable]
+    for (i0, i1, i2), address in _tile_elements(out):
+        at = address % MEMORY_SIZE
+        image[at:at + 4] = int(result[i1 + 2 * i2, i0]).to_bytes(4, "little", signed=True)
+    checked = []  # [first, end) around each run of the tile's elements, 64 bytes either side
+    for address in sorted(address for _, address in _tile_elements(out, padding=True)):
+        if checked and address < checked[-1][1] + 64:
+            checked[-1][1] = min(address + 4 + 64, 1 << 32)
+        else:
+            checked.append([max(address - 64, 0), min(address + 4 + 64, 1 << 32)])
+    case["check"] = [[first % MEMORY_SIZE,  # the memory's offsets: it wraps
+                      bytes(image[first % MEMORY_SIZE:(end - 1) % MEMORY_SIZE + 1]).hex()]
+                     for first, end in checked]
+    return case
+
+
+def _tile_elements(tile, padding=False):
+    """((i0, i1, i2), address) of the in-bounds elements (and with ``padding`` the others) of a
+    TMA-style ``tile`` of three dims (the fourth extent 1, start 0), addresses modulo 2**32."""
+    dims = tile["dims"]
+    for i2 in range(dims[2]["extent"]):
+        for i1 in range(dims[1]["extent"]):
+            for i0 in range(dims[0]["extent"]):
+                coords = [d["start"] + i for d, i in zip(dims, (i0, i1, i2))]
+                if padding or all(0 <= c < d["bound"] for c, d in zip(coords, dims)):
+                    yield (i0, i1, i2), (tile["base"] + sum(
+                        c * d["stride"] for c, d in zip(coords, dims))) % (1 << 32)
 
 
 @st.composite

@@ -2,8 +2,9 @@
 
 `predict` is the model of the outcome. Each instruction's own result is exact: the descriptor
 checks in the hardware's order (``TileCheck``, the MATMUL and SOFTMAX checks, the im2col
-check), then a walk of every element, in order, against the windows and the 32-bit address
-space. The controller is modelled as in-order queues of ``config.queue_depth`` instructions per
+check), then a walk of every in-bounds element, in order, against the windows (a tensor
+descriptor's addresses wrap modulo 2**32; an im2col element past 2**32 is ADDRESS_OVERFLOW).
+The controller is modelled as in-order queues of ``config.queue_depth`` instructions per
 engine fed by an in-order fetcher, and VTA-style tokens between neighbouring engines. With one
 consumer per token counter the model's final state does not depend on timing, so a program that
 errs nowhere must end done, or with WATCHDOG blaming the oldest instruction waiting for a token.
@@ -42,7 +43,7 @@ class _Step:
     push_next: bool
     error: ErrorCode
     cycles: int
-    written: tuple = ()  # (first, last) byte addresses a STORE writes before any error
+    written: tuple = ()  # (first, last) byte ranges a STORE writes before any error
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ class Prediction:
     fetched: int
     """Instructions the fetcher may queue."""
     written: tuple
-    """(first, last) byte addresses that STOREs may write."""
+    """(first, last) byte ranges that STOREs may write (between them, nothing)."""
     tokens: int
     """The largest token count reached."""
     reaches_end: bool
@@ -70,7 +71,8 @@ def _window_ok(windows, address, size, permission):
 
 def _walk(addresses, windows, beat_bytes, permission):
     """The first error of a DMA walk over in-bounds element ``addresses`` (in order), and the
-    addresses that pass before it."""
+    addresses that pass before it. An address past 2**32 (an im2col element's: a tensor
+    descriptor's wrap, see `_tensor_addresses`) is ADDRESS_OVERFLOW."""
     passed = []
     for address in addresses:
         if address >= 1 << 32:
@@ -82,34 +84,52 @@ def _walk(addresses, windows, beat_bytes, permission):
     return ErrorCode.NONE, passed
 
 
+def _ranges(addresses, size):
+    """(first, last) byte ranges covering ``size``-byte elements at ``addresses``: one per run of
+    elements less than 64 bytes apart (a tile wrapped past 4 GiB writes at both ends)."""
+    ranges = []
+    for address in sorted(addresses):
+        if ranges and address <= ranges[-1][1] + 64:
+            ranges[-1][1] = max(ranges[-1][1], address + size - 1)
+        else:
+            ranges.append([address, address + size - 1])
+    return tuple(map(tuple, ranges))
+
+
 def _extents(desc):
     return [desc.dims[d].extent for d in range(DIMS)]
 
 
 def _tensor_addresses(desc):
-    """Addresses of the in-bounds elements of a tensor descriptor, dim 0 fastest."""
+    """Addresses of the in-bounds elements of a tensor descriptor, dim 0 fastest: element
+    (i0..i3) is in bounds when ``lo_d <= i_d < hi_d`` for every d (the raw 16-bit fields, so
+    ``lo >= hi`` or ``lo >= extent`` makes every element padding) and sits at ``(address +
+    sum(i_d * stride_d)) mod 2**32``. A dim past ``CoreConfig.descriptor_dims`` has extent 1
+    (else `_tile_check` refused the descriptor), so its index is 0 and its stride adds nothing:
+    its only element is in bounds when ``lo == 0 and hi != 0``, as the walker checks."""
     dims = [desc.dims[d] for d in range(DIMS)]
     for index in itertools.product(*(range(d.extent) for d in reversed(dims))):
-        coords = [d.start + i for d, i in zip(dims, reversed(index))]
-        if all(0 <= c < d.bound for c, d in zip(coords, dims)):
-            yield desc.base + sum(c * d.stride for c, d in zip(coords, dims))
+        index = index[::-1]  # i0 first
+        if all(d.lo <= i < d.hi for d, i in zip(dims, index)):
+            yield (desc.address + sum(i * d.stride for d, i in zip(dims, index))) % (1 << 32)
 
 
 def _tile_check(config, desc, max_extent0, rows, elem_log2s, pool=False, pitch=0):
     """``hdl/walker.py`` TileCheck: the descriptor's error before any access. A dim past
-    ``config.descriptor_dims`` must have extent 1 and start 0; its stride is not checked."""
+    ``config.descriptor_dims`` must have extent 1 (whatever its lo, hi and stride); the
+    address and the walked dims' strides must be multiples of the element size."""
     e = _extents(desc)
     walked = config.descriptor_dims
     if desc.elem_log2 not in elem_log2s:
         return ErrorCode.BAD_ELEMENT
     if (0 in e or desc.lane + e[0] > max_extent0 or pool and (e[3] != 1 or pitch == 0)
-            or any((e[d], desc.dims[d].start) != (1, 0) for d in range(walked, DIMS))):
+            or any(e[d] != 1 for d in range(walked, DIMS))):
         return ErrorCode.BAD_EXTENT
     used = pitch * (2 * e[2] - 1) * e[3] + 2 * e[1] if pool else e[1] * e[2] * e[3]
     if desc.sram_row + used > rows:
         return ErrorCode.SRAM_RANGE
     mask = (1 << desc.elem_log2) - 1
-    if any(v & mask for v in [desc.base] + [desc.dims[d].stride for d in range(walked)]):
+    if any(v & mask for v in [desc.address] + [desc.dims[d].stride for d in range(walked)]):
         return ErrorCode.MISALIGNED
     return ErrorCode.NONE
 
@@ -161,7 +181,7 @@ def _store(config, instr, windows):
     if code != ErrorCode.NONE:
         return code, 60, ()
     code, passed = _walk(_tensor_addresses(desc), windows, config.axi_data_width // 8, "write")
-    written = (min(passed), max(passed) + (1 << desc.elem_log2) - 1) if passed else ()
+    written = _ranges(passed, 1 << desc.elem_log2)
     return code, 60 + 6 * e[0] * e[1] * e[2] * e[3], written
 
 
@@ -278,8 +298,7 @@ def predict(config, image, windows, program_base, program_length, watchdog):
                 cycles += step.cycles
                 if step.error != ErrorCode.NONE:
                     errors.add((step.error.name, index))
-                if step.written:
-                    written.append(step.written)
+                written += step.written
         if not fetching:
             continue
         address = (program_base + pc * INSTRUCTION_BYTES) % (1 << 32)

@@ -129,8 +129,8 @@ def _error_programs(cfg):
     ok_load = tensor_fields(A, 1, 0, [Dim(extent=cfg.rows, bound=cfg.rows, stride=1)])
     cases = []
 
-    def case(name, code, index, build):
-        program = Program()
+    def case(name, code, index, build, wrap=False):
+        program = Program(wrap=wrap)
         build(program)
         program.end()
         cases.append((name, program, code, index))
@@ -166,9 +166,17 @@ def _error_programs(cfg):
          lambda p: p.load(tensor_fields(A, 4, 0, [Dim(extent=1, bound=1, stride=4)])))
     case("token that never comes", ErrorCode.WATCHDOG, 1,
          lambda p: (p.load(ok_load), p.matmul(0, 0, 0, 1, deps=Deps(pop_prev=True))))
-    case("address beyond 4 GiB", ErrorCode.ADDRESS_OVERFLOW, 0,
-         lambda p: p.load(tensor_fields(A, 1, 0, [
-             Dim(extent=1, bound=1, stride=1), Dim(extent=2, bound=2, stride=0xFFFFFFFF)])))
+    case("im2col element beyond 4 GiB", ErrorCode.ADDRESS_OVERFLOW, 0,
+         lambda p: p.load_im2col({
+             "base": A, "sram_row": 0, "rows": 1, "lanes": 1, "batch": 2, "channels": 1,
+             "height": 1, "width": 1, "out_height": 1, "out_width": 1, "kernel_h": 1,
+             "kernel_w": 1, "conv_stride": 1, "dilation": 1, "padding": 0, "n0": 1, "p0": 0,
+             "q0": 0, "c0": 0, "r0": 0, "s0": 0, "stride_n": 0xFFFFFFFF, "stride_c": 1,
+             "stride_h": 1, "stride_w": 1}))
+    # A tensor tile's addresses wrap: its second element, at C + stride - 2**32 = A, is read-only.
+    case("store wrapped past 4 GiB into a read-only window", ErrorCode.STORE_WINDOW, 0,
+         lambda p: p.store(tensor_fields(C, 4, 0, [Dim(extent=1, bound=1, stride=4), Dim(
+             extent=2, bound=2, stride=(1 << 32) - (C - A))])), wrap=True)
     return cases
 
 

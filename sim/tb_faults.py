@@ -66,11 +66,12 @@ class _Job:
                               f"{got[tuple(bad[0])]}, expected {self.expected[tuple(bad[0])]}")
         assert core.ram.read(C + self.nbytes, 64) == bytes(64), f"{self.name}: wrote past C"
 
-    def index_of(self, opcode, base=None):
-        """Index of the first instruction with ``opcode`` (and tensor ``base``)."""
+    def index_of(self, opcode, address=None):
+        """Index of the first instruction with ``opcode`` (and a tile whose first element,
+        the descriptor's ``address``, is at ``address``)."""
         return next(i for i, raw in enumerate(self.program.instructions)
                     if opcode_of(raw) == opcode
-                    and (base is None or decode(raw).tensor.base == base))
+                    and (address is None or decode(raw).tensor.address == address))
 
 
 async def _start(dut):
@@ -245,7 +246,7 @@ def _fault(kind, job, response, beat_bytes):
     fetched = PROGRAM + 2 * INSTRUCTION_BYTES
     beats = INSTRUCTION_BYTES // beat_bytes
     if kind == "read":
-        return Fault(A, 0x1000, "read", response), job.index_of(Opcode.LOAD, base=A)
+        return Fault(A, 0x1000, "read", response), job.index_of(Opcode.LOAD, address=A)
     if kind == "fetch":
         return Fault(fetched, INSTRUCTION_BYTES, "read", response), 2
     if kind in ("fetch-middle", "fetch-last"):

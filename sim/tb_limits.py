@@ -1,6 +1,7 @@
 """cocotb tests of the core's limits and fetch policy on `tpu_core` with AxiRam: dependency-token
-counters at their limit, instruction fetches that run past the top of the 32-bit address
-space, the W bursts a soft reset finishes, and a core with fewer access windows than the map.
+counters at their limit, instruction fetches and tensor tiles that run past the top of the
+32-bit address space, the W bursts a soft reset finishes, and a core with fewer access windows
+than the map.
 
 TPUGEN_TB (JSON) carries ``config``, ``seed``, the memory's ``latency`` (optional) and the case
 parameters. Each test records what the core did in stats.json (tests/test_limits_verilator.py
@@ -126,6 +127,56 @@ async def fetch_wrap(dut):
         if not result.done:
             await core.soft_reset()
         core.ram.write(0, bytes(len(code)))
+    core.write_stats({"runs": runs, "good_after": await _good_after(core, rng)})
+
+
+@cocotb.test()
+async def tile_wrap(dut):
+    """Tensor tiles past the top of the address space (`isa.encode_tile(wrap=True)`): a LOAD
+    of ``m`` x ``cfg.lanes`` activations whose first ``act_before`` bytes are the last of the
+    address space and whose rest, from the middle of a row on, is at address 0; a MATMUL through
+    W = I; a STORE of the result whose rows step down from 0x280 by 0x100 (a stride of 2**32 -
+    0x100), below address 0 to the top. Run under each of ``cases``: {name: [windows (base,
+    size, readable, writable)]} besides the program's and W's; records the outcome, whether
+    each stored row is its activation row, and whether the rows' places kept their bytes."""
+    cfg, params, core, rng = await _start(dut)
+    m, before, program_at = params["m"], params["act_before"], 0x8000
+    act = rng.integers(-128, 128, (m, cfg.lanes), dtype=np.int8)
+    act_address = (1 << 32) - before
+    rows = [(0x280 - 0x100 * i) % (1 << 32) for i in range(m)]
+    program = Program(cfg, wrap=True)
+    program.load(tensor(B, 1, 0, [Dim(extent=cfg.cols, bound=cfg.cols, stride=1),
+                                  Dim(extent=cfg.rows, bound=cfg.rows, stride=cfg.cols)]))
+    program.load(tensor(act_address, 1, cfg.rows, [
+        Dim(extent=cfg.lanes, bound=cfg.lanes, stride=1),
+        Dim(extent=m, bound=m, stride=cfg.lanes)]), Deps(push_next=True))
+    program.matmul(0, cfg.rows, 0, m, deps=Deps(pop_prev=True, push_next=True))
+    program.store(tensor(0x280, 4, 0, [Dim(extent=cfg.cols, bound=cfg.cols, stride=4),
+                                       Dim(extent=m, bound=m, stride=(1 << 32) - 0x100)]),
+                  deps=Deps(pop_prev=True))
+    program.end()
+    usable = min(cfg.rows, cfg.cols)  # W = I copies these lanes
+    expected = np.zeros((m, cfg.cols), dtype="<i4")
+    expected[:, :usable] = act[:, :usable]
+    fill = bytes([0xA5]) * (4 * cfg.cols)
+    core.ram.write(B, np.eye(cfg.rows, cfg.cols, dtype=np.int8).tobytes())
+    runs = {}
+    for name, windows in params["cases"].items():
+        data, at = act.tobytes(), act_address % MEMORY_SIZE
+        core.ram.write(at, data[:MEMORY_SIZE - at])
+        core.ram.write(0, data[MEMORY_SIZE - at:])
+        for row in rows:
+            core.ram.write(row % MEMORY_SIZE, fill)
+        await core.set_windows([(program_at, 0x1000, True, False), (B, 0x1000, True, False)]
+                               + [tuple(w) for w in windows])
+        result = await core.run(program.to_bytes(), program_at, timeout_cycles=20_000)
+        got = [core.ram.read(row % MEMORY_SIZE, 4 * cfg.cols) for row in rows]
+        runs[name] = {**_outcome(result),
+                      "exact": got == [expected[i].tobytes() for i in range(m)],
+                      "untouched": got == [fill] * m}
+        if not result.done:
+            await core.soft_reset()
+    assert not core.checker.errors, core.checker.errors[:5]
     core.write_stats({"runs": runs, "good_after": await _good_after(core, rng)})
 
 

@@ -110,8 +110,8 @@ def test_every_instruction_reaches_its_engine_intact_in_order(width, family, dep
 
 @pytest.mark.parametrize("dims", [2, 3, 4])
 def test_the_load_queue_drops_the_strides_the_walkers_do_not_use(dims):
-    # Of a dim past descriptor_dims only extent, start and bound are kept (the check and the
-    # bound 0 of a padded tile); of a walked dim every field.
+    # Of a dim past descriptor_dims only extent, lo and hi are kept (the check and the padding
+    # a tile gets where lo != 0 or hi == 0); of a walked dim every field.
     kept = kept_bits(CoreConfig(im2col=False, descriptor_dims=dims), ENGINES["load"][0])
     for d in range(4):
         first = LoadInstruction["tensor"].offset + TensorDescriptor["dims"].offset + d * Dim.size

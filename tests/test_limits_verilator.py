@@ -1,7 +1,7 @@
 """Limits and policies of the whole core on Verilator: dependency-token counters at the
-hardware's limit, instruction fetches past the top of the address space, a core with one access
-window and cores with one-deep queues (sim/tb_limits.py), and instruction bits that an opcode
-does not define (`SimDevice`). The policies are stated in `tpugen.isa`."""
+hardware's limit, instruction fetches and tensor tiles past the top of the address space, a core
+with one access window and cores with one-deep queues (sim/tb_limits.py), and instruction bits
+that an opcode does not define (`SimDevice`). The policies are stated in `tpugen.isa`."""
 import dataclasses
 
 import numpy as np
@@ -95,6 +95,68 @@ def test_instruction_fetch_wraps_to_zero_and_is_checked_there(run_tb, config):
         assert runs[name] == {"done": False, "error": "PROGRAM_WINDOW", "index": BEFORE,
                               "exact": False}, name
     assert stats["good_after"]
+
+
+TILE_WRAP_CASES = {
+    "both ends": [(0, 0x1000, True, True), (TOP, 0x1000, True, True)],
+    "top window only": [(TOP, 0x1000, True, True)],
+    "window past 4 GiB": [(TOP, 0x2000, True, True)],
+    "read-only at 0": [(0, 0x1000, True, False), (TOP, 0x1000, True, True)],
+}
+"""Windows for sim/tb_limits.py's ``tile_wrap``, besides the program's and W's."""
+
+
+def test_tensor_tiles_wrap_to_zero_and_are_checked_there(run_tb):
+    """A tensor descriptor's element addresses are ``address + sum(i_d * stride_d)`` modulo
+    2**32 (docs: `tpugen.isa`), each access checked against the windows at the wrapped address,
+    a window ending past 2**32 not wrapping: a LOAD from the last bytes of the address space on
+    to address 0 (a row split across the wrap) and a STORE whose rows step down past address 0
+    to the top are exact with a window at either end. Without the one at 0 (or with one that
+    ends past 2**32) the LOAD stops with LOAD_WINDOW; with a read-only one the STORE stops with
+    STORE_WINDOW at its first row, at 0x280, and nothing is stored."""
+    stats = run_tb(SMALL, "tpugen.sim.tb_limits",
+                   {"seed": 19, "m": 6, "act_before": 10, "cases": TILE_WRAP_CASES},
+                   design="tpu_core", testcase="tile_wrap")
+    runs = stats["runs"]
+    assert runs["both ends"] == {"done": True, "error": "NONE", "index": 0, "exact": True,
+                                 "untouched": False}, runs["both ends"]
+    for name, error, index in (("top window only", "LOAD_WINDOW", 1),
+                               ("window past 4 GiB", "LOAD_WINDOW", 1),
+                               ("read-only at 0", "STORE_WINDOW", 3)):
+        assert runs[name] == {"done": False, "error": error, "index": index, "exact": False,
+                              "untouched": True}, (name, runs[name])
+    assert stats["good_after"]
+
+
+def test_the_model_predicts_the_wrapped_tiles():
+    """`sim.fuzz_model.predict` allows the outcomes of
+    test_tensor_tiles_wrap_to_zero_and_are_checked_there (the program built here as
+    sim/tb_limits.py's ``tile_wrap`` builds it); where the LOAD errs it also allows the STORE's
+    error, as it does whenever two instructions err (it does not model which comes first)."""
+    from tpugen.firmware.program import Deps, Dim, tensor
+    from tpugen.sim.fuzz_model import DONE, MEMORY_SIZE, predict
+
+    cfg, m, program_at, b = SMALL, 6, 0x8000, 0x30000
+    program = Program(cfg, wrap=True)
+    program.load(tensor(b, 1, 0, [Dim(extent=cfg.cols, bound=cfg.cols, stride=1),
+                                  Dim(extent=cfg.rows, bound=cfg.rows, stride=cfg.cols)]))
+    program.load(tensor((1 << 32) - 10, 1, cfg.rows, [
+        Dim(extent=cfg.lanes, bound=cfg.lanes, stride=1),
+        Dim(extent=m, bound=m, stride=cfg.lanes)]), Deps(push_next=True))
+    program.matmul(0, cfg.rows, 0, m, deps=Deps(pop_prev=True, push_next=True))
+    program.store(tensor(0x280, 4, 0, [Dim(extent=cfg.cols, bound=cfg.cols, stride=4),
+                                       Dim(extent=m, bound=m, stride=(1 << 32) - 0x100)]),
+                  deps=Deps(pop_prev=True))
+    program.end()
+    image = bytearray(MEMORY_SIZE)
+    image[program_at:program_at + program.size] = program.to_bytes()
+    expected = {"both ends": DONE, "top window only": ("LOAD_WINDOW", 1),
+                "window past 4 GiB": ("LOAD_WINDOW", 1), "read-only at 0": ("STORE_WINDOW", 3)}
+    for name, windows in TILE_WRAP_CASES.items():
+        windows = [(program_at, 0x1000, True, False), (b, 0x1000, True, False), *windows]
+        outcomes = predict(cfg, image, windows, program_at, len(program), 500).outcomes
+        assert expected[name] in outcomes and (expected[name] != DONE or len(outcomes) == 1), (
+            name, outcomes)
 
 
 def test_soft_reset_sends_no_w_burst_without_its_aw(run_tb):
