@@ -16,7 +16,7 @@ from ..hdl.board_top import BoardTop, ECP5PllSettings, ICE40PllSettings
 from ..hdl.emitter import memories_start_at_zero
 from ..toolchain import ToolchainError, cache_dir, cached_build, find_tool
 from .boards import board_named
-from .synth import RESOURCE_CELLS
+from .synth import RESOURCE_CELLS, YOSYS_AFTER_SYNTH, YOSYS_BEFORE_SYNTH
 
 __all__ = ["BuildError", "BuildResult", "build", "build_system", "builds_dir", "cached_report",
            "format_report", "last_build", "pll_settings"]
@@ -150,7 +150,8 @@ def build_system(board, system, pll, *, config=None, out_dir=None, seed=None, ti
     with memories_start_at_zero():
         plan = platform.prepare(
             BoardTop(board, system, pll), "top",
-            script_after_synth="tee -q -o stat.json stat -json",
+            script_after_read=YOSYS_BEFORE_SYNTH,
+            script_after_synth=f"{YOSYS_AFTER_SYNTH}; tee -q -o stat.json stat -json",
             nextpnr_opts=["--report", "nextpnr.json", "--timing-allow-fail",
                           *_PLACE_AND_ROUTE[board.family]]
             + ([] if seed is None else ["--seed", str(seed)]))

@@ -6,12 +6,12 @@ from amaranth.utils import ceil_log2
 
 from ..arch import MAX_OUTSTANDING, PLAN_DEPTH
 from ..config import check_config
-from ..isa import (ErrorCode, Header, Im2colDescriptor, LoadIm2colInstruction, LoadInstruction,
+from ..isa import (ErrorCode, Header, LoadIm2colInstruction, LoadInstruction,
                    TensorDescriptor)
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_read_signature
 from .engine import check_state, dma_engine_members
-from .walker import (BurstPlanner, ElementStage, Im2colWalker, TileCheck, TileWalker, move_units,
-                     step_layout, walker_signature)
+from .walker import (BurstPlanner, ElementStage, Im2colWalker, TileCheck, TileWalker,
+                     im2col_walker_signature, move_units, step_layout)
 
 __all__ = ["LoadEngine", "LOAD_INSTRUCTION", "MAX_OUTSTANDING", "PLAN_DEPTH"]
 
@@ -71,7 +71,7 @@ class LoadEngine(wiring.Component):
         if config.im2col:
             m.submodules.im2col_walker = im2col_walker = Im2colWalker(lanes, rows)
         else:  # a walker that never starts: an im2col LOAD stops with UNKNOWN_OPCODE
-            im2col_walker = walker_signature(Im2colDescriptor, lanes, rows).create()
+            im2col_walker = im2col_walker_signature(lanes, rows).create()
         m.submodules.stage = stage = ElementStage(lanes, rows)
         m.submodules.planner = planner = BurstPlanner(
             lanes, rows, beat_bytes, max_steps=PLAN_DEPTH // 4, max_beats=256,
@@ -96,6 +96,7 @@ class LoadEngine(wiring.Component):
             check.held.eq(instr.tensor),  # instr holds until the LOAD ends
             walker.held.eq(instr.tensor),
             im2col_walker.descriptor.payload.eq(im2col_desc),
+            im2col_walker.held.eq(im2col_desc),  # instr holds until the LOAD ends
             im2col_code.eq(_im2col_check(im2col_desc, lanes, rows) if config.im2col
                            else ErrorCode.UNKNOWN_OPCODE),
             planner.windows.eq(self.windows),

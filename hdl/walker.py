@@ -7,7 +7,7 @@ from amaranth.utils import ceil_log2
 from ..isa import DIMS, NUM_WINDOWS, ErrorCode, Im2colDescriptor, TensorDescriptor, Window
 
 __all__ = ["TileCheck", "TileWalker", "Im2colWalker", "ElementStage", "BurstPlanner", "POOLING",
-           "element_layout", "walker_signature", "step_layout", "burst_layout", "move_units",
+           "element_layout", "im2col_walker_signature", "walker_signature", "step_layout", "burst_layout", "move_units",
            "select_units"]
 
 POOLING = data.StructLayout({"enable": 1, "pitch": 16})
@@ -77,6 +77,12 @@ def walker_signature(descriptor_layout, lanes, rows):
         "elements": Out(stream.Signature(element_layout(lanes, rows))),
         "abort": In(1),
     })
+
+
+def im2col_walker_signature(lanes, rows):
+    """An `Im2colWalker`'s: a walker's, with the ``held`` descriptor it works on."""
+    return wiring.Signature({**walker_signature(Im2colDescriptor, lanes, rows).members,
+                             "held": In(Im2colDescriptor)})
 
 
 def element_layout(lanes, rows):
@@ -391,18 +397,20 @@ class Im2colWalker(wiring.Component):
     row and the kernel position (c, r, s) of the lane, each digit carrying its coordinate and
     its byte offset (32 bits and ``HIGH`` saturating bits above), advance by additions only.
     The descriptor must have rows, lanes, kernel sizes and stride >= 1
-    and its rows must fit ``rows``. ``abort`` returns to idle at once.
+    and its rows must fit ``rows``. ``abort`` returns to idle at once. The descriptor taken
+    stays on the ``held`` input until the walk ends (the load engine's instruction register):
+    no copy is kept here.
     """
 
     def __init__(self, lanes, rows):
         _check_int("lanes", lanes, 1, 65535)
         _check_int("rows", rows, 1, 65536)
         self.lanes, self.rows = lanes, rows
-        super().__init__(walker_signature(Im2colDescriptor, lanes, rows))
+        super().__init__(im2col_walker_signature(lanes, rows))
 
     def elaborate(self, platform):
         m = Module()
-        desc = Signal(Im2colDescriptor)
+        desc = self.held
 
         # Step sizes: coordinate steps times byte strides.
         csw, csh, dsw, dsh = (Signal(OFFSET, name=n) for n in ("csw", "csh", "dsw", "dsh"))
@@ -526,7 +534,7 @@ class Im2colWalker(wiring.Component):
                 m.d.comb += self.descriptor.ready.eq(1)
                 d = self.descriptor.payload
                 with m.If(self.descriptor.valid):
-                    m.d.sync += [desc.eq(d), i.eq(0), q.eq(d.q0), p.eq(d.p0), n.eq(d.n0),
+                    m.d.sync += [i.eq(0), q.eq(d.q0), p.eq(d.p0), n.eq(d.n0),
                                  row.eq(d.sram_row), product.eq(0), *start_product(0, d)]
                     m.next = "SETUP"
             with m.State("SETUP"):
