@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 from ..arch import Engine
 from ..isa import (DIMS, INSTRUCTION_BYTES, PARAMS_PER_INSTRUCTION, Opcode, SoftmaxMode,
-                   TensorDescriptor, encode, encode_tile)
+                   TensorDescriptor, encode, encode_im2col, encode_tile)
 
 __all__ = ["LEAD", "Deps", "Dim", "Op", "Program", "dependency_tokens", "schedule",
            "tensor"]
@@ -68,7 +68,8 @@ class Program:
 
     def load_im2col(self, descriptor, deps=Deps()):
         """LOAD a tile of the lowered matrix; ``descriptor``: Im2colDescriptor fields."""
-        return self._add(Opcode.LOAD, header={**deps.fields(), "im2col": 1}, im2col=descriptor)
+        return self._add(Opcode.LOAD, header={**deps.fields(), "im2col": 1},
+                         im2col=encode_im2col(descriptor, self.wrap))
 
     def matmul(self, weight_row, act_row, acc_row, count, *, accumulate=False,
                act_probabilities=False, act_stride_log2=0, deps=Deps()):

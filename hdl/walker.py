@@ -91,7 +91,6 @@ def element_layout(lanes, rows):
     return data.StructLayout({
         "in_bounds": 1,   # every coordinate inside [0, bound)
         "addr": 32,
-        "overflow": 1,    # in bounds, but the address is outside [0, 2**32) (im2col only)
         "lane": range(lanes),
         "count": range(1, lanes + 1),
         "row": range(rows),
@@ -225,7 +224,8 @@ class TileWalker(wiring.Component):
     that advances (the innermost one not at its last index) adds its stride to its a_d in one
     32-bit adder (modulo 2**32) and copies the sum to the dims inside it, whose indices restart
     at 0. An element is in bounds when ``lo_d <= i_d < hi_d`` for every walked d (compares as
-    narrow as the indices) and every dim past them has ``lo`` 0 and ``hi`` above 0 (checked when
+    narrow as the indices, lo and hi clipped to them when the descriptor is taken) and every dim
+    past them has ``lo`` 0 and ``hi`` above 0 (checked when
     the descriptor is taken). Element ``i0`` is lane ``lane + i0`` of its row. A step is one
     element or, when the dim-0 stride is the element size (``1 << elem_log2`` bytes), the
     longest run of lanes that are all padding or all in bounds and inside one ``beat_bytes`` bus
@@ -263,8 +263,9 @@ class TileWalker(wiring.Component):
             return Mux(value[width:].any(), 2**width - 1, value[:width])
 
         extent = [dims[d].extent[:widths[d]] for d in range(walked)]
-        lo = [narrow(dims[d].lo, d) for d in range(walked)]
-        hi = [narrow(dims[d].hi, d) for d in range(walked)]
+        # The in-bounds ranges, narrowed when the descriptor is taken (off the step's path).
+        lo = [Signal(widths[d], name=f"lo{d}") for d in range(walked)]
+        hi = [Signal(widths[d], name=f"hi{d}") for d in range(walked)]
         index = [Signal(range(spans[d]), name=f"i{d}") for d in range(walked)]
         addr = [Signal(32, name=f"a{d}") for d in range(walked)]
         empty = Signal()  # a dim past the walked ones is padding: so is every element
@@ -315,11 +316,12 @@ class TileWalker(wiring.Component):
             out.last.eq(last.all()),
         ]
 
-        # One adder steps the address of the dim that advances.
+        # One adder steps the address of the dim that advances (dim 0: by the run, the step's
+        # count when it does not end the row).
         step_from, step_by = Signal(32), Signal(32)
         with m.If(~last[0]):
             m.d.comb += [step_from.eq(addr[0]),
-                         step_by.eq(Mux(contiguous, count << elem_log2, dims[0].stride))]
+                         step_by.eq(Mux(contiguous, run << elem_log2, dims[0].stride))]
         for d in range(1, walked):
             with m.Elif(~last[d]):
                 m.d.comb += [step_from.eq(addr[d]), step_by.eq(dims[d].stride)]
@@ -334,6 +336,8 @@ class TileWalker(wiring.Component):
                     m.d.sync += [*take, row.eq(d.sram_row), pool_row.eq(d.sram_row),
                                  *(a.eq(d.address) for a in addr),
                                  *(i.eq(0) for i in index),
+                                 *(r.eq(narrow(d.dims[k].lo, k)) for k, r in enumerate(lo)),
+                                 *(r.eq(narrow(d.dims[k].hi, k)) for k, r in enumerate(hi)),
                                  empty.eq(Cat((d.dims[k].lo != 0) | (d.dims[k].hi == 0)
                                               for k in range(walked, DIMS)).any())]
                     m.next = "WALK"
@@ -360,31 +364,13 @@ class TileWalker(wiring.Component):
         return m
 
 
-HIGH = 11
-"""Bits above the 32 of an im2col offset: ``high * 2**32 + low``, exact down to -2**10 * 2**32
-(padding makes offsets negative, never below -2**9 * 2**32) and saturating at ``SATURATED``:
-a saturated offset is at least that many times 2**32, enough to flag any sum it is part of."""
-SATURATED = 2 ** (HIGH - 1) - 1
-OFFSET = 32 + HIGH
-
-
-def _offset(value):
-    """An unsigned value of up to 32 bits as an offset."""
-    return Cat(value, Const(0, HIGH))
-
-
-def _offset_sum(m, a, b, subtract=0, name="sum"):
-    """The offset ``a + b`` (or ``a - b``), saturated (a helper signal driven in ``m``)."""
-    low = Signal(34, name=f"{name}_low")  # [1:33]: the low word, a carry-in through bit 0
-    high = Signal(signed(HIGH + 2), name=f"{name}_high")
-    result = Signal(OFFSET, name=name)
+def _sum(m, a, b, subtract=0, name="sum"):
+    """``a + b`` (or ``a - b``) modulo 2**32, one adder with a carry-in (a helper signal driven
+    in ``m``)."""
+    total = Signal(34, name=name)  # [1:33]: the sum, a carry-in through bit 0
     flip = Const(subtract, 1) if isinstance(subtract, int) else subtract
-    m.d.comb += [
-        low.eq(Cat(flip, a[:32]) + Cat(flip, b[:32] ^ flip.replicate(32))),
-        high.eq(a[32:].as_signed() + (b[32:] ^ flip.replicate(HIGH)).as_signed() + low[33]),
-        result.eq(Cat(low[1:33], Mux(high > SATURATED, SATURATED, high)[:HIGH])),
-    ]
-    return result
+    m.d.comb += total.eq(Cat(flip, a[:32]) + Cat(flip, b[:32] ^ flip.replicate(32)))
+    return total[1:33]
 
 
 class Im2colWalker(wiring.Component):
@@ -395,7 +381,7 @@ class Im2colWalker(wiring.Component):
     stride, dilation and padding, then the start coordinates; at least one cycle each). Then
     one element per cycle, from registers: mixed-radix counters for the pixel (n, p, q) of the
     row and the kernel position (c, r, s) of the lane, each digit carrying its coordinate and
-    its byte offset (32 bits and ``HIGH`` saturating bits above), advance by additions only.
+    its byte offset (modulo 2**32, as every DMA address), advance by additions only.
     The descriptor must have rows, lanes, kernel sizes and stride >= 1
     and its rows must fit ``rows``. ``abort`` returns to idle at once. The descriptor taken
     stays on the ``held`` input until the walk ends (the load engine's instruction register):
@@ -413,13 +399,13 @@ class Im2colWalker(wiring.Component):
         desc = self.held
 
         # Step sizes: coordinate steps times byte strides.
-        csw, csh, dsw, dsh = (Signal(OFFSET, name=n) for n in ("csw", "csh", "dsw", "dsh"))
+        csw, csh, dsw, dsh = (Signal(32, name=n) for n in ("csw", "csh", "dsw", "dsh"))
         # Pixel digits: counter, coordinate contribution (h = hp + hr, w = wq + ws), and the
         # offset with the inner digits at 0 (ro_p: q = 0, ro_n: p = q = 0) or as they are (ro).
         i, q, p, n = (Signal(width, name=name) for width, name in
                       ((16, "i"), (16, "q"), (16, "p"), (17, "n")))
         hp, wq = Signal(signed(26), name="hp"), Signal(signed(26), name="wq")
-        ro, ro_p, ro_n = (Signal(OFFSET, name=name) for name in ("ro", "ro_p", "ro_n"))
+        ro, ro_p, ro_n = (Signal(32, name=name) for name in ("ro", "ro_p", "ro_n"))
         row = Signal(range(self.rows))
         # Kernel digits likewise (lane offsets: lo, lo_r at s = 0, lo_c at r = s = 0), and
         # their values at the first lane of a row.
@@ -427,7 +413,7 @@ class Im2colWalker(wiring.Component):
                       ((16, "j"), (8, "s"), (8, "r"), (17, "c")))
         ws, hr, ws0, hr0 = (Signal(16, name=name) for name in ("ws", "hr", "ws0", "hr0"))
         lo, lo_r, lo_c, lo0, lo_r0, lo_c0 = (
-            Signal(OFFSET, name=name) for name in ("lo", "lo_r", "lo_c", "lo0", "lo_r0", "lo_c0"))
+            Signal(32, name=name) for name in ("lo", "lo_r", "lo_c", "lo0", "lo_r0", "lo_c0"))
 
         # Setup: target = start + multiplier * multiplicand (or minus it), a product at a time;
         # a start of None goes on from the product before.
@@ -443,7 +429,7 @@ class Im2colWalker(wiring.Component):
                 (wq, source.conv_stride, source.q0, -source.padding, 0),
                 (hr0, source.dilation, source.r0, 0, 0),
                 (ws0, source.dilation, source.s0, 0, 0),
-                (None, source.padding, source.stride_h, _offset(source.base), 1),
+                (None, source.padding, source.stride_h, source.base, 1),
                 (None, source.padding, source.stride_w, None, 1),
                 (ro_n, source.n0, source.stride_n, None, 0),  # base - padding * (sh + sw) + ..
                 (ro_p, source.p0, csh, None, 0),
@@ -456,28 +442,24 @@ class Im2colWalker(wiring.Component):
         count = len(products(desc))
         product = Signal(range(count))
         multiplier = Signal(16)        # its bits still to add
-        multiplicand = Signal(OFFSET)  # shifted left once per bit
+        multiplicand = Signal(32)  # shifted left once per bit
         subtract = Signal()
-        acc = Signal(OFFSET)
-        acc_next = _offset_sum(m, acc, Mux(multiplier[0], multiplicand, 0), subtract, "acc_next")
-        doubled = Signal(signed(HIGH + 2))
-        m.d.comb += doubled.eq(Cat(multiplicand[31], multiplicand[32:]).as_signed())
+        acc = Signal(32)
+        acc_next = _sum(m, acc, Mux(multiplier[0], multiplicand, 0), subtract, "acc_next")
 
         def start_product(k, source):
             """Load product ``k`` with the fields of descriptor ``source``."""
             _, y, x, start, minus = products(source)[k]
             return [multiplier.eq(y), subtract.eq(minus),
-                    multiplicand.eq(x if len(x) == OFFSET else _offset(x)),
+                    multiplicand.eq(x),
                     acc.eq(acc_next if start is None else start)]
 
         h = hp + hr
         w = wq + ws
         in_bounds = ((n < desc.batch) & (c < desc.channels) & (h >= 0) & (h < desc.height) &
                      (w >= 0) & (w < desc.width))
-        addr = Signal(33)
-        high = Signal(signed(HIGH + 2))
-        m.d.comb += [addr.eq(ro[:32] + lo[:32]),
-                     high.eq(ro[32:].as_signed() + lo[32:].as_signed() + addr[32])]
+        addr = Signal(32)
+        m.d.comb += addr.eq(ro + lo)
         last_in_row = j == desc.lanes - 1
         last = last_in_row & (i == desc.rows - 1)
         pending = Signal()  # the counters hold an element not yet in the output register
@@ -490,8 +472,7 @@ class Im2colWalker(wiring.Component):
             m.d.sync += [
                 self.elements.valid.eq(1),
                 out.in_bounds.eq(in_bounds),
-                out.addr.eq(addr[:32]),
-                out.overflow.eq(in_bounds & (high > 0)),
+                out.addr.eq(addr),
                 out.lane.eq(j),
                 out.count.eq(1),
                 out.row.eq(row),
@@ -515,7 +496,7 @@ class Im2colWalker(wiring.Component):
             counter, limit, coordinate, by, first, offsets, offset_by = digits[0]
 
             def step():
-                following = _offset_sum(m, offsets[0], offset_by, name=f"{offsets[0].name}_next")
+                following = _sum(m, offsets[0], offset_by, name=f"{offsets[0].name}_next")
                 m.d.sync += [counter.eq(counter + 1), *(o.eq(following) for o in offsets)]
                 if coordinate is not None:
                     m.d.sync += coordinate.eq(coordinate + by)
@@ -539,9 +520,7 @@ class Im2colWalker(wiring.Component):
                     m.next = "SETUP"
             with m.State("SETUP"):
                 m.d.sync += [acc.eq(acc_next), multiplier.eq(multiplier >> 1),
-                             multiplicand.eq(Cat(Const(0, 1), multiplicand[:31],
-                                                 Mux(doubled > SATURATED, SATURATED,
-                                                     doubled)[:HIGH]))]
+                             multiplicand.eq(multiplicand << 1)]
                 with m.If(multiplier[1:] == 0):  # the product's last bit
                     with m.Switch(product):
                         for k, (target, *_) in enumerate(products(desc)):
@@ -564,12 +543,12 @@ class Im2colWalker(wiring.Component):
                     advance([(q, desc.out_width, wq, desc.conv_stride, -desc.padding, [ro], csw),
                              (p, desc.out_height, hp, desc.conv_stride, -desc.padding,
                               [ro_p, ro], csh),
-                             (n, None, None, 0, 0, [ro_n, ro_p, ro], _offset(desc.stride_n))])
+                             (n, None, None, 0, 0, [ro_n, ro_p, ro], desc.stride_n)])
                 with m.Elif(load):
                     m.d.sync += j.eq(j + 1)
                     advance([(s, desc.kernel_w, ws, desc.dilation, 0, [lo], dsw),
                              (r, desc.kernel_h, hr, desc.dilation, 0, [lo_r, lo], dsh),
-                             (c, None, None, 0, 0, [lo_c, lo_r, lo], _offset(desc.stride_c))])
+                             (c, None, None, 0, 0, [lo_c, lo_r, lo], desc.stride_c)])
                 with m.If(self.elements.valid & self.elements.ready & self.elements.payload.last):
                     m.next = "IDLE"
                 stop_on_abort()
@@ -635,7 +614,7 @@ class BurstPlanner(wiring.Component):
     ``bursts``. ``steps`` gives every walked step, in order, one step late: it tells when a beat
     and a burst end. A burst is issued no earlier than the step that closes it. Each beat is
     checked against the windows with ``permission`` ("read"/"write") before it joins a burst; on
-    a failing beat or an overflowing address ``error`` is set and the planner stops (the open
+    a failing beat ``error`` is set and the planner stops (the open
     burst is dropped). ``abort`` stops it as well; ``steps`` and ``bursts`` still drain.
     ``windows``: how many access windows there are (`CoreConfig.windows`).
     """
@@ -681,7 +660,7 @@ class BurstPlanner(wiring.Component):
         joins = ~flush & elem.in_bounds & (share | extend)
         window = window_ok(m, self.windows, Cat(Const(0, shift), beat), self.beat_bytes,
                            self.permission, aligned=True)
-        bad = ~flush & elem.in_bounds & (elem.overflow | ~window)
+        bad = ~flush & elem.in_bounds & ~window
         end_of_burst = is_open & ~joins
 
         event = ~self.abort & (self.error == ErrorCode.NONE) & (flush | self.elements.valid)
@@ -694,9 +673,8 @@ class BurstPlanner(wiring.Component):
         with m.If(self.bursts.ready):
             m.d.sync += self.bursts.valid.eq(0)
         with m.If(event & bad):
-            m.d.sync += self.error.eq(Mux(elem.overflow, ErrorCode.ADDRESS_OVERFLOW,
-                                          ErrorCode.LOAD_WINDOW if self.permission == "read"
-                                          else ErrorCode.STORE_WINDOW))
+            m.d.sync += self.error.eq(ErrorCode.LOAD_WINDOW if self.permission == "read"
+                                      else ErrorCode.STORE_WINDOW)
         with m.If(advance):
             with m.If(pending_valid):
                 m.d.sync += [

@@ -576,12 +576,12 @@ def _internals(fragment, *names):
 
 class BurstPlannerHarness(_InternalsHarness):
     """The burst planner alone (`hdl/walker.py`): a free element stream in (any address,
-    overflow flag, bounds and handshake timing, no stability required), free steps and bursts
+    bounds and handshake timing, no stability required), free steps and bursts
     handshakes, free windows held constant of which all four may grant ``permission``.
 
     Asserted: every burst is beat-aligned, never crosses 4 KiB, has at most ``max_beats``
-    beats and stays stable until taken; no in-bounds element is taken whose address overflowed
-    or whose beat is outside every window with the permission; and every beat of every burst is
+    beats and stays stable until taken; no in-bounds element is taken whose beat is outside
+    every window with the permission; and every beat of every burst is
     the beat of an in-bounds element taken (for ``beat``, a free constant beat address). The
     last two give "every beat of every burst lies inside a window with the permission" (the
     windows do not change). It is not stated as one assertion because the solver cannot relate
@@ -627,7 +627,6 @@ class BurstPlannerHarness(_InternalsHarness):
                    f"burst: more than {dut.max_beats} beats"),
             Assert(~dut.bursts.valid | ~((burst_beat <= beat) & (beat <= burst_beat + burst.len))
                    | walked, "burst: a beat no element taken was in"),
-            Assert(~taken | ~elem.overflow, "an element with an overflowing address taken"),
             Assert(~taken | _in_window(dut.windows, Cat(Const(0, shift), elem.addr[shift:]),
                                        dut.beat_bytes, permission),
                    f"an element outside every {permission} window taken"),

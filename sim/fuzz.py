@@ -8,7 +8,7 @@ mutated (tokens flipped, instructions dropped, duplicated, swapped, corrupted, t
 random instructions from the encoder with mostly sensible and sometimes broken fields (tiles
 TMA-style through `isa.encode_tile`, then now and then raw ``lo`` / ``hi`` values it never
 makes), single LOADs and STOREs made to reach the errors that random programs rarely reach
-first, tiles that wrap past 4 GiB through W = I, and raw random bytes.
+first, tensor tiles and im2col tiles that wrap past 4 GiB through W = I, and raw random bytes.
 
 The outcome model, `predict`, is `sim/fuzz_model.py`.
 """
@@ -27,7 +27,7 @@ from ..firmware.matmul import compile_matmul
 from ..firmware.program import Deps, Dim, Program, tensor
 from ..isa import (DIMS, INSTRUCTION_BYTES, LoadInstruction, Opcode, SoftmaxInstruction,
                    SoftmaxMode, StoreInstruction, TensorDescriptor)
-from .fuzz_model import DONE, MEMORY_SIZE, _im2col_addresses, predict
+from .fuzz_model import DONE, MEMORY_SIZE, _im2col_addresses, _im2col_elements, predict
 from .golden import apply_epilogue, conv2d_int32, matmul_int32
 
 __all__ = ["KINDS", "cases", "defect_cases"]
@@ -36,8 +36,8 @@ PROGRAM, PROGRAM_SPACE = 0x00000, 0x2000
 DATA, DATA_SPACE = 0x10000, 0x8000
 OUTPUT, OUTPUT_SPACE = 0x20000, 0x8000
 TOP, TOP_SPACE = (1 << 32) - 0x10000, 0x10000
-"""The last 64 KiB of the address space: tensor tiles there run past 4 GiB and wrap to address
-0 (each access checked against the windows there); im2col tiles stop with ADDRESS_OVERFLOW."""
+"""The last 64 KiB of the address space: tensor and im2col tiles there run past 4 GiB and wrap
+to address 0 and on (each access checked against the windows there, as every DMA address)."""
 WATCHDOGS = (256, 1024)
 MAX_CYCLES = 60_000
 """Cases whose bound is larger are not drawn (they would slow the run down)."""
@@ -512,38 +512,32 @@ def random_cases(draw, config):
 def defect_cases(draw, config):
     """One LOAD or STORE made to stop the core with an error that random programs rarely reach
     first (each is checked before most others, or needs a tile placed just so): BAD_ELEMENT, an
-    element size the engine does not move; ADDRESS_OVERFLOW, an im2col tile (on a core with the
-    im2col walker) that runs past 4 GiB inside a window at the top of the address space;
-    STORE_WINDOW, a STORE into a read-only window. Or tiles that run past 4 GiB and wrap
-    (`_wrap_case`). Sizes, places and the rest of the program are random."""
+    element size the engine does not move; STORE_WINDOW, a STORE into a read-only window. Or
+    tiles that run past 4 GiB and wrap (`_wrap_case`): tensor tiles, or (on a core with the
+    im2col walker) an im2col tile (`_wrapped_im2col`). Sizes, places and the rest of the program
+    are random."""
     target = draw(st.sampled_from(["element", "store window", "wrap"]
-                                  + ["overflow"] * config.im2col))
-    if target == "wrap":
-        return draw(_wrap_case(config))
+                                  + ["im2col wrap"] * config.im2col))
+    if target in ("wrap", "im2col wrap"):
+        return draw(_wrap_case(config, im2col=target == "im2col wrap"))
     store = target == "store window" or target == "element" and draw(st.booleans())
     elem = 4 if store else 1
     if target == "element":
         elem = draw(st.sampled_from([1, 2, 8] if store else [2, 4, 8]))
     program = Program(config)
-    if target == "overflow":  # the tensor's end, and so some in-bounds elements, past 2**32
-        descriptor = draw(_overflowing_im2col(config))
-        program.load_im2col(descriptor)
-        base = descriptor["base"]
-        what = "im2col LOAD"
+    lanes = config.cols if store else config.lanes
+    extent, rows = draw(st.integers(1, lanes)), draw(st.integers(2, 3))
+    dims = [Dim(extent=extent, bound=extent, stride=elem),
+            Dim(extent=rows, bound=rows, stride=extent * elem)]
+    # a store into DATA is outside every writable window
+    area = OUTPUT if store and target == "element" else DATA
+    base = area + elem * draw(st.integers(0, 256))
+    descriptor = tensor(base, elem, draw(st.integers(0, 8)), dims)
+    if store:
+        program.store(descriptor)
     else:
-        lanes = config.cols if store else config.lanes
-        extent, rows = draw(st.integers(1, lanes)), draw(st.integers(2, 3))
-        dims = [Dim(extent=extent, bound=extent, stride=elem),
-                Dim(extent=rows, bound=rows, stride=extent * elem)]
-        # a store into DATA is outside every writable window
-        area = OUTPUT if store and target == "element" else DATA
-        base = area + elem * draw(st.integers(0, 256))
-        descriptor = tensor(base, elem, draw(st.integers(0, 8)), dims)
-        if store:
-            program.store(descriptor)
-        else:
-            program.load(descriptor)
-        what = f"{'STORE' if store else 'LOAD'} of {elem}-byte elements"
+        program.load(descriptor)
+    what = f"{'STORE' if store else 'LOAD'} of {elem}-byte elements"
     program.end()
     return _case(config, f"defects {target} ({what} at {base:#x})", program=program.to_bytes(),
                  windows=_STANDARD_WINDOWS + [(TOP, TOP_SPACE, True, True)], base=PROGRAM,
@@ -553,27 +547,50 @@ def defect_cases(draw, config):
 
 
 @st.composite
-def _overflowing_im2col(draw, config):
-    """Im2colDescriptor fields of a convolution's first tile (kernel position and pixel 0, a
-    padding of 0 or 1) over an (N, C, H, W) tensor in the last bytes of the address space, with
-    the tile's last in-bounds element past 2**32."""
-    batch, channels, height, width = (draw(st.integers(1, 2)), draw(st.integers(1, 3)),
-                                      draw(st.integers(1, 6)), draw(st.integers(1, 6)))
+def _wrapped_im2col(draw, config, rows, low, low_space):
+    """Im2colDescriptor fields of a ``rows``-row tile (``sram_row`` 0) of a convolution (stride
+    and dilation 1, padding 0 or 1) over an (N, C, H, W) int8 tensor in NCHW order whose
+    in-bounds elements run past 4 GiB and wrap (`isa.encode_im2col(wrap=True)`): either two
+    images, image 0 in the last bytes of the address space and image 1 wrapped to ``low`` (in
+    ``[low, low + low_space)``, or now and then elsewhere), the tile's rows from the last pixels
+    of image 0 on into image 1 from a random kernel position; or the first tile of a contiguous
+    tensor in the last bytes of the address space that crosses 2**32 (its end at address 0..).
+    At least one in-bounds element of the tile lies past 2**32. Returns (fields, how it
+    wraps)."""
+    two_images = draw(st.booleans())
+    batch, channels, height, width = (2 if two_images else draw(st.integers(1, 2)),
+                                      draw(st.integers(1, 3)), draw(st.integers(1, 6)),
+                                      draw(st.integers(1, 6)))
     kernel_h, kernel_w = draw(st.integers(1, height)), draw(st.integers(1, width))
     padding = draw(st.integers(0, 1))
     out_height, out_width = height + 2 * padding - kernel_h + 1, width + 2 * padding - kernel_w + 1
-    fields = {"base": 0, "sram_row": draw(st.integers(0, 8)),
-              "rows": draw(st.integers(1, min(8, batch * out_height * out_width))),
-              "lanes": draw(st.integers(1, min(config.lanes, channels * kernel_h * kernel_w))),
+    pixels, taps = out_height * out_width, channels * kernel_h * kernel_w
+    image = channels * height * width
+    m0, k0 = ((draw(st.integers(max(0, pixels - rows + 1), pixels - 1)),
+               draw(st.integers(0, taps - 1))) if two_images else (0, 0))
+    n0, (p0, q0) = m0 // pixels, divmod(m0 % pixels, out_width)
+    c0, (r0, s0) = k0 // (kernel_h * kernel_w), divmod(k0 % (kernel_h * kernel_w), kernel_w)
+    fields = {"base": 0, "sram_row": 0, "rows": rows,
+              "lanes": draw(st.integers(1, config.lanes)),
               "batch": batch, "channels": channels, "height": height, "width": width,
               "out_height": out_height, "out_width": out_width, "kernel_h": kernel_h,
               "kernel_w": kernel_w, "conv_stride": 1, "dilation": 1, "padding": padding,
-              "n0": 0, "p0": 0, "q0": 0, "c0": 0, "r0": 0, "s0": 0,
-              "stride_n": channels * height * width, "stride_c": height * width,
-              "stride_h": width, "stride_w": 1}
-    furthest = max(_im2col_addresses(SimpleNamespace(**fields)), default=0)
-    assume(furthest > 0)  # else no element can lie past 2**32
-    return {**fields, "base": (1 << 32) - draw(st.integers(1, furthest))}
+              "n0": n0, "p0": p0, "q0": q0, "c0": c0, "r0": r0, "s0": s0,
+              "stride_n": image, "stride_c": height * width, "stride_h": width, "stride_w": 1}
+    if two_images:
+        top = (1 << 32) - image - draw(_rarely(st.integers(0, 16), st.integers(0, 0x3000), 4))
+        target = draw(_rarely(st.integers(0, low_space - image).map(lambda k: low + k),
+                              st.sampled_from([0x80000, OUTPUT, DATA, PROGRAM]), 4))
+        fields.update(base=top, stride_n=(target - top) % (1 << 32))
+        how = f"images at {top:#x} and {target:#x}"
+    else:
+        furthest = max(_im2col_addresses(SimpleNamespace(**fields), wrap=None), default=0)
+        assume(furthest > 0)  # else no element can lie past 2**32
+        fields["base"] = (1 << 32) - draw(st.integers(1, furthest))
+        how = f"contiguous from {fields['base']:#x}"
+    # image 1 may be all padding in the tile's rows
+    assume(max(_im2col_addresses(SimpleNamespace(**fields), wrap=None), default=0) >= 1 << 32)
+    return fields, f"im2col {kernel_h}x{kernel_w} pad {padding}, {how}"
 
 
 @st.composite
@@ -615,11 +632,12 @@ def _wrapped_tile(draw, elem, extent, low, low_space, repeats):
 
 
 @st.composite
-def _wrap_case(draw, config):
-    """Tensor tiles past 4 GiB (`isa.encode_tile(wrap=True)`), whose addresses the core wraps
-    modulo 2**32 and checks against the windows there: a LOAD of weights W = I, a LOAD of
-    activations and a STORE of the MATMUL's result, both `_wrapped_tile`, between the window at
-    the top of the address space (readable and writable) and DATA (the LOAD) or OUTPUT (the
+def _wrap_case(draw, config, im2col=False):
+    """Tiles past 4 GiB (`isa.encode_tile(wrap=True)`, `isa.encode_im2col(wrap=True)`), whose
+    addresses the core wraps modulo 2**32 and checks against the windows there: a LOAD of
+    weights W = I, a LOAD of activations (`_wrapped_tile`, or with ``im2col`` an im2col LOAD,
+    `_wrapped_im2col`) and a STORE of the MATMUL's result (`_wrapped_tile`), between the window
+    at the top of the address space (readable and writable) and DATA (the LOAD) or OUTPUT (the
     STORE), or address 0 (the program's window, at random writable or not; the program sits
     past the bytes a tile wraps to), and now and then to a window without the permission or to
     none. The model decides the outcome; where it expects done, the bytes of and around every
@@ -628,14 +646,20 @@ def _wrap_case(draw, config):
     repeats = draw(st.integers(1, 3))
     count = 2 * repeats  # tile rows: i1 + 2 * i2
     weights = DATA + 0x4000
-    act, act_how = draw(_wrapped_tile(1, draw(st.integers(1, config.lanes)), DATA, 0x1000,
-                                      repeats))
+    if im2col:
+        act, act_how = draw(_wrapped_im2col(config, count, DATA, 0x1000))
+    else:
+        act, act_how = draw(_wrapped_tile(1, draw(st.integers(1, config.lanes)), DATA, 0x1000,
+                                          repeats))
     out, out_how = draw(_wrapped_tile(4, draw(st.integers(1, cols)), OUTPUT, 0x1000, repeats))
     act["sram_row"] = rows
     program = Program(config, wrap=True)
     program.load(tensor(weights, 1, 0, [Dim(extent=cols, bound=cols, stride=1),
                                          Dim(extent=rows, bound=rows, stride=cols)]))
-    program.load(act, Deps(push_next=True))
+    if im2col:
+        program.load_im2col(act, Deps(push_next=True))
+    else:
+        program.load(act, Deps(push_next=True))
     program.matmul(0, rows, 0, count, deps=Deps(pop_prev=True, push_next=True))
     program.store(out, deps=Deps(pop_prev=True))
     program.end()
@@ -650,7 +674,8 @@ def _wrap_case(draw, config):
     low_writable = draw(st.booleans())
     windows = [(PROGRAM, PROGRAM_SPACE, True, low_writable), *_STANDARD_WINDOWS[1:],
                (TOP, TOP_SPACE, True, True)]
-    case = _case(config, f"defects wrap (LOAD {act_how}; STORE {out_how}; "
+    case = _case(config, f"defects {'im2col ' if im2col else ''}wrap (LOAD {act_how}; "
+                 f"STORE {out_how}; "
                  f"{'writable' if low_writable else 'read-only'} at 0)",
                  program=program.to_bytes(), windows=windows, base=base, length=len(program),
                  watchdog=draw(st.sampled_from(WATCHDOGS)), memory=memory,
@@ -659,8 +684,12 @@ def _wrap_case(draw, config):
         return case
     image, _ = _image([(base, program.to_bytes()), *memory])
     loaded = np.zeros((count, config.lanes), dtype=np.int64)  # zero: padding and past extent0
-    for (i0, i1, i2), address in _tile_elements(act):
-        loaded[i1 + 2 * i2, i0] = (image[address % MEMORY_SIZE] ^ 0x80) - 0x80  # int8
+    if im2col:
+        elements = _im2col_elements(SimpleNamespace(**act))  # (row, lane, address)
+    else:
+        elements = ((i1 + 2 * i2, i0, address) for (i0, i1, i2), address in _tile_elements(act))
+    for i, j, address in elements:
+        loaded[i, j] = (image[address % MEMORY_SIZE] ^ 0x80) - 0x80  # int8
     result = np.zeros((count, cols), dtype=np.int64)  # through W = I: lanes below min(rows, cols)
     usable = min(rows, cols)
     result[:, :usable] = loaded[:, :usable]

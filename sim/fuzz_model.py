@@ -2,8 +2,9 @@
 
 `predict` is the model of the outcome. Each instruction's own result is exact: the descriptor
 checks in the hardware's order (``TileCheck``, the MATMUL and SOFTMAX checks, the im2col
-check), then a walk of every in-bounds element, in order, against the windows (a tensor
-descriptor's addresses wrap modulo 2**32; an im2col element past 2**32 is ADDRESS_OVERFLOW).
+check), then a walk of every in-bounds element, in order, against the windows (every DMA
+address, a tensor descriptor's or an im2col element's, wraps modulo 2**32 and is checked there;
+ADDRESS_OVERFLOW is retired and never predicted).
 The controller is modelled as in-order queues of ``config.queue_depth`` instructions per
 engine fed by an in-order fetcher, and VTA-style tokens between neighbouring engines. With one
 consumer per token counter the model's final state does not depend on timing, so a program that
@@ -70,13 +71,12 @@ def _window_ok(windows, address, size, permission):
 
 
 def _walk(addresses, windows, beat_bytes, permission):
-    """The first error of a DMA walk over in-bounds element ``addresses`` (in order), and the
-    addresses that pass before it. An address past 2**32 (an im2col element's: a tensor
-    descriptor's wrap, see `_tensor_addresses`) is ADDRESS_OVERFLOW."""
+    """The first error of a DMA walk over in-bounds element ``addresses`` (in order, already
+    wrapped modulo 2**32: `_tensor_addresses`, `_im2col_addresses`), and the addresses that pass
+    before it: each element's beat is checked against the windows at its wrapped address."""
     passed = []
     for address in addresses:
-        if address >= 1 << 32:
-            return ErrorCode.ADDRESS_OVERFLOW, passed
+        assert 0 <= address < 1 << 32, address
         if not _window_ok(windows, address - address % beat_bytes, beat_bytes, permission):
             code = ErrorCode.LOAD_WINDOW if permission == "read" else ErrorCode.STORE_WINDOW
             return code, passed
@@ -134,20 +134,30 @@ def _tile_check(config, desc, max_extent0, rows, elem_log2s, pool=False, pitch=0
     return ErrorCode.NONE
 
 
-def _im2col_addresses(d):
-    """Addresses of the in-bounds elements of an im2col tile, in walk order (``Im2colWalker``)."""
+def _im2col_elements(d, wrap=1 << 32):
+    """(row, lane, address) of the in-bounds elements of an im2col tile ``d`` (a namespace of
+    `Im2colDescriptor` fields), in walk order (``Im2colWalker``): row ``i`` and lane ``j`` of
+    the tile, and ``base + n * stride_n + c * stride_c + h * stride_h + w * stride_w`` modulo
+    ``wrap`` (2**32, as the core walks it; None: the exact sum)."""
     n, p, q = d.n0, d.p0, d.q0
-    for _ in range(d.rows):
+    for i in range(d.rows):
         c, r, s = d.c0, d.r0, d.s0
-        for _ in range(d.lanes):
+        for j in range(d.lanes):
             h = p * d.conv_stride - d.padding + r * d.dilation
             w = q * d.conv_stride - d.padding + s * d.dilation
             if n < d.batch and c < d.channels and 0 <= h < d.height and 0 <= w < d.width:
-                yield d.base + n * d.stride_n + c * d.stride_c + h * d.stride_h + w * d.stride_w
+                address = (d.base + n * d.stride_n + c * d.stride_c + h * d.stride_h
+                           + w * d.stride_w)
+                yield i, j, address % wrap if wrap else address
             s, r, c = ((s + 1, r, c) if s + 1 < d.kernel_w else
                        (0, r + 1, c) if r + 1 < d.kernel_h else (0, 0, c + 1))
         q, p, n = ((q + 1, p, n) if q + 1 < d.out_width else
                    (0, p + 1, n) if p + 1 < d.out_height else (0, 0, n + 1))
+
+
+def _im2col_addresses(d, wrap=1 << 32):
+    """The addresses of `_im2col_elements`, in walk order."""
+    return (address for _, _, address in _im2col_elements(d, wrap))
 
 
 def _load(config, instr, windows):

@@ -166,13 +166,26 @@ def _error_programs(cfg):
          lambda p: p.load(tensor_fields(A, 4, 0, [Dim(extent=1, bound=1, stride=4)])))
     case("token that never comes", ErrorCode.WATCHDOG, 1,
          lambda p: (p.load(ok_load), p.matmul(0, 0, 0, 1, deps=Deps(pop_prev=True))))
-    case("im2col element beyond 4 GiB", ErrorCode.ADDRESS_OVERFLOW, 0,
-         lambda p: p.load_im2col({
-             "base": A, "sram_row": 0, "rows": 1, "lanes": 1, "batch": 2, "channels": 1,
-             "height": 1, "width": 1, "out_height": 1, "out_width": 1, "kernel_h": 1,
-             "kernel_w": 1, "conv_stride": 1, "dilation": 1, "padding": 0, "n0": 1, "p0": 0,
-             "q0": 0, "c0": 0, "r0": 0, "s0": 0, "stride_n": 0xFFFFFFFF, "stride_c": 1,
-             "stride_h": 1, "stride_w": 1}))
+
+    def image_1_at(address):
+        """An im2col tile of one element, pixel 0 of image 1 of a tensor at 0x90000 (outside
+        every window; image 0 is not walked) whose image 1 wraps past 4 GiB to ``address``."""
+        return {"base": 0x90000, "sram_row": 0, "rows": 1, "lanes": 1, "batch": 2,
+                "channels": 1, "height": 1, "width": 1, "out_height": 1, "out_width": 1,
+                "kernel_h": 1, "kernel_w": 1, "conv_stride": 1, "dilation": 1, "padding": 0,
+                "n0": 1, "p0": 0, "q0": 0, "c0": 0, "r0": 0, "s0": 0,
+                "stride_n": (1 << 32) - (0x90000 - address), "stride_c": 1, "stride_h": 1,
+                "stride_w": 1}
+
+    # An im2col element's address wraps too (`isa.encode_im2col(wrap=True)`) and is checked
+    # there: into C, write-only, it is LOAD_WINDOW; into A, readable, the LOAD completes and
+    # its token lets the MATMUL after it run (and fail).
+    case("im2col element wrapped past 4 GiB into a write-only window", ErrorCode.LOAD_WINDOW, 0,
+         lambda p: p.load_im2col(image_1_at(C)), wrap=True)
+    case("im2col element wrapped past 4 GiB into a readable window", ErrorCode.SRAM_RANGE, 1,
+         lambda p: (p.load_im2col(image_1_at(A + 0x100), Deps(push_next=True)),
+                    p.matmul(0, 0, cfg.accumulator_rows, 1, deps=Deps(pop_prev=True))),
+         wrap=True)
     # A tensor tile's addresses wrap: its second element, at C + stride - 2**32 = A, is read-only.
     case("store wrapped past 4 GiB into a read-only window", ErrorCode.STORE_WINDOW, 0,
          lambda p: p.store(tensor_fields(C, 4, 0, [Dim(extent=1, bound=1, stride=4), Dim(

@@ -428,8 +428,7 @@ def walk_steps(desc, elem_log2, beat_bytes):
         in_bounds = all(0 <= c < d["bound"] for c, d in zip(coords, dims))
         addr = desc["base"] + sum(c * d["stride"] for c, d in zip(coords, dims))
         element = {
-            "in_bounds": int(in_bounds), "addr": addr % 2**32, "overflow": 0,
-            "lane": desc["lane"] + i0,
+            "in_bounds": int(in_bounds), "addr": addr % 2**32, "lane": desc["lane"] + i0,
             "count": 1,
             "row": desc["sram_row"] + i1 + extents[1] * (i2 + extents[2] * i3),
             "last_in_row": int(i0 == extents[0] - 1),

@@ -47,9 +47,10 @@ def _with_timing(drawn, seed=7):
     return drawn
 
 
-NOT_FUZZED = {"BUS_ERROR"}
+NOT_FUZZED = {"BUS_ERROR", "ADDRESS_OVERFLOW"}
 """Error codes the fuzz cannot reach: its memory always answers OKAY (tests/test_faults_verilator.py
-has the bus faults)."""
+has the bus faults), and ADDRESS_OVERFLOW is retired (DMA addresses wrap modulo 2**32; the
+model never predicts it, so a core that raised it would fail its case)."""
 
 
 def _minimums(count):

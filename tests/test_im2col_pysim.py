@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 
 from tpugen import CoreConfig
-from tpugen.isa import ErrorCode, Opcode, encode
+from tpugen.firmware.program import Program
+from tpugen.isa import ErrorCode, Opcode, encode, encode_im2col
 from tpugen.sim.golden import im2col
 from tpugen.sim.pysim_axi import AxiMemory
 
@@ -25,9 +26,9 @@ def strides(shape, layout, gap=0):
     return {"n": h * w * sw, "c": 1, "h": w * sw, "w": sw}
 
 
-def instruction(conv, tile, **fields):
-    """An encoded im2col LOAD of the tile ``(m0, k0, rows, lanes)`` of ``conv``; ``fields``
-    of the descriptor (``sram_row`` at least) set or overridden."""
+def im2col_fields(conv, tile, **fields):
+    """The Im2colDescriptor fields of the tile ``(m0, k0, rows, lanes)`` of ``conv``;
+    ``fields`` (``sram_row`` at least) set or overridden."""
     (n, c, h, w), (kh, kw), stride, dilation, padding, base, st, (p, q) = conv
     m0, k0, rows, lanes = tile
     n0, p0, q0 = np.unravel_index(m0, (1 << 16, p, q))
@@ -37,8 +38,12 @@ def instruction(conv, tile, **fields):
             "kernel_h": kh, "kernel_w": kw, "conv_stride": stride, "dilation": dilation,
             "padding": padding, "n0": n0, "p0": p0, "q0": q0, "c0": c0, "r0": r0, "s0": s0,
             **{f"stride_{k}": v for k, v in st.items()}}
-    desc = {k: int(v) for k, v in {**desc, **fields}.items()}
-    return encode(Opcode.LOAD, header={"im2col": 1}, im2col=desc)
+    return {k: int(v) for k, v in {**desc, **fields}.items()}
+
+
+def instruction(conv, tile, **fields):
+    """An encoded im2col LOAD of `im2col_fields` (not checked by `isa.encode_im2col`)."""
+    return encode(Opcode.LOAD, header={"im2col": 1}, im2col=im2col_fields(conv, tile, **fields))
 
 
 def conv_case(shape, kernel, stride, dilation, padding, layout, tiles, seed, width=64, gap=0,
@@ -115,6 +120,47 @@ def test_im2col_whole_matrix():
     conv_case(shape, kernel, 1, 1, 1, "nchw", tiles, seed=9, width=64)
 
 
+def test_im2col_tiles_wrap_past_4_gib():
+    # Two images, image 1 at base + stride_n past 4 GiB, which wraps to 0x1800 bytes below
+    # image 0; windows and memory over the two images only. Program refuses the tiles (the
+    # tensor leaves the address space) unless wrap; the core reads image 1 at the wrapped
+    # addresses: tiles across the images, bit-exact against sim.golden.im2col.
+    shape, kernel, padding = (2, 3, 5, 5), (3, 3), 1
+    rng = np.random.default_rng(21)
+    config = CoreConfig(**{**CONFIG.__dict__, "axi_data_width": 32})
+    beat, size = 4, shape[1] * shape[2] * shape[3]
+    base, below = 0x2011, 0x1800
+    st = {**strides(shape, "nhwc"), "n": (1 << 32) - below}
+    spans = [(first - first % beat, -(-(first + size) // beat) * beat - first + first % beat)
+             for first in (base, base - below)]
+    axi_mem = AxiMemory(MEM_SIZE, 32, allowed=spans, seed=21)
+    axi_mem.mem[:] = rng.integers(0, 256, MEM_SIZE, dtype=np.uint8).tobytes()
+    grids = np.meshgrid(*[np.arange(d) for d in shape], indexing="ij")
+    addrs = base + sum(g * st[k] for g, k in zip(grids, "nchw"))
+    assert addrs[0].max() < 1 << 32 <= addrs[1].min()
+    x = np.frombuffer(axi_mem.mem, dtype=np.int8)[addrs % (1 << 32)]
+    lowered = im2col(x, *kernel, 1, 1, padding)
+    assert lowered.shape == (50, 27)
+    conv = (shape, kernel, 1, 1, padding, base, st, (5, 5))
+    init = rng.integers(-128, 128, (config.scratchpad_rows, config.lanes))
+    program, expected, sram_row = Program(config, wrap=True), init.copy(), 3
+    padded = np.pad(lowered, ((0, config.scratchpad_rows), (0, config.lanes)))
+    # image 0 into image 1 (mid-row, mid-kernel); image 1 alone, past its last pixel and
+    # kernel position
+    for m0, k0, rows, lanes in [(19, 4, 8, 8), (23, 17, 7, 8), (30, 9, 8, 5), (46, 22, 6, 8)]:
+        desc = im2col_fields(conv, (m0, k0, rows, lanes), sram_row=sram_row)
+        with pytest.raises(ValueError, match="outside the 32-bit address space"):
+            Program(config).load_im2col(desc)
+        program.load_im2col(desc)
+        expected[sram_row:sram_row + rows] = 0
+        expected[sram_row:sram_row + rows, :lanes] = padded[m0:m0 + rows, k0:k0 + lanes]
+        sram_row += rows
+    outcomes, rows = run("load", config, program.instructions, axi_mem,
+                         windows(*[(first, span, "r") for first, span in spans]), init)
+    assert [o[0] for o in outcomes] == [ErrorCode.NONE] * len(program)
+    np.testing.assert_array_equal(rows, expected)
+
+
 def good_instruction(**fields):
     conv = ((1, 2, 4, 4), (3, 3), 1, 1, 1, 0x10, strides((1, 2, 4, 4), "nchw"), (4, 4))
     return instruction(conv, (5, 3, 4, 8), **{"sram_row": 9, **fields})
@@ -136,8 +182,7 @@ def im2col_steps(d, wrap=2**32):
                     w * d["stride_w"])
             last_in_row = j == d["lanes"] - 1
             steps.append({"in_bounds": int(in_bounds),
-                          "addr": addr % wrap if wrap else addr,
-                          "overflow": int(in_bounds and addr >= 2**32), "lane": j, "count": 1,
+                          "addr": addr % wrap if wrap else addr, "lane": j, "count": 1,
                           "row": d["sram_row"] + i, "last_in_row": int(last_in_row),
                           "last": int(last_in_row and i == d["rows"] - 1)})
             s, r, c = ((s + 1, r, c) if s + 1 < d["kernel_w"] else
@@ -147,11 +192,16 @@ def im2col_steps(d, wrap=2**32):
     return steps
 
 
+def in_bounds_addresses(d):
+    """The exact (not wrapped) addresses of the in-bounds elements of descriptor ``d``."""
+    return [e["addr"] for e in im2col_steps(d, wrap=None) if e["in_bounds"]]
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_im2col_walker_offsets(seed):
     # Large strides, steps and padding (offsets far below 0 and past 2**32) with the base
-    # placed so that the in-bounds addresses straddle 2**32: every element's 32-bit address
-    # and overflow flag against im2col_steps.
+    # placed so that the in-bounds addresses straddle 2**32: encode_im2col refuses the
+    # descriptor (unless wrap), and every element's address is im2col_steps' modulo 2**32.
     rng = np.random.default_rng(200 + seed)
     cs, dil, pad = (1, 1, 255) if seed == 2 else (int(v) for v in rng.integers(1, 256, 3))
     hw_bits = 32 if seed == 2 else 20  # seed 2: padding offsets down to -2**41
@@ -166,21 +216,26 @@ def test_im2col_walker_offsets(seed):
     offsets = sorted({e["addr"] for e in im2col_steps(d, wrap=None)
                       if e["in_bounds"] and 0 < e["addr"] < 1 << 32})
     d["base"] = (1 << 32) - offsets[len(offsets) // 2]
+    assert {a >= 1 << 32 for a in in_bounds_addresses(d)} == {False, True}
+    with pytest.raises(ValueError, match="outside the 32-bit address space"):
+        encode_im2col(d)
+    assert encode_im2col(d, wrap=True) == d
     expected = im2col_steps(d)
-    assert {e["overflow"] for e in expected if e["in_bounds"]} == {0, 1}
     assert walked(Im2colWalker(lanes=5, rows=16), d, ready_seed=seed, cycles=300) == expected
 
 
-def test_im2col_walker_saturated():
-    # Offsets far past 2**42 (n0 * stride_n, c0 * stride_c), saturated: still flagged.
+def test_im2col_walker_far_offsets():
+    # Offsets far past 2**42 (n0 * stride_n, c0 * stride_c): every element's address, in
+    # bounds or not, is im2col_steps' modulo 2**32.
     d = {"sram_row": 0, "rows": 3, "lanes": 4, "batch": 65535, "channels": 65535,
          "height": 3, "width": 3, "out_height": 3, "out_width": 3, "kernel_h": 1,
          "kernel_w": 2, "conv_stride": 1, "dilation": 1, "padding": 1, "n0": 20000, "p0": 0,
          "q0": 1, "c0": 20000, "r0": 0, "s0": 0, "base": 0xFFFF_FFFF,
          "stride_n": 0xFFFF_FFFF, "stride_c": 0xFFFF_FFF0, "stride_h": 3, "stride_w": 1}
-    expected = im2col_steps(d)
-    assert {e["overflow"] for e in expected if e["in_bounds"]} == {1}
-    assert walked(Im2colWalker(lanes=4, rows=8), d) == expected
+    assert min(in_bounds_addresses(d)) >= 1 << 42
+    with pytest.raises(ValueError, match="outside the 32-bit address space"):
+        Program(CONFIG).load_im2col(d)
+    assert walked(Im2colWalker(lanes=4, rows=8), d) == im2col_steps(d)
 
 
 IM2COL_ERRORS = {
@@ -195,9 +250,10 @@ IM2COL_ERRORS = {
     # Rows of the image 0x100 apart from 0x800: the fourth, at 0xB00, is outside the window.
     "window": ({"base": 0x800, "stride_h": 0x100, "stride_c": 0x400, "rows": 16},
                ErrorCode.LOAD_WINDOW),
-    # Image 1 sits at 2**32 + 0x100; the pixels before it are fine.
-    "overflow": ({"base": 0x100, "batch": 2, "stride_n": 0xFFFF_FF00, "rows": 24},
-                 ErrorCode.ADDRESS_OVERFLOW),
+    # Image 0 at 0x2100, read-only, loads; image 1 at 0x2100 + stride_n, past 4 GiB, wraps to
+    # 0xC00, which is write-only.
+    "wrap": ({"base": 0x2100, "batch": 2, "stride_n": (1 << 32) - 0x1500, "rows": 24},
+             ErrorCode.LOAD_WINDOW),
     "bus_error": ({"base": 0x6F0, "stride_h": 4, "stride_c": 16}, ErrorCode.BUS_ERROR),
 }
 

@@ -26,11 +26,12 @@ Policies of every core (pinned by tests/test_limits_verilator.py):
   program that runs past the top of the address space continues at address 0. Every fetch is
   checked against the access windows at that wrapped address, and a window does not wrap (it
   covers ``[base, min(base + size, 2**32))``), so the fetch reads address 0 only if a readable
-  window covers it there, else the core stops with PROGRAM_WINDOW at that ``pc``. A tensor
-  descriptor's element addresses wrap the same way (``address + sum(i_d * stride_d)`` modulo
-  2**32, each access checked against the windows at the wrapped address); `encode_tile` refuses
-  a tile whose in-bounds elements leave the address space, so wrapping is never what a program
-  built by the runtime asks for. An im2col LOAD's element past 2**32 is ADDRESS_OVERFLOW.
+  window covers it there, else the core stops with PROGRAM_WINDOW at that ``pc``. DMA element
+  addresses wrap the same way (a tensor descriptor's ``address + sum(i_d * stride_d)``, an
+  im2col element's offset from ``base``, modulo 2**32; each access checked against the windows
+  at the wrapped address); `encode_tile` and `encode_im2col` refuse a tile whose in-bounds
+  elements leave the address space, so wrapping is never what a program built by the runtime
+  asks for.
 * A core walks the first ``CoreConfig.descriptor_dims`` (2..``DIMS``) dims of a tensor
   descriptor; the format keeps ``DIMS``. Each dim past them must have extent 1, else the LOAD
   or STORE is BAD_EXTENT (found before any access, like the other extents); its stride is
@@ -50,7 +51,7 @@ __all__ = [
     "TensorDescriptor", "Im2colDescriptor", "LoadInstruction", "LoadIm2colInstruction",
     "MatmulInstruction", "StoreInstruction", "Epilogue", "EpilogueParams", "ParamsInstruction",
     "PARAMS_PER_INSTRUCTION", "PARAMS_RESET", "SoftmaxMode", "SoftmaxInstruction", "decode", "encode",
-    "defined_bits", "encode_tile", "instruction_layout", "pack",
+    "defined_bits", "encode_im2col", "encode_tile", "instruction_layout", "pack",
     "NUM_WINDOWS", "Window",
 ]
 
@@ -83,7 +84,8 @@ class ErrorCode(enum.Enum, shape=4):
     PROGRAM_WINDOW = 8    # an instruction fetch outside every readable window
     BUS_ERROR = 9         # SLVERR / DECERR on the memory bus
     BAD_ELEMENT = 10      # unsupported element size for this engine
-    ADDRESS_OVERFLOW = 11 # an im2col element address outside the 32-bit address space
+    ADDRESS_OVERFLOW = 11 # retired with descriptor format 2 (DMA addresses wrap modulo
+                          # 2**32 and are checked there): never raised, its number kept
 
 
 Header = data.StructLayout({
@@ -182,6 +184,20 @@ Row ``i`` is output pixel ``m0 + i`` with m = (n, p, q), q fastest; lane ``j`` i
 position ``k0 + j`` with k = (c, r, s), s fastest. The element is ``x[n, c, h, w]`` with
 ``h = p * conv_stride + r * dilation - padding`` and ``w = q * conv_stride + s * dilation -
 padding``, zero outside the tensor (padding) and past the last pixel or kernel position."""
+
+def encode_im2col(descriptor, wrap=False):
+    """``descriptor`` (`Im2colDescriptor` fields), checked: ValueError if the tensor's last
+    element, ``x[N-1, C-1, H-1, W-1]``, is outside the 32-bit address space (the core would wrap
+    addresses past it modulo 2**32), unless ``wrap`` (for tests of that wrap)."""
+    d = descriptor
+    last = d["base"] + sum(max(d[bound] - 1, 0) * d[stride] for bound, stride in (
+        ("batch", "stride_n"), ("channels", "stride_c"), ("height", "stride_h"),
+        ("width", "stride_w")))
+    if not wrap and last >= 1 << 32:
+        raise ValueError(f"the im2col tensor's last element, at {last:#x}, is outside the 32-bit "
+                         f"address space")
+    return descriptor
+
 
 LoadInstruction = data.StructLayout({"header": Header, "tensor": TensorDescriptor})
 LoadIm2colInstruction = data.StructLayout({"header": Header, "im2col": Im2colDescriptor})
