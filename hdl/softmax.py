@@ -310,10 +310,13 @@ class SoftmaxUnit(wiring.Component):
                 m.d.sync += active.eq(1)
                 m.d.comb += start.eq(1)
 
-        def valid_lanes(query, key):
-            limit = Mux(ins.causal & (query + ins.causal_offset + 1 < ins.keys),
-                        query + ins.causal_offset + 1, ins.keys)
-            rest = limit - key
+        def key_limit(query):
+            """Keys ``query`` sees: ``keys``, or fewer past its causal offset."""
+            return Mux(ins.causal & (query + ins.causal_offset + 1 < ins.keys),
+                       query + ins.causal_offset + 1, ins.keys)
+
+        def valid_lanes(rest):
+            """Lanes of a tile with ``rest`` valid keys from its first on."""
             return Mux(rest < 0, 0, Mux(rest > cols, cols, rest))
 
         # Two issuers share the read port: the front runs the max pass (BLOCK) or the
@@ -324,7 +327,10 @@ class SoftmaxUnit(wiring.Component):
         # a query whose m' is its stored m (a hit) is done then and queues no job.
         ahead = Signal(range(_JOBS + 1))
         started = Signal()
-        f_query, f_tile, f_addr, f_key = Signal(queries), Signal(8), Signal(rows), Signal(16)
+        # The keys left from a tile's first on (limit - key) are registers: their tile steps
+        # subtract ``cols``, and a query's limit is formed when it starts (off the op's path).
+        f_query, f_tile, f_addr = Signal(queries), Signal(8), Signal(rows)
+        f_left = Signal(signed(34))
         front = Signal()
         m.d.comb += front.eq(active & block & (f_query < ins.count)
                              & ((f_tile != 0) | (ahead < _JOBS)))
@@ -332,7 +338,7 @@ class SoftmaxUnit(wiring.Component):
         # NORMALIZE reads each O row twice when lanes share a multiplier (`b_again`: the
         # first pass, PRODUCT, then SCALE).
         b_have, b_job, b_scale, b_second = Signal(), Signal(job), Signal(), Signal()
-        b_tile, b_addr, b_paddr, b_key = Signal(8), Signal(rows), Signal(rows), Signal(16)
+        b_tile, b_addr, b_paddr, b_left = Signal(8), Signal(rows), Signal(rows), Signal(signed(34))
         retired = Signal(queries)  # queries whose job was taken or that hit
         hit = Signal()  # a query of pass A hit: it is done and queues no job
         back = Signal()
@@ -350,7 +356,7 @@ class SoftmaxUnit(wiring.Component):
                 op.spec.eq(~ins.first),
                 op.first.eq(f_tile == 0),
                 op.last.eq(f_tile + 1 == ins.tiles),
-                op.lanes.eq(valid_lanes(f_query, f_key)),
+                op.lanes.eq(valid_lanes(f_left)),
                 op.addr.eq(f_addr + p_offset),
                 row.shift.eq(ins.frac),
                 started.eq(f_tile == 0),
@@ -377,7 +383,7 @@ class SoftmaxUnit(wiring.Component):
                     op.kind.eq(_Kind.EXP),
                     op.first.eq(b_tile == 0),
                     op.last.eq(b_tile + 1 == ins.tiles),
-                    op.lanes.eq(valid_lanes(b_job.query, b_key)),
+                    op.lanes.eq(valid_lanes(b_left)),
                     op.addr.eq(b_paddr),
                     op.alpha_shift.eq(b_job.shift),
                     row.operand.eq(b_job.operand),
@@ -386,13 +392,15 @@ class SoftmaxUnit(wiring.Component):
         m.d.comb += self.acc_read.en.eq(op.valid)
 
         with m.If(start):
-            m.d.sync += [f_query.eq(0), f_tile.eq(0), f_addr.eq(ins.score_row), f_key.eq(0)]
+            m.d.sync += [f_query.eq(0), f_tile.eq(0), f_addr.eq(ins.score_row),
+                         f_left.eq(key_limit(C(0, 1)))]
         with m.Elif(front & (f_tile + 1 == ins.tiles)):
             m.d.sync += [f_query.eq(f_query + 1), f_tile.eq(0),
-                         f_addr.eq(ins.score_row + f_query + 1), f_key.eq(0)]
+                         f_addr.eq(ins.score_row + f_query + 1),
+                         f_left.eq(key_limit(f_query + 1))]
         with m.Elif(front):
             m.d.sync += [f_tile.eq(f_tile + 1), f_addr.eq(f_addr + ins.count),
-                         f_key.eq(f_key + cols)]
+                         f_left.eq(f_left - cols)]
 
         job_out = data.View(job, jobs.r_data)
         pop = Signal()
@@ -402,7 +410,7 @@ class SoftmaxUnit(wiring.Component):
         with m.Elif(pop):
             m.d.sync += [
                 b_have.eq(1), b_job.eq(job_out), b_scale.eq(~block), b_second.eq(0),
-                b_tile.eq(0), b_key.eq(0),
+                b_tile.eq(0), b_left.eq(key_limit(job_out.query)),
                 b_addr.eq(Mux(block, ins.score_row, ins.o_row) + job_out.query),
                 b_paddr.eq(ins.p_row + job_out.query),
             ]
@@ -414,7 +422,7 @@ class SoftmaxUnit(wiring.Component):
             m.d.sync += [b_scale.eq(1), b_tile.eq(0), b_addr.eq(ins.o_row + b_job.query)]
         with m.Elif(back):
             m.d.sync += [b_tile.eq(b_tile + 1), b_second.eq(0), b_addr.eq(b_addr + ins.count),
-                         b_paddr.eq(b_paddr + ins.count), b_key.eq(b_key + cols)]
+                         b_paddr.eq(b_paddr + ins.count), b_left.eq(b_left - cols)]
         m.d.sync += [ahead.eq(Mux(start, 0, ahead + started - pop - hit)),
                      retired.eq(Mux(start, 0, retired + pop + hit))]
 

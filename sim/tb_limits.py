@@ -130,6 +130,23 @@ async def fetch_wrap(dut):
     core.write_stats({"runs": runs, "good_after": await _good_after(core, rng)})
 
 
+def tile_wrap_program(cfg, m, act_address, weights):
+    """``tile_wrap``'s program: W = I from ``weights``, ``m`` activation rows from
+    ``act_address`` (past 4 GiB they wrap to 0), a MATMUL and a STORE of rows 0x100 apart going
+    down from 0x280 past address 0 to the top of the address space."""
+    program = Program(cfg, wrap=True)
+    program.load(tensor(weights, 1, 0, [Dim(extent=cfg.cols, bound=cfg.cols, stride=1),
+                                        Dim(extent=cfg.rows, bound=cfg.rows, stride=cfg.cols)]))
+    program.load(tensor(act_address, 1, cfg.rows, [
+        Dim(extent=cfg.lanes, bound=cfg.lanes, stride=1),
+        Dim(extent=m, bound=m, stride=cfg.lanes)]), Deps(push_next=True))
+    program.matmul(0, cfg.rows, 0, m, deps=Deps(pop_prev=True, push_next=True))
+    program.store(tensor(0x280, 4, 0, [Dim(extent=cfg.cols, bound=cfg.cols, stride=4),
+                                       Dim(extent=m, bound=m, stride=(1 << 32) - 0x100)]),
+                  deps=Deps(pop_prev=True))
+    return program.end()
+
+
 @cocotb.test()
 async def tile_wrap(dut):
     """Tensor tiles past the top of the address space (`isa.encode_tile(wrap=True)`): a LOAD
@@ -144,17 +161,7 @@ async def tile_wrap(dut):
     act = rng.integers(-128, 128, (m, cfg.lanes), dtype=np.int8)
     act_address = (1 << 32) - before
     rows = [(0x280 - 0x100 * i) % (1 << 32) for i in range(m)]
-    program = Program(cfg, wrap=True)
-    program.load(tensor(B, 1, 0, [Dim(extent=cfg.cols, bound=cfg.cols, stride=1),
-                                  Dim(extent=cfg.rows, bound=cfg.rows, stride=cfg.cols)]))
-    program.load(tensor(act_address, 1, cfg.rows, [
-        Dim(extent=cfg.lanes, bound=cfg.lanes, stride=1),
-        Dim(extent=m, bound=m, stride=cfg.lanes)]), Deps(push_next=True))
-    program.matmul(0, cfg.rows, 0, m, deps=Deps(pop_prev=True, push_next=True))
-    program.store(tensor(0x280, 4, 0, [Dim(extent=cfg.cols, bound=cfg.cols, stride=4),
-                                       Dim(extent=m, bound=m, stride=(1 << 32) - 0x100)]),
-                  deps=Deps(pop_prev=True))
-    program.end()
+    program = tile_wrap_program(cfg, m, act_address, B)
     usable = min(cfg.rows, cfg.cols)  # W = I copies these lanes
     expected = np.zeros((m, cfg.cols), dtype="<i4")
     expected[:, :usable] = act[:, :usable]

@@ -133,21 +133,11 @@ def test_the_model_predicts_the_wrapped_tiles():
     test_tensor_tiles_wrap_to_zero_and_are_checked_there (the program built here as
     sim/tb_limits.py's ``tile_wrap`` builds it); where the LOAD errs it also allows the STORE's
     error, as it does whenever two instructions err (it does not model which comes first)."""
-    from tpugen.firmware.program import Deps, Dim, tensor
     from tpugen.sim.fuzz_model import DONE, MEMORY_SIZE, predict
+    from tpugen.sim.tb_limits import tile_wrap_program
 
     cfg, m, program_at, b = SMALL, 6, 0x8000, 0x30000
-    program = Program(cfg, wrap=True)
-    program.load(tensor(b, 1, 0, [Dim(extent=cfg.cols, bound=cfg.cols, stride=1),
-                                  Dim(extent=cfg.rows, bound=cfg.rows, stride=cfg.cols)]))
-    program.load(tensor((1 << 32) - 10, 1, cfg.rows, [
-        Dim(extent=cfg.lanes, bound=cfg.lanes, stride=1),
-        Dim(extent=m, bound=m, stride=cfg.lanes)]), Deps(push_next=True))
-    program.matmul(0, cfg.rows, 0, m, deps=Deps(pop_prev=True, push_next=True))
-    program.store(tensor(0x280, 4, 0, [Dim(extent=cfg.cols, bound=cfg.cols, stride=4),
-                                       Dim(extent=m, bound=m, stride=(1 << 32) - 0x100)]),
-                  deps=Deps(pop_prev=True))
-    program.end()
+    program = tile_wrap_program(cfg, m, (1 << 32) - 10, b)
     image = bytearray(MEMORY_SIZE)
     image[program_at:program_at + program.size] = program.to_bytes()
     expected = {"both ends": DONE, "top window only": ("LOAD_WINDOW", 1),
