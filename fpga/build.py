@@ -253,6 +253,10 @@ def _run_build(board, pll, config, build_dir, script, timeout=None, progress=Non
         errors = [line for line in log.splitlines() if line.startswith("ERROR")]
         lines = (build_dir / "tools.log").read_text().strip().splitlines()
         output = "\n".join(errors or lines[-30:])
+        if any(line.startswith("ERROR: Failed to route") for line in errors):
+            # A placement the router cannot finish (seen on the ULX3S 8x8: the datapath
+            # reset's DCCA input): another placement usually routes.
+            output += "\n(another placement may route: try --seed with another number)"
         raise BuildError(f"{board.name} build failed in {stage} (exit {process.returncode}); "
                          f"files in {build_dir}:\n{output}")
     (build_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")

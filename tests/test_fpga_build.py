@@ -24,8 +24,8 @@ from amaranth.sim import Simulator
 from tpugen import CoreConfig
 from tpugen.cli import main
 from tpugen.fpga.boards import BOARDS, board_named
-from tpugen.fpga.build import (BuildError, build, build_system, format_report, last_build,
-                               pll_settings)
+from tpugen.fpga.build import (BuildError, _run_build, build, build_system, format_report,
+                               last_build, pll_settings)
 from tpugen.fpga.flash import FlashError, flash, flash_command
 from tpugen.hdl.board_top import PllReset
 
@@ -295,6 +295,21 @@ def test_ice40_build_that_misses_timing_gives_a_bitstream_and_says_so():
     text = _check_report(ICEBREAKER, result, pll, dsps=0)
     assert result.report["fmax_mhz"] < 100 and not result.report["timing_met"]
     assert "TIMING MISSED" in text and "MISSED" in text.splitlines()[3]
+
+
+def test_a_placement_that_does_not_route_suggests_another_seed(tmp_path):
+    # nextpnr's error as the ULX3S 8x8 gave it at one seed (another routed); any other failure
+    # in place and route gets no such hint.
+    (tmp_path / "top.json").write_text("{}")
+    (tmp_path / "unrouted.sh").write_text(
+        "echo \"ERROR: Failed to route arc 0.0 of net 'reset_dcca_CLKI'.\" > top.tim; exit 1\n")
+    (tmp_path / "other.sh").write_text("echo 'ERROR: no such bel' > top.tim; exit 1\n")
+    config, pll = ULX3S.default_config(2, 2), pll_settings(ULX3S, ULX3S.default_mhz)
+    with pytest.raises(BuildError, match=r"(?s)Failed to route arc.*try --seed"):
+        _run_build(ULX3S, pll, config, tmp_path, "unrouted")
+    with pytest.raises(BuildError, match="no such bel") as failure:
+        _run_build(ULX3S, pll, config, tmp_path, "other")
+    assert "--seed" not in str(failure.value)
 
 
 def test_second_build_is_a_cache_hit(ecp5_build, tmp_path):
