@@ -82,7 +82,7 @@ max(2 * o_tiles, 10) + ~12`` cycles (``arch.normalize_query_cycles``): the share
 cost nothing up to 5 O tiles. The accumulator row and the multiplier operands are registered
 after the block RAM read, before the lane datapath.
 """
-from amaranth.hdl import Array, C, Cat, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import C, Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, enum, memory, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In
