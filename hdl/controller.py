@@ -157,6 +157,21 @@ def _overflow_memory(m, platform, rdata, depth, write, beat, copying, copy_beat)
     return read_port.data
 
 
+def _oldest(waiting):
+    """The index of the oldest waiting instruction (0 if none waits): the watchdog blames it.
+    ``waiting`` is (waits, index) per engine; the pairwise compares run side by side, not as a
+    chain through the engines (the routed 8x8's critical path at 64b1ecc), and indices of
+    different engines differ."""
+    earlier = {(i, j): waiting[i][1] < waiting[j][1]  # one compare per pair
+               for i in range(len(waiting)) for j in range(i + 1, len(waiting))}
+    oldest = Const(0, 32)
+    for i, (wait, index) in enumerate(waiting):
+        older = [~other_wait | (earlier[i, j] if i < j else ~earlier[j, i])
+                 for j, (other_wait, _) in enumerate(waiting) if j != i]
+        oldest = oldest | Mux(wait & Cat(*older).all(), index, 0)
+    return oldest
+
+
 def engine_signature(layout):
     """The controller's side of one engine, plus ``stall``: the next instruction waits for a
     dependency token (a performance counter)."""
@@ -227,8 +242,7 @@ class Controller(wiring.Component):
         token_changes = {id(s): ([], []) for s in tokens + back_tokens}
 
         queues = []
-        # The watchdog blames the oldest instruction that waits for a token, else the fetcher.
-        blocked, blocked_index = Const(0), Const(0, 32)
+        waiting = []  # (stall, queue head's index) of each engine, for the watchdog's blame
         for i, (name, (opcodes, layout)) in enumerate(ENGINES.items()):
             port = engines[i]
             queue = InstructionQueue(layout, kept_bits(self.config, opcodes), beat_bits,
@@ -270,8 +284,7 @@ class Controller(wiring.Component):
             ]
             with m.If(dispatch):
                 m.d.sync += index.eq(head_index)
-            older = port.stall & (~blocked | (head_index < blocked_index))
-            blocked, blocked_index = blocked | port.stall, Mux(older, head_index, blocked_index)
+            waiting.append((port.stall, head_index))
             if pop_prev is not None:
                 token_changes[id(pop_prev)][1].append(dispatch & head.header.pop_prev)
             if pop_next is not None:
@@ -476,7 +489,8 @@ class Controller(wiring.Component):
         # queue heads): the watchdog fires after a cycle without progress, in which no queue,
         # token or stall changed, so last cycle's blame is this cycle's.
         blamed, blamed_index = Signal(), Signal(32)
-        m.d.sync += [blamed.eq(blocked), blamed_index.eq(blocked_index)]
+        m.d.sync += [blamed.eq(Cat(stall for stall, _ in waiting).any()),
+                     blamed_index.eq(_oldest(waiting))]
         with m.If(running & ~stopping & ~was_reset & (self.watchdog_limit != 0)
                   & (idle_cycles >= self.watchdog_limit)):
             m.d.comb += [raise_error.eq(ErrorCode.WATCHDOG),

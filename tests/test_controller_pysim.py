@@ -4,12 +4,12 @@ queues: fetched again)."""
 import random
 
 import pytest
-from amaranth.hdl import Elaboratable, Fragment
+from amaranth.hdl import Elaboratable, Fragment, Module, Signal
 from amaranth.sim import Simulator
 
 from tpugen import CoreConfig
 from tpugen.arch import opcode_of
-from tpugen.hdl.controller import ENGINES, FETCH_ID, Controller, kept_bits
+from tpugen.hdl.controller import ENGINES, FETCH_ID, Controller, _oldest, kept_bits
 from tpugen.isa import (INSTRUCTION_BYTES, NUM_WINDOWS, Dim, Header, LoadInstruction, Opcode,
                         TensorDescriptor, defined_bits, encode)
 from tpugen.sim.pysim_axi import AxiMemory
@@ -119,3 +119,28 @@ def test_the_load_queue_drops_the_strides_the_walkers_do_not_use(dims):
             bits = set(range(first + field.offset, first + field.offset + field.width))
             assert (bits <= kept) == (d < dims or name != "stride"), (d, name)
             assert bits <= kept or not bits & kept
+
+
+def test_the_watchdog_blames_the_oldest_waiting_instruction():
+    # `_oldest` against Python's min over random waits and distinct 32-bit indices (some
+    # past 2**31, some neighbours), all 8 wait patterns; 0 when none waits.
+    waits = [Signal(name=f"wait{i}") for i in range(3)]
+    indices = [Signal(32, name=f"index{i}") for i in range(3)]
+    m = Module()
+    oldest = Signal(32)
+    m.d.comb += oldest.eq(_oldest(list(zip(waits, indices))))
+    rng = random.Random(5)
+
+    async def testbench(ctx):
+        for _ in range(200):
+            values = rng.sample([*range(5), *rng.sample(range(2**32), 5)], 3)
+            pattern = [rng.random() < 0.5 for _ in range(3)]
+            for wait, index, value, on in zip(waits, indices, values, pattern):
+                ctx.set(wait, on)
+                ctx.set(index, value)
+            expected = min((v for v, on in zip(values, pattern) if on), default=0)
+            assert ctx.get(oldest) == expected, (values, pattern)
+
+    sim = Simulator(m)
+    sim.add_testbench(testbench)
+    sim.run()
