@@ -26,9 +26,8 @@ VERILATOR_WAIVERS = [
     # If/Elif/Switch become `casez` without `default` inside `always @*` blocks that assign the
     # default value first (the CSR write decode: `ack = 1'h0; if (write) casez (aw_word) ...`).
     "-Wno-CASEINCOMPLETE",
-    # Comparisons with a constant that Amaranth does not fold: `r_data[487:456] < 1'h0` (an
-    # unsigned field below zero), `d_step[16] <= 1'h1` (a bound a narrow signal always meets).
-    "-Wno-UNSIGNED",
+    # Comparisons with a constant that Amaranth does not fold: `d_step[16] <= 1'h1` (a bound a
+    # narrow signal always meets).
     "-Wno-CMPCONST",
     # Zero-width signals and data.Struct fields (the lane index when lanes == 1) are declared
     # as `wire [-1:0] \elements__payload.lane` and never used.
