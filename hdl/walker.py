@@ -7,8 +7,8 @@ from amaranth.utils import ceil_log2
 from ..isa import DIMS, NUM_WINDOWS, ErrorCode, Im2colDescriptor, TensorDescriptor, Window
 
 __all__ = ["TileCheck", "TileWalker", "Im2colWalker", "ElementStage", "BurstPlanner", "POOLING",
-           "element_layout", "im2col_walker_signature", "walker_signature", "step_layout", "burst_layout", "move_units",
-           "select_units"]
+           "element_layout", "im2col_walker_signature", "walker_signature", "step_layout",
+           "burst_layout", "move_units", "select_units"]
 
 POOLING = data.StructLayout({"enable": 1, "pitch": 16})
 """2x2 max pooling of a tile (a STORE's ``Epilogue.pool`` and ``pool_pitch``): tile element
@@ -89,7 +89,7 @@ def element_layout(lanes, rows):
     """One step of a walk: ``count`` consecutive lanes of a row, all in bounds or all padding,
     with the address and SRAM position of the first."""
     return data.StructLayout({
-        "in_bounds": 1,   # every coordinate inside [0, bound)
+        "in_bounds": 1,   # inside the tensor (else padding)
         "addr": 32,
         "lane": range(lanes),
         "count": range(1, lanes + 1),

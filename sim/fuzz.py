@@ -27,7 +27,7 @@ from ..firmware.matmul import compile_matmul
 from ..firmware.program import Deps, Dim, Program, tensor
 from ..isa import (DIMS, INSTRUCTION_BYTES, LoadInstruction, Opcode, SoftmaxInstruction,
                    SoftmaxMode, StoreInstruction, TensorDescriptor)
-from .fuzz_model import DONE, MEMORY_SIZE, _im2col_addresses, _im2col_elements, predict
+from .fuzz_model import DONE, MEMORY_SIZE, im2col_elements, predict
 from .golden import apply_epilogue, conv2d_int32, matmul_int32
 
 __all__ = ["KINDS", "cases", "defect_cases"]
@@ -584,13 +584,20 @@ def _wrapped_im2col(draw, config, rows, low, low_space):
         fields.update(base=top, stride_n=(target - top) % (1 << 32))
         how = f"images at {top:#x} and {target:#x}"
     else:
-        furthest = max(_im2col_addresses(SimpleNamespace(**fields), wrap=None), default=0)
+        furthest = _furthest(fields)
         assume(furthest > 0)  # else no element can lie past 2**32
         fields["base"] = (1 << 32) - draw(st.integers(1, furthest))
         how = f"contiguous from {fields['base']:#x}"
     # image 1 may be all padding in the tile's rows
-    assume(max(_im2col_addresses(SimpleNamespace(**fields), wrap=None), default=0) >= 1 << 32)
+    assume(_furthest(fields) >= 1 << 32)
     return fields, f"im2col {kernel_h}x{kernel_w} pad {padding}, {how}"
+
+
+def _furthest(fields):
+    """The exact address (not wrapped) of the furthest in-bounds element of im2col ``fields``,
+    0 if there is none."""
+    return max((address for *_, address in im2col_elements(SimpleNamespace(**fields), wrap=None)),
+               default=0)
 
 
 @st.composite
@@ -685,7 +692,7 @@ def _wrap_case(draw, config, im2col=False):
     image, _ = _image([(base, program.to_bytes()), *memory])
     loaded = np.zeros((count, config.lanes), dtype=np.int64)  # zero: padding and past extent0
     if im2col:
-        elements = _im2col_elements(SimpleNamespace(**act))  # (row, lane, address)
+        elements = im2col_elements(SimpleNamespace(**act))  # (row, lane, address)
     else:
         elements = ((i1 + 2 * i2, i0, address) for (i0, i1, i2), address in _tile_elements(act))
     for i, j, address in elements:

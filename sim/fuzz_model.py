@@ -24,7 +24,8 @@ from amaranth.lib import data
 from ..arch import OPCODE_ENGINE, SOFTMAX_DIVIDE_CYCLES, Engine, block_query_cycles, opcode_of
 from ..isa import DIMS, INSTRUCTION_BYTES, ErrorCode, Header, Opcode, SoftmaxMode, instruction_layout
 
-__all__ = ["DONE", "FETCH_CYCLES", "MEMORY_SIZE", "Prediction", "predict"]
+__all__ = ["DONE", "FETCH_CYCLES", "MEMORY_SIZE", "Prediction", "im2col_elements",
+           "predict"]
 
 MEMORY_SIZE = 1 << 20
 """Bytes of the testbench's memory; addresses wrap around it."""
@@ -134,7 +135,7 @@ def _tile_check(config, desc, max_extent0, rows, elem_log2s, pool=False, pitch=0
     return ErrorCode.NONE
 
 
-def _im2col_elements(d, wrap=1 << 32):
+def im2col_elements(d, wrap=1 << 32):
     """(row, lane, address) of the in-bounds elements of an im2col tile ``d`` (a namespace of
     `Im2colDescriptor` fields), in walk order (``Im2colWalker``): row ``i`` and lane ``j`` of
     the tile, and ``base + n * stride_n + c * stride_c + h * stride_h + w * stride_w`` modulo
@@ -156,8 +157,8 @@ def _im2col_elements(d, wrap=1 << 32):
 
 
 def _im2col_addresses(d, wrap=1 << 32):
-    """The addresses of `_im2col_elements`, in walk order."""
-    return (address for _, _, address in _im2col_elements(d, wrap))
+    """The addresses of `im2col_elements`, in walk order."""
+    return (address for _, _, address in im2col_elements(d, wrap))
 
 
 def _load(config, instr, windows):

@@ -28,10 +28,10 @@ Policies of every core (pinned by tests/test_limits_verilator.py):
   covers ``[base, min(base + size, 2**32))``), so the fetch reads address 0 only if a readable
   window covers it there, else the core stops with PROGRAM_WINDOW at that ``pc``. DMA element
   addresses wrap the same way (a tensor descriptor's ``address + sum(i_d * stride_d)``, an
-  im2col element's offset from ``base``, modulo 2**32; each access checked against the windows
-  at the wrapped address); `encode_tile` and `encode_im2col` refuse a tile whose in-bounds
-  elements leave the address space, so wrapping is never what a program built by the runtime
-  asks for.
+  im2col element's ``base`` plus its offset, modulo 2**32; each access checked against the
+  windows at the wrapped address); `encode_tile` and `encode_im2col` refuse a tile whose
+  in-bounds elements leave the address space, so wrapping is never what a program built by
+  the runtime asks for.
 * A core walks the first ``CoreConfig.descriptor_dims`` (2..``DIMS``) dims of a tensor
   descriptor; the format keeps ``DIMS``. Each dim past them must have extent 1, else the LOAD
   or STORE is BAD_EXTENT (found before any access, like the other extents); its stride is
