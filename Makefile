@@ -25,9 +25,10 @@ bench: install
 	$(VENV)/bin/tpugen bench -o docs/bench/bench.json --plot docs/bench/bench.png --markdown docs/bench/bench.md --readme README.md
 
 # docs/area.md and docs/area/*.json: cells per block of the reference cores, from yosys alone
-# (one synthesis after another, each 5 to 15 minutes on 2 cores).
+# (one synthesis after another, each 5 to 15 minutes on 2 cores), and for the 8x8 the Fmax
+# of each block placed and routed alone.
 AREA_CORES := icebreaker-4x4:--board=icebreaker,--preset=default,--rows=4,--cols=4 \
-	ulx3s-85f-8x8:--board=ulx3s-85f,--preset=default ulx3s-85f-16x16:--board=ulx3s-85f,--rows=16,--cols=16 \
+	ulx3s-85f-8x8:--board=ulx3s-85f,--preset=default,--timing ulx3s-85f-16x16:--board=ulx3s-85f,--rows=16,--cols=16 \
 	ulx3s-85f-16x16-large:--board=ulx3s-85f,--preset=large \
 	icebreaker-micro:--board=icebreaker,--preset=micro
 

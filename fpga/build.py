@@ -19,7 +19,7 @@ from .boards import board_named
 from .synth import RESOURCE_CELLS, YOSYS_AFTER_SYNTH, YOSYS_BEFORE_SYNTH
 
 __all__ = ["BuildError", "BuildResult", "build", "build_system", "builds_dir", "cached_report",
-           "format_report", "last_build", "pll_settings"]
+           "critical_paths", "format_report", "last_build", "pll_settings"]
 
 
 def _ecp5_pll(input_mhz, output_mhz):
@@ -272,7 +272,7 @@ _CELL_SUFFIX = re.compile(r"_(?:SB|TRELLIS|LUT4|CCU2C|PFUMX|L6MUX21|MULT18X18D|A
 (``system.product_SB_DFFSR_Q_2_D``), or a bit index begins."""
 
 
-def _critical_paths(nextpnr):
+def critical_paths(nextpnr):
     """Each critical path of nextpnr's report (one per pair of clock edges): its clock edges and
     delay, the cells it starts and ends at, the nets it is routed through (name, delay and
     ``sources``: the `src` attributes yosys kept), and in path order the design's signals those
@@ -330,7 +330,7 @@ def _report(board, pll, config, build_dir, log):
         "target_mhz": round(target, 3),
         "fmax_mhz": min((c["fmax_mhz"] for c in clocks.values()), default=None),
         "timing_met": bool(clocks) and all(c["met"] for c in clocks.values()),
-        "clocks": clocks, "critical_paths": _critical_paths(nextpnr), "resources": resources,
+        "clocks": clocks, "critical_paths": critical_paths(nextpnr), "resources": resources,
         "overflow": [kind for kind, numbers in resources.items()
                      if numbers["used"] > numbers["total"]],
         "bitstream": None,

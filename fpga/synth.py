@@ -14,7 +14,7 @@ from ..hdl.generate import generate_verilog
 from ..toolchain import find_tool
 
 __all__ = ["BLOCKS", "RESOURCE_CELLS", "SYNTH_COMMANDS", "YOSYS_BEFORE_SYNTH",
-           "YOSYS_AFTER_SYNTH", "format_synth_report",
+           "YOSYS_AFTER_SYNTH", "format_synth_report", "per_block_script",
            "synth_cells", "synth_report", "synth_component_cells", "synth_verilog_cells"]
 
 SYNTH_COMMANDS = {"ecp5": "synth_ecp5", "ice40": "synth_ice40"}
@@ -142,6 +142,21 @@ def _block_cells(modules):
     return blocks
 
 
+def per_block_script(family, options=()):
+    """(synth command, yosys script) of the hierarchical synthesis of the core for ``family``
+    whose modules are its blocks (`BLOCKS`); ``options``: extra flags of the synth command."""
+    command = _synth_command(family, "tpu_core", ("-noflatten", *options))
+    return command, "; ".join([
+        f"{command} -run :map_ram",
+        # The scratchpad, accumulator and probability memories are cells of the datapath: move
+        # them to a module of their own, so their block RAMs and glue count apart.
+        f"submod -name {_MEMORIES} tpu_core.datapath/t:$mem_v2",
+        # A port `x` beside its elements' wires `x[0]` (as Amaranth names them) makes abc9 fail
+        # on a duplicate wire name in a module kept whole (YosysHQ/yosys#4349): drop the aliases.
+        "opt_clean -purge",
+        f"{command} -run map_ram:"])
+
+
 def synth_report(config, family="ecp5", *, per_block=True, options=()):
     """Synthesize the core of ``config`` for ``family`` (no place and route) and count its cells,
     per block of BLOCKS with ``per_block``. That synthesis keeps the hierarchy (``-noflatten``):
@@ -151,16 +166,10 @@ def synth_report(config, family="ecp5", *, per_block=True, options=()):
     Returns {"family", "command", "seconds", "blocks": {block: counts} (empty unless
     ``per_block``), "total": counts}, the counts as {"cells", one count per RESOURCE_CELLS kind,
     "by_type": {cell type: count}}; the total is yosys' own count of the whole hierarchy."""
-    command = _synth_command(family, "tpu_core", ("-noflatten", *options) if per_block else options)
-    script = "; ".join([
-        f"{command} -run :map_ram",
-        # The scratchpad, accumulator and probability memories are cells of the datapath: move
-        # them to a module of their own, so their block RAMs and glue count apart.
-        f"submod -name {_MEMORIES} tpu_core.datapath/t:$mem_v2",
-        # A port `x` beside its elements' wires `x[0]` (as Amaranth names them) makes abc9 fail
-        # on a duplicate wire name in a module kept whole (YosysHQ/yosys#4349): drop the aliases.
-        "opt_clean -purge",
-        f"{command} -run map_ram:"]) if per_block else command
+    if per_block:
+        command, script = per_block_script(family, options)
+    else:
+        command = script = _synth_command(family, "tpu_core", options)
     start = time.perf_counter()
     # Elaborated for ``family`` like a board build (fpga/build.py): on iCE40 the array's DSP PEs
     # are SB_MAC16 instances, two PEs to a block, and synth_ice40 runs without -dsp.

@@ -10,7 +10,9 @@ import pytest
 from tpugen import PRESETS, CoreConfig
 from tpugen.cli import main
 from tpugen.fpga import synth
+from tpugen.fpga.boards import board_named
 from tpugen.fpga.synth import BLOCKS, RESOURCE_CELLS, synth_cells, synth_report
+from tpugen.fpga.timing import block_timing, format_block_timing, timed_blocks
 
 
 def test_memories_are_block_ram_on_ecp5():
@@ -77,7 +79,10 @@ def test_cli_prints_the_table_and_writes_json(small_report, monkeypatch, tmp_pat
 
 @pytest.mark.parametrize("options, message", [
     (["--board", "arty", "--synth-only"], "invalid choice: 'arty' (choose from 'icebreaker', 'ulx3s-85f')"),
-    (["--board", "icebreaker", "--per-block"], "--per-block and --json need --synth-only"),
+    (["--board", "icebreaker", "--per-block"], "--per-block, --timing and --json need --synth-only"),
+    (["--board", "ulx3s-85f", "--synth-only", "--timing"], "--timing needs --per-block"),
+    (["--board", "icebreaker", "--synth-only", "--per-block", "--timing"],
+     "--timing: nextpnr-ice40 cannot place a block alone"),
     (["--board", "icebreaker", "--synth-only", "--freq", "30"],
      "--freq, --seed, --timeout and -o/--output are for place and route: leave out --synth-only"),
     (["--board", "icebreaker", "--synth-only", "--per-block", "--rows", "0"],
@@ -87,3 +92,54 @@ def test_cli_refuses_bad_synth_only_options_in_one_line(capsys, options, message
     assert main(["build", *options]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1, err
+
+
+def test_timed_blocks_hold_no_other_block():
+    timed = timed_blocks()
+    assert "execute feeders" not in timed and "other" not in timed  # they hold other blocks
+    assert {"array", "softmax unit", "controller + queues"} <= set(timed)
+    paths = [path for block_paths in BLOCKS.values() for path in block_paths]
+    for block, module in timed.items():
+        assert module == BLOCKS[block][0]
+        assert not any(path.startswith(module + ".") for path in paths), block
+
+
+@pytest.fixture(scope="module")
+def small_timing():
+    return block_timing(SMALL, board_named("ulx3s-85f"), freq_mhz=200.0)
+
+
+def test_each_block_is_placed_and_routed_alone(small_timing):
+    """A 2x2 core's blocks on the 85F: each has an Fmax below the 200 MHz asked for (nextpnr
+    reached it), and its critical path runs through lines of the generator's source."""
+    assert (small_timing["family"], small_timing["target_mhz"]) == ("ecp5", 200.0)
+    blocks = small_timing["blocks"]
+    # SMALL has no softmax unit: no module to time. The memories' block RAMs have no path
+    # from a register to a register of theirs.
+    assert set(blocks) == set(timed_blocks()) - {"softmax unit"}
+    timed = {block: timing for block, timing in blocks.items() if block != "memories"}
+    assert all(timing["fmax_mhz"] is not None for timing in timed.values()), blocks
+    for block, timing in timed.items():
+        path = timing["critical_path"]
+        assert 10 < timing["fmax_mhz"] < 500 and path["delay_ns"] > 1, (block, timing)
+        assert any(source.startswith("hdl/") for source in path["python_sources"]), (block, path)
+    table = format_block_timing(small_timing)
+    assert all(f"| {block} | {timing['fmax_mhz']:.1f} |" in table for block, timing in timed.items())
+    assert "| memories | - |" in table
+
+
+def test_cli_prints_the_timing_table(small_report, small_timing, monkeypatch, tmp_path, capsys):
+    from tpugen.fpga import timing
+
+    monkeypatch.setattr(synth, "synth_report", lambda *args, **options: small_report)
+    calls = []
+    monkeypatch.setattr(timing, "block_timing",
+                        lambda *args, **options: calls.append(args) or small_timing)
+    config, out = tmp_path / "small.json", tmp_path / "area.json"
+    config.write_text(SMALL.to_json())
+    assert main(["build", "--board", "ulx3s-85f", "--config", str(config), "--synth-only",
+                 "--per-block", "--timing", "--json", str(out)]) == 0
+    assert [(config, board.name) for config, board in calls] == [(SMALL, "ulx3s-85f")]
+    printed = capsys.readouterr().out
+    assert printed.endswith(timing.format_block_timing(small_timing) + "\n")
+    assert json.loads(out.read_text())["timing"] == small_timing

@@ -413,23 +413,51 @@ def _synthesize(args, board, config):
     print(f"{board.name} ({board.device}), `{report['command']}` in {report['seconds']:.0f} s; "
           "config " + ", ".join(f"{name}={value}" for name, value in values.items()) + "\n")
     print(format_synth_report(report))
+    if args.timing:
+        report["timing"] = _time_blocks(board, config)
     if args.json:
         report = {"board": board.name, "device": board.device, "config": values, **report}
         args.json.write_text(json.dumps(report, indent=2) + "\n")
         print(f"wrote {args.json}", file=sys.stderr)
 
 
+def _time_blocks(board, config):
+    """`build --synth-only --per-block --timing`: each block placed and routed alone; prints
+    the table and returns the report."""
+    from .fpga.timing import block_timing, format_block_timing
+
+    def progress(block, index, count):
+        print(f"placing and routing block {index + 1} of {count} alone: {block}",
+              file=sys.stderr)
+
+    try:
+        timing = block_timing(config, board, progress=progress)
+    except RuntimeError as error:  # a tool missing or failing
+        raise CommandError(str(error), 3) from None
+    print(f"Fmax per block ({board.device}, each block placed and routed alone by nextpnr "
+          f"--out-of-context at {timing['target_mhz']:g} MHz, in {timing['seconds']:.0f} s)\n")
+    print(format_block_timing(timing))
+    return timing
+
+
 def _build(args):
     from .fpga.boards import board_named
     from .fpga.build import BuildError, build, format_report
+    from .fpga.timing import TIMED_FAMILIES
 
     board = board_named(args.board)
     if args.synth_only and (args.freq is not None or args.output or args.seed is not None
                             or args.timeout is not None):
         raise CommandError("--freq, --seed, --timeout and -o/--output are for place and route: "
                            "leave out --synth-only", 2)
-    if not args.synth_only and (args.per_block or args.json):
-        raise CommandError("--per-block and --json need --synth-only", 2)
+    if not args.synth_only and (args.per_block or args.json or args.timing):
+        raise CommandError("--per-block, --timing and --json need --synth-only", 2)
+    if args.timing and not args.per_block:
+        raise CommandError("--timing needs --per-block", 2)
+    if args.timing and board.family not in TIMED_FAMILIES:
+        raise CommandError(f"--timing: nextpnr-{board.family} cannot place a block alone (no "
+                           f"--out-of-context); time the {board.family} core with a full build",
+                           2)
     if args.json:
         _check_writable(args.json, "--json")
     config = _board_config(args, board)
@@ -669,6 +697,9 @@ def parser():
     build.add_argument("--per-block", action="store_true",
                        help="with --synth-only: cells per block of the core (array, softmax, "
                             "DMAs, ...)")
+    build.add_argument("--timing", action="store_true",
+                       help="with --synth-only --per-block: also place and route each block "
+                            "alone (ECP5, minutes): its Fmax and critical path")
     build.add_argument("--json", type=Path, metavar="FILE.json",
                        help="with --synth-only: also write the report as JSON")
 
