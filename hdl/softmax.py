@@ -46,8 +46,8 @@ test of x's bits 31..47 against its sign, the mask made once per row (bits from 
 up; P rows ``32 + shift``, where p is 0 if they or bits 11..31 of the output are not 0): an O
 element saturates then. NORMALIZE's ``O * r`` (32 x 17, two MULT18X18D on ECP5) is one
 multiplier per two lanes: each O row is read twice (PRODUCT: lane 2i's product; SCALE: lane
-2i + 1's, and the row written), the operand registered before the multiplier, and a lane's sum
-holds through its partner's pass. ``EXP_TABLE`` is in block RAM, one two-port read-only memory
+2i + 1's, and the row written), the product registered (its operands straight from the
+block RAM and the row's r), and a lane's sum holds through its partner's pass. ``EXP_TABLE`` is in block RAM, one two-port read-only memory
 per two lanes, without its 3 low bits: ``((y >> 3 >> n) + 1) >> 1`` is the p above (floors
 nest). The per-query work (ceil, m', a, l) is done once per query: ``ceil(x / 2**frac)`` as
 ``(x >> frac) + (x & (2**frac - 1) != 0)``, ``l' = rs(l, a) + (sum(p) << LF)`` as one adder,
@@ -78,9 +78,9 @@ of earlier queries, so the accumulator read port is busy every cycle: a BLOCK ta
 ``sum(arch.block_query_cycles) + ~12`` cycles: per query ``2 * tiles`` with ``first``, else
 ``tiles`` on a hit, ``2 * tiles + o_tiles`` on a miss. NORMALIZE divides two quotient bits per
 cycle, overlapped with the O scaling of the previous query (two reads per O row): ``count *
-max(2 * o_tiles, 10) + ~12`` cycles (``arch.normalize_query_cycles``): the shared multipliers
-cost nothing up to 5 O tiles. The accumulator row and the multiplier operands are registered
-after the block RAM read, before the lane datapath.
+max(2 * o_tiles, 11) + ~12`` cycles (``arch.normalize_query_cycles``; l is registered as read,
+then normalized): the shared multipliers cost nothing up to 5 O tiles. The accumulator row and
+the products are registered after the block RAM read, before the lane datapath.
 """
 from amaranth.hdl import C, Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, enum, memory, wiring
@@ -168,10 +168,10 @@ def _op_layout(config):
 
 _ROW = data.StructLayout({"operand": _OPERAND, "shift": 6})
 """A row's operands as issued; the next stage makes the lane datapath's (``_LANE_ROW``)."""
-_LANE_ROW = data.StructLayout({"base": _BASE, "mult": 17, "shift": 6})
+_LANE_ROW = data.StructLayout({"base": _BASE, "shift": 6})
 """The lane datapath's per-row operands: ``(base + (value << 7)) >> shift`` for BLOCK's O rows,
-``(base + ~(value << 7)) >> shift`` for P rows, ``(base + value * mult) >> shift`` for
-NORMALIZE's."""
+``(base + ~(value << 7)) >> shift`` for P rows, ``(base + value * r) >> shift`` for
+NORMALIZE's (the product registered beside them)."""
 _SUM = signed(49)
 """The lane adder: ``O * r + 2**30`` (``|O * r| <= 2**47``), ``d << 7 < 2**44``."""
 _OUT = 32
@@ -434,7 +434,7 @@ class SoftmaxUnit(wiring.Component):
                 ops.extend(_delays(m, ops[-1], 1))
             return ops[stage]
 
-        # 1: the row read (block RAM output); NORMALIZE's multiplier operands registered.
+        # 1: the row read (block RAM output) and NORMALIZE's products registered.
         # 2: registered (`read_data`), base + (value << 7 or its complement, or a product).
         # 3: >> shift, and whether it overflows _OUT bits.  4: O rows written back, saturated;
         # P index.
@@ -448,18 +448,19 @@ class SoftmaxUnit(wiring.Component):
         m.d.sync += [
             row_2.base.eq(Mux(at(1).kind == _Kind.EXP, _p_base(m_p, ins.frac),
                               _half(row_1.shift))),
-            row_2.mult.eq(row_1.operand.mult),
             row_2.shift.eq(row_1.shift),
         ]
         row_3 = _delays(m, row_2, 1)[0]
         # Lanes 2i and 2i + 1 share a multiplier: lane 2i's product in the PRODUCT pass,
         # 2i + 1's in the SCALE pass after it. Each lane's sum holds through its partner's pass.
-        operands = [Signal(signed(32)) for _ in range(0, cols, 2)]
-        for i, operand in enumerate(operands):
+        # The product is registered (the routed 8x8's critical path was the multiplier into the
+        # lane adder): its operands are the row as read and the row's r.
+        products = [Signal(signed(49)) for _ in range(0, cols, 2)]
+        for i, product in enumerate(products):
             pair = self.acc_read.data[2 * i:2 * i + 2]
-            m.d.sync += operand.eq(pair[0] if len(pair) == 1
-                                   else Mux(at(1).kind == _Kind.PRODUCT, pair[0], pair[1]))
-        products = [operand * row_2.mult for operand in operands]
+            operand = (pair[0] if len(pair) == 1
+                       else Mux(at(1).kind == _Kind.PRODUCT, pair[0], pair[1]))
+            m.d.sync += product.eq(operand * row_1.operand.mult)
         sums = [Signal(_SUM) for _ in range(cols)]
         for j in range(cols):
             own_pass = at(2).kind == (_Kind.PRODUCT if j % 2 == 0 else _Kind.SCALE)
@@ -557,7 +558,7 @@ class SoftmaxUnit(wiring.Component):
             ]
 
         # Exp pass: P rows (the table is read in stage 4, p rounded in 5, written in 6), their
-        # sum, then l read (stage 5 + sum_latency) and written.
+        # sum, then l read (stage 4 + sum_latency, registered) and written.
         index = data.StructLayout({"f": EXP_BITS, "n": 4, "big": _OUT - EXP_BITS - 4})
         # A block RAM ROM per two lanes (one yosys memory with a read port per lane crashes its
         # memory_libmap at 16 lanes).
@@ -596,13 +597,17 @@ class SoftmaxUnit(wiring.Component):
         total = Mux(op_sum.spec, totals[1], totals[0])
         # Whether pass A's query hit, from its max pass's end (`hit`) to its sum's.
         hit_sum = _delays(m, hit, 1 + sum_latency - max_latency)[-1]
-        # A query's state row is its last P row (`addr`) plus `l_offset`.
-        before = at(5 + sum_latency)
-        l_row = Signal(rows)  # `before`'s state row, then op_sum's
-        m.d.sync += l_row.eq(before.addr + l_offset)
+        # A query's state row is its last P row (`addr`) plus `l_offset`. l is read two stages
+        # before its sum and registered as read (a query's l is written once, after its reads).
+        before = at(4 + sum_latency)
+        l_rows = [Signal(rows, name=f"l_row{k}") for k in range(2)]  # `before`'s state row, on
+        m.d.sync += [l_rows[0].eq(before.addr + l_offset), l_rows[1].eq(l_rows[0])]
+        l_row = l_rows[1]  # op_sum's
         with m.If(before.valid & (before.kind == _Kind.EXP) & before.last):
             m.d.comb += [l_read.addr.eq(before.addr + l_offset), l_read.en.eq(1)]
-        l_old = Mux(ins.first, 0, l_read.data)
+        l_read_data = Signal(32)
+        m.d.sync += l_read_data.eq(l_read.data)
+        l_old = Mux(ins.first, 0, l_read_data)
         # rs(l, a) + (sum << LF) with one adder: ((l << 1 >> a) + 1) >> 1 is rs(l, a) for any
         # a >= 0 (floors nest), and the even sum << (LF + 1) joins it before the last shift.
         l_new = (((l_old << 1) >> op_sum.alpha_shift) + (total << (LF + 1)) + 1) >> 1
@@ -616,7 +621,7 @@ class SoftmaxUnit(wiring.Component):
         n_query, n_current = Signal(queries), Signal(queries)
         n_mant, n_rem, n_quot = Signal(32), Signal(33), Signal(18)
         n_shift, n_zero, n_step = Signal(6), Signal(), Signal(range(9))
-        l_in = l_read.data
+        l_in = Signal(32)  # l as read, registered before its normalization
         # l normalized to [2**31, 2**32) by shifts of 16, 8, 4, 2, 1 (its leading zeros).
         mant, zeros = l_in, []
         for k in (16, 8, 4, 2, 1):
@@ -635,7 +640,10 @@ class SoftmaxUnit(wiring.Component):
             with m.State("READ"):
                 with m.If(can_read):
                     m.d.comb += read.eq(1)
-                    m.next = "NORMALIZE"
+                    m.next = "LATCH"
+            with m.State("LATCH"):
+                m.d.sync += l_in.eq(l_read.data)
+                m.next = "NORMALIZE"
             with m.State("NORMALIZE"):
                 m.d.sync += [n_mant.eq(mant), n_shift.eq(31 - Cat(*zeros)),
                              n_zero.eq(l_in == 0), n_rem.eq(1 << 30), n_step.eq(8)]
@@ -648,7 +656,7 @@ class SoftmaxUnit(wiring.Component):
                                  pushed.shift.eq(Mux(n_zero, 0, n_shift))]
                     m.d.comb += read.eq(can_read)
                     with m.If(can_read):
-                        m.next = "NORMALIZE"
+                        m.next = "LATCH"
                     with m.Else():
                         m.next = "READ"
         with m.If(start):

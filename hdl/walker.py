@@ -316,17 +316,13 @@ class TileWalker(wiring.Component):
             out.last.eq(last.all()),
         ]
 
-        # One adder steps the address of the dim that advances (dim 0: by the run, the step's
-        # count when it does not end the row).
-        step_from, step_by = Signal(32), Signal(32)
-        with m.If(~last[0]):
-            m.d.comb += [step_from.eq(addr[0]),
-                         step_by.eq(Mux(contiguous, run << elem_log2, dims[0].stride))]
-        for d in range(1, walked):
-            with m.Elif(~last[d]):
-                m.d.comb += [step_from.eq(addr[d]), step_by.eq(dims[d].stride)]
-        stepped = Signal(32)
-        m.d.comb += stepped.eq(step_from + step_by)
+        # Each dim's next address, side by side (dim 0's by the run, the step's count when it
+        # does not end the row): the step picks the one of the dim that advances, after the
+        # adders rather than before one shared adder (that choice waits for the run's end test:
+        # the ECP5 8x8 walker's critical path, 16.4 ns).
+        stepped = [Signal(32, name=f"a{d}_next") for d in range(walked)]
+        m.d.comb += [stepped[0].eq(addr[0] + Mux(contiguous, run << elem_log2, dims[0].stride)),
+                     *(stepped[d].eq(addr[d] + dims[d].stride) for d in range(1, walked))]
 
         with m.FSM():
             with m.State("IDLE"):
@@ -349,7 +345,7 @@ class TileWalker(wiring.Component):
                     for d in range(walked):
                         with (m.If if d == 0 else m.Elif)(~last[d]):
                             m.d.sync += index[d].eq(following[d])
-                            m.d.sync += [a.eq(stepped) for a in addr[:d + 1]]
+                            m.d.sync += [a.eq(stepped[d]) for a in addr[:d + 1]]
                             m.d.sync += [i.eq(0) for i in index[:d]]
                             if d == 1:
                                 m.d.sync += row.eq(row + Mux(pool.enable, 2, 1))

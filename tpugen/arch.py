@@ -73,7 +73,7 @@ def min_tile_length(config):
 
 SOFTMAX_OUT_FRAC = 8
 """Fraction bits of the softmax unit's NORMALIZE output: it is in units of V / 2**8."""
-SOFTMAX_DIVIDE_CYCLES = 10
+SOFTMAX_DIVIDE_CYCLES = 11
 """Cycles of NORMALIZE's reciprocal of one query (``hdl/softmax.py``)."""
 
 
