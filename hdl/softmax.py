@@ -495,16 +495,28 @@ class SoftmaxUnit(wiring.Component):
             m.d.comb += self.acc_write.data[j].eq(
                 Mux(over[j], Mux(negative[j], -2**31, 2**31 - 1), shifted[j]))
 
-        # Max pass: the row maximum of the raw scores, then the query's, then the job.
+        # Max pass: the row maximum of the raw scores, its ceiling in log2 units (registered:
+        # ceil is monotonic, so the query's maximum of them is ceil of its maximum score), then
+        # the query's, then the job.
         items = []
         for j in range(cols):
             item = Signal(_MAXIMUM)
             m.d.comb += [item.valid.eq(j < at(2).lanes), item.x.eq(read_data[j])]
             items.append(item)
         row_max, max_latency = _reduce(m, items, lambda a, b: _larger(m, a, b))
+        row_ceiling = Signal(_MAXIMUM)
+        m.d.sync += [
+            row_ceiling.valid.eq(row_max.valid),
+            # ceil(x / 2**frac) as floor plus "a remainder": yosys maps -(-x >> frac) to about
+            # three times the cells of one shifter.
+            row_ceiling.x.eq((row_max.x >> ins.frac)
+                             + (row_max.x & ((C(1, 32) << ins.frac) - 1)).any()),
+        ]
+        max_latency += 1
         op_max = at(2 + max_latency)
         running, merged = Signal(_MAXIMUM), Signal(_MAXIMUM)
-        m.d.comb += merged.eq(Mux(op_max.first, row_max, _larger(m, running, row_max)))
+        m.d.comb += merged.eq(Mux(op_max.first, row_ceiling,
+                                  _larger(m, running, row_ceiling)))
         is_max = op_max.valid & ((op_max.kind == _Kind.MAX) | op_max.spec)
         with m.If(is_max):
             m.d.sync += running.eq(merged)
@@ -516,25 +528,21 @@ class SoftmaxUnit(wiring.Component):
         m.d.sync += stored.w_en.eq(m_read.en)
         m.d.comb += stored.w_data.eq(m_read.data)
 
-        # 0: m_blk = ceil(max s / 2**frac).  1: m' (written back), a hit.  2: a; the job (m', a)
-        # queued.
+        # 0: m_blk = ceil(max s / 2**frac), the stored m read.  1: m' (written back), a hit.
+        # 2: a; the job (m', a) queued.
         step = data.StructLayout({"valid": 1, "query": queries, "m": _MAXIMUM, "old": _MAXIMUM})
         new = Signal(step)
         m.d.sync += [new.valid.eq(is_max & op_max.last), new.query.eq(m_query),
                      new.m.eq(merged)]
-        old, ceiling = Signal(_MAXIMUM), Signal(_MAXIMUM)
+        old = Signal(_MAXIMUM)
         stored_m = data.View(STATE_M, stored.r_data)
         m.d.comb += [
             stored.r_en.eq(new.valid),
             old.valid.eq(stored_m.m_valid & ~ins.first),
             old.x.eq(stored_m.m),
-            ceiling.valid.eq(new.m.valid),
-            # ceil(x / 2**frac) as floor plus "a remainder": yosys maps -(-x >> frac) to about
-            # three times the cells of one shifter.
-            ceiling.x.eq((new.m.x >> ins.frac) + (new.m.x & ((C(1, 32) << ins.frac) - 1)).any()),
         ]
         steps = _delays(m, new, 2)
-        m.d.sync += [steps[0].m.eq(_larger(m, old, ceiling)), steps[0].old.eq(old)]
+        m.d.sync += [steps[0].m.eq(_larger(m, old, new.m)), steps[0].old.eq(old)]
         m.d.comb += [
             m_write.en.eq(steps[0].valid),
             m_write.addr.eq(ins.state_row + steps[0].query),
@@ -596,7 +604,7 @@ class SoftmaxUnit(wiring.Component):
                 m.d.sync += running_sum.eq(totals[-1])
         total = Mux(op_sum.spec, totals[1], totals[0])
         # Whether pass A's query hit, from its max pass's end (`hit`) to its sum's.
-        hit_sum = _delays(m, hit, 1 + sum_latency - max_latency)[-1]
+        hit_sum = ([hit] + _delays(m, hit, 1 + sum_latency - max_latency))[-1]
         # A query's state row is its last P row (`addr`) plus `l_offset`. l is read two stages
         # before its sum and registered as read (a query's l is written once, after its reads).
         before = at(4 + sum_latency)
