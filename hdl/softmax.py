@@ -46,8 +46,9 @@ test of x's bits 31..47 against its sign, the mask made once per row (bits from 
 up; P rows ``32 + shift``, where p is 0 if they or bits 11..31 of the output are not 0): an O
 element saturates then. NORMALIZE's ``O * r`` (32 x 17, two MULT18X18D on ECP5) is one
 multiplier per two lanes: each O row is read twice (PRODUCT: lane 2i's product; SCALE: lane
-2i + 1's, and the row written), the product registered (its operands straight from the
-block RAM and the row's r), and a lane's sum holds through its partner's pass. ``EXP_TABLE`` is in block RAM, one two-port read-only memory
+2i + 1's, and the row written), the operand registered before the multiplier and the product
+after it (NORMALIZE's rows run a stage behind BLOCK's from the lane adder on), and a lane's sum
+holds through its partner's pass. ``EXP_TABLE`` is in block RAM, one two-port read-only memory
 per two lanes, without its 3 low bits: ``((y >> 3 >> n) + 1) >> 1`` is the p above (floors
 nest). The per-query work (ceil, m', a, l) is done once per query: ``ceil(x / 2**frac)`` as
 ``(x >> frac) + (x & (2**frac - 1) != 0)``, ``l' = rs(l, a) + (sum(p) << LF)`` as one adder,
@@ -80,7 +81,7 @@ of earlier queries, so the accumulator read port is busy every cycle: a BLOCK ta
 cycle, overlapped with the O scaling of the previous query (two reads per O row): ``count *
 max(2 * o_tiles, 11) + ~12`` cycles (``arch.normalize_query_cycles``; l is registered as read,
 then normalized): the shared multipliers cost nothing up to 5 O tiles. The accumulator row and
-the products are registered after the block RAM read, before the lane datapath.
+the multiplier operands are registered after the block RAM read, before the lane datapath.
 """
 from amaranth.hdl import C, Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, enum, memory, wiring
@@ -168,10 +169,10 @@ def _op_layout(config):
 
 _ROW = data.StructLayout({"operand": _OPERAND, "shift": 6})
 """A row's operands as issued; the next stage makes the lane datapath's (``_LANE_ROW``)."""
-_LANE_ROW = data.StructLayout({"base": _BASE, "shift": 6})
+_LANE_ROW = data.StructLayout({"base": _BASE, "mult": 17, "shift": 6})
 """The lane datapath's per-row operands: ``(base + (value << 7)) >> shift`` for BLOCK's O rows,
-``(base + ~(value << 7)) >> shift`` for P rows, ``(base + value * r) >> shift`` for
-NORMALIZE's (the product registered beside them)."""
+``(base + ~(value << 7)) >> shift`` for P rows, ``(base + value * mult) >> shift`` for
+NORMALIZE's."""
 _SUM = signed(49)
 """The lane adder: ``O * r + 2**30`` (``|O * r| <= 2**47``), ``d << 7 < 2**44``."""
 _OUT = 32
@@ -434,10 +435,13 @@ class SoftmaxUnit(wiring.Component):
                 ops.extend(_delays(m, ops[-1], 1))
             return ops[stage]
 
-        # 1: the row read (block RAM output) and NORMALIZE's products registered.
-        # 2: registered (`read_data`), base + (value << 7 or its complement, or a product).
-        # 3: >> shift, and whether it overflows _OUT bits.  4: O rows written back, saturated;
-        # P index.
+        # 1: the row read (block RAM output); NORMALIZE's multiplier operand registered.
+        # 2: registered (`read_data`), base + (value << 7 or its complement); NORMALIZE's
+        # product registered.  3: >> shift, and whether it overflows _OUT bits.  4: O rows
+        # written back, saturated; P index. NORMALIZE's rows run a stage behind from the lane
+        # adder on (3: base + product, 4: >> shift, 5: written): its multiplier has a register
+        # before and after it (the routed 8x8's critical path was the product into the adder).
+        # No two instructions share the pipeline, so the instruction's mode picks the stages.
         read_data = Signal.like(self.acc_read.data)
         m.d.sync += read_data.eq(self.acc_read.data)
         # The lane adder's base: P rows' from m' (pass A's from the stored m the front read at
@@ -448,48 +452,60 @@ class SoftmaxUnit(wiring.Component):
         m.d.sync += [
             row_2.base.eq(Mux(at(1).kind == _Kind.EXP, _p_base(m_p, ins.frac),
                               _half(row_1.shift))),
+            row_2.mult.eq(row_1.operand.mult),
             row_2.shift.eq(row_1.shift),
         ]
-        row_3 = _delays(m, row_2, 1)[0]
+        row_3, row_4 = _delays(m, row_2, 2)
+
+        def lane_stage(stage):
+            """The op and the lane operands at the lane datapath's ``stage`` (BLOCK's
+            numbering; NORMALIZE's a stage later)."""
+            rows_at = {2: row_2, 3: row_3, 4: row_4}
+            return (_op_layout(cfg)(Mux(block, at(stage).as_value(), at(stage + 1).as_value())),
+                    _LANE_ROW(Mux(block, rows_at[stage].as_value(),
+                                  rows_at[stage + 1].as_value())) if stage < 4 else None)
+
         # Lanes 2i and 2i + 1 share a multiplier: lane 2i's product in the PRODUCT pass,
         # 2i + 1's in the SCALE pass after it. Each lane's sum holds through its partner's pass.
-        # The product is registered (the routed 8x8's critical path was the multiplier into the
-        # lane adder): its operands are the row as read and the row's r.
+        operands = [Signal(signed(32)) for _ in range(0, cols, 2)]
         products = [Signal(signed(49)) for _ in range(0, cols, 2)]
-        for i, product in enumerate(products):
+        for i, (operand, product) in enumerate(zip(operands, products)):
             pair = self.acc_read.data[2 * i:2 * i + 2]
-            operand = (pair[0] if len(pair) == 1
-                       else Mux(at(1).kind == _Kind.PRODUCT, pair[0], pair[1]))
-            m.d.sync += product.eq(operand * row_1.operand.mult)
+            m.d.sync += [operand.eq(pair[0] if len(pair) == 1
+                                    else Mux(at(1).kind == _Kind.PRODUCT, pair[0], pair[1])),
+                         product.eq(operand * row_2.mult)]
+        sum_op, sum_row = lane_stage(2)
         sums = [Signal(_SUM) for _ in range(cols)]
         for j in range(cols):
-            own_pass = at(2).kind == (_Kind.PRODUCT if j % 2 == 0 else _Kind.SCALE)
+            own_pass = sum_op.kind == (_Kind.PRODUCT if j % 2 == 0 else _Kind.SCALE)
             invert = Mux(at(2).kind == _Kind.EXP, -1, 0)
             unpaired = j % 2 == 0 and j + 1 == cols  # no partner: its product every pass
             with m.If(1 if unpaired else block | own_pass):
                 # P rows: base + ~(s << 7) = ((m' << frac) - s) << 7.
-                m.d.sync += sums[j].eq(row_2.base + Mux(block, (read_data[j] << EXP_BITS) ^ invert,
-                                                        products[j // 2]))
+                m.d.sync += sums[j].eq(sum_row.base + Mux(block, (read_data[j] << EXP_BITS) ^ invert,
+                                                          products[j // 2]))
         # x >> shift fits _OUT bits (signed) iff x's bits from _OUT - 1 + shift up equal its
         # sign; P rows test from _OUT + shift up (p is 0 if one is set): a mask per row.
+        shift_op, shift_row = lane_stage(3)
         wide = range(_OUT - 1, _SUM.width - 1)
         above, lowest = Signal(len(wide)), Signal(range(_OUT + 64))
-        m.d.comb += lowest.eq(row_3.shift + Mux(at(3).kind == _Kind.EXP, _OUT, _OUT - 1))
+        m.d.comb += lowest.eq(shift_row.shift + Mux(shift_op.kind == _Kind.EXP, _OUT, _OUT - 1))
         m.d.comb += above.eq(Cat(lowest <= i for i in wide))
         shifted = [Signal(signed(_OUT)) for _ in range(cols)]
         over, negative = Signal(cols), Signal(cols)
         for j in range(cols):
             sign = sums[j][-1]
             m.d.sync += [
-                shifted[j].eq(sums[j] >> row_3.shift),
+                shifted[j].eq(sums[j] >> shift_row.shift),
                 over[j].eq((Cat(sums[j][i] ^ sign for i in wide) & above).any()),
                 negative[j].eq(sign),
             ]
         ok = Signal(cols)
         m.d.sync += ok.eq(Cat(j < at(3).lanes for j in range(cols)))
+        write_op, _ = lane_stage(4)
         m.d.comb += [
-            self.acc_write.addr.eq(at(4).addr),
-            self.acc_write.en.eq(at(4).valid & (at(4).kind == _Kind.SCALE)),
+            self.acc_write.addr.eq(write_op.addr),
+            self.acc_write.en.eq(write_op.valid & (write_op.kind == _Kind.SCALE)),
         ]
         for j in range(cols):
             m.d.comb += self.acc_write.data[j].eq(
