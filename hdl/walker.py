@@ -275,8 +275,10 @@ class TileWalker(wiring.Component):
         # The step: lanes up to the end of the row, the padding / in-bounds edge and the beat.
         elem_log2 = _elem_log2(desc, self.elem_log2s)
         contiguous = dims[0].stride == Const(1, 4) << elem_log2
-        outer = ~empty & Cat((lo[d] <= index[d]) & (index[d] < hi[d])
-                             for d in range(1, walked)).all()
+        # Whether index d (d >= 1) is in bounds, a register set as the index is (off the step's
+        # path: the load walker's critical path ran through these compares, 14.6 ns at 8x8).
+        inside = {d: Signal(name=f"inside{d}") for d in range(1, walked)}
+        outer = ~empty & Cat(*inside.values()).all()
         before = index[0] < lo[0]
         in_bounds = outer & ~before & (index[0] < hi[0])
         rest = Signal(range(self.lanes + 1))  # lanes to the end of the row
@@ -334,6 +336,8 @@ class TileWalker(wiring.Component):
                                  *(i.eq(0) for i in index),
                                  *(r.eq(narrow(d.dims[k].lo, k)) for k, r in enumerate(lo)),
                                  *(r.eq(narrow(d.dims[k].hi, k)) for k, r in enumerate(hi)),
+                                 *(f.eq((d.dims[k].lo == 0) & (d.dims[k].hi != 0))
+                                   for k, f in inside.items()),
                                  empty.eq(Cat((d.dims[k].lo != 0) | (d.dims[k].hi == 0)
                                               for k in range(walked, DIMS)).any())]
                     m.next = "WALK"
@@ -345,8 +349,13 @@ class TileWalker(wiring.Component):
                     for d in range(walked):
                         with (m.If if d == 0 else m.Elif)(~last[d]):
                             m.d.sync += index[d].eq(following[d])
+                            if d:
+                                m.d.sync += inside[d].eq((lo[d] <= following[d])
+                                                         & (following[d] < hi[d]))
                             m.d.sync += [a.eq(stepped[d]) for a in addr[:d + 1]]
                             m.d.sync += [i.eq(0) for i in index[:d]]
+                            m.d.sync += [inside[k].eq((lo[k] == 0) & (hi[k] != 0))
+                                         for k in range(1, d)]
                             if d == 1:
                                 m.d.sync += row.eq(row + Mux(pool.enable, 2, 1))
                             elif d:
