@@ -56,9 +56,9 @@ nest). The per-query work (ceil, m', a, l) is done once per query: ``ceil(x / 2*
 2 and 1 and divides (each quotient bit's compare is its subtraction's sign). A row carries
 little down the pipeline: its valid lanes, its address (as wide as the accumulator's), a shift
 and one operand, m' or r (a job: its query, that operand and a or sh); the stage after the read
-makes the lane adder's base from them, ``(m' << frac << 7) + 1`` for P rows (one shifter for
-pass A's stored m and the exp pass's m'; its clamp compares m' with ``2**36 >> frac``) or
-``half(shift)`` for O rows. The state is two memories, ``state_m`` (read as a query's max pass
+makes the lane adder's base from them, ``m' << frac << 7`` for P rows (one shifter for pass
+A's stored m and the exp pass's m'; its clamp compares m' with ``2**36 >> frac``; the adder's
+carry-in adds the 1 of ``-x = ~x + 1``) or ``half(shift)`` for O rows. The state is two memories, ``state_m`` (read as a query's max pass
 starts, written at its end) and ``state_l`` (read-modify-written at the end of the exp pass,
 read by NORMALIZE).
 
@@ -118,8 +118,8 @@ _JOBS = 8
 
 _MAXIMUM = data.StructLayout({"valid": 1, "x": signed(32)})
 _BASE = signed(45)
-"""Per-row addend of the lane adder: ``(m' << frac << 7) + 1`` (P rows) or the rounding bias
-``(1 << shift) >> 1`` (O rows)."""
+"""Per-row addend of the lane adder: ``m' << frac << 7`` (P rows, whose adder has a carry-in of
+1) or the rounding bias ``(1 << shift) >> 1`` (O rows)."""
 
 _OPERAND = data.UnionLayout({"m": signed(32), "mult": 17})
 """A row's operand from its job: m' (BLOCK's P rows) or r (NORMALIZE)."""
@@ -214,13 +214,13 @@ def _half(shift):
 
 
 def _p_base(m_x, frac):
-    """The P rows' addend for a maximum ``m_x``: ``(m_x << frac << 7) + 1``, clamped (``d >=
-    2**36 - 2**31`` makes p = 0 for any frac)."""
+    """The P rows' addend for a maximum ``m_x``: ``m_x << frac << 7``, clamped (``d >= 2**36 -
+    2**31`` makes p = 0 for any frac)."""
     limit = 1 << 36
     # m_x << frac > limit iff m_x > limit >> frac; below the clamp only the bits that reach
     # _BASE matter: no 63-bit shift or compare.
     top = (m_x << frac)[:_BASE.width - EXP_BITS]  # >= the largest valid s of the block
-    return (Mux(m_x > (C(limit, 37) >> frac), limit, top) << EXP_BITS) + 1
+    return Mux(m_x > (C(limit, 37) >> frac), limit, top) << EXP_BITS
 
 
 class SoftmaxUnit(wiring.Component):
@@ -447,23 +447,23 @@ class SoftmaxUnit(wiring.Component):
         # The lane adder's base: P rows' from m' (pass A's from the stored m the front read at
         # its query's first row: the read port holds it through the query's rows), O rows' the
         # rounding bias of their shift (BLOCK's a = 0: ((O << 7) + 64) >> 7 is O).
-        row_1, row_2 = _delays(m, row, 1)[0], Signal(_LANE_ROW)
+        row_1, row_2, row_2_next = _delays(m, row, 1)[0], Signal(_LANE_ROW), Signal(_LANE_ROW)
         m_p = Mux(at(1).spec, m_read.data.m, row_1.operand.m)
-        m.d.sync += [
-            row_2.base.eq(Mux(at(1).kind == _Kind.EXP, _p_base(m_p, ins.frac),
-                              _half(row_1.shift))),
-            row_2.mult.eq(row_1.operand.mult),
-            row_2.shift.eq(row_1.shift),
+        m.d.comb += [
+            row_2_next.base.eq(Mux(at(1).kind == _Kind.EXP, _p_base(m_p, ins.frac),
+                                   _half(row_1.shift))),
+            row_2_next.mult.eq(row_1.operand.mult),
+            row_2_next.shift.eq(row_1.shift),
         ]
-        row_3, row_4 = _delays(m, row_2, 2)
-
-        def lane_stage(stage):
-            """The op and the lane operands at the lane datapath's ``stage`` (BLOCK's
-            numbering; NORMALIZE's a stage later)."""
-            rows_at = {2: row_2, 3: row_3, 4: row_4}
-            return (_op_layout(cfg)(Mux(block, at(stage).as_value(), at(stage + 1).as_value())),
-                    _LANE_ROW(Mux(block, rows_at[stage].as_value(),
-                                  rows_at[stage + 1].as_value())) if stage < 4 else None)
+        m.d.sync += row_2.eq(row_2_next)
+        # The op and the operands at the lane adder (BLOCK's stage 2, NORMALIZE's 3), picked
+        # before their registers (the instruction's mode has a large fanout), then at the
+        # shifter and at the write.
+        sum_op, sum_row = Signal.like(op), Signal(_LANE_ROW)
+        m.d.sync += [sum_op.eq(Mux(block, at(1), at(2))), sum_row.eq(Mux(block, row_2_next, row_2))]
+        lanes_block = Signal()  # `block`, registered for the lanes (set before any row comes)
+        m.d.sync += lanes_block.eq(block)
+        (shift_op, write_op), shift_row = _delays(m, sum_op, 2), _delays(m, sum_row, 1)[0]
 
         # Lanes 2i and 2i + 1 share a multiplier: lane 2i's product in the PRODUCT pass,
         # 2i + 1's in the SCALE pass after it. Each lane's sum holds through its partner's pass.
@@ -474,19 +474,22 @@ class SoftmaxUnit(wiring.Component):
             m.d.sync += [operand.eq(pair[0] if len(pair) == 1
                                     else Mux(at(1).kind == _Kind.PRODUCT, pair[0], pair[1])),
                          product.eq(operand * row_2.mult)]
-        sum_op, sum_row = lane_stage(2)
         sums = [Signal(_SUM) for _ in range(cols)]
         for j in range(cols):
             own_pass = sum_op.kind == (_Kind.PRODUCT if j % 2 == 0 else _Kind.SCALE)
-            invert = Mux(at(2).kind == _Kind.EXP, -1, 0)
+            invert = at(2).kind == _Kind.EXP
             unpaired = j % 2 == 0 and j + 1 == cols  # no partner: its product every pass
-            with m.If(1 if unpaired else block | own_pass):
-                # P rows: base + ~(s << 7) = ((m' << frac) - s) << 7.
-                m.d.sync += sums[j].eq(sum_row.base + Mux(block, (read_data[j] << EXP_BITS) ^ invert,
-                                                          products[j // 2]))
+            addend = Signal(_SUM, name=f"addend{j}")
+            m.d.comb += addend.eq(Mux(lanes_block,
+                                      (read_data[j] << EXP_BITS) ^ invert.replicate(_SUM.width),
+                                      products[j // 2]))
+            base = Signal(_SUM, name=f"base{j}")
+            m.d.comb += base.eq(sum_row.base)
+            with m.If(1 if unpaired else lanes_block | own_pass):
+                # P rows: base + ~(s << 7) + 1 = ((m' << frac) - s) << 7, the 1 a carry-in.
+                m.d.sync += sums[j].eq((Cat(invert, base) + Cat(invert, addend))[1:])
         # x >> shift fits _OUT bits (signed) iff x's bits from _OUT - 1 + shift up equal its
         # sign; P rows test from _OUT + shift up (p is 0 if one is set): a mask per row.
-        shift_op, shift_row = lane_stage(3)
         wide = range(_OUT - 1, _SUM.width - 1)
         above, lowest = Signal(len(wide)), Signal(range(_OUT + 64))
         m.d.comb += lowest.eq(shift_row.shift + Mux(shift_op.kind == _Kind.EXP, _OUT, _OUT - 1))
@@ -502,7 +505,6 @@ class SoftmaxUnit(wiring.Component):
             ]
         ok = Signal(cols)
         m.d.sync += ok.eq(Cat(j < at(3).lanes for j in range(cols)))
-        write_op, _ = lane_stage(4)
         m.d.comb += [
             self.acc_write.addr.eq(write_op.addr),
             self.acc_write.en.eq(write_op.valid & (write_op.kind == _Kind.SCALE)),
@@ -690,7 +692,8 @@ class SoftmaxUnit(wiring.Component):
                          started.eq(1)]
             m.d.sync += [n_current.eq(n_query), n_query.eq(n_query + 1)]
 
-        stages = [o.valid for o in ops[1:]] + [new.valid] + [s.valid for s in steps]
+        stages = ([o.valid for o in ops[1:]] + [new.valid] + [s.valid for s in steps]
+                  + [o.valid for o in (sum_op, shift_op, write_op)])
         m.d.comb += [
             self.done.eq(active & ~b_have & (retired == ins.count) & ~Cat(*stages).any()
                          & ~l_write.en),
