@@ -75,11 +75,14 @@ def pll_settings(board, freq_mhz):
 
 
 class BuildError(RuntimeError):
-    """A board build that gave no bitstream; ``report`` holds what is known (None if nothing)."""
+    """A board build that gave no bitstream; ``report`` holds what is known (None if nothing);
+    ``unrouted``: nextpnr placed the design and could not route that placement (another seed
+    may)."""
 
-    def __init__(self, message, report=None):
+    def __init__(self, message, report=None, unrouted=False):
         super().__init__(message)
         self.report = report
+        self.unrouted = unrouted
 
 
 @dataclass(frozen=True)
@@ -253,12 +256,13 @@ def _run_build(board, pll, config, build_dir, script, timeout=None, progress=Non
         errors = [line for line in log.splitlines() if line.startswith("ERROR")]
         lines = (build_dir / "tools.log").read_text().strip().splitlines()
         output = "\n".join(errors or lines[-30:])
-        if any(line.startswith("ERROR: Failed to route") for line in errors):
+        unrouted = any(line.startswith("ERROR: Failed to route") for line in errors)
+        if unrouted:
             # A placement the router cannot finish (seen on the ULX3S 8x8: the datapath
             # reset's DCCA input): another placement usually routes.
             output += "\n(another placement may route: try --seed with another number)"
         raise BuildError(f"{board.name} build failed in {stage} (exit {process.returncode}); "
-                         f"files in {build_dir}:\n{output}")
+                         f"files in {build_dir}:\n{output}", unrouted=unrouted)
     (build_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     (build_dir / "report.txt").write_text(format_report(report))
     return report

@@ -1,5 +1,5 @@
 """On-chip board memory (block RAM, or iCE40 UP5K SPRAM) behind an AXI4 slave and a host port."""
-from amaranth.hdl import C, Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
@@ -96,11 +96,12 @@ class AxiMemory(wiring.Component):
 
     One burst per direction at a time, answered in order, the next AR and AW accepted while it
     runs (`AxiBurst`), so bursts go back to back; a read beat per cycle while RREADY is held
-    (4-entry output queue, so backpressure loses nothing), a write beat per cycle (WLAST is not
+    (3-entry output queue, so backpressure loses nothing), a write beat per cycle (WLAST is not
     checked: AWLEN counts; up to two B responses wait for BREADY). Reads and writes share a
     single port, alternating when both are busy; the host owns the ports in every cycle it is
-    selected. A beat's access is registered before the port (a cycle from the handshake to
-    the memory, two to read data). No AXI output depends combinationally on an AXI input. FIXED and WRAP bursts answer
+    selected; with ``dual_port`` a W beat is written the cycle after its handshake (from a
+    register: the write enables reach every block RAM). No AXI output depends
+    combinationally on an AXI input. FIXED and WRAP bursts answer
     SLVERR (reads zero, writes dropped); beats past the end DECERR, likewise; host accesses
     past the end read zero and write nothing; a host ``read`` together with ``write`` is a
     write. Contents start as zeros in simulation and are undefined on SPRAM.
@@ -151,17 +152,12 @@ class AxiMemory(wiring.Component):
             for field in BURST_REQUEST.members:
                 m.d.comb += getattr(burst.request.payload, field).eq(axi(f"{channel}{field}"))
 
-        # Read beats: issued one cycle, on the port the next (`issued`), data the cycle after,
-        # then queued for the R channel.
+        # Read beats: issued one cycle, data the next, then queued for the R channel.
         beat_layout = data.StructLayout({"info": _BEAT_INFO, "data": width})
-        m.submodules.r_queue = r_queue = fifo.SyncFIFO(width=beat_layout.size, depth=4)
+        m.submodules.r_queue = r_queue = fifo.SyncFIFO(width=beat_layout.size, depth=3)
         pending, pending_info = Signal(), Signal(_BEAT_INFO)
-        word_bits = exact_log2(storage.depth)
-        issued_read = Signal(data.StructLayout({"valid": 1, "word": word_bits, "info": _BEAT_INFO}))
-        issued_write = Signal(data.StructLayout({"valid": 1, "word": word_bits, "data": width,
-                                                 "strobes": width // 8}))
         queued, out = beat_layout(r_queue.w_data), beat_layout(r_queue.r_data)
-        read_wants = reads.active & (r_queue.level + pending + issued_read.valid < r_queue.depth)
+        read_wants = reads.active & (r_queue.level + pending < r_queue.depth)
 
         # Write responses (the worst beat's response, once the last beat is written) wait in
         # a queue, so that the next burst's beats go on while one waits for BREADY.
@@ -187,31 +183,11 @@ class AxiMemory(wiring.Component):
             writes.advance.eq(write_beat),
         ]
 
-        # The AXI side's port accesses, registered: decided in one cycle, on the port the next
-        # (the block RAMs are spread over the device: the 8x8 board system's critical path ran
-        # from the W handshake to their write enables, 23.2 ns). They wait while the host owns
-        # the port (no new one is decided then). In the order decided, so a read decided after
-        # a write sees it.
-        port_free = ~host.select
-        with m.If(port_free | ~(issued_read.valid | issued_write.valid)):
-            m.d.sync += [
-                issued_read.valid.eq(read_issue),
-                issued_read.word.eq(reads.word),
-                issued_read.info.resp.eq(reads.resp),
-                issued_read.info.last.eq(reads.last),
-                issued_read.info.id.eq(reads.id),
-                issued_write.valid.eq(write_beat),
-                issued_write.word.eq(writes.word),
-                issued_write.data.eq(axi("wdata")),
-                issued_write.strobes.eq(Mux(writes.resp == AXI_RESP_OKAY, axi("wstrb"), 0)),
-            ]
-        issue_write = port_free & issued_write.valid
-        # One port: never both (`read_issue` excludes `write_beat`); said here for yosys.
-        issue_read = port_free & issued_read.valid & (C(1) if self.dual_port
-                                                      else ~issued_write.valid)
         m.d.sync += [
-            pending.eq(issue_read),
-            pending_info.eq(issued_read.info),
+            pending.eq(read_issue),
+            pending_info.resp.eq(reads.resp),
+            pending_info.last.eq(reads.last),
+            pending_info.id.eq(reads.id),
         ]
         m.d.comb += [
             r_queue.w_en.eq(pending),
@@ -248,25 +224,39 @@ class AxiMemory(wiring.Component):
 
         host_word = host.addr[exact_log2(lanes):]
         if self.dual_port:
-            read_word = Mux(host.select, host_word, issued_read.word)
-            write_word = Mux(host.select, host_word, issued_write.word)
+            read_word = Mux(host.select, host_word, reads.word)
+            write_word = Mux(host.select, host_word, writes.word)
         else:
             word = Signal(range(storage.depth))
             with m.If(host.select):
                 m.d.comb += word.eq(host_word)
-            with m.Elif(issued_write.valid):
-                m.d.comb += word.eq(issued_write.word)
+            with m.Elif(write_beat):
+                m.d.comb += word.eq(writes.word)
             with m.Else():
-                m.d.comb += word.eq(issued_read.word)
+                m.d.comb += word.eq(reads.word)
             read_word = write_word = word
+        axi_word, axi_data = writes.word, axi("wdata")
+        axi_strobes = Mux(write_beat & (writes.resp == AXI_RESP_OKAY), axi("wstrb"), 0)
+        if self.dual_port:
+            # With a port of its own, a W beat's write is registered before it (the block RAMs
+            # are spread over the device: the 8x8 board system's critical path ran from the W
+            # handshake to their write enables, 23.2 ns). It waits while the host owns the
+            # ports. A read of its word is issued a cycle after its B response is sent at the
+            # earliest, when the write is done.
+            issued = Signal(data.StructLayout({"word": len(writes.word), "data": width,
+                                               "strobes": width // 8}))
+            with m.If(~host.select | (issued.strobes == 0)):
+                m.d.sync += [issued.word.eq(writes.word), issued.data.eq(axi("wdata")),
+                             issued.strobes.eq(axi_strobes)]
+            axi_word, axi_data, axi_strobes = issued.word, issued.data, issued.strobes
+            write_word = Mux(host.select, host_word, axi_word)
         # Yosys maps to SPRAM (read output unchanged while writing) only if it can prove that
         # no cycle both reads and writes, hence the host's read yields to its write.
         m.d.comb += [
             read_port.addr.eq(read_word),
-            read_port.en.eq(issue_read | (host.select & host.read & ~host.write)),
+            read_port.en.eq(read_issue | (host.select & host.read & ~host.write)),
             write_port.addr.eq(write_word),
-            write_port.data.eq(Mux(host.select, Cat([host.wdata] * lanes), issued_write.data)),
-            write_port.en.eq(Mux(host.select, host_strobes,
-                                 Mux(issue_write, issued_write.strobes, 0))),
+            write_port.data.eq(Mux(host.select, Cat([host.wdata] * lanes), axi_data)),
+            write_port.en.eq(Mux(host.select, host_strobes, axi_strobes)),
         ]
         return m

@@ -30,7 +30,10 @@ class BoardSystem(wiring.Component):
         self.config = config
         self.clk_freq = round(clk_freq)
         self.core = TpuCore(config)
-        self.memory = AxiMemory(config.axi_data_width, memory_bytes, kind=memory_kind)
+        # Block RAM with a port for reads and one for writes (no turns, a registered write);
+        # SPRAM has one.
+        self.memory = AxiMemory(config.axi_data_width, memory_bytes, kind=memory_kind,
+                                dual_port=memory_kind == "bram")
         self.bridge = UartBridge(self.clk_freq, baud, memory_bytes)
         super().__init__()
 

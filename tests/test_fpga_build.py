@@ -312,6 +312,44 @@ def test_a_placement_that_does_not_route_suggests_another_seed(tmp_path):
     assert "--seed" not in str(failure.value)
 
 
+@pytest.mark.parametrize("outcomes, seeds, status", [
+    (["unrouted", "built"], [None, 1], 0),     # the default seed's placement did not route
+    (["unrouted", "unrouted"], [None, 1], 1),  # neither did seed 1: the error, once
+    (["failed"], [None], 1),                   # any other failure: no second placement
+], ids=["retried", "retried-twice", "other-failure"])
+def test_build_without_a_seed_places_again_when_routing_fails(monkeypatch, tmp_path, capsys,
+                                                             outcomes, seeds, status):
+    from tpugen.fpga import build as build_module
+
+    calls = []
+    report = {"config": None}
+
+    def fake_build(board, config, **options):
+        calls.append(options["seed"])
+        outcome = outcomes[len(calls) - 1]
+        if outcome == "built":
+            bitstream = tmp_path / "top.bit"
+            bitstream.write_bytes(b"bits")
+            return types.SimpleNamespace(bitstream=bitstream, report=report, cached=False)
+        raise BuildError(f"{outcome} at seed {options['seed']}", unrouted=outcome == "unrouted")
+
+    monkeypatch.setattr(build_module, "build", fake_build)
+    monkeypatch.setattr(build_module, "format_report", lambda report: "the report")
+    assert main(["build", "--board", "ulx3s-85f", "--rows", "2", "--cols", "2",
+                 "-o", str(tmp_path)]) == status
+    assert calls == seeds
+    err = capsys.readouterr().err
+    assert ("placing again with --seed 1" in err) == (outcomes[0] == "unrouted")
+    if status:
+        assert err.strip().splitlines()[-1].endswith(f"{outcomes[-1]} at seed {seeds[-1]}")
+    # A seed the user gives is the only one tried.
+    calls.clear()
+    outcomes = ["unrouted"]
+    assert main(["build", "--board", "ulx3s-85f", "--rows", "2", "--cols", "2", "--seed", "7",
+                 "-o", str(tmp_path)]) == 1
+    assert calls == [7]
+
+
 def test_second_build_is_a_cache_hit(ecp5_build, tmp_path):
     start = time.perf_counter()
     again = build_system(ULX3S, StandIn(), pll_settings(ULX3S, 50), out_dir=tmp_path)
