@@ -314,8 +314,18 @@ class Controller(wiring.Component):
             self.axi.arsize.eq(exact_log2(beat_bits // 8)),
             self.axi.arburst.eq(AXI_BURST_INCR),
         ]
+        # Whether the instruction at `address` is in a window and whether `pc` is past the
+        # program, registered (the routed 8x8's critical path ran from the window compares
+        # through ARVALID into the memory): for the first instruction in state CHECK, for the
+        # next one as the current one is fetched (`address` holds then), taken at its commit.
         # Used only when the program base is aligned (else MISALIGNED first): no adder.
-        in_window = window_ok(m, self.windows, address, INSTRUCTION_BYTES, "read", aligned=True)
+        checking = Signal()
+        probe = Signal(32)  # modulo 2**32, as `address` steps
+        m.d.comb += probe.eq(Mux(checking, address, address + INSTRUCTION_BYTES))
+        probe_ok = window_ok(m, self.windows, probe, INSTRUCTION_BYTES, "read", aligned=True)
+        probe_end = Mux(checking, pc, pc + 1) == self.program_length
+        next_ok, next_end, fetch_ok, fetch_end = Signal(), Signal(), Signal(), Signal()
+        m.d.sync += [next_ok.eq(probe_ok), next_end.eq(probe_end)]
         bus_error = Signal()
         ar_waiting = Signal()
         # A burst the watchdog gave up on: its beats are taken and dropped when they come, and
@@ -372,7 +382,8 @@ class Controller(wiring.Component):
         def commit():
             """Queue the instruction in `target`'s queue and go on to the next one."""
             m.d.comb += [progress.eq(1), Array(q.commit for q in queues)[target].eq(1)]
-            m.d.sync += [pc.eq(pc + 1), address.eq(address + INSTRUCTION_BYTES)]
+            m.d.sync += [pc.eq(pc + 1), address.eq(address + INSTRUCTION_BYTES),
+                         fetch_ok.eq(next_ok), fetch_end.eq(next_end)]
             m.next = "FETCH"
 
         with m.FSM():
@@ -382,7 +393,11 @@ class Controller(wiring.Component):
                     m.d.sync += [pc.eq(0), address.eq(self.program_base), running.eq(1),
                                  error.eq(ErrorCode.NONE),
                                  stopping.eq(0), bus_error.eq(0)]
-                    m.next = "FETCH"
+                    m.next = "CHECK"
+            with m.State("CHECK"):
+                m.d.comb += checking.eq(1)
+                m.d.sync += [fetch_ok.eq(probe_ok), fetch_end.eq(probe_end)]
+                m.next = "FETCH"
             with m.State("FETCH"):
                 with m.If(ar_waiting):  # AXI: a request, once made, is held until accepted
                     m.d.comb += self.axi.arvalid.eq(1)
@@ -394,11 +409,11 @@ class Controller(wiring.Component):
                     m.next = "STOP"
                 with m.Elif(fetch_draining):
                     pass
-                with m.Elif(pc == self.program_length):
+                with m.Elif(fetch_end):
                     m.next = "END"
                 with m.Elif(self.program_base[:exact_log2(INSTRUCTION_BYTES)] != 0):
                     m.d.comb += [raise_error.eq(ErrorCode.MISALIGNED), raise_index.eq(pc)]
-                with m.Elif(~in_window):
+                with m.Elif(~fetch_ok):
                     m.d.comb += [raise_error.eq(ErrorCode.PROGRAM_WINDOW), raise_index.eq(pc)]
                 with m.Else():
                     m.d.comb += self.axi.arvalid.eq(1)
