@@ -143,14 +143,15 @@ def test_fetch_keeps_the_configuration_of_its_start(tmp_path):
     """The fetch under the read-master rules against the windows captured at START, a host
     writing any register meanwhile: ARADDR stable while ARVALID waits, every beat inside a
     window of the START."""
-    check(prove(ConfigFreezeHarness(CONTROLLER), "freeze_fetch", tmp_path, depth=depth(12)))
+    # 13: the fetch starts a cycle after START's window check (CHECK).
+    check(prove(ConfigFreezeHarness(CONTROLLER), "freeze_fetch", tmp_path, depth=depth(13)))
 
 
 def test_configuration_freeze_covers(tmp_path):
     """A write to a locked register is refused mid-run, a fetch goes out and its burst
     completes."""
     check(prove(ConfigFreezeHarness(CONTROLLER), "freeze_cover", tmp_path, mode="cover",
-                depth=depth(14)))
+                depth=depth(15)))
 
 
 def test_quiescer_at_the_ports(tmp_path):
