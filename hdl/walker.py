@@ -336,10 +336,10 @@ class TileWalker(wiring.Component):
                                  *(i.eq(0) for i in index),
                                  *(r.eq(narrow(d.dims[k].lo, k)) for k, r in enumerate(lo)),
                                  *(r.eq(narrow(d.dims[k].hi, k)) for k, r in enumerate(hi)),
-                                 *(f.eq((d.dims[k].lo == 0) & (d.dims[k].hi != 0))
+                                 *(f.eq(_starts_inside(d.dims[k].lo, d.dims[k].hi))
                                    for k, f in inside.items()),
-                                 empty.eq(Cat((d.dims[k].lo != 0) | (d.dims[k].hi == 0)
-                                              for k in range(walked, DIMS)).any())]
+                                 empty.eq(~Cat(_starts_inside(d.dims[k].lo, d.dims[k].hi)
+                                               for k in range(walked, DIMS)).all())]
                     m.next = "WALK"
             with m.State("WALK"):
                 m.d.comb += self.elements.valid.eq(1)
@@ -354,7 +354,7 @@ class TileWalker(wiring.Component):
                                                          & (following[d] < hi[d]))
                             m.d.sync += [a.eq(stepped[d]) for a in addr[:d + 1]]
                             m.d.sync += [i.eq(0) for i in index[:d]]
-                            m.d.sync += [inside[k].eq((lo[k] == 0) & (hi[k] != 0))
+                            m.d.sync += [inside[k].eq(_starts_inside(lo[k], hi[k]))
                                          for k in range(1, d)]
                             if d == 1:
                                 m.d.sync += row.eq(row + Mux(pool.enable, 2, 1))
@@ -367,6 +367,11 @@ class TileWalker(wiring.Component):
                 with m.If(self.abort):
                     m.next = "IDLE"
         return m
+
+
+def _starts_inside(lo, hi):
+    """Index 0 of a dim is in its in-bounds range ``[lo, hi)``."""
+    return (lo == 0) & (hi != 0)
 
 
 def _sum(m, a, b, subtract=0, name="sum"):

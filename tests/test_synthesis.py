@@ -79,7 +79,8 @@ def test_cli_prints_the_table_and_writes_json(small_report, monkeypatch, tmp_pat
 
 @pytest.mark.parametrize("options, message", [
     (["--board", "arty", "--synth-only"], "invalid choice: 'arty' (choose from 'icebreaker', 'ulx3s-85f')"),
-    (["--board", "icebreaker", "--per-block"], "--per-block, --timing and --json need --synth-only"),
+    (["--board", "icebreaker", "--per-block"],
+     "--per-block, --timing and --json need --synth-only"),
     (["--board", "ulx3s-85f", "--synth-only", "--timing"], "--timing needs --per-block"),
     (["--board", "icebreaker", "--synth-only", "--per-block", "--timing"],
      "--timing: nextpnr-ice40 cannot place a block alone"),
@@ -124,7 +125,8 @@ def test_each_block_is_placed_and_routed_alone(small_timing):
         assert 10 < timing["fmax_mhz"] < 500 and path["delay_ns"] > 1, (block, timing)
         assert any(source.startswith("hdl/") for source in path["python_sources"]), (block, path)
     table = format_block_timing(small_timing)
-    assert all(f"| {block} | {timing['fmax_mhz']:.1f} |" in table for block, timing in timed.items())
+    assert all(f"| {block} | {timing['fmax_mhz']:.1f} |" in table
+               for block, timing in timed.items())
     assert "| memories | - |" in table
 
 
