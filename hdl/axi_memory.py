@@ -249,10 +249,15 @@ class AxiMemory(wiring.Component):
                 m.d.comb += word.eq(reads.word)
             read_word = write_word = word
         # Yosys maps to SPRAM (read output unchanged while writing) only if it can prove that
-        # no cycle both reads and writes, hence the host's read yields to its write.
+        # no cycle both reads and writes, hence the host's read yields to its write. With a
+        # read port of its own the block RAMs read every cycle: what a read issued is taken
+        # the cycle after (`pending`, the host's rdata), and the enable of every block RAM is
+        # not on a path from the requests (the 8x8 board system's, 19.2 ns, ran from the UART
+        # bridge's read request into it).
         m.d.comb += [
             read_port.addr.eq(read_word),
-            read_port.en.eq(read_issue | (host.select & host.read & ~host.write)),
+            read_port.en.eq(1 if self.dual_port
+                            else read_issue | (host.select & host.read & ~host.write)),
             write_port.addr.eq(write_word),
             write_port.data.eq(Mux(host.select, Cat([host.wdata] * lanes), axi_data)),
             write_port.en.eq(Mux(host.select, host_strobes, axi_strobes)),

@@ -72,10 +72,10 @@ class LoadEngine(wiring.Component):
             m.submodules.im2col_walker = im2col_walker = Im2colWalker(lanes, rows)
         else:  # a walker that never starts: an im2col LOAD stops with UNKNOWN_OPCODE
             im2col_walker = im2col_walker_signature(lanes, rows).create()
-        m.submodules.stage = stage = ElementStage(lanes, rows)
+        m.submodules.stage = stage = ElementStage(lanes, rows, beat_bytes, "read", config.windows)
         m.submodules.planner = planner = BurstPlanner(
             lanes, rows, beat_bytes, max_steps=PLAN_DEPTH // 4, max_beats=256,
-            permission="read", windows=config.windows)
+            permission="read")
         wiring.connect(m, stage.output, planner.elements)
         layout = step_layout(lanes, rows, beat_bytes)
         m.submodules.plan = plan = fifo.SyncFIFOBuffered(width=layout.size, depth=PLAN_DEPTH)
@@ -99,7 +99,7 @@ class LoadEngine(wiring.Component):
             im2col_walker.held.eq(im2col_desc),  # instr holds until the LOAD ends
             im2col_code.eq(_im2col_check(im2col_desc, lanes, rows) if config.im2col
                            else ErrorCode.UNKNOWN_OPCODE),
-            planner.windows.eq(self.windows),
+            stage.windows.eq(self.windows),
             stage.input.payload.eq(source),
             stage.input.valid.eq(source_valid & running),
             walker.elements.ready.eq(stage.input.ready & running & ~im2col),

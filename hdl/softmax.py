@@ -262,8 +262,8 @@ class SoftmaxUnit(wiring.Component):
         m.d.comb += [m_read.en.eq(0), l_read.en.eq(0)]  # a read port's enable is 1 unless driven
         job, rows, queries = _job_layout(cfg), _row_shape(cfg), _query_shape(cfg)
         m.submodules.jobs = jobs = SyncFIFO(width=job.size, depth=_JOBS)
-        # The stored m of each query the front started, read as it starts, for its max pass's
-        # end (as many as queries in flight, `ahead`).
+        # The stored m of each query the front started, read as it starts (a cycle before), for
+        # its max pass's end (as many as queries in flight, `ahead`).
         m.submodules.stored = stored = SyncFIFO(width=STATE_M.size, depth=_JOBS)
 
         # Accept an instruction into `ins`; the next cycle (`checking`) register the products
@@ -362,8 +362,6 @@ class SoftmaxUnit(wiring.Component):
                 row.shift.eq(ins.frac),
                 started.eq(f_tile == 0),
             ]
-            with m.If(f_tile == 0):  # the stored m: pass A's base, then `stored`
-                m.d.comb += [m_read.addr.eq(ins.state_row + f_query), m_read.en.eq(1)]
         with m.Elif(back):
             m.d.comb += [self.acc_read.addr.eq(b_addr), op.valid.eq(1)]
             with m.If(b_scale & block):
@@ -392,10 +390,23 @@ class SoftmaxUnit(wiring.Component):
                 ]
         m.d.comb += self.acc_read.en.eq(op.valid)
 
+        # The stored m of the query whose first row the front may issue next, read a cycle
+        # before: as the front takes that row (`started`), pass A's base is made from it into a
+        # register (the block RAM's output is not on the lane adder's path) and it goes to
+        # `stored`.
+        f_last = front & (f_tile + 1 == ins.tiles)
+        m.d.comb += [
+            m_read.addr.eq(ins.state_row + Mux(start, 0, f_query + f_last)),
+            m_read.en.eq(block & (start | (active & ((f_tile == 0) | f_last)))),
+        ]
+        spec_base = Signal(_BASE)
+        with m.If(front & started):
+            m.d.sync += spec_base.eq(_p_base(m_read.data.m, ins.frac))
+
         with m.If(start):
             m.d.sync += [f_query.eq(0), f_tile.eq(0), f_addr.eq(ins.score_row),
                          f_left.eq(key_limit(C(0, 1)))]
-        with m.Elif(front & (f_tile + 1 == ins.tiles)):
+        with m.Elif(f_last):
             m.d.sync += [f_query.eq(f_query + 1), f_tile.eq(0),
                          f_addr.eq(ins.score_row + f_query + 1),
                          f_left.eq(key_limit(f_query + 1))]
@@ -444,14 +455,13 @@ class SoftmaxUnit(wiring.Component):
         # No two instructions share the pipeline, so the instruction's mode picks the stages.
         read_data = Signal.like(self.acc_read.data)
         m.d.sync += read_data.eq(self.acc_read.data)
-        # The lane adder's base: P rows' from m' (pass A's from the stored m the front read at
-        # its query's first row: the read port holds it through the query's rows), O rows' the
-        # rounding bias of their shift (BLOCK's a = 0: ((O << 7) + 64) >> 7 is O).
+        # The lane adder's base: P rows' from m' (pass A's from the stored m, `spec_base`, set
+        # as the query's first row was issued), O rows' the rounding bias of their shift
+        # (BLOCK's a = 0: ((O << 7) + 64) >> 7 is O).
         row_1, row_2, row_2_next = _delays(m, row, 1)[0], Signal(_LANE_ROW), Signal(_LANE_ROW)
-        m_p = Mux(at(1).spec, m_read.data.m, row_1.operand.m)
+        p_base = Mux(at(1).spec, spec_base, _p_base(row_1.operand.m, ins.frac))
         m.d.comb += [
-            row_2_next.base.eq(Mux(at(1).kind == _Kind.EXP, _p_base(m_p, ins.frac),
-                                   _half(row_1.shift))),
+            row_2_next.base.eq(Mux(at(1).kind == _Kind.EXP, p_base, _half(row_1.shift))),
             row_2_next.mult.eq(row_1.operand.mult),
             row_2_next.shift.eq(row_1.shift),
         ]
@@ -543,8 +553,7 @@ class SoftmaxUnit(wiring.Component):
             m.d.sync += m_query.eq(0)
         with m.Elif(is_max & op_max.last):
             m.d.sync += m_query.eq(m_query + 1)
-        m.d.sync += stored.w_en.eq(m_read.en)
-        m.d.comb += stored.w_data.eq(m_read.data)
+        m.d.comb += [stored.w_en.eq(front & started), stored.w_data.eq(m_read.data)]
 
         # 0: m_blk = ceil(max s / 2**frac), the stored m read.  1: m' (written back), a hit.
         # 2: a; the job (m', a) queued.
@@ -698,7 +707,7 @@ class SoftmaxUnit(wiring.Component):
             self.done.eq(active & ~b_have & (retired == ins.count) & ~Cat(*stages).any()
                          & ~l_write.en),
             self.progress.eq(accept | checking | judging | self.acc_read.en | self.acc_write.en
-                             | self.p_write.en | m_read.en | l_read.en | m_write.en | l_write.en),
+                             | self.p_write.en | l_read.en | m_write.en | l_write.en),
         ]
         with m.If(self.done):
             m.d.sync += active.eq(0)

@@ -75,10 +75,10 @@ class StoreEngine(wiring.Component):
                   "held": True}
         m.submodules.check = check = TileCheck(cols, rows, **walked)
         m.submodules.walker = walker = TileWalker(cols, rows, beat_bytes=beat_bytes, **walked)
-        m.submodules.stage = stage = ElementStage(cols, rows)
+        m.submodules.stage = stage = ElementStage(cols, rows, beat_bytes, "write", config.windows)
         m.submodules.planner = planner = BurstPlanner(
             cols, rows, beat_bytes, max_steps=256 * words, max_beats=W_DEPTH // 2,
-            permission="write", windows=config.windows)
+            permission="write")
         wiring.connect(m, stage.output, planner.elements)
         beat_layout = data.StructLayout({"data": config.axi_data_width, "strb": beat_bytes,
                                          "last": 1})
@@ -110,7 +110,7 @@ class StoreEngine(wiring.Component):
             check.pool.enable.eq(instr.epilogue.pool),
             check.pool.pitch.eq(instr.epilogue.pool_pitch),
             walker.pool.eq(check.pool),
-            planner.windows.eq(self.windows),
+            stage.windows.eq(self.windows),
             stage.input.payload.eq(walker.elements.payload),
             stage.input.valid.eq(walker.elements.valid & running),
             walker.elements.ready.eq(stage.input.ready & running),

@@ -7,12 +7,17 @@ from amaranth.utils import ceil_log2
 from ..isa import DIMS, NUM_WINDOWS, ErrorCode, Im2colDescriptor, TensorDescriptor, Window
 
 __all__ = ["TileCheck", "TileWalker", "Im2colWalker", "ElementStage", "BurstPlanner", "POOLING",
-           "element_layout", "im2col_walker_signature", "walker_signature", "step_layout",
-           "burst_layout", "move_units", "select_units"]
+           "checked_element_layout", "element_layout", "im2col_walker_signature",
+           "walker_signature", "step_layout", "burst_layout", "move_units", "select_units"]
 
 POOLING = data.StructLayout({"enable": 1, "pitch": 16})
 """2x2 max pooling of a tile (a STORE's ``Epilogue.pool`` and ``pool_pitch``): tile element
 (i0, i1, i2) is made of the rows from ``sram_row + 2 * i1 + 2 * pitch * i2`` on."""
+
+
+def _check_beat_bytes(beat_bytes):
+    if beat_bytes not in (4, 8, 16):
+        raise ValueError(f"beat_bytes={beat_bytes!r} is invalid: allowed 4, 8 or 16")
 
 
 def _check_int(name, value, low, high):
@@ -97,6 +102,12 @@ def element_layout(lanes, rows):
         "last_in_row": 1,
         "last": 1,
     })
+
+
+def checked_element_layout(lanes, rows):
+    """An element of `element_layout` (the same fields at the same offsets) and whether its
+    bus beat lies in a window with the permission the `ElementStage` checked."""
+    return data.StructLayout({**element_layout(lanes, rows).members, "in_window": 1})
 
 
 def step_layout(lanes, rows, beat_bytes):
@@ -278,6 +289,10 @@ class TileWalker(wiring.Component):
         # Whether index d (d >= 1) is in bounds, a register set as the index is (off the step's
         # path: the load walker's critical path ran through these compares, 14.6 ns at 8x8).
         inside = {d: Signal(name=f"inside{d}") for d in range(1, walked)}
+        # Whether index d (d >= 1) is its dim's last, a register as well; and dim 0's edges
+        # against its extent, set when the descriptor is taken.
+        ends = {d: Signal(name=f"end{d}") for d in range(1, walked)}
+        hi_covers, lo_covers, lo_below_hi = Signal(), Signal(), Signal()
         outer = ~empty & Cat(*inside.values()).all()
         before = index[0] < lo[0]
         in_bounds = outer & ~before & (index[0] < hi[0])
@@ -288,25 +303,32 @@ class TileWalker(wiring.Component):
             (self.beat_bytes - addr[0][:ceil_log2(self.beat_bytes)]) >> elem_log2)
         # The run: lanes to the next edge (the beat's end, hi, lo or the row's end).
         run = Signal(range(max(2**widths[0], self.beat_bytes) + 1))
+        padding_to_lo = outer & before & lo_below_hi  # padding up to in-bounds lanes
         with m.If(~contiguous):
             m.d.comb += run.eq(1)
         with m.Elif(in_bounds):
             m.d.comb += run.eq(Mux(hi[0] - index[0] < beat_rest, hi[0] - index[0], beat_rest))
-        with m.Elif(outer & before & (lo[0] < hi[0])):  # padding up to in-bounds lanes
+        with m.Elif(padding_to_lo):
             m.d.comb += run.eq(lo[0] - index[0])
         with m.Else():
             m.d.comb += run.eq(rest)
-        # The step ends the row when the run reaches its end (then it is the rest of the row).
+        # The step ends the row when the run reaches its end (then it is the rest of the row):
+        # run >= rest tested edge by edge, not on the run (the walkers' critical path ran
+        # through the run into that compare and on to the outer indices, 14.9 ns at 8x8).
         last = Signal(walked)
         count = Signal(range(1, self.lanes + 1))
-        m.d.comb += count.eq(Mux(last[0], rest, run))
+        m.d.comb += [
+            last[0].eq(Mux(~contiguous, rest == 1,
+                           Mux(in_bounds, hi_covers & (beat_rest >= rest),
+                               Mux(padding_to_lo, lo_covers, 1)))),
+            last[1:].eq(Cat(*ends.values())),
+            count.eq(Mux(last[0], rest, run)),
+        ]
 
         following = [Signal(range(spans[d] + 1), name=f"i{d}_next")  # i_d after a step
                      for d in range(walked)]
         m.d.comb += [following[0].eq(index[0] + count),
                      *(following[d].eq(index[d] + 1) for d in range(1, walked))]
-        m.d.comb += last.eq(Cat(run >= rest,
-                                *(following[d] == extent[d] for d in range(1, walked))))
         out = self.elements.payload
         m.d.comb += [
             out.in_bounds.eq(in_bounds),
@@ -331,6 +353,8 @@ class TileWalker(wiring.Component):
                 m.d.comb += self.descriptor.ready.eq(1)
                 with m.If(self.descriptor.valid):
                     d = self.descriptor.payload
+                    first_extent = d.dims[0].extent[:widths[0]]
+                    first_lo, first_hi = narrow(d.dims[0].lo, 0), narrow(d.dims[0].hi, 0)
                     m.d.sync += [*take, row.eq(d.sram_row), pool_row.eq(d.sram_row),
                                  *(a.eq(d.address) for a in addr),
                                  *(i.eq(0) for i in index),
@@ -338,6 +362,11 @@ class TileWalker(wiring.Component):
                                  *(r.eq(narrow(d.dims[k].hi, k)) for k, r in enumerate(hi)),
                                  *(f.eq(_starts_inside(d.dims[k].lo, d.dims[k].hi))
                                    for k, f in inside.items()),
+                                 *(f.eq(d.dims[k].extent[:widths[k]] == 1)
+                                   for k, f in ends.items()),
+                                 hi_covers.eq(first_hi >= first_extent),
+                                 lo_covers.eq(first_lo >= first_extent),
+                                 lo_below_hi.eq(first_lo < first_hi),
                                  empty.eq(~Cat(_starts_inside(d.dims[k].lo, d.dims[k].hi)
                                                for k in range(walked, DIMS)).all())]
                     m.next = "WALK"
@@ -350,12 +379,14 @@ class TileWalker(wiring.Component):
                         with (m.If if d == 0 else m.Elif)(~last[d]):
                             m.d.sync += index[d].eq(following[d])
                             if d:
-                                m.d.sync += inside[d].eq((lo[d] <= following[d])
-                                                         & (following[d] < hi[d]))
+                                m.d.sync += [inside[d].eq((lo[d] <= following[d])
+                                                          & (following[d] < hi[d])),
+                                             ends[d].eq(following[d] + 1 == extent[d])]
                             m.d.sync += [a.eq(stepped[d]) for a in addr[:d + 1]]
                             m.d.sync += [i.eq(0) for i in index[:d]]
                             m.d.sync += [inside[k].eq(_starts_inside(lo[k], hi[k]))
                                          for k in range(1, d)]
+                            m.d.sync += [ends[k].eq(extent[k] == 1) for k in range(1, d)]
                             if d == 1:
                                 m.d.sync += row.eq(row + Mux(pool.enable, 2, 1))
                             elif d:
@@ -568,24 +599,39 @@ class Im2colWalker(wiring.Component):
 
 
 class ElementStage(wiring.Component):
-    """A registered stage for walked elements, between a walker and the `BurstPlanner`.
+    """A registered stage for walked elements, between a walker and the `BurstPlanner`, that
+    also checks each element's bus beat against the windows with ``permission`` ("read" /
+    "write"; `window_ok`, ``in_window`` of `checked_element_layout`), so that the planner's
+    take of an element waits on no compare. ``windows``: how many access windows there are
+    (`CoreConfig.windows`); they must not change while elements are in the stage (the control
+    registers freeze them while the core runs).
 
     A two-entry `SyncFIFO`: ``input.ready`` comes from its level and ``output.payload`` from
     its two entries, so neither the planner's ready nor an element is a combinational path
     from the one to the other. One element per cycle sustained, one cycle of latency.
     """
 
-    def __init__(self, lanes, rows):
-        layout = element_layout(lanes, rows)
-        super().__init__({"input": In(stream.Signature(layout)),
-                          "output": Out(stream.Signature(layout))})
+    def __init__(self, lanes, rows, beat_bytes, permission, windows=NUM_WINDOWS):
+        _check_beat_bytes(beat_bytes)
+        if permission not in ("read", "write"):
+            raise ValueError(f'permission={permission!r} is invalid: allowed "read" or "write"')
+        _check_int("windows", windows, 1, NUM_WINDOWS)
+        self.beat_bytes, self.permission = beat_bytes, permission
+        super().__init__({"input": In(stream.Signature(element_layout(lanes, rows))),
+                          "output": Out(stream.Signature(checked_element_layout(lanes, rows))),
+                          "windows": In(data.ArrayLayout(Window, windows))})
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.fifo = queue = fifo.SyncFIFO(width=len(self.input.payload.as_value()),
-                                                  depth=2)
+        shift = ceil_log2(self.beat_bytes)
+        checked = Signal(self.output.payload.shape())
+        m.d.comb += [checked.eq(self.input.payload.as_value()),  # the same fields first
+                     checked.in_window.eq(window_ok(
+                         m, self.windows, Cat(Const(0, shift), self.input.payload.addr[shift:]),
+                         self.beat_bytes, self.permission, aligned=True))]
+        m.submodules.fifo = queue = fifo.SyncFIFO(width=len(checked.as_value()), depth=2)
         m.d.comb += [
-            queue.w_data.eq(self.input.payload),
+            queue.w_data.eq(checked),
             self.output.payload.eq(queue.r_data),
             queue.w_en.eq(self.input.valid),
             self.input.ready.eq(queue.w_rdy),
@@ -623,28 +669,24 @@ class BurstPlanner(wiring.Component):
     ``max_steps`` or ``max_beats`` reached, end of walk) the burst closes and goes out on
     ``bursts``. ``steps`` gives every walked step, in order, one step late: it tells when a beat
     and a burst end. A burst is issued no earlier than the step that closes it. Each beat is
-    checked against the windows with ``permission`` ("read"/"write") before it joins a burst; on
-    a failing beat ``error`` is set and the planner stops (the open
-    burst is dropped). ``abort`` stops it as well; ``steps`` and ``bursts`` still drain.
-    ``windows``: how many access windows there are (`CoreConfig.windows`).
+    checked against the windows before it joins a burst (``in_window``, from the `ElementStage`;
+    ``permission``, "read" or "write", names the error): on a failing beat ``error`` is set and
+    the planner stops (the open burst is dropped). ``abort`` stops it as well; ``steps`` and
+    ``bursts`` still drain.
     """
 
-    def __init__(self, lanes, rows, beat_bytes, max_steps, max_beats, permission,
-                 windows=NUM_WINDOWS):
-        if beat_bytes not in (4, 8, 16):
-            raise ValueError(f"beat_bytes={beat_bytes!r} is invalid: allowed 4, 8 or 16")
+    def __init__(self, lanes, rows, beat_bytes, max_steps, max_beats, permission):
+        _check_beat_bytes(beat_bytes)
         _check_int("max_steps", max_steps, 1, 65535)
         _check_int("max_beats", max_beats, 1, 256)
         if permission not in ("read", "write"):
             raise ValueError(f'permission={permission!r} is invalid: allowed "read" or "write"')
-        _check_int("windows", windows, 1, NUM_WINDOWS)
         self.beat_bytes, self.max_steps, self.max_beats = beat_bytes, max_steps, max_beats
         self.permission = permission
         super().__init__({
-            "elements": In(stream.Signature(element_layout(lanes, rows))),
+            "elements": In(stream.Signature(checked_element_layout(lanes, rows))),
             "steps": Out(stream.Signature(step_layout(lanes, rows, beat_bytes))),
             "bursts": Out(stream.Signature(burst_layout)),
-            "windows": In(data.ArrayLayout(Window, windows)),
             "abort": In(1),
             "error": Out(ErrorCode),
         })
@@ -668,9 +710,7 @@ class BurstPlanner(wiring.Component):
         extend = (is_open & (beat == pending_beat + 1) & (beat[:12 - shift] != 0) & room &
                   (beats < self.max_beats))
         joins = ~flush & elem.in_bounds & (share | extend)
-        window = window_ok(m, self.windows, Cat(Const(0, shift), beat), self.beat_bytes,
-                           self.permission, aligned=True)
-        bad = ~flush & elem.in_bounds & ~window
+        bad = ~flush & elem.in_bounds & ~elem.in_window
         end_of_burst = is_open & ~joins
 
         event = ~self.abort & (self.error == ErrorCode.NONE) & (flush | self.elements.valid)

@@ -577,7 +577,9 @@ def _internals(fragment, *names):
 class BurstPlannerHarness(_InternalsHarness):
     """The burst planner alone (`hdl/walker.py`): a free element stream in (any address,
     bounds and handshake timing, no stability required), free steps and bursts
-    handshakes, free windows held constant of which all four may grant ``permission``.
+    handshakes, free windows held constant of which all four may grant ``permission``; each
+    element's ``in_window`` is its beat's window check, as the `ElementStage` before the planner
+    makes it (`window_ok`, tested against this statement in tests/test_dma_pysim.py).
 
     Asserted: every burst is beat-aligned, never crosses 4 KiB, has at most ``max_beats``
     beats and stays stable until taken; no in-bounds element is taken whose beat is outside
@@ -596,10 +598,11 @@ class BurstPlannerHarness(_InternalsHarness):
         from ..hdl.walker import BurstPlanner
         self.planner = BurstPlanner(lanes, rows, beat_bytes, max_steps, max_beats, permission)
         self.beat = Signal(32 - exact_log2(beat_bytes))
-        super().__init__(self.planner, {"beat": self.beat})
+        self.windows = Signal(data.ArrayLayout(Window, NUM_WINDOWS))
+        super().__init__(self.planner, {"beat": self.beat, "windows": self.windows})
 
     def constrain(self, m, fragment):
-        dut, beat = self.planner, self.beat
+        dut, beat, windows = self.planner, self.beat, self.windows
         permission, shift = dut.permission, exact_log2(dut.beat_bytes)
         pending, pending_valid, pending_beat, first_beat, burst_steps, beats, flush = _internals(
             fragment, "pending", "pending_valid", "pending_beat", "first_beat", "burst_steps",
@@ -615,9 +618,11 @@ class BurstPlannerHarness(_InternalsHarness):
         walked = Signal()  # an in-bounds element of ``beat`` has been taken
         with m.If(taken & (elem.addr[shift:] == beat)):
             m.d.sync += walked.eq(1)
+        elem_beat = Cat(Const(0, shift), elem.addr[shift:])
         m.d.comb += [
-            Assume(_constant(m, dut.windows.as_value())),
+            Assume(_constant(m, windows.as_value())),
             Assume(_constant(m, beat)),
+            Assume(elem.in_window == _in_window(windows, elem_beat, dut.beat_bytes, permission)),
             Assert(_held(m, dut.bursts.valid, dut.bursts.ready, burst.as_value()),
                    "bursts: valid held and the burst stable until ready"),
             Assert(~dut.bursts.valid | (burst.addr[:shift] == 0), "burst: not beat-aligned"),
@@ -627,8 +632,7 @@ class BurstPlannerHarness(_InternalsHarness):
                    f"burst: more than {dut.max_beats} beats"),
             Assert(~dut.bursts.valid | ~((burst_beat <= beat) & (beat <= burst_beat + burst.len))
                    | walked, "burst: a beat no element taken was in"),
-            Assert(~taken | _in_window(dut.windows, Cat(Const(0, shift), elem.addr[shift:]),
-                                       dut.beat_bytes, permission),
+            Assert(~taken | _in_window(windows, elem_beat, dut.beat_bytes, permission),
                    f"an element outside every {permission} window taken"),
             # Invariants of the open burst, for the induction.
             Assert(~flush | pending_valid, "invariant: flush without a pending step"),
@@ -647,7 +651,7 @@ class BurstPlannerHarness(_InternalsHarness):
                   "a burst ending at a 4 KiB boundary"),
             Cover(dut.error != ErrorCode.NONE, "an element refused"),
         ]
-        grants = [w[permission] for w in dut.windows]
+        grants = [w[permission] for w in windows]
         for i, grant in enumerate(grants):
             others = Cat(g for j, g in enumerate(grants) if j != i)
             m.d.comb += Cover(dut.bursts.valid & grant & ~others.any(),

@@ -11,12 +11,12 @@ from amaranth.sim import Simulator
 from tpugen import CoreConfig
 from tpugen.hdl.load import LoadEngine
 from tpugen.hdl.store import StoreEngine
-from tpugen.hdl.walker import BurstPlanner, TileCheck, TileWalker, window_ok
+from tpugen.hdl.walker import BurstPlanner, ElementStage, TileCheck, TileWalker, window_ok
 from tpugen.isa import NUM_WINDOWS, ErrorCode, Opcode, Window, decode, encode_tile
 from tpugen.firmware.program import Program
 from tpugen.sim.fuzz_model import DONE, MEMORY_SIZE, predict
 from tpugen.sim.pysim_axi import AxiMemory
-from tpugen.sim.testbench import put_instruction, stream_put, stream_take
+from tpugen.sim.testbench import put_instruction, stream_get, stream_put, stream_take
 
 CONFIG = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1)
 MEM_SIZE = 1 << 14
@@ -636,8 +636,10 @@ def test_walker_abort():
     (lambda: BurstPlanner(4, 16, 12, 8, 8, "read"), "beat_bytes"),
     (lambda: BurstPlanner(4, 16, 8, 8, 257, "read"), "max_beats"),
     (lambda: BurstPlanner(4, 16, 8, 8, 8, "execute"), "permission"),
-    (lambda: BurstPlanner(4, 16, 8, 8, 8, "read", windows=0), "windows"),
-    (lambda: BurstPlanner(4, 16, 8, 8, 8, "read", windows=NUM_WINDOWS + 1), "windows"),
+    (lambda: ElementStage(4, 16, 12, "read"), "beat_bytes"),
+    (lambda: ElementStage(4, 16, 8, "execute"), "permission"),
+    (lambda: ElementStage(4, 16, 8, "read", windows=0), "windows"),
+    (lambda: ElementStage(4, 16, 8, "read", windows=NUM_WINDOWS + 1), "windows"),
     (lambda: LoadEngine({"rows": 4}), "config"),
     (lambda: StoreEngine(None), "config"),
 ])
@@ -730,3 +732,48 @@ def test_window_ok_is_the_sum_check(size, aligned, count):
     sim.add_testbench(testbench)
     sim.run()
     assert min(checked) > 50, checked  # both answers were seen
+
+
+@pytest.mark.parametrize("permission", ["read", "write"])
+def test_element_stage_checks_the_beat(permission):
+    """The `ElementStage` passes each element on unchanged, in order, with ``in_window`` set
+    exactly when the element's whole bus beat lies in a window with ``permission`` (the
+    statement the burst planner's proof assumes, `sim.formal.BurstPlannerHarness`): addresses
+    anywhere in a beat at and around the windows' edges, with backpressure on both sides."""
+    beat_bytes, flags = 8, {"read": "r", "write": "w"}
+    rng = np.random.default_rng(7)
+    specs = [(0x1004, 0x40, "rw"), (0x2000, 0x10, flags[permission]),
+             (0x3000, 0x100, "rw".replace(flags[permission], ""))]
+    dut = ElementStage(lanes=4, rows=16, beat_bytes=beat_bytes, permission=permission, windows=3)
+    addrs = [edge + delta for base, size, _ in specs for edge in (base, base + size)
+             for delta in range(-12, 13, 3)]
+    elements = [{"in_bounds": int(rng.integers(2)), "addr": addr, "lane": int(rng.integers(4)),
+                 "count": int(rng.integers(1, 5)), "row": int(rng.integers(16)),
+                 "last_in_row": int(rng.integers(2)), "last": 0} for addr in addrs]
+    seen = []
+
+    async def put(ctx):
+        ctx.set(dut.windows, windows(*specs)[:3])
+        for element in elements:
+            await stream_put(ctx, dut.input, element)
+            await ctx.tick().repeat(int(rng.integers(1, 3)))
+
+    async def get(ctx):
+        for _ in elements:
+            seen.append(await stream_get(ctx, dut.output))
+            await ctx.tick().repeat(int(rng.integers(1, 4)))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(put)
+    sim.add_testbench(get)
+    sim.run()
+    expected_in = 0
+    for element, out in zip(elements, seen, strict=True):
+        beat = element["addr"] // beat_bytes * beat_bytes
+        in_window = any(flags[permission] in p and base <= beat and beat + beat_bytes <= base + size
+                        for base, size, p in specs)
+        assert {name: out[name] for name in element} == element
+        assert out.in_window == in_window, hex(element["addr"])
+        expected_in += in_window
+    assert 0 < expected_in < len(elements)  # both answers were seen
