@@ -11,7 +11,7 @@ from ..isa import (ErrorCode, Header, LoadIm2colInstruction, LoadInstruction,
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_read_signature
 from .engine import check_state, dma_engine_members
 from .walker import (BurstPlanner, ElementStage, Im2colWalker, TileCheck, TileWalker,
-                     im2col_walker_signature, move_units, step_layout)
+                     im2col_walker_signature, select_units, step_layout, unit_move)
 
 __all__ = ["LoadEngine", "LOAD_INSTRUCTION", "MAX_OUTSTANDING", "PLAN_DEPTH"]
 
@@ -77,8 +77,13 @@ class LoadEngine(wiring.Component):
             lanes, rows, beat_bytes, max_steps=PLAN_DEPTH // 4, max_beats=256,
             permission="read")
         wiring.connect(m, stage.output, planner.elements)
-        layout = step_layout(lanes, rows, beat_bytes)
+        # A planned step with where its bytes go (`unit_move`), formed as it is queued.
+        layout = data.StructLayout({"step": step_layout(lanes, rows, beat_bytes),
+                                    "offset": ceil_log2(beat_bytes), "mask": lanes})
         m.submodules.plan = plan = fifo.SyncFIFOBuffered(width=layout.size, depth=PLAN_DEPTH)
+        queued = layout(plan.w_data)
+        moves = unit_move(planner.steps.payload.offset, planner.steps.payload.lane,
+                          planner.steps.payload.count, lanes)
 
         instr = Signal(LOAD_INSTRUCTION)  # registered when taken, decoded the next cycle
         im2col_desc = data.View(LoadIm2colInstruction, instr.as_value()).im2col
@@ -107,7 +112,9 @@ class LoadEngine(wiring.Component):
             planner.abort.eq(stopped),
             walker.abort.eq(stopped),
             im2col_walker.abort.eq(stopped),
-            plan.w_data.eq(planner.steps.payload),
+            queued.step.eq(planner.steps.payload),
+            queued.offset.eq(moves[0]),
+            queued.mask.eq(moves[1]),
             plan.w_en.eq(planner.steps.valid),
             planner.steps.ready.eq(plan.w_rdy),
         ]
@@ -128,10 +135,10 @@ class LoadEngine(wiring.Component):
 
         # R -> row buffer -> scratchpad: one planned step (its lanes zero when out of bounds)
         # per cycle.
-        step = layout(plan.r_data)
+        planned = layout(plan.r_data)
+        step, mask = planned.step, planned.mask
         row = Signal(data.ArrayLayout(signed(8), lanes))
-        moved, mask = move_units(m, Mux(step.in_bounds, axi.rdata, 0), step.offset,
-                                 step.lane, step.count, lanes, 8)
+        moved = select_units(Mux(step.in_bounds, axi.rdata, 0), planned.offset, lanes, 8)
         merged = Signal.like(row)
         first_lane = Mux(im2col, 0, instr.tensor.lane)
         kept_lanes = Cat(first_lane <= k for k in range(lanes))  # the lanes a row write enables

@@ -189,14 +189,15 @@ def _delays(m, value, cycles):
     return stages
 
 
-def _reduce(m, items, combine):
-    """Tree reduction, registered after every two levels and at the end: (result, latency)."""
+def _reduce(m, items, combine, levels=2):
+    """Tree reduction, registered after every ``levels`` levels and at the end: (result,
+    latency)."""
     latency = level = 0
     while len(items) > 1:
         items = [combine(*items[i:i + 2]) if i + 1 < len(items) else items[i]
                  for i in range(0, len(items), 2)]
         level += 1
-        if level % 2 == 0 and len(items) > 1:
+        if level % levels == 0 and len(items) > 1:
             items = [_delays(m, item, 1)[0] for item in items]
             latency += 1
     return _delays(m, items[0], 1)[0], latency + 1
@@ -259,7 +260,7 @@ class SoftmaxUnit(wiring.Component):
         m.submodules.state_l = self.state_l
         m_read, m_write = self.state_m.read_port(), self.state_m.write_port()
         l_read, l_write = self.state_l.read_port(), self.state_l.write_port()
-        m.d.comb += [m_read.en.eq(0), l_read.en.eq(0)]  # a read port's enable is 1 unless driven
+        m.d.comb += l_read.en.eq(0)  # a read port's enable is 1 unless driven
         job, rows, queries = _job_layout(cfg), _row_shape(cfg), _query_shape(cfg)
         m.submodules.jobs = jobs = SyncFIFO(width=job.size, depth=_JOBS)
         # The stored m of each query the front started, read as it starts (a cycle before), for
@@ -391,23 +392,23 @@ class SoftmaxUnit(wiring.Component):
         m.d.comb += self.acc_read.en.eq(op.valid)
 
         # The stored m of the query whose first row the front may issue next, read a cycle
-        # before: as the front takes that row (`started`), pass A's base is made from it into a
-        # register (the block RAM's output is not on the lane adder's path) and it goes to
-        # `stored`.
+        # before (the port reads every cycle, its address from registers: `f_state` is
+        # f_query's state row, set while the instruction is checked): as the front takes that
+        # row (`started`), pass A's base is made from it into a register (the block RAM's
+        # output is not on the lane adder's path) and it goes to `stored`.
         f_last = front & (f_tile + 1 == ins.tiles)
-        m.d.comb += [
-            m_read.addr.eq(ins.state_row + Mux(start, 0, f_query + f_last)),
-            m_read.en.eq(block & (start | (active & ((f_tile == 0) | f_last)))),
-        ]
+        f_state = Signal.like(m_read.addr)
+        m.d.comb += [m_read.addr.eq(f_state + f_last), m_read.en.eq(1)]
         spec_base = Signal(_BASE)
         with m.If(front & started):
             m.d.sync += spec_base.eq(_p_base(m_read.data.m, ins.frac))
 
+        with m.If(checking):
+            m.d.sync += [f_query.eq(0), f_tile.eq(0), f_state.eq(ins.state_row)]
         with m.If(start):
-            m.d.sync += [f_query.eq(0), f_tile.eq(0), f_addr.eq(ins.score_row),
-                         f_left.eq(key_limit(C(0, 1)))]
+            m.d.sync += [f_addr.eq(ins.score_row), f_left.eq(key_limit(C(0, 1)))]
         with m.Elif(f_last):
-            m.d.sync += [f_query.eq(f_query + 1), f_tile.eq(0),
+            m.d.sync += [f_query.eq(f_query + 1), f_tile.eq(0), f_state.eq(f_state + 1),
                          f_addr.eq(ins.score_row + f_query + 1),
                          f_left.eq(key_limit(f_query + 1))]
         with m.Elif(front):
@@ -531,7 +532,9 @@ class SoftmaxUnit(wiring.Component):
             item = Signal(_MAXIMUM)
             m.d.comb += [item.valid.eq(j < at(2).lanes), item.x.eq(read_data[j])]
             items.append(item)
-        row_max, max_latency = _reduce(m, items, lambda a, b: _larger(m, a, b))
+        # A register after every level: a compare of 32 bits and its select is a level (two
+        # were the 8x8 unit's critical path alone, 16.0 ns).
+        row_max, max_latency = _reduce(m, items, lambda a, b: _larger(m, a, b), levels=1)
         row_ceiling = Signal(_MAXIMUM)
         m.d.sync += [
             row_ceiling.valid.eq(row_max.valid),
@@ -592,8 +595,9 @@ class SoftmaxUnit(wiring.Component):
                 pushed.shift.eq(alpha_shift),
             ]
 
-        # Exp pass: P rows (the table is read in stage 4, p rounded in 5, written in 6), their
-        # sum, then l read (stage 4 + sum_latency, registered) and written.
+        # Exp pass: P rows (the table is read in stage 4, shifted by n in 5, p rounded in 6,
+        # written in 7: `p_stage`), their sum, then l read (stage p_stage - 2 + sum_latency,
+        # registered) and written.
         index = data.StructLayout({"f": EXP_BITS, "n": 4, "big": _OUT - EXP_BITS - 4})
         # A block RAM ROM per two lanes (one yosys memory with a read port per lane crashes its
         # memory_libmap at 16 lanes).
@@ -611,16 +615,27 @@ class SoftmaxUnit(wiring.Component):
             m.d.comb += port.addr.eq(z.f)
             y_5.append(port.data)
             m.d.sync += [n_5[j].eq(z.n), zero_5[j].eq(~ok[j] | over[j] | (z.big != 0))]
-            rounded = ((y_5[j] >> n_5[j]) + 1) >> 1
-            m.d.sync += probs[j].eq(Mux(zero_5[j], 0, Mux(rounded > 255, 255, rounded)))
+            # The table's output shifted, then rounded in a stage of its own (the block RAM's
+            # output through both was the 8x8 unit's critical path alone, 14.6 ns).
+            y_6, zero_6 = Signal.like(y_5[j]), Signal()
+            m.d.sync += [y_6.eq(y_5[j] >> n_5[j]), zero_6.eq(zero_5[j])]
+            rounded = (y_6 + 1) >> 1
+            m.d.sync += probs[j].eq(Mux(zero_6, 0, Mux(rounded > 255, 255, rounded)))
+        p_stage = 7
         m.d.comb += [
-            self.p_write.addr.eq(at(6).addr),
-            self.p_write.en.eq(at(6).valid & (at(6).kind == _Kind.EXP)),
+            self.p_write.addr.eq(at(p_stage).addr),
+            self.p_write.en.eq(at(p_stage).valid & (at(p_stage).kind == _Kind.EXP)),
         ]
         for j in range(cols):
             m.d.comb += self.p_write.data[j].eq(probs[j])
         row_sum, sum_latency = _reduce(m, probs, lambda a, b: a + b)
-        op_sum = at(6 + sum_latency)
+        # A query's hit is known at its max pass's end (stage max_latency + 5, `hit`): its sum
+        # comes no earlier.
+        hit_latency = max_latency + 5
+        lag = hit_latency - p_stage - sum_latency
+        row_sum = ([row_sum] + _delays(m, row_sum, lag))[-1]
+        sum_latency += max(lag, 0)
+        op_sum = at(p_stage + sum_latency)
         is_exp = op_sum.valid & (op_sum.kind == _Kind.EXP)
         # The front's (pass A) and the back's rows interleave: a running sum for each.
         totals = []
@@ -631,10 +646,10 @@ class SoftmaxUnit(wiring.Component):
                 m.d.sync += running_sum.eq(totals[-1])
         total = Mux(op_sum.spec, totals[1], totals[0])
         # Whether pass A's query hit, from its max pass's end (`hit`) to its sum's.
-        hit_sum = ([hit] + _delays(m, hit, 1 + sum_latency - max_latency))[-1]
+        hit_sum = ([hit] + _delays(m, hit, p_stage + sum_latency - hit_latency))[-1]
         # A query's state row is its last P row (`addr`) plus `l_offset`. l is read two stages
         # before its sum and registered as read (a query's l is written once, after its reads).
-        before = at(4 + sum_latency)
+        before = at(p_stage - 2 + sum_latency)
         l_rows = [Signal(rows, name=f"l_row{k}") for k in range(2)]  # `before`'s state row, on
         m.d.sync += [l_rows[0].eq(before.addr + l_offset), l_rows[1].eq(l_rows[0])]
         l_row = l_rows[1]  # op_sum's
@@ -694,9 +709,10 @@ class SoftmaxUnit(wiring.Component):
                         m.next = "LATCH"
                     with m.Else():
                         m.next = "READ"
-        with m.If(start):
+        # (Reset while the instruction is checked: the checks are not on the read's path.)
+        with m.If(checking):
             m.d.sync += n_query.eq(0)
-        with m.Elif(read):
+        with m.If(read):
             m.d.comb += [l_read.addr.eq(ins.state_row + n_query), l_read.en.eq(1),
                          started.eq(1)]
             m.d.sync += [n_current.eq(n_query), n_query.eq(n_query + 1)]

@@ -198,6 +198,12 @@ class UartBridge(wiring.Component):
         with m.If(csr.arready):
             m.d.sync += csr.arvalid.eq(0)
 
+        # The memory port's controls are registers (a request is presented the cycle after
+        # the state that decides it, and `select` rises a cycle after a memory request
+        # starts): they reach every block RAM of the board memory (the 8x8 board system's
+        # critical path ran from the request's header through `select` to their addresses).
+        mem_select, mem_read, mem_write = Signal(), Signal(), Signal()
+
         def answer(code):
             m.d.sync += [status.eq(code), draining.eq(code not in (Status.OK, Status.BUS_ERROR))]
             m.d.comb += pointer_next.eq(0)
@@ -267,8 +273,8 @@ class UartBridge(wiring.Component):
                     m.d.sync += csr.arvalid.eq(1)
                     m.next = "REG_READ"
                 with m.Else():
-                    m.d.comb += self.mem.read.eq(1)
-                    m.next = "MEM_READ"
+                    m.d.sync += mem_read.eq(1)
+                    m.next = "MEM_ISSUE"
             with m.State("FETCH"):
                 m.d.sync += word.eq(Cat(word[8:], buffer_read.data))
                 m.d.comb += pointer_next.eq(pointer + 1)
@@ -277,10 +283,14 @@ class UartBridge(wiring.Component):
                         m.d.sync += [csr.awvalid.eq(1), csr.wvalid.eq(1)]
                         m.next = "REG_WRITE"
                     with m.Else():
+                        m.d.sync += mem_write.eq(1)
                         m.next = "MEM_WRITE"
             with m.State("MEM_WRITE"):
-                m.d.comb += self.mem.write.eq(1)
+                m.d.sync += mem_write.eq(0)
                 next_word()
+            with m.State("MEM_ISSUE"):
+                m.d.sync += mem_read.eq(0)
+                m.next = "MEM_READ"
             with m.State("MEM_READ"):
                 m.d.sync += word.eq(self.mem.rdata)
                 m.next = "STORE"
@@ -337,6 +347,8 @@ class UartBridge(wiring.Component):
                     m.next = "HUNT"
 
         executing = Cat(fsm.ongoing(state) for state in
-                        ("WORD", "FETCH", "MEM_WRITE", "MEM_READ", "STORE")).any()
-        m.d.comb += self.mem.select.eq(executing & ~is_register)
+                        ("WORD", "FETCH", "MEM_WRITE", "MEM_ISSUE", "MEM_READ", "STORE")).any()
+        m.d.sync += mem_select.eq(executing & ~is_register)
+        m.d.comb += [self.mem.select.eq(mem_select), self.mem.read.eq(mem_read),
+                     self.mem.write.eq(mem_write)]
         return m

@@ -8,7 +8,8 @@ from ..isa import DIMS, NUM_WINDOWS, ErrorCode, Im2colDescriptor, TensorDescript
 
 __all__ = ["TileCheck", "TileWalker", "Im2colWalker", "ElementStage", "BurstPlanner", "POOLING",
            "checked_element_layout", "element_layout", "im2col_walker_signature",
-           "walker_signature", "step_layout", "burst_layout", "move_units", "select_units"]
+           "walker_signature", "step_layout", "burst_layout", "move_units", "select_units",
+           "unit_move"]
 
 POOLING = data.StructLayout({"enable": 1, "pitch": 16})
 """2x2 max pooling of a tile (a STORE's ``Epilogue.pool`` and ``pool_pitch``): tile element
@@ -768,10 +769,18 @@ def move_units(m, source, first, at, count, units, width):
     moved = Signal(units * width)
     mask = Signal(units)
     units_in = Signal(len(source))
+    offset, unit_mask = unit_move(first, at, count, units)
     m.d.comb += [units_in.eq(source),
-                 moved.eq(select_units(units_in, first - at, units, width)),
-                 mask.eq(Cat((at <= k) & (k < at + count) for k in range(units)))]
+                 moved.eq(select_units(units_in, offset, units, width)),
+                 mask.eq(unit_mask)]
     return moved, mask
+
+
+def unit_move(first, at, count, units):
+    """``(offset, mask)`` of `move_units`: target unit k takes source unit ``offset + k`` (see
+    `select_units`), and ``mask`` has the ``count`` targets from ``at`` on. Formed ahead of the
+    data, they take the compares off its path."""
+    return first - at, Cat((at <= k) & (k < at + count) for k in range(units))
 
 
 def select_units(source, first, units, width):
