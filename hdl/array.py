@@ -159,7 +159,7 @@ class SystolicArray(wiring.Component):
                                                                pe_module_name(lut, prefix))
                 else:
                     add_pe(m, pes[r][c], name=f"pe_{r}_{c}", lut_multiplier=lut,
-                           registered=not ice40)
+                           registered=bool(PRODUCT_STAGES) and not ice40)
         for index, pair in enumerate(ice40_mac_pairs(self.config) if ice40 else []):
             halves, carries = [], []
             for r, c in pair:

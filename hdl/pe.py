@@ -7,8 +7,8 @@ __all__ = ["PRODUCT_STAGES", "ProcessingElement", "add_pe", "ice40_mac_operands"
            "ice40_mac_pair", "lut_multiply_add", "lut_product", "pe_signature"]
 
 PRODUCT_STAGES = 1
-"""Registers between a PE's multiplier and its partial sum's adder (`pe_outputs`): the cycles
-a PE adds to the array's latency beyond passing its partial sum on."""
+"""Registers between a PE's multiplier and its partial sum's adder (`pe_outputs`; 0 or 1): the
+cycles a PE adds to the array's latency beyond passing its partial sum on."""
 
 
 def pe_signature(data_width=8, acc_width=32, act_width=None):
@@ -182,7 +182,7 @@ def pe_outputs(m, pe, product, carry=0, *, registered=True):
     ]
 
 
-def add_pe(m, pe, name="pe", lut_multiplier=False, registered=True):
+def add_pe(m, pe, name="pe", lut_multiplier=False, registered=bool(PRODUCT_STAGES)):
     """Add the logic of one PE, with ports ``pe`` (a `pe_signature` interface), to module ``m``.
 
     ``lut_multiplier``: build the multiplier from LUTs (`lut_product`) instead of ``*``, which
