@@ -6,8 +6,8 @@ from amaranth.utils import ceil_log2
 
 from ..arch import min_tile_length
 from .family import fpga_family
-from .pe import (ICE40_MAC_WIDTHS, PRODUCT_STAGES, ProcessingElement, add_pe,
-                 ice40_mac_operands, ice40_mac_pair, pe_outputs, pe_signature, pe_weight)
+from .pe import (ICE40_MAC_WIDTHS, ProcessingElement, add_pe, ice40_mac_operands, ice40_mac_pair,
+                 pe_outputs, pe_signature, pe_weight)
 
 __all__ = ["SystolicArray", "act_width", "activation_layout", "array_latency",
            "ice40_mac_pairs", "lut_multiplier_pes", "min_tile_length", "pe_module",
@@ -50,9 +50,8 @@ def result_layout(config):
 
 
 def array_latency(config):
-    """Cycles from an accepted activation vector to its result vector: a cycle per row and
-    column, and the registered product (`PRODUCT_STAGES`)."""
-    return config.rows + config.cols + PRODUCT_STAGES
+    """Cycles from an accepted activation vector to its result vector."""
+    return config.rows + config.cols
 
 
 def lut_multiplier_pes(config):
@@ -154,12 +153,11 @@ class SystolicArray(wiring.Component):
                 lut = (r, c) in lut_pes
                 if ice40 and not lut:
                     continue  # below, two by two
-                if instances and not ice40:
+                if instances:
                     m.submodules[f"pe_{r}_{c}"] = _pe_instance(signature, pes[r][c],
                                                                pe_module_name(lut, prefix))
                 else:
-                    add_pe(m, pes[r][c], name=f"pe_{r}_{c}", lut_multiplier=lut,
-                           registered=bool(PRODUCT_STAGES) and not ice40)
+                    add_pe(m, pes[r][c], name=f"pe_{r}_{c}", lut_multiplier=lut)
         for index, pair in enumerate(ice40_mac_pairs(self.config) if ice40 else []):
             halves, carries = [], []
             for r, c in pair:
@@ -171,7 +169,8 @@ class SystolicArray(wiring.Component):
             products = ice40_mac_pair(m, halves, name=f"mac_{index}",
                                       model=getattr(platform, "dsp_model", False))
             for (r, c), product, carry in zip(pair, products, carries):
-                pe_outputs(m, pes[r][c], product, carry, registered=False)
+                pe = pes[r][c]
+                pe_outputs(m, pe, pe.psum_in + product + carry)
 
         # Weight loading: a shift chain from the bottom row up, then a commit to the idle bank.
         loaded = Signal(range(rows + 1))
@@ -242,9 +241,7 @@ class SystolicArray(wiring.Component):
         # still `psum_width` bits, then sign-extend it to acc_width (.eq of a signed value).
         for c in range(cols):
             psum = pes[rows - 1][c].psum_out
-            # On iCE40 no PE registers its product (flip-flops are the UP5K's scarcest cells):
-            # each column's bottom takes the PRODUCT_STAGES cycles instead.
-            for stage in range(cols - 1 - c + (PRODUCT_STAGES if ice40 else 0)):
+            for stage in range(cols - 1 - c):
                 psum_next = Signal(signed(psum_width(self.config)), name=f"deskew_{c}_{stage}")
                 m.d.sync += psum_next.eq(psum)
                 psum = psum_next

@@ -3,12 +3,8 @@ from amaranth.hdl import Cat, Const, Instance, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["PRODUCT_STAGES", "ProcessingElement", "add_pe", "ice40_mac_operands",
-           "ice40_mac_pair", "lut_multiply_add", "lut_product", "pe_signature"]
-
-PRODUCT_STAGES = 1
-"""Registers between a PE's multiplier and its partial sum's adder (`pe_outputs`; 0 or 1): the
-cycles a PE adds to the array's latency beyond passing its partial sum on."""
+__all__ = ["ProcessingElement", "add_pe", "ice40_mac_operands", "ice40_mac_pair",
+           "lut_multiply_add", "pe_signature"]
 
 
 def pe_signature(data_width=8, acc_width=32, act_width=None):
@@ -46,22 +42,14 @@ def _booth_digits(weight):
 
 
 def lut_multiply_add(m, addend, act, weight, name="mul"):
-    """``addend + act * weight`` (signed) built in ``m`` without ``*``: from LUTs, not a DSP
-    (`lut_product`, its carry the carry-in of ``addend +``)."""
-    product, carry = lut_product(m, act, weight, name)
-    return addend + product + carry
-
-
-def lut_product(m, act, weight, name="mul"):
-    """``(product, carry)`` with ``product + carry == act * weight`` (signed), built in ``m``
-    without ``*``: from LUTs, not a DSP.
+    """``addend + act * weight`` (signed) built in ``m`` without ``*``: from LUTs, not a DSP.
 
     One radix-4 Booth partial product of ``act`` per weight digit, summed pairwise in a balanced
     tree of adders (one level fewer than a chain: 12% higher fmax on ECP5, 4% more LUTs). Each adder
     adds the higher sum above the lower one's finished low bits, so yosys keeps the adders as
     separate carry chains; a plain sum becomes one $macc of full adders, 2.5 times the LUTs.
     A negative digit's partial product is ``~(|digit| * act)``; its missing +1 is the carry-in of
-    the adder that absorbs it (digit 0's: ``carry``, for the adder that takes the product).
+    the adder that absorbs it (digit 0's: of ``addend +``).
     """
     act_width = len(act)
     # (sum of partial product k * 4**k, k from its lowest digit; digits; the carry-in it misses)
@@ -82,7 +70,7 @@ def lut_product(m, act, weight, name="mul"):
         terms = pairs + terms[len(pairs) * 2:]
         level += 1
     product, _, carry = terms[0]
-    return product, carry
+    return addend + product + carry
 
 
 ICE40_MAC_WIDTHS = (8, 9)
@@ -165,48 +153,37 @@ def pe_weight(m, pe, name="pe"):
     return Mux(pe.sel_in, banks[1], banks[0])
 
 
-def pe_outputs(m, pe, product, carry=0, *, registered=True):
-    """The PE's registers: the activation and bank select passed on, and ``psum_out <= psum_in
-    + product + carry``. With ``registered`` the product and its carry are registered first
-    (`PRODUCT_STAGES`): the multiplier and the partial sum's adder are not one path (the ECP5
-    8x8 array's critical path ran from the bank select through both, 12.9 ns)."""
-    if registered:
-        product_reg = Signal.like(product, name=f"{pe.psum_out.name}_product")
-        carry_reg = Signal(name=f"{pe.psum_out.name}_carry")
-        m.d.sync += [product_reg.eq(product), carry_reg.eq(carry)]
-        product, carry = product_reg, carry_reg
+def pe_outputs(m, pe, psum):
+    """The PE's registers: ``psum_out <= psum``, the activation and bank select passed on."""
     m.d.sync += [
         pe.act_out.eq(pe.act_in),
         pe.sel_out.eq(pe.sel_in),
-        pe.psum_out.eq(pe.psum_in + product + carry),
+        pe.psum_out.eq(psum),
     ]
 
 
-def add_pe(m, pe, name="pe", lut_multiplier=False, registered=bool(PRODUCT_STAGES)):
+def add_pe(m, pe, name="pe", lut_multiplier=False):
     """Add the logic of one PE, with ports ``pe`` (a `pe_signature` interface), to module ``m``.
 
-    ``lut_multiplier``: build the multiplier from LUTs (`lut_product`) instead of ``*``, which
-    yosys maps to a DSP block; both compute the same. The product is registered before the
-    partial sum's adder unless not ``registered`` (`pe_outputs`). The array builds its PEs with this directly
+    ``lut_multiplier``: build the multiplier from LUTs (`lut_multiply_add`) instead of ``*``, which
+    yosys maps to a DSP block; both compute the same. The array builds its PEs with this directly
     rather than as 256 submodules (one flat module simulates faster), except in generated
     Verilog, where each PE is an instance of one `ProcessingElement` module (`SystolicArray`).
     On iCE40 the array builds its DSP PEs in pairs around one SB_MAC16 instead (`ice40_mac_pair`).
     """
     weight = pe_weight(m, pe, name)
     if lut_multiplier:
-        product, carry = lut_product(m, pe.act_in, weight, name=f"{name}_mul")
+        psum = lut_multiply_add(m, pe.psum_in, pe.act_in, weight, name=f"{name}_mul")
     else:
-        product, carry = pe.act_in * weight, 0
-    pe_outputs(m, pe, product, carry, registered=registered)
+        psum = pe.psum_in + pe.act_in * weight
+    pe_outputs(m, pe, psum)
 
 
 class ProcessingElement(wiring.Component):
     """Weight-stationary PE.
 
-    Each cycle: ``psum_out <= psum_in + product`` with ``product <= act_in * weight[sel_in]``
-    (registered, `PRODUCT_STAGES`: ``psum_in`` meets the product of the activation that came a
-    cycle before it) and ``act_out <= act_in`` (``sel_out <= sel_in``), so the bank select
-    travels with the activation wavefront.
+    Each cycle: ``psum_out <= psum_in + act_in * weight[sel_in]`` and ``act_out <= act_in``
+    (``sel_out <= sel_in``), so the bank select travels with the activation wavefront.
     Weights arrive through a shift chain (``shift_in`` to ``shift_out`` when ``shift_en``), and
     ``commit`` copies the chain register into bank ``commit_bank`` while the other bank computes.
     ``lut_multiplier``: see `add_pe`.

@@ -55,10 +55,12 @@ nest). The per-query work (ceil, m', a, l) is done once per query: ``ceil(x / 2*
 ``(((l << 1) >> a) + (sum(p) << 9) + 1) >> 1``; NORMALIZE normalizes l by shifts of 16, 8, 4,
 2 and 1 and divides (each quotient bit's compare is its subtraction's sign). A row carries
 little down the pipeline: its valid lanes, its address (as wide as the accumulator's), a shift
-and one operand, m' or r (a job: its query, that operand and a or sh); the stage after the read
-makes the lane adder's base from them, ``m' << frac << 7`` for P rows (one shifter for pass
-A's stored m and the exp pass's m'; its clamp compares m' with ``2**36 >> frac``; the adder's
-carry-in adds the 1 of ``-x = ~x + 1``) or ``half(shift)`` for O rows. The state is two
+and one operand, the P base of m' or r (a job: its query, that operand and a or sh); the stage
+after the read makes the lane adder's base from them: for P rows ``m' << frac << 7``, clamped
+(its clamp compares m' with ``2**36 >> frac``; the adder's carry-in adds the 1 of ``-x = ~x +
+1``), made from the stored m as the front takes a query's first row (pass A, `spec_base`) and
+from m' as its job is queued (the exp pass), so no shift is on a row's path; ``half(shift)``
+for O rows. The state is two
 memories, ``state_m`` (read as a query's max pass starts, written at its end) and ``state_l``
 (read-modify-written at the end of the exp pass, read by NORMALIZE).
 
@@ -121,8 +123,9 @@ _BASE = signed(45)
 """Per-row addend of the lane adder: ``m' << frac << 7`` (P rows, whose adder has a carry-in of
 1) or the rounding bias ``(1 << shift) >> 1`` (O rows)."""
 
-_OPERAND = data.UnionLayout({"m": signed(32), "mult": 17})
-"""A row's operand from its job: m' (BLOCK's P rows) or r (NORMALIZE)."""
+_OPERAND = data.UnionLayout({"base": _BASE, "mult": 17})
+"""A row's operand from its job: the P base of m' (BLOCK's P rows, `_p_base`, made as the job
+is queued) or r (NORMALIZE)."""
 
 
 
@@ -460,7 +463,7 @@ class SoftmaxUnit(wiring.Component):
         # as the query's first row was issued), O rows' the rounding bias of their shift
         # (BLOCK's a = 0: ((O << 7) + 64) >> 7 is O).
         row_1, row_2, row_2_next = _delays(m, row, 1)[0], Signal(_LANE_ROW), Signal(_LANE_ROW)
-        p_base = Mux(at(1).spec, spec_base, _p_base(row_1.operand.m, ins.frac))
+        p_base = Mux(at(1).spec, spec_base, row_1.operand.base)
         m.d.comb += [
             row_2_next.base.eq(Mux(at(1).kind == _Kind.EXP, p_base, _half(row_1.shift))),
             row_2_next.mult.eq(row_1.operand.mult),
@@ -591,7 +594,7 @@ class SoftmaxUnit(wiring.Component):
             m.d.comb += [
                 jobs.w_en.eq(1),
                 pushed.query.eq(steps[1].query),
-                pushed.operand.m.eq(steps[1].m.x),
+                pushed.operand.base.eq(_p_base(steps[1].m.x, ins.frac)),
                 pushed.shift.eq(alpha_shift),
             ]
 
