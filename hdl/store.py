@@ -123,16 +123,9 @@ class StoreEngine(wiring.Component):
         m.submodules.datapath = datapath = EpilogueDatapath(units, multiplier=multiplier)
         m.d.comb += lane_params.instr.payload.eq(params_instr)
 
-        # Planned steps -> step FIFO -> A: accumulator read -> B: its data registered, parameter
-        # read, the epilogue datapath's stages -> D: beat builder -> W FIFO; the stages move
-        # together. The step FIFO keeps the planner's take off the stages' stall (the routed
-        # 8x8's critical path ran from the W FIFO's level through them into the planner, 23.6
-        # ns).
-        steps_layout = planner.steps.payload.shape()
-        m.submodules.steps = steps = fifo.SyncFIFOBuffered(width=steps_layout.size, depth=3)
-        m.d.comb += [steps.w_data.eq(planner.steps.payload), steps.w_en.eq(planner.steps.valid),
-                     planner.steps.ready.eq(steps.w_rdy)]
-        planned = steps_layout(steps.r_data)
+        # Planned steps -> A: accumulator read -> B: its data registered, parameter read, the
+        # epilogue datapath's stages -> D: beat builder -> W FIFO; the stages move together.
+        planned = planner.steps.payload
         read = Signal(2)  # which of the four rows of a pooled step
         last_read = ~(epilogue.pool & planned.in_bounds) | (read == 3)
         done_lanes = Signal(range(cols + 1))  # lanes of the step in earlier parts
@@ -157,9 +150,9 @@ class StoreEngine(wiring.Component):
         emit = d_step.in_bounds & d_step.end_of_beat
         build = d_valid & (~emit | beats.w_rdy)
         advance = ~d_valid | build
-        fetch = advance & steps.r_rdy
+        fetch = advance & planner.steps.valid
         m.d.comb += [
-            steps.r_en.eq(fetch & last_read & last_part),
+            planner.steps.ready.eq(fetch & last_read & last_part),
             self.acc_read.en.eq(fetch),
             self.acc_read.addr.eq(step.row + Mux(read[1], epilogue.pool_pitch, 0) + read[0]),
         ]
