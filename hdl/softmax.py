@@ -78,7 +78,7 @@ FIFO of the stored m of up to 8 queries in flight, and the P address of the fron
 Timing: the max pass (or pass A) of a query (``tiles`` score rows) runs up to 8 queries ahead of
 the exp pass (``tiles`` rows, writing P) and O rescale (``o_tiles`` rows; none with ``first``)
 of earlier queries, so the accumulator read port is busy every cycle: a BLOCK takes
-``sum(arch.block_query_cycles) + ~12`` cycles: per query ``2 * tiles`` with ``first``, else
+``sum(arch.block_query_cycles) + ~14`` cycles: per query ``2 * tiles`` with ``first``, else
 ``tiles`` on a hit, ``2 * tiles + o_tiles`` on a miss. NORMALIZE divides two quotient bits per
 cycle, overlapped with the O scaling of the previous query (two reads per O row): ``count *
 max(2 * o_tiles, 11) + ~12`` cycles (``arch.normalize_query_cycles``; l is registered as read,
