@@ -302,30 +302,28 @@ class TileWalker(wiring.Component):
         beat_rest = Signal(range(self.beat_bytes + 1))
         m.d.comb += beat_rest.eq(
             (self.beat_bytes - addr[0][:ceil_log2(self.beat_bytes)]) >> elem_log2)
-        # The step's lanes: up to the next edge (the beat's end, hi, lo or the row's end),
-        # each branch's minimum formed from compares side by side (the edges against the row's
-        # end are registers), and whether it ends the row, tested edge by edge (the walkers'
-        # critical paths ran through a run, then its compare with the row's end, 14.9 ns at
-        # 8x8, then through a run, then its minimum with the row's end, 13.5 ns).
+        # The run: lanes to the next edge (the beat's end, hi, lo or the row's end).
+        run = Signal(range(max(2**widths[0], self.beat_bytes) + 1))
         padding_to_lo = outer & before & lo_below_hi  # padding up to in-bounds lanes
-        hi_gap, lo_gap = hi[0] - index[0], lo[0] - index[0]
+        with m.If(~contiguous):
+            m.d.comb += run.eq(1)
+        with m.Elif(in_bounds):
+            m.d.comb += run.eq(Mux(hi[0] - index[0] < beat_rest, hi[0] - index[0], beat_rest))
+        with m.Elif(padding_to_lo):
+            m.d.comb += run.eq(lo[0] - index[0])
+        with m.Else():
+            m.d.comb += run.eq(rest)
+        # The step ends the row when the run reaches its end (then it is the rest of the row):
+        # run >= rest tested edge by edge, not on the run (the walkers' critical path ran
+        # through the run into that compare and on to the outer indices, 14.9 ns at 8x8).
         last = Signal(walked)
         count = Signal(range(1, self.lanes + 1))
-        with m.If(~contiguous):
-            m.d.comb += count.eq(1)
-        with m.Elif(in_bounds & hi_covers):
-            m.d.comb += count.eq(Mux(beat_rest < rest, beat_rest, rest))
-        with m.Elif(in_bounds):
-            m.d.comb += count.eq(Mux(hi_gap < beat_rest, hi_gap, beat_rest))
-        with m.Elif(padding_to_lo & ~lo_covers):
-            m.d.comb += count.eq(lo_gap)
-        with m.Else():
-            m.d.comb += count.eq(rest)
         m.d.comb += [
             last[0].eq(Mux(~contiguous, rest == 1,
                            Mux(in_bounds, hi_covers & (beat_rest >= rest),
                                Mux(padding_to_lo, lo_covers, 1)))),
             last[1:].eq(Cat(*ends.values())),
+            count.eq(Mux(last[0], rest, run)),
         ]
 
         following = [Signal(range(spans[d] + 1), name=f"i{d}_next")  # i_d after a step
@@ -343,11 +341,12 @@ class TileWalker(wiring.Component):
             out.last.eq(last.all()),
         ]
 
-        # Each dim's next address, side by side (dim 0's by the step's lanes): the step picks the one of the dim that advances, after the
+        # Each dim's next address, side by side (dim 0's by the run, the step's count when it
+        # does not end the row): the step picks the one of the dim that advances, after the
         # adders rather than before one shared adder (that choice waits for the run's end test:
         # the ECP5 8x8 walker's critical path, 16.4 ns).
         stepped = [Signal(32, name=f"a{d}_next") for d in range(walked)]
-        m.d.comb += [stepped[0].eq(addr[0] + Mux(contiguous, count << elem_log2, dims[0].stride)),
+        m.d.comb += [stepped[0].eq(addr[0] + Mux(contiguous, run << elem_log2, dims[0].stride)),
                      *(stepped[d].eq(addr[d] + dims[d].stride) for d in range(1, walked))]
 
         with m.FSM():
