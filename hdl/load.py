@@ -82,8 +82,9 @@ class LoadEngine(wiring.Component):
                                     "offset": ceil_log2(beat_bytes), "mask": lanes})
         m.submodules.plan = plan = fifo.SyncFIFOBuffered(width=layout.size, depth=PLAN_DEPTH)
         queued = layout(plan.w_data)
-        moves = unit_move(planner.steps.payload.offset, planner.steps.payload.lane,
-                          planner.steps.payload.count, lanes)
+        move_offset, move_mask = unit_move(planner.steps.payload.offset,
+                                           planner.steps.payload.lane,
+                                           planner.steps.payload.count, lanes)
 
         instr = Signal(LOAD_INSTRUCTION)  # registered when taken, decoded the next cycle
         im2col_desc = data.View(LoadIm2colInstruction, instr.as_value()).im2col
@@ -113,8 +114,8 @@ class LoadEngine(wiring.Component):
             walker.abort.eq(stopped),
             im2col_walker.abort.eq(stopped),
             queued.step.eq(planner.steps.payload),
-            queued.offset.eq(moves[0]),
-            queued.mask.eq(moves[1]),
+            queued.offset.eq(move_offset),
+            queued.mask.eq(move_mask),
             plan.w_en.eq(planner.steps.valid),
             planner.steps.ready.eq(plan.w_rdy),
         ]

@@ -192,6 +192,11 @@ def _delays(m, value, cycles):
     return stages
 
 
+def _delayed(m, value, cycles):
+    """``value`` ``cycles`` (>= 0) cycles later: itself when 0."""
+    return _delays(m, value, cycles)[-1] if cycles else value
+
+
 def _reduce(m, items, combine, levels=2):
     """Tree reduction, registered after every ``levels`` levels and at the end: (result,
     latency)."""
@@ -201,9 +206,9 @@ def _reduce(m, items, combine, levels=2):
                  for i in range(0, len(items), 2)]
         level += 1
         if level % levels == 0 and len(items) > 1:
-            items = [_delays(m, item, 1)[0] for item in items]
+            items = [_delayed(m, item, 1) for item in items]
             latency += 1
-    return _delays(m, items[0], 1)[0], latency + 1
+    return _delayed(m, items[0], 1), latency + 1
 
 
 def _larger(m, a, b):
@@ -462,7 +467,7 @@ class SoftmaxUnit(wiring.Component):
         # The lane adder's base: P rows' from m' (pass A's from the stored m, `spec_base`, set
         # as the query's first row was issued), O rows' the rounding bias of their shift
         # (BLOCK's a = 0: ((O << 7) + 64) >> 7 is O).
-        row_1, row_2, row_2_next = _delays(m, row, 1)[0], Signal(_LANE_ROW), Signal(_LANE_ROW)
+        row_1, row_2, row_2_next = _delayed(m, row, 1), Signal(_LANE_ROW), Signal(_LANE_ROW)
         p_base = Mux(at(1).spec, spec_base, row_1.operand.base)
         m.d.comb += [
             row_2_next.base.eq(Mux(at(1).kind == _Kind.EXP, p_base, _half(row_1.shift))),
@@ -477,7 +482,7 @@ class SoftmaxUnit(wiring.Component):
         m.d.sync += [sum_op.eq(Mux(block, at(1), at(2))), sum_row.eq(Mux(block, row_2_next, row_2))]
         lanes_block = Signal()  # `block`, registered for the lanes (set before any row comes)
         m.d.sync += lanes_block.eq(block)
-        (shift_op, write_op), shift_row = _delays(m, sum_op, 2), _delays(m, sum_row, 1)[0]
+        (shift_op, write_op), shift_row = _delays(m, sum_op, 2), _delayed(m, sum_row, 1)
 
         # Lanes 2i and 2i + 1 share a multiplier: lane 2i's product in the PRODUCT pass,
         # 2i + 1's in the SCALE pass after it. Each lane's sum holds through its partner's pass.
@@ -635,9 +640,9 @@ class SoftmaxUnit(wiring.Component):
         # A query's hit is known at its max pass's end (stage max_latency + 5, `hit`): its sum
         # comes no earlier.
         hit_latency = max_latency + 5
-        lag = hit_latency - p_stage - sum_latency
-        row_sum = ([row_sum] + _delays(m, row_sum, lag))[-1]
-        sum_latency += max(lag, 0)
+        lag = max(hit_latency - p_stage - sum_latency, 0)
+        row_sum = _delayed(m, row_sum, lag)
+        sum_latency += lag
         op_sum = at(p_stage + sum_latency)
         is_exp = op_sum.valid & (op_sum.kind == _Kind.EXP)
         # The front's (pass A) and the back's rows interleave: a running sum for each.
@@ -649,7 +654,7 @@ class SoftmaxUnit(wiring.Component):
                 m.d.sync += running_sum.eq(totals[-1])
         total = Mux(op_sum.spec, totals[1], totals[0])
         # Whether pass A's query hit, from its max pass's end (`hit`) to its sum's.
-        hit_sum = ([hit] + _delays(m, hit, p_stage + sum_latency - hit_latency))[-1]
+        hit_sum = _delayed(m, hit, p_stage + sum_latency - hit_latency)
         # A query's state row is its last P row (`addr`) plus `l_offset`. l is read two stages
         # before its sum and registered as read (a query's l is written once, after its reads).
         before = at(p_stage - 2 + sum_latency)

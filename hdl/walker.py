@@ -21,6 +21,11 @@ def _check_beat_bytes(beat_bytes):
         raise ValueError(f"beat_bytes={beat_bytes!r} is invalid: allowed 4, 8 or 16")
 
 
+def _check_permission(permission):
+    if permission not in ("read", "write"):
+        raise ValueError(f'permission={permission!r} is invalid: allowed "read" or "write"')
+
+
 def _check_int(name, value, low, high):
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise ValueError(f"{name}={value!r} is invalid: allowed an integer in {low}..{high}")
@@ -614,8 +619,7 @@ class ElementStage(wiring.Component):
 
     def __init__(self, lanes, rows, beat_bytes, permission, windows=NUM_WINDOWS):
         _check_beat_bytes(beat_bytes)
-        if permission not in ("read", "write"):
-            raise ValueError(f'permission={permission!r} is invalid: allowed "read" or "write"')
+        _check_permission(permission)
         _check_int("windows", windows, 1, NUM_WINDOWS)
         self.beat_bytes, self.permission = beat_bytes, permission
         super().__init__({"input": In(stream.Signature(element_layout(lanes, rows))),
@@ -680,8 +684,7 @@ class BurstPlanner(wiring.Component):
         _check_beat_bytes(beat_bytes)
         _check_int("max_steps", max_steps, 1, 65535)
         _check_int("max_beats", max_beats, 1, 256)
-        if permission not in ("read", "write"):
-            raise ValueError(f'permission={permission!r} is invalid: allowed "read" or "write"')
+        _check_permission(permission)
         self.beat_bytes, self.max_steps, self.max_beats = beat_bytes, max_steps, max_beats
         self.permission = permission
         super().__init__({
