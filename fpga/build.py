@@ -96,6 +96,10 @@ class BuildResult:
 
 
 _BUILDS = "builds"
+_UNROUTED = "unrouted.txt"
+"""In a cached build: nextpnr's error when that placement did not route. The verdict is cached
+like a report (the same plan places the same way), so a retry at another seed does not spend
+the failed one's minutes again."""
 
 
 def builds_dir():
@@ -141,8 +145,9 @@ def build_system(board, system, pll, *, config=None, out_dir=None, seed=None, ti
 
     Builds are cached under `builds_dir` by a digest of the whole build plan (RTLIL, constraints,
     tool script), the board, ``config``, this recipe and the tpugen version, and serialized with
-    a file lock. A design that does not fit raises BuildError naming the resources that overflow
-    (that verdict is cached too); one that misses timing gives a bitstream and a report saying so.
+    a file lock. A design that does not fit raises BuildError naming the resources that overflow,
+    one whose placement does not route raises it with ``unrouted`` (both verdicts are cached
+    too); one that misses timing gives a bitstream and a report saying so.
     With ``out_dir``, the bitstream, report.json and report.txt are also copied there.
     """
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
@@ -161,11 +166,22 @@ def build_system(board, system, pll, *, config=None, out_dir=None, seed=None, ti
     key_parts = (plan.digest(), board.name, config.to_json() if config else "", __version__,
                  Path(__file__).read_text())
     with cached_build(_BUILDS, board.name, key_parts) as (build_dir, cached):
+        unrouted = build_dir / _UNROUTED
         if cached:
-            report = json.loads((build_dir / "report.json").read_text())
+            report = None if unrouted.exists() else json.loads(
+                (build_dir / "report.json").read_text())
         else:
             plan.extract(build_dir)
-            report = _run_build(board, pll, config, build_dir, plan.script, timeout, progress)
+            try:
+                report = _run_build(board, pll, config, build_dir, plan.script, timeout, progress)
+            except BuildError as error:
+                if not error.unrouted:
+                    raise
+                unrouted.write_text(str(error))
+                report = None
+    if report is None:
+        raise BuildError(unrouted.read_text() + ("\n(a cached verdict)" if cached else ""),
+                         unrouted=True)
     if out_dir is not None:
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -395,6 +411,8 @@ def _cached_reports(board, config):
     wanted = json.loads(config.to_json()) if config else None
     found = []
     for done in builds_dir().glob(f"{board.name}-*/.built"):
+        if (done.parent / _UNROUTED).exists():
+            continue
         report = json.loads((done.parent / "report.json").read_text())
         if wanted is None or report["config"] == wanted:
             found.append((done.stat().st_mtime, done.parent, report))

@@ -24,8 +24,8 @@ from amaranth.sim import Simulator
 from tpugen import CoreConfig
 from tpugen.cli import main
 from tpugen.fpga.boards import BOARDS, board_named
-from tpugen.fpga.build import (BuildError, _run_build, build, build_system, format_report,
-                               last_build, pll_settings)
+from tpugen.fpga.build import (BuildError, _run_build, build, build_system, cached_report,
+                               format_report, last_build, pll_settings)
 from tpugen.fpga.flash import FlashError, flash, flash_command
 from tpugen.hdl.board_top import PllReset
 
@@ -310,6 +310,41 @@ def test_a_placement_that_does_not_route_suggests_another_seed(tmp_path):
     with pytest.raises(BuildError, match="no such bel") as failure:
         _run_build(ULX3S, pll, config, tmp_path, "other")
     assert "--seed" not in str(failure.value)
+
+
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+def test_an_unrouted_placement_is_a_cached_verdict(tmp_path, monkeypatch):
+    """A placement that did not route fails again from the cache without running the tools (the
+    retry at another seed then starts at once); a seed is another build, any other failure is
+    not kept, and the cache's reports skip the verdict."""
+    from tpugen.fpga import build as build_module
+
+    monkeypatch.setenv("TPUGEN_CACHE", str(tmp_path))
+    runs = []
+
+    def fake_run(board, pll, config, build_dir, script, timeout=None, progress=None):
+        runs.append(build_dir)
+        unrouted = "--seed 2" not in (build_dir / "build_top.sh").read_text()
+        raise BuildError("ERROR: Failed to route arc 0.0 of net 'reset'" if unrouted else
+                         "build stopped after 1 s (--timeout)", unrouted=unrouted)
+
+    monkeypatch.setattr(build_module, "_run_build", fake_run)
+    pll = pll_settings(ICEBREAKER, 24)
+    for attempt in range(2):
+        with pytest.raises(BuildError, match="Failed to route arc") as failure:
+            build_system(ICEBREAKER, StandIn(), pll)
+        assert failure.value.unrouted
+        assert ("a cached verdict" in str(failure.value)) == (attempt == 1)
+    assert len(runs) == 1
+    with pytest.raises(BuildError, match="Failed to route arc"):
+        build_system(ICEBREAKER, StandIn(), pll, seed=1)
+    assert len(runs) == 2 and runs[1] != runs[0]
+    for _ in range(2):  # not a verdict on the placement: the tools run again
+        with pytest.raises(BuildError, match="--timeout") as failure:
+            build_system(ICEBREAKER, StandIn(), pll, seed=2)
+        assert not failure.value.unrouted
+    assert len(runs) == 4
+    assert last_build(ICEBREAKER) is None and cached_report(ICEBREAKER, None) is None
 
 
 @pytest.mark.parametrize("outcomes, seeds, status", [
