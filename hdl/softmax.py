@@ -23,7 +23,7 @@ NORMALIZE's ``O * r``:
 - NORMALIZE: with b = bitlen(l), ``mant = l << (32 - b)``, ``r = 2**47 // mant`` (2**15 <= r <=
   2**16), sh = b - 1: ``O = sat_int32(rs(O * r, sh))``, i.e. ``O * 2**(OUT_FRAC + LF) / l``: the
   attention output in units of V / 256 (OUT_FRAC = 8). O = 0 where l = 0.
-- Errors, checked two cycles after accept, from the registered instruction (a bad one changes
+- Errors, raised three cycles after accept, from the registered instruction (a bad one changes
   nothing else): mode not BLOCK or NORMALIZE:
   UNKNOWN_OPCODE; count, o_tiles or (BLOCK) tiles 0: BAD_EXTENT; rows past the accumulator,
   probability buffer or state: SRAM_RANGE (NORMALIZE ignores tiles, keys, score_row, p_row).
@@ -78,10 +78,10 @@ FIFO of the stored m of up to 8 queries in flight, and the P address of the fron
 Timing: the max pass (or pass A) of a query (``tiles`` score rows) runs up to 8 queries ahead of
 the exp pass (``tiles`` rows, writing P) and O rescale (``o_tiles`` rows; none with ``first``)
 of earlier queries, so the accumulator read port is busy every cycle: a BLOCK takes
-``sum(arch.block_query_cycles) + ~14`` cycles: per query ``2 * tiles`` with ``first``, else
+``sum(arch.block_query_cycles) + ~15`` cycles: per query ``2 * tiles`` with ``first``, else
 ``tiles`` on a hit, ``2 * tiles + o_tiles`` on a miss. NORMALIZE divides two quotient bits per
 cycle, overlapped with the O scaling of the previous query (two reads per O row): ``count *
-max(2 * o_tiles, 11) + ~12`` cycles (``arch.normalize_query_cycles``; l is registered as read,
+max(2 * o_tiles, 11) + ~13`` cycles (``arch.normalize_query_cycles``; l is registered as read,
 then normalized): the shared multipliers cost nothing up to 5 O tiles. The accumulator row and
 the multiplier operands are registered after the block RAM read, before the lane datapath.
 """
@@ -277,11 +277,16 @@ class SoftmaxUnit(wiring.Component):
 
         # Accept an instruction into `ins`; the next cycle (`checking`) register the products
         # of its fields, the cycle after (`judging`) compare the rows they reach with the
-        # memories: every check starts from registers, not from the controller's queue. Then
-        # start it; it stays in `ins` until done.
+        # memories into `verdict`, and the next (`judged`) start it or raise the error: every
+        # check starts from registers, not from the controller's queue, and the start's many
+        # registers wait for no compare (the routed 8x8's critical path ran from `ins` through
+        # the compares into them, 19.2 ns). It stays in `ins` until done.
         ins = Signal(SoftmaxInstruction)
         checking = Signal()
         judging = Signal()
+        judged = Signal()
+        verdict = Signal(ErrorCode)
+        checks = checking | judging | judged
         active = Signal()
         block = ins.mode == SoftmaxMode.BLOCK
         o_span = Signal(24)    # o_tiles * count
@@ -302,9 +307,9 @@ class SoftmaxUnit(wiring.Component):
         accept = Signal()
         start = Signal()
         m.d.comb += [
-            self.instr.ready.eq((self.error == ErrorCode.NONE) & ~active & ~checking & ~judging),
+            self.instr.ready.eq((self.error == ErrorCode.NONE) & ~self.busy),
             accept.eq(self.instr.valid & self.instr.ready),
-            self.busy.eq(active | checking | judging),
+            self.busy.eq(active | checks),
         ]
         with m.If(accept):
             m.d.sync += [ins.eq(self.instr.payload), checking.eq(1)]
@@ -312,10 +317,13 @@ class SoftmaxUnit(wiring.Component):
             m.d.sync += [checking.eq(0), judging.eq(1), o_span.eq(ins.o_tiles * ins.count),
                          tile_span.eq(ins.tiles * ins.count)]
         with m.If(judging):
-            m.d.sync += [judging.eq(0), p_offset.eq(ins.p_row - ins.score_row),
+            m.d.sync += [judging.eq(0), judged.eq(1), verdict.eq(bad),
+                         p_offset.eq(ins.p_row - ins.score_row),
                          l_offset.eq(ins.state_row - ins.p_row - tile_span + ins.count)]
-            with m.If(bad != ErrorCode.NONE):
-                m.d.sync += self.error.eq(bad)
+        with m.If(judged):
+            m.d.sync += judged.eq(0)
+            with m.If(verdict != ErrorCode.NONE):
+                m.d.sync += self.error.eq(verdict)
             with m.Else():
                 m.d.sync += active.eq(1)
                 m.d.comb += start.eq(1)
@@ -730,7 +738,7 @@ class SoftmaxUnit(wiring.Component):
         m.d.comb += [
             self.done.eq(active & ~b_have & (retired == ins.count) & ~Cat(*stages).any()
                          & ~l_write.en),
-            self.progress.eq(accept | checking | judging | self.acc_read.en | self.acc_write.en
+            self.progress.eq(accept | checks | self.acc_read.en | self.acc_write.en
                              | self.p_write.en | l_read.en | m_write.en | l_write.en),
         ]
         with m.If(self.done):
