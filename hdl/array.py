@@ -6,8 +6,8 @@ from amaranth.utils import ceil_log2
 
 from ..arch import min_tile_length
 from .family import fpga_family
-from .pe import (ICE40_MAC_WIDTHS, ProcessingElement, add_pe, ice40_mac_operands, ice40_mac_pair,
-                 pe_outputs, pe_signature, pe_weight)
+from .pe import (ICE40_MAC_WIDTHS, PRODUCT_STAGES, ProcessingElement, add_pe,
+                 ice40_mac_operands, ice40_mac_pair, pe_outputs, pe_signature, pe_weight)
 
 __all__ = ["SystolicArray", "act_width", "activation_layout", "array_latency",
            "ice40_mac_pairs", "lut_multiplier_pes", "min_tile_length", "pe_module",
@@ -50,8 +50,9 @@ def result_layout(config):
 
 
 def array_latency(config):
-    """Cycles from an accepted activation vector to its result vector."""
-    return config.rows + config.cols
+    """Cycles from an accepted activation vector to its result vector: a cycle per row and
+    column, and the registered product (`PRODUCT_STAGES`)."""
+    return config.rows + config.cols + PRODUCT_STAGES
 
 
 def lut_multiplier_pes(config):
@@ -114,7 +115,8 @@ class SystolicArray(wiring.Component):
     of each of the rows x cols PEs again. Those PEs' registers see the sync reset but not a
     `ResetInserter` around the array; every result they compute is flushed through them first.
     On an iCE40 (`fpga_family`) the DSP PEs are logic of this module around SB_MAC16 instances,
-    two PEs to a block (`ice40_mac_pairs`); a platform with a true ``dsp_model`` gets the same
+    two PEs to a block (`ice40_mac_pairs`); on an ECP5 each registers its product in its
+    MULT18X18D (`ecp5_registered_product`). A platform with a true ``dsp_model`` gets the same
     arithmetic without the instances, for the simulator.
 
     Partial sums are `psum_width` bits inside the array, sign-extended to ``acc_width`` at the
@@ -145,7 +147,9 @@ class SystolicArray(wiring.Component):
         lut_pes = lut_multiplier_pes(self.config)
         instances = getattr(platform, "pe_modules", False)
         prefix = getattr(platform, "module_prefix", "tpu")
-        ice40 = fpga_family(platform) == "ice40"
+        family = fpga_family(platform)
+        ice40 = family == "ice40"
+        model = getattr(platform, "dsp_model", False)
         if ice40 and (self.config.data_width, width) != ICE40_MAC_WIDTHS:
             raise ValueError("the iCE40 array takes int8 weights and int9 activations")
         for r in range(rows):
@@ -153,11 +157,13 @@ class SystolicArray(wiring.Component):
                 lut = (r, c) in lut_pes
                 if ice40 and not lut:
                     continue  # below, two by two
-                if instances:
+                if instances and not ice40:
                     m.submodules[f"pe_{r}_{c}"] = _pe_instance(signature, pes[r][c],
                                                                pe_module_name(lut, prefix))
                 else:
-                    add_pe(m, pes[r][c], name=f"pe_{r}_{c}", lut_multiplier=lut)
+                    add_pe(m, pes[r][c], name=f"pe_{r}_{c}", lut_multiplier=lut,
+                           registered=bool(PRODUCT_STAGES) and not ice40,
+                           ecp5=family == "ecp5", model=model)
         for index, pair in enumerate(ice40_mac_pairs(self.config) if ice40 else []):
             halves, carries = [], []
             for r, c in pair:
@@ -166,11 +172,9 @@ class SystolicArray(wiring.Component):
                     pe.act_in, pe_weight(m, pe, name=f"pe_{r}_{c}"))
                 halves.append((a, b, correction))
                 carries.append(carry)
-            products = ice40_mac_pair(m, halves, name=f"mac_{index}",
-                                      model=getattr(platform, "dsp_model", False))
+            products = ice40_mac_pair(m, halves, name=f"mac_{index}", model=model)
             for (r, c), product, carry in zip(pair, products, carries):
-                pe = pes[r][c]
-                pe_outputs(m, pe, pe.psum_in + product + carry)
+                pe_outputs(m, pes[r][c], product, carry, registered=False)
 
         # Weight loading: a shift chain from the bottom row up, then a commit to the idle bank.
         loaded = Signal(range(rows + 1))
@@ -241,7 +245,9 @@ class SystolicArray(wiring.Component):
         # still `psum_width` bits, then sign-extend it to acc_width (.eq of a signed value).
         for c in range(cols):
             psum = pes[rows - 1][c].psum_out
-            for stage in range(cols - 1 - c):
+            # On iCE40 no PE registers its product (flip-flops are the UP5K's scarcest cells):
+            # each column's bottom takes the PRODUCT_STAGES cycles instead.
+            for stage in range(cols - 1 - c + (PRODUCT_STAGES if ice40 else 0)):
                 psum_next = Signal(signed(psum_width(self.config)), name=f"deskew_{c}_{stage}")
                 m.d.sync += psum_next.eq(psum)
                 psum = psum_next

@@ -55,8 +55,9 @@ def generate_verilog(config, design="tpu_core", name=None, *, family=None, emit_
     ``name`` too (submodules ``name.block``, PEs ``name_pe``), so cores generated under different
     names can share one design; the default keeps ``tpu_pe``. ``family``: the FPGA whose
     primitives to instantiate, as a board build does (for yosys, not for the simulators):
-    "ice40" puts the array's DSP PEs on SB_MAC16 instances, "ecp5" the datapath's reset on a
-    DCCA (`hdl.core.fabric_global`); else generic. ``emit_src``: keep each signal's Python
+    "ice40" puts the array's DSP PEs on SB_MAC16 instances, "ecp5" their products in
+    MULT18X18D instances' output registers and the datapath's reset on a DCCA
+    (`hdl.core.fabric_global`); else generic. ``emit_src``: keep each signal's Python
     source line as a ``src`` attribute (for timing reports that name it)."""
     if name is not None and (not isinstance(name, str) or not _IDENTIFIER.fullmatch(name)):
         raise ValueError(f"name={name!r} is invalid: allowed a Verilog identifier "
@@ -69,7 +70,7 @@ def generate_verilog(config, design="tpu_core", name=None, *, family=None, emit_
     with memories_start_at_zero():
         # Amaranth marks every converted module as a top; only ``design`` may stay one, or yosys
         # without -top picks a PE and deletes the core.
-        modules = [verilog.convert(pe_module(config, lut), emit_src=emit_src,
+        modules = [verilog.convert(pe_module(config, lut), emit_src=emit_src, platform=target,
                                    name=pe_module_name(lut, target.module_prefix))
                    .replace(_TOP_ATTRIBUTE, "", 1) for lut in kinds]
         top = verilog.convert(component, name=name or design, emit_src=emit_src,

@@ -1,10 +1,17 @@
 """Processing element: one int8 multiply-accumulate with double-buffered weights."""
-from amaranth.hdl import Cat, Const, Instance, Module, Mux, Signal, signed
+from amaranth.hdl import Cat, ClockSignal, Const, Instance, Module, Mux, Signal, Value, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["ProcessingElement", "add_pe", "ice40_mac_operands", "ice40_mac_pair",
-           "lut_multiply_add", "pe_signature"]
+from .family import fpga_family
+
+__all__ = ["PRODUCT_STAGES", "ProcessingElement", "add_pe", "ecp5_registered_product",
+           "ice40_mac_operands", "ice40_mac_pair", "lut_multiply_add", "lut_product",
+           "pe_signature"]
+
+PRODUCT_STAGES = 1
+"""Registers between a PE's multiplier and its partial sum's adder (`pe_outputs`; 0 or 1): the
+cycles a PE adds to the array's latency beyond passing its partial sum on."""
 
 
 def pe_signature(data_width=8, acc_width=32, act_width=None):
@@ -42,14 +49,22 @@ def _booth_digits(weight):
 
 
 def lut_multiply_add(m, addend, act, weight, name="mul"):
-    """``addend + act * weight`` (signed) built in ``m`` without ``*``: from LUTs, not a DSP.
+    """``addend + act * weight`` (signed) built in ``m`` without ``*``: from LUTs, not a DSP
+    (`lut_product`, its carry the carry-in of ``addend +``)."""
+    product, carry = lut_product(m, act, weight, name)
+    return addend + product + carry
+
+
+def lut_product(m, act, weight, name="mul"):
+    """``(product, carry)`` with ``product + carry == act * weight`` (signed), built in ``m``
+    without ``*``: from LUTs, not a DSP.
 
     One radix-4 Booth partial product of ``act`` per weight digit, summed pairwise in a balanced
     tree of adders (one level fewer than a chain: 12% higher fmax on ECP5, 4% more LUTs). Each adder
     adds the higher sum above the lower one's finished low bits, so yosys keeps the adders as
     separate carry chains; a plain sum becomes one $macc of full adders, 2.5 times the LUTs.
     A negative digit's partial product is ``~(|digit| * act)``; its missing +1 is the carry-in of
-    the adder that absorbs it (digit 0's: of ``addend +``).
+    the adder that absorbs it (digit 0's: ``carry``, for the adder that takes the product).
     """
     act_width = len(act)
     # (sum of partial product k * 4**k, k from its lowest digit; digits; the carry-in it misses)
@@ -70,7 +85,7 @@ def lut_multiply_add(m, addend, act, weight, name="mul"):
         terms = pairs + terms[len(pairs) * 2:]
         level += 1
     product, _, carry = terms[0]
-    return addend + product + carry
+    return product, carry
 
 
 ICE40_MAC_WIDTHS = (8, 9)
@@ -153,37 +168,95 @@ def pe_weight(m, pe, name="pe"):
     return Mux(pe.sel_in, banks[1], banks[0])
 
 
-def pe_outputs(m, pe, psum):
-    """The PE's registers: ``psum_out <= psum``, the activation and bank select passed on."""
+ECP5_MULT_PARAMETERS = {
+    # The product registered in the block's output register (clock 0, always enabled, never
+    # reset: nothing valid depends on a product from before a reset); inputs unregistered.
+    "REG_OUTPUT_CLK": "CLK0", "REG_OUTPUT_CE": "CE0", "REG_OUTPUT_RST": "RST0",
+    "REG_INPUTA_CLK": "NONE", "REG_INPUTB_CLK": "NONE", "REG_PIPELINE_CLK": "NONE",
+    "CLK0_DIV": "ENABLED", "GSR": "DISABLED", "RESETMODE": "SYNC",
+}
+"""MULT18X18D parameters of `ecp5_registered_product` (nextpnr times the block by them: with the
+output register, from its inputs to that register and from the register on)."""
+
+
+def ecp5_registered_product(m, a, b, name="mult", *, model=False):
+    """``a * b`` (signed, each at most 18 bits) a cycle later, from an ECP5 MULT18X18D that
+    registers it in its own output register: no flip-flops of the fabric beside the DSP (a
+    register of the fabric there, in each of the 8x8's 64 PEs, left two placements unroutable).
+
+    ``model``: the same register in Amaranth instead of the instance (the simulators)."""
+    if max(len(a), len(b)) > 18:
+        raise ValueError(f"a MULT18X18D multiplies 18-bit operands, not {len(a)} x {len(b)} bits")
+    product = Signal(signed(len(a) + len(b)), name=f"{name}_product", reset_less=True)
+    if model:
+        m.d.sync += product.eq(a * b)
+        return product
+    p = Signal(36, name=f"{name}_p")
+    a, b = Value.cast(a), Value.cast(b)  # sign-extended to 18 bits below
+    ports = {**{f"i_A{bit}": a[min(bit, len(a) - 1)] for bit in range(18)},
+             **{f"i_B{bit}": b[min(bit, len(b) - 1)] for bit in range(18)},
+             **{f"i_C{bit}": Const(0, 1) for bit in range(18)},
+             **{f"o_P{bit}": p[bit] for bit in range(36)}}
+    m.submodules[name] = Instance(
+        "MULT18X18D", **{f"p_{key}": value for key, value in ECP5_MULT_PARAMETERS.items()},
+        i_SIGNEDA=Const(1, 1), i_SIGNEDB=Const(1, 1), i_SOURCEA=Const(0, 1),
+        i_SOURCEB=Const(0, 1), i_CLK0=ClockSignal(), i_CE0=Const(1, 1), i_RST0=Const(0, 1),
+        **{f"i_{port}{n}": Const(0, 1) for port in ("CLK", "CE", "RST") for n in (1, 2, 3)},
+        **ports)
+    m.d.comb += product.eq(p[:len(product)])
+    return product
+
+
+def pe_outputs(m, pe, product, carry=0, *, registered=True):
+    """The PE's registers: the activation and bank select passed on, and ``psum_out <= psum_in
+    + product + carry``. With ``registered`` the product and its carry are registered first
+    (`PRODUCT_STAGES`): the multiplier and the partial sum's adder are not one path (the ECP5
+    8x8 array's critical path ran from the bank select through both, 12.9 ns). Not reset:
+    no valid partial sum takes a product from before a reset."""
+    if registered:
+        product_reg = Signal.like(product, name=f"{pe.psum_out.name}_product", reset_less=True)
+        carry_reg = Signal(name=f"{pe.psum_out.name}_carry", reset_less=True)
+        m.d.sync += [product_reg.eq(product), carry_reg.eq(carry)]
+        product, carry = product_reg, carry_reg
     m.d.sync += [
         pe.act_out.eq(pe.act_in),
         pe.sel_out.eq(pe.sel_in),
-        pe.psum_out.eq(psum),
+        pe.psum_out.eq(pe.psum_in + product + carry),
     ]
 
 
-def add_pe(m, pe, name="pe", lut_multiplier=False):
+def add_pe(m, pe, name="pe", lut_multiplier=False, registered=bool(PRODUCT_STAGES), *,
+           ecp5=False, model=False):
     """Add the logic of one PE, with ports ``pe`` (a `pe_signature` interface), to module ``m``.
 
-    ``lut_multiplier``: build the multiplier from LUTs (`lut_multiply_add`) instead of ``*``, which
-    yosys maps to a DSP block; both compute the same. The array builds its PEs with this directly
+    ``lut_multiplier``: build the multiplier from LUTs (`lut_product`) instead of ``*``, which
+    yosys maps to a DSP block; both compute the same. The product is registered before the
+    partial sum's adder unless not ``registered`` (`pe_outputs`); with ``ecp5`` a DSP PE's in
+    its MULT18X18D (`ecp5_registered_product`, modelled with ``model``). The array builds its PEs
+    with this directly
     rather than as 256 submodules (one flat module simulates faster), except in generated
     Verilog, where each PE is an instance of one `ProcessingElement` module (`SystolicArray`).
     On iCE40 the array builds its DSP PEs in pairs around one SB_MAC16 instead (`ice40_mac_pair`).
     """
     weight = pe_weight(m, pe, name)
     if lut_multiplier:
-        psum = lut_multiply_add(m, pe.psum_in, pe.act_in, weight, name=f"{name}_mul")
+        product, carry = lut_product(m, pe.act_in, weight, name=f"{name}_mul")
+    elif ecp5 and registered:  # the product register is the DSP block's own
+        product = ecp5_registered_product(m, pe.act_in, weight, f"{name}_mult", model=model)
+        carry = 0
+        registered = False
     else:
-        psum = pe.psum_in + pe.act_in * weight
-    pe_outputs(m, pe, psum)
+        product, carry = pe.act_in * weight, 0
+    pe_outputs(m, pe, product, carry, registered=registered)
 
 
 class ProcessingElement(wiring.Component):
     """Weight-stationary PE.
 
-    Each cycle: ``psum_out <= psum_in + act_in * weight[sel_in]`` and ``act_out <= act_in``
-    (``sel_out <= sel_in``), so the bank select travels with the activation wavefront.
+    Each cycle: ``psum_out <= psum_in + product`` with ``product <= act_in * weight[sel_in]``
+    (registered, `PRODUCT_STAGES`: ``psum_in`` meets the product of the activation that came a
+    cycle before it) and ``act_out <= act_in`` (``sel_out <= sel_in``), so the bank select
+    travels with the activation wavefront.
     Weights arrive through a shift chain (``shift_in`` to ``shift_out`` when ``shift_en``), and
     ``commit`` copies the chain register into bank ``commit_bank`` while the other bank computes.
     ``lut_multiplier``: see `add_pe`.
@@ -199,5 +272,6 @@ class ProcessingElement(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        add_pe(m, self, lut_multiplier=self.lut_multiplier)
+        add_pe(m, self, lut_multiplier=self.lut_multiplier, ecp5=fpga_family(platform) == "ecp5",
+               model=getattr(platform, "dsp_model", False))
         return m

@@ -7,26 +7,31 @@ from amaranth.sim import Simulator
 from tpugen import CoreConfig
 from tpugen.hdl import ProcessingElement, SystolicArray
 from tpugen.hdl.array import psum_width
+from tpugen.hdl.pe import PRODUCT_STAGES
 from tpugen.sim.testbench import stream_get, stream_put
 
 
-class _Ice40Model:
-    """Elaborate the array as for an iCE40 (SB_MAC16 pairs), each block's arithmetic modelled."""
-    family = "ice40"
+class _DspModel:
+    """Elaborate the array as for an FPGA ``family``, each DSP block's arithmetic modelled."""
     dsp_model = True
 
+    def __init__(self, family):
+        self.family = family
 
-class ForIce40(Elaboratable):
-    def __init__(self, dut):
-        self.dut = dut
+
+class ForFamily(Elaboratable):
+    def __init__(self, dut, family):
+        self.dut, self.family = dut, family
 
     def elaborate(self, platform):
-        return Fragment.get(self.dut, _Ice40Model())
+        return Fragment.get(self.dut, _DspModel(self.family))
 
 
-MULTIPLIERS = {"mul": lambda dut: dut, "ice40": ForIce40}
-"""How the array's DSP PEs are built: ``*`` (ECP5's MULT18X18D, the simulators), or SB_MAC16
-halves (modelled, see tests/test_pe_multipliers.py for the block's own model)."""
+MULTIPLIERS = {"mul": lambda dut: dut, "ice40": lambda dut: ForFamily(dut, "ice40"),
+               "ecp5": lambda dut: ForFamily(dut, "ecp5")}
+"""How the array's DSP PEs are built: ``*`` and a register of the fabric (the simulators),
+SB_MAC16 halves (see tests/test_pe_multipliers.py for the block's own model), or MULT18X18D
+blocks registering the product (`ecp5_registered_product`)."""
 
 
 def run(dut, testbench):
@@ -50,15 +55,23 @@ def test_pe_mac_and_weight_banks(lut_multiplier):
             ctx.set(dut.commit_bank, bank)
             await ctx.tick()
             ctx.set(dut.commit, 0)
-        for sel, act, psum, expected in ((0, 3, 100, 100 - 21), (1, -128, -2**31, 2**31 - 640),
-                                         (1, 127, 2**31 - 1, -2**31 + 634)):
-            ctx.set(dut.sel_in, sel)
-            ctx.set(dut.act_in, act)
-            ctx.set(dut.psum_in, psum)
+        # psum_in meets the product of the activation PRODUCT_STAGES cycles before it.
+        cases = ((0, 3, 100, 100 - 21), (1, -128, -2**31, 2**31 - 640),
+                 (1, 127, 2**31 - 1, -2**31 + 634))
+        for cycle in range(len(cases) + PRODUCT_STAGES):
+            if cycle < len(cases):
+                sel, act, _, _ = cases[cycle]
+                ctx.set(dut.sel_in, sel)
+                ctx.set(dut.act_in, act)
+            if cycle >= PRODUCT_STAGES:
+                ctx.set(dut.psum_in, cases[cycle - PRODUCT_STAGES][2])
             await ctx.tick()
-            assert ctx.get(dut.psum_out) == expected  # int32 wraps
-            assert ctx.get(dut.act_out) == act
-            assert ctx.get(dut.sel_out) == sel
+            if cycle < len(cases):
+                assert ctx.get(dut.act_out) == act
+                assert ctx.get(dut.sel_out) == sel
+            if cycle >= PRODUCT_STAGES:
+                expected = cases[cycle - PRODUCT_STAGES][3]
+                assert ctx.get(dut.psum_out) == expected  # int32 wraps
 
     run(dut, testbench)
 

@@ -10,8 +10,9 @@ from amaranth.hdl import Elaboratable, Module, Signal, signed
 from amaranth.sim import Simulator
 
 from tpugen import PRESETS, CoreConfig
-from tpugen.fpga.synth import synth_cells, synth_component_cells
+from tpugen.fpga.synth import synth_cells, synth_component_cells, synth_verilog_cells
 from tpugen.hdl import ProcessingElement
+from tpugen.hdl.generate import generate_verilog
 from tpugen.hdl.array import ice40_mac_pairs, lut_multiplier_pes
 from tpugen.hdl.pe import ice40_mac_operands, ice40_mac_pair, lut_multiply_add
 from tpugen.toolchain import find_tool
@@ -115,6 +116,17 @@ def test_mixed_array_uses_one_dsp_per_dsp_pe():
     config = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1, lut_multipliers=5)
     cells = synth_cells(config, "ecp5", "systolic_array")
     assert cells.get("MULT18X18D") == config.macs - config.lut_multipliers, cells
+
+
+def test_ecp5_dsp_pes_register_their_products_in_the_block():
+    # Generated for ECP5 as a board build elaborates it, each DSP PE's product register is its
+    # MULT18X18D's output register: the same blocks as the generic netlist's, whose products
+    # (17 bits, int9 x int8) are registered in the fabric instead.
+    config = CoreConfig(rows=2, cols=3, scratchpad_kib=1, accumulator_kib=1)
+    ecp5 = synth_cells(config, "ecp5", "systolic_array")
+    generic = synth_verilog_cells(generate_verilog(config, "systolic_array"), "systolic_array")
+    assert ecp5["MULT18X18D"] == generic["MULT18X18D"] == config.macs, (ecp5, generic)
+    assert ecp5["TRELLIS_FF"] + 17 * config.macs == generic["TRELLIS_FF"], (ecp5, generic)
 
 
 # -- iCE40 SB_MAC16: two PEs per block ---------------------------------------------------------
