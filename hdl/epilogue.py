@@ -9,11 +9,10 @@ from ..isa import PARAMS_PER_INSTRUCTION, PARAMS_RESET, Epilogue, EpilogueParams
 __all__ = ["EpilogueDatapath", "LaneParams", "pipeline_register"]
 
 
-def pipeline_register(m, enable, value, name):
-    """``value`` one stage later: a register of ``m`` loaded when ``enable`` is high."""
+def pipeline_register(m, value, name):
+    """``value`` one stage later: a register of ``m``."""
     reg = Signal.like(value, name=name)
-    with m.If(enable):
-        m.d.sync += reg.eq(value)
+    m.d.sync += reg.eq(value)
     return reg
 
 
@@ -109,8 +108,7 @@ _SHIFT_ONLY_PARAMS = data.StructLayout({name: shape for name, shape
 
 
 class EpilogueDatapath(wiring.Component):
-    """``units`` lanes of the epilogue, a pipeline of ``LATENCY`` stages that move together
-    when ``advance`` is high.
+    """``units`` lanes of the epilogue, a pipeline of ``LATENCY`` stages that move every cycle.
 
     Stage 1 takes an accumulator value per lane (``acc``) and its `EpilogueParams`: the maximum
     with the values since ``first`` (pooling), plus the bias. Stage 2 multiplies (registered
@@ -118,7 +116,7 @@ class EpilogueDatapath(wiring.Component):
     shift (by bytes), keeping a guard bit and a sticky bit, and clamps the quotient to what
     can still come back into range: int8 or int32. Stage 4 shifts by the low three bits and
     rounds half to even; stage 5 saturates and applies ReLU. ``y``: the int32 or int8 (sign
-    extended) results, ``LATENCY`` advances after their ``acc``. Without ``multiplier`` stage
+    extended) results, ``LATENCY`` cycles after their ``acc``. Without ``multiplier`` stage
     2 only delays ``t`` (the multiplier of ``params`` is ignored, as if 1), and the later stages
     are sized for ``t``: a bias, shift, ReLU and pool epilogue without a DSP or LUT multiplier.
     """
@@ -128,7 +126,6 @@ class EpilogueDatapath(wiring.Component):
     def __init__(self, units, *, multiplier=True):
         self.units, self.multiplier = units, multiplier
         super().__init__({
-            "advance": In(1),
             "options": In(Epilogue),
             "first": In(1),
             "acc": In(32 * units),
@@ -141,7 +138,7 @@ class EpilogueDatapath(wiring.Component):
         int8, relu = self.options.requant, self.options.relu
 
         def stage(value, name):
-            return pipeline_register(m, self.advance, value, name)
+            return pipeline_register(m, value, name)
 
         units = self.units
         acc_in = data.View(data.ArrayLayout(signed(32), units), self.acc)
@@ -149,11 +146,10 @@ class EpilogueDatapath(wiring.Component):
         y_out = data.View(data.ArrayLayout(signed(32), units), self.y)
         for u in range(units):
             acc, params = acc_in[u], params_in[u]
-            # 1: pool max, bias.
+            # 1: pool max, bias (the reads of a pooled step come on consecutive cycles).
             peak = Signal(signed(32), name=f"peak{u}")  # the maximum of a pooled step so far
             pooled = Mux(self.first | (acc > peak), acc, peak)
-            with m.If(self.advance):
-                m.d.sync += peak.eq(pooled)
+            m.d.sync += peak.eq(pooled)
             t = stage(pooled + Mux(self.options.bias, params.bias, 0), f"t{u}")
             shift = stage(Mux(int8, params.shift, 0), f"shift{u}")
             # 2: t * multiplier, at most 50 bits (33 without the multiplier).
@@ -195,8 +191,7 @@ class EpilogueDatapath(wiring.Component):
             top = Mux(int8, 127, 2**31 - 1)
             bottom = Mux(relu, 0, Mux(int8, -128, -2**31))
             y = Mux(rounded > top, top, Mux(rounded < bottom, bottom, rounded))
-            with m.If(self.advance):
-                m.d.sync += y_out[u].eq(y)
+            m.d.sync += y_out[u].eq(y)
         return m
 
 

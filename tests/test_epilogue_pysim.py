@@ -395,7 +395,6 @@ def test_datapath(requant, relu, multiplier):
     got = []
 
     async def testbench(ctx):
-        ctx.set(dut.advance, 1)
         ctx.set(dut.first, 1)
         ctx.set(dut.options, {"bias": 1, "requant": requant, "relu": relu})
         for n in range(len(cases) + dut.LATENCY):
