@@ -116,7 +116,7 @@ class SystolicArray(wiring.Component):
     `ResetInserter` around the array; every result they compute is flushed through them first.
     On an iCE40 (`fpga_family`) the DSP PEs are logic of this module around SB_MAC16 instances,
     two PEs to a block (`ice40_mac_pairs`); on an ECP5 each registers its product in its
-    MULT18X18D (`ecp5_registered_product`). A platform with a true ``dsp_model`` gets the same
+    MULT18X18D (`dsp.mult18x18d`). A platform with a true ``dsp_model`` gets the same
     arithmetic without the instances, for the simulator.
 
     Partial sums are `psum_width` bits inside the array, sign-extended to ``acc_width`` at the

@@ -1,13 +1,13 @@
 """Processing element: one int8 multiply-accumulate with double-buffered weights."""
-from amaranth.hdl import Cat, ClockSignal, Const, Instance, Module, Mux, Signal, Value, signed
+from amaranth.hdl import Cat, Const, Instance, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from .dsp import mult18x18d
 from .family import fpga_family
 
-__all__ = ["PRODUCT_STAGES", "ProcessingElement", "add_pe", "ecp5_registered_product",
-           "ice40_mac_operands", "ice40_mac_pair", "lut_multiply_add", "lut_product",
-           "pe_signature"]
+__all__ = ["PRODUCT_STAGES", "ProcessingElement", "add_pe", "ice40_mac_operands",
+           "ice40_mac_pair", "lut_multiply_add", "lut_product", "pe_signature"]
 
 PRODUCT_STAGES = 1
 """Registers between a PE's multiplier and its partial sum's adder (`pe_outputs`; 0 or 1): the
@@ -168,45 +168,6 @@ def pe_weight(m, pe, name="pe"):
     return Mux(pe.sel_in, banks[1], banks[0])
 
 
-ECP5_MULT_PARAMETERS = {
-    # The product registered in the block's output register (clock 0, always enabled, never
-    # reset: nothing valid depends on a product from before a reset); inputs unregistered.
-    "REG_OUTPUT_CLK": "CLK0", "REG_OUTPUT_CE": "CE0", "REG_OUTPUT_RST": "RST0",
-    "REG_INPUTA_CLK": "NONE", "REG_INPUTB_CLK": "NONE", "REG_PIPELINE_CLK": "NONE",
-    "CLK0_DIV": "ENABLED", "GSR": "DISABLED", "RESETMODE": "SYNC",
-}
-"""MULT18X18D parameters of `ecp5_registered_product` (nextpnr times the block by them: with the
-output register, from its inputs to that register and from the register on)."""
-
-
-def ecp5_registered_product(m, a, b, name="mult", *, model=False):
-    """``a * b`` (signed, each at most 18 bits) a cycle later, from an ECP5 MULT18X18D that
-    registers it in its own output register: no flip-flops of the fabric beside the DSP (a
-    register of the fabric there, in each of the 8x8's 64 PEs, left two placements unroutable).
-
-    ``model``: the same register in Amaranth instead of the instance (the simulators)."""
-    if max(len(a), len(b)) > 18:
-        raise ValueError(f"a MULT18X18D multiplies 18-bit operands, not {len(a)} x {len(b)} bits")
-    product = Signal(signed(len(a) + len(b)), name=f"{name}_product", reset_less=True)
-    if model:
-        m.d.sync += product.eq(a * b)
-        return product
-    p = Signal(36, name=f"{name}_p")
-    a, b = Value.cast(a), Value.cast(b)  # sign-extended to 18 bits below
-    ports = {**{f"i_A{bit}": a[min(bit, len(a) - 1)] for bit in range(18)},
-             **{f"i_B{bit}": b[min(bit, len(b) - 1)] for bit in range(18)},
-             **{f"i_C{bit}": Const(0, 1) for bit in range(18)},
-             **{f"o_P{bit}": p[bit] for bit in range(36)}}
-    m.submodules[name] = Instance(
-        "MULT18X18D", **{f"p_{key}": value for key, value in ECP5_MULT_PARAMETERS.items()},
-        i_SIGNEDA=Const(1, 1), i_SIGNEDB=Const(1, 1), i_SOURCEA=Const(0, 1),
-        i_SOURCEB=Const(0, 1), i_CLK0=ClockSignal(), i_CE0=Const(1, 1), i_RST0=Const(0, 1),
-        **{f"i_{port}{n}": Const(0, 1) for port in ("CLK", "CE", "RST") for n in (1, 2, 3)},
-        **ports)
-    m.d.comb += product.eq(p[:len(product)])
-    return product
-
-
 def pe_outputs(m, pe, product, carry=0, *, registered=True):
     """The PE's registers: the activation and bank select passed on, and ``psum_out <= psum_in
     + product + carry``. With ``registered`` the product and its carry are registered first
@@ -232,7 +193,7 @@ def add_pe(m, pe, name="pe", lut_multiplier=False, registered=bool(PRODUCT_STAGE
     ``lut_multiplier``: build the multiplier from LUTs (`lut_product`) instead of ``*``, which
     yosys maps to a DSP block; both compute the same. The product is registered before the
     partial sum's adder unless not ``registered`` (`pe_outputs`); with ``ecp5`` a DSP PE's in
-    its MULT18X18D (`ecp5_registered_product`, modelled with ``model``). The array builds its PEs
+    its MULT18X18D's output register (`dsp.mult18x18d`, modelled with ``model``). The array builds its PEs
     with this directly
     rather than as 256 submodules (one flat module simulates faster), except in generated
     Verilog, where each PE is an instance of one `ProcessingElement` module (`SystolicArray`).
@@ -241,8 +202,10 @@ def add_pe(m, pe, name="pe", lut_multiplier=False, registered=bool(PRODUCT_STAGE
     weight = pe_weight(m, pe, name)
     if lut_multiplier:
         product, carry = lut_product(m, pe.act_in, weight, name=f"{name}_mul")
-    elif ecp5 and registered:  # the product register is the DSP block's own
-        product = ecp5_registered_product(m, pe.act_in, weight, f"{name}_mult", model=model)
+    elif ecp5 and registered:  # the product register is the DSP block's own: no fabric
+        # flip-flops beside it (in each of the 8x8's 64 PEs they left two placements unroutable)
+        product = mult18x18d(m, pe.act_in, weight, f"{name}_mult", registered_output=True,
+                             model=model)
         carry = 0
         registered = False
     else:

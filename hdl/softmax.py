@@ -94,7 +94,9 @@ from amaranth.utils import ceil_log2
 from ..arch import SOFTMAX_OUT_FRAC as OUT_FRAC
 from ..config import check_config
 from ..isa import ErrorCode, SoftmaxInstruction, SoftmaxMode
+from .dsp import mult18x18d
 from .engine import engine_members
+from .family import fpga_family
 
 __all__ = ["SoftmaxUnit", "EXP_BITS", "EXP_TABLE", "LF", "OUT_FRAC", "L_MAX", "SHIFT_MAX",
            "STATE_M"]
@@ -230,6 +232,18 @@ def _p_base(m_x, frac):
     # _BASE matter: no 63-bit shift or compare.
     top = (m_x << frac)[:_BASE.width - EXP_BITS]  # >= the largest valid s of the block
     return Mux(m_x > (C(limit, 37) >> frac), limit, top) << EXP_BITS
+
+
+def _mult_pair(m, a, b, name, *, model):
+    """``a * b`` (signed 32 bits, unsigned 17 bits) of the previous cycle's ``a`` and ``b``, from
+    two MULT18X18D that register them (`dsp.mult18x18d`): ``a``'s low half (unsigned) and its
+    high half (signed), each times ``b``, added in the fabric."""
+    b = Cat(b, C(0, 1)).as_signed()
+    low = mult18x18d(m, Cat(a[:16], C(0, 1)).as_signed(), b, f"{name}_low",
+                     registered_inputs=True, model=model)
+    high = mult18x18d(m, a[16:].as_signed(), b, f"{name}_high", registered_inputs=True,
+                      model=model)
+    return (high << 16) + low
 
 
 class SoftmaxUnit(wiring.Component):
@@ -494,13 +508,22 @@ class SoftmaxUnit(wiring.Component):
 
         # Lanes 2i and 2i + 1 share a multiplier: lane 2i's product in the PRODUCT pass,
         # 2i + 1's in the SCALE pass after it. Each lane's sum holds through its partner's pass.
-        operands = [Signal(signed(32)) for _ in range(0, cols, 2)]
+        # The operands are registered (on ECP5 in the MULT18X18D pair's input registers: the
+        # routed 8x8's critical path ran from registers of the fabric into the pair, 19.3 ns),
+        # then the product.
         products = [Signal(signed(49)) for _ in range(0, cols, 2)]
-        for i, (operand, product) in enumerate(zip(operands, products)):
+        for i, product in enumerate(products):
             pair = self.acc_read.data[2 * i:2 * i + 2]
-            m.d.sync += [operand.eq(pair[0] if len(pair) == 1
-                                    else Mux(at(1).kind == _Kind.PRODUCT, pair[0], pair[1])),
-                         product.eq(operand * row_2.mult)]
+            operand = (pair[0] if len(pair) == 1
+                       else Mux(at(1).kind == _Kind.PRODUCT, pair[0], pair[1]))
+            if fpga_family(platform) == "ecp5":
+                product_next = _mult_pair(m, operand, row_2_next.mult, f"normalize{i}",
+                                          model=getattr(platform, "dsp_model", False))
+            else:
+                operand_reg = Signal(signed(32), name=f"operand{i}")
+                m.d.sync += operand_reg.eq(operand)
+                product_next = operand_reg * row_2.mult
+            m.d.sync += product.eq(product_next)
         sums = [Signal(_SUM) for _ in range(cols)]
         base = Signal(_SUM)  # the row's base, sign-extended to the lane adder's width
         m.d.comb += base.eq(sum_row.base)

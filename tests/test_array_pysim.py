@@ -31,7 +31,7 @@ MULTIPLIERS = {"mul": lambda dut: dut, "ice40": lambda dut: ForFamily(dut, "ice4
                "ecp5": lambda dut: ForFamily(dut, "ecp5")}
 """How the array's DSP PEs are built: ``*`` and a register of the fabric (the simulators),
 SB_MAC16 halves (see tests/test_pe_multipliers.py for the block's own model), or MULT18X18D
-blocks registering the product (`ecp5_registered_product`)."""
+blocks registering the product (`dsp.mult18x18d`)."""
 
 
 def run(dut, testbench):

@@ -3,7 +3,7 @@ from functools import partial
 
 import numpy as np
 import pytest
-from amaranth.hdl import Module, signed, unsigned
+from amaranth.hdl import Elaboratable, Fragment, Module, signed, unsigned
 from amaranth.lib import data, memory, wiring
 from amaranth.sim import Simulator
 
@@ -21,9 +21,25 @@ TALL = CoreConfig(rows=8, cols=4, scratchpad_kib=1, accumulator_kib=1)  # lanes 
 ODD = CoreConfig(rows=3, cols=3, scratchpad_kib=1, accumulator_kib=1)  # a lane without a partner
 
 
+class _Ecp5Model:
+    """Elaborate the unit as for an ECP5 (its NORMALIZE multipliers from MULT18X18D pairs that
+    register their operands), each block's arithmetic modelled."""
+    family = "ecp5"
+    dsp_model = True
+
+
+class _ForPlatform(Elaboratable):
+    def __init__(self, dut, platform):
+        self.dut, self.platform = dut, platform
+
+    def elaborate(self, platform):
+        return Fragment.get(self.dut, self.platform)
+
+
 class _Bench(wiring.Component):
-    def __init__(self, config, acc, prob):
+    def __init__(self, config, acc, prob, platform=None):
         self.unit = SoftmaxUnit(config)
+        self.platform = platform
         self.acc = memory.Memory(shape=data.ArrayLayout(signed(32), config.cols),
                                  depth=config.accumulator_rows, init=acc.tolist())
         self.prob = memory.Memory(shape=data.ArrayLayout(unsigned(8), config.lanes),
@@ -32,7 +48,8 @@ class _Bench(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.unit = unit = self.unit
+        unit = self.unit
+        m.submodules.unit = unit if self.platform is None else _ForPlatform(unit, self.platform)
         m.submodules.acc = self.acc
         m.submodules.prob = self.prob
         wiring.connect(m, unit.acc_read, self.acc.read_port())
@@ -57,13 +74,15 @@ def _memories(config, seed):
     return acc, prob
 
 
-def _simulate(config, acc, prob, instructions, states=None, after_error=None, writes=None):
+def _simulate(config, acc, prob, instructions, states=None, after_error=None, writes=None,
+              platform=None):
     """Runs ``instructions`` in order, checking error, memories and state against the model
     after each. ``states``: (m, m_valid, l) preset per state row. ``after_error``: an
     instruction offered (and never to be taken) once the unit stopped. ``writes``: per
     instruction, (first row, rows) written into the accumulator before it (what MATMULs would
-    write). Returns (cycles, accumulator rows read) per instruction."""
-    bench = _Bench(config, acc, prob)
+    write). ``platform``: the unit elaborated for it. Returns (cycles, accumulator rows read)
+    per instruction."""
+    bench = _Bench(config, acc, prob, platform)
     unit = bench.unit
     acc, prob = acc.copy(), prob.copy()
     state_m = np.full(config.probability_rows, model.M_NONE, dtype=np.int64)
@@ -192,8 +211,10 @@ def test_extreme_scores():
     _simulate(config, acc, prob, instructions)
 
 
-def test_normalize_any_state():
-    """NORMALIZE of preset states: l = 0, every bit length 1..32, O saturating to int32."""
+@pytest.mark.parametrize("platform", [None, _Ecp5Model()], ids=["generic", "ecp5"])
+def test_normalize_any_state(platform):
+    """NORMALIZE of preset states: l = 0, every bit length 1..32, O saturating to int32; also
+    with the ECP5 multiplier pairs (`_mult_pair`: a's halves times b, added)."""
     config = SQUARE
     rng = np.random.default_rng(11)
     acc, prob = _memories(config, 11)
@@ -207,7 +228,7 @@ def test_normalize_any_state():
         {"mode": SoftmaxMode.NORMALIZE, "count": 16, "o_tiles": 1, "o_row": 40,
          "state_row": 16},
     ]
-    _simulate(config, acc, prob, instructions, states=states)
+    _simulate(config, acc, prob, instructions, states=states, platform=platform)
 
 
 def test_throughput():
