@@ -1,9 +1,9 @@
 """ECP5 MULT18X18D blocks with their own registers: yosys maps ``*`` to the block without any,
 so a register beside the multiplier is a flip-flop of the fabric and the route to the DSP column
 is on the path."""
-from amaranth.hdl import ClockSignal, Const, Instance, Signal, Value, signed
+from amaranth.hdl import Cat, ClockSignal, Const, Instance, Signal, Value, signed
 
-__all__ = ["mult18x18d"]
+__all__ = ["mult18x18d", "registered_wide_product"]
 
 
 def mult18x18d(m, a, b, name, *, registered_inputs=False, registered_output=False,
@@ -42,3 +42,18 @@ def mult18x18d(m, a, b, name, *, registered_inputs=False, registered_output=Fals
         **{f"o_P{bit}": p[bit] for bit in range(36)})
     m.d.comb += product.eq(p[:len(product)])
     return product
+
+
+def registered_wide_product(m, a, b, name, *, model=False):
+    """``a * b`` of the previous cycle's ``a`` (signed, at most 35 bits) and ``b`` (unsigned, at
+    most 17 bits), from two MULT18X18D that register them: ``a``'s low 17 bits (unsigned) and
+    the rest (signed), each times ``b``, added in the fabric."""
+    if len(a) > 35 or len(b) > 17:
+        raise ValueError(f"a MULT18X18D pair multiplies up to 35 x 17 bits, not {len(a)} x "
+                         f"{len(b)}")
+    a, b = Value.cast(a), Cat(b, Const(0, 1)).as_signed()
+    low = mult18x18d(m, Cat(a[:17], Const(0, 1)).as_signed(), b, f"{name}_low",
+                     registered_inputs=True, model=model)
+    high = mult18x18d(m, a[17:].as_signed(), b, f"{name}_high", registered_inputs=True,
+                      model=model)
+    return (high << 17) + low

@@ -94,7 +94,7 @@ from amaranth.utils import ceil_log2
 from ..arch import SOFTMAX_OUT_FRAC as OUT_FRAC
 from ..config import check_config
 from ..isa import ErrorCode, SoftmaxInstruction, SoftmaxMode
-from .dsp import mult18x18d
+from .dsp import registered_wide_product
 from .engine import engine_members
 from .family import fpga_family
 
@@ -232,18 +232,6 @@ def _p_base(m_x, frac):
     # _BASE matter: no 63-bit shift or compare.
     top = (m_x << frac)[:_BASE.width - EXP_BITS]  # >= the largest valid s of the block
     return Mux(m_x > (C(limit, 37) >> frac), limit, top) << EXP_BITS
-
-
-def _mult_pair(m, a, b, name, *, model):
-    """``a * b`` (signed 32 bits, unsigned 17 bits) of the previous cycle's ``a`` and ``b``, from
-    two MULT18X18D that register them (`dsp.mult18x18d`): ``a``'s low half (unsigned) and its
-    high half (signed), each times ``b``, added in the fabric."""
-    b = Cat(b, C(0, 1)).as_signed()
-    low = mult18x18d(m, Cat(a[:16], C(0, 1)).as_signed(), b, f"{name}_low",
-                     registered_inputs=True, model=model)
-    high = mult18x18d(m, a[16:].as_signed(), b, f"{name}_high", registered_inputs=True,
-                      model=model)
-    return (high << 16) + low
 
 
 class SoftmaxUnit(wiring.Component):
@@ -517,8 +505,9 @@ class SoftmaxUnit(wiring.Component):
             operand = (pair[0] if len(pair) == 1
                        else Mux(at(1).kind == _Kind.PRODUCT, pair[0], pair[1]))
             if fpga_family(platform) == "ecp5":
-                product_next = _mult_pair(m, operand, row_2_next.mult, f"normalize{i}",
-                                          model=getattr(platform, "dsp_model", False))
+                product_next = registered_wide_product(
+                    m, operand, row_2_next.mult, f"normalize{i}",
+                    model=getattr(platform, "dsp_model", False))
             else:
                 operand_reg = Signal(signed(32), name=f"operand{i}")
                 m.d.sync += operand_reg.eq(operand)

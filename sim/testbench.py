@@ -1,19 +1,33 @@
 """Helpers the testbenches share: stream handshakes for amaranth.sim (after the Amaranth
-guide's and glasgow's ``stream_put`` / ``stream_get``), instruction bits, and a matmul that
-checks a `CoreDriver`'s core still works.
+guide's and glasgow's ``stream_put`` / ``stream_get``), instruction bits, a design elaborated as
+for an FPGA family with its DSP blocks modelled, and a matmul that checks a `CoreDriver`'s core
+still works.
 
 Verification only: the simulation backend of `SimDevice` does not import this module.
 """
 import numpy as np
-from amaranth.hdl import Shape
+from amaranth.hdl import Elaboratable, Fragment, Shape
 
 from ..arch import OPCODE_BITS
 from ..firmware.matmul import compile_matmul
 from ..isa import INSTRUCTION_BYTES, Opcode
 from .golden import matmul_int32
 
-__all__ = ["UNKNOWN_INSTRUCTION", "exact_matmul", "instruction_payload", "put_instruction",
-           "stream_get", "stream_put", "stream_take"]
+__all__ = ["UNKNOWN_INSTRUCTION", "ForFamily", "exact_matmul", "instruction_payload",
+           "put_instruction", "stream_get", "stream_put", "stream_take"]
+
+
+class ForFamily(Elaboratable):
+    """``dut`` elaborated as for the FPGA ``family`` (its DSP blocks' instances: SB_MAC16 pairs,
+    MULT18X18D with their registers), each block's arithmetic modelled (``dsp_model``), for
+    amaranth.sim, which elaborates for no platform."""
+    dsp_model = True
+
+    def __init__(self, dut, family):
+        self.dut, self.family = dut, family
+
+    def elaborate(self, platform):
+        return Fragment.get(self.dut, self)
 
 
 async def stream_put(ctx, stream, payload):

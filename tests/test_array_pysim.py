@@ -1,30 +1,13 @@
 """Fast amaranth.sim unit tests of the processing element and of a small array."""
 import numpy as np
 import pytest
-from amaranth.hdl import Elaboratable, Fragment
 from amaranth.sim import Simulator
 
 from tpugen import CoreConfig
 from tpugen.hdl import ProcessingElement, SystolicArray
 from tpugen.hdl.array import psum_width
 from tpugen.hdl.pe import PRODUCT_STAGES
-from tpugen.sim.testbench import stream_get, stream_put
-
-
-class _DspModel:
-    """Elaborate the array as for an FPGA ``family``, each DSP block's arithmetic modelled."""
-    dsp_model = True
-
-    def __init__(self, family):
-        self.family = family
-
-
-class ForFamily(Elaboratable):
-    def __init__(self, dut, family):
-        self.dut, self.family = dut, family
-
-    def elaborate(self, platform):
-        return Fragment.get(self.dut, _DspModel(self.family))
+from tpugen.sim.testbench import ForFamily, stream_get, stream_put
 
 
 MULTIPLIERS = {"mul": lambda dut: dut, "ice40": lambda dut: ForFamily(dut, "ice40"),

@@ -16,6 +16,7 @@ from tpugen.isa import (PARAMS_PER_INSTRUCTION, EpilogueParams, ErrorCode, Opcod
                         encode_tile)
 from tpugen.sim.golden import epilogue, maxpool2x2, round_half_even_shift
 from tpugen.sim.pysim_axi import AxiMemory
+from tpugen.sim.testbench import ForFamily
 
 from test_dma_pysim import (ERROR_ALLOWED, ERROR_WINDOWS, MEM_SIZE, RW_ALL, Bench, descriptor, run,
                             tensor_addresses)
@@ -373,10 +374,11 @@ def boundary_products(rng):
     return cases
 
 
-@pytest.mark.parametrize("requant,relu,multiplier", [(1, 0, True), (1, 1, True), (0, 0, True),
-                                                     (0, 1, True), (1, 0, False), (1, 1, False),
-                                                     (0, 0, False)])
-def test_datapath(requant, relu, multiplier):
+@pytest.mark.parametrize("requant,relu,multiplier,family", [
+    (1, 0, True, None), (1, 1, True, None), (0, 0, True, None), (0, 1, True, None),
+    (1, 0, False, None), (1, 1, False, None), (0, 0, False, None),
+    (1, 0, True, "ecp5"), (0, 1, True, "ecp5")])  # t * multiplier from MULT18X18D pairs
+def test_datapath(requant, relu, multiplier, family):
     # EpilogueDatapath alone, one lane, a value a cycle: t = acc + bias over the whole 33-bit
     # range, products next to every saturation and rounding boundary of every shift, against
     # the golden model. Without the multiplier, the params' multiplier is ignored (as if 1).
@@ -406,7 +408,7 @@ def test_datapath(requant, relu, multiplier):
             if n >= dut.LATENCY - 1:
                 got.append(ctx.get(lane_y))
 
-    sim = Simulator(dut)
+    sim = Simulator(dut if family is None else ForFamily(dut, family))
     sim.add_clock(1e-6)
     sim.add_testbench(testbench)
     sim.run()

@@ -3,7 +3,7 @@ from functools import partial
 
 import numpy as np
 import pytest
-from amaranth.hdl import Elaboratable, Fragment, Module, signed, unsigned
+from amaranth.hdl import Module, signed, unsigned
 from amaranth.lib import data, memory, wiring
 from amaranth.sim import Simulator
 
@@ -14,6 +14,7 @@ from tpugen.hdl.softmax import L_MAX, STATE_M, SoftmaxUnit
 from tpugen.isa import ErrorCode, Opcode, SoftmaxInstruction, SoftmaxMode, decode
 from tpugen.sim import softmax_model as model
 from tpugen.sim.attention_model import speculation_hits
+from tpugen.sim.testbench import ForFamily
 
 SQUARE = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1)
 WIDE = CoreConfig(rows=2, cols=8, scratchpad_kib=1, accumulator_kib=2)
@@ -21,25 +22,10 @@ TALL = CoreConfig(rows=8, cols=4, scratchpad_kib=1, accumulator_kib=1)  # lanes 
 ODD = CoreConfig(rows=3, cols=3, scratchpad_kib=1, accumulator_kib=1)  # a lane without a partner
 
 
-class _Ecp5Model:
-    """Elaborate the unit as for an ECP5 (its NORMALIZE multipliers from MULT18X18D pairs that
-    register their operands), each block's arithmetic modelled."""
-    family = "ecp5"
-    dsp_model = True
-
-
-class _ForPlatform(Elaboratable):
-    def __init__(self, dut, platform):
-        self.dut, self.platform = dut, platform
-
-    def elaborate(self, platform):
-        return Fragment.get(self.dut, self.platform)
-
-
 class _Bench(wiring.Component):
-    def __init__(self, config, acc, prob, platform=None):
+    def __init__(self, config, acc, prob, family=None):
         self.unit = SoftmaxUnit(config)
-        self.platform = platform
+        self.family = family
         self.acc = memory.Memory(shape=data.ArrayLayout(signed(32), config.cols),
                                  depth=config.accumulator_rows, init=acc.tolist())
         self.prob = memory.Memory(shape=data.ArrayLayout(unsigned(8), config.lanes),
@@ -49,7 +35,7 @@ class _Bench(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         unit = self.unit
-        m.submodules.unit = unit if self.platform is None else _ForPlatform(unit, self.platform)
+        m.submodules.unit = unit if self.family is None else ForFamily(unit, self.family)
         m.submodules.acc = self.acc
         m.submodules.prob = self.prob
         wiring.connect(m, unit.acc_read, self.acc.read_port())
@@ -75,14 +61,14 @@ def _memories(config, seed):
 
 
 def _simulate(config, acc, prob, instructions, states=None, after_error=None, writes=None,
-              platform=None):
+              family=None):
     """Runs ``instructions`` in order, checking error, memories and state against the model
     after each. ``states``: (m, m_valid, l) preset per state row. ``after_error``: an
     instruction offered (and never to be taken) once the unit stopped. ``writes``: per
     instruction, (first row, rows) written into the accumulator before it (what MATMULs would
-    write). ``platform``: the unit elaborated for it. Returns (cycles, accumulator rows read)
-    per instruction."""
-    bench = _Bench(config, acc, prob, platform)
+    write). ``family``: the unit elaborated as for it (`ForFamily`). Returns (cycles,
+    accumulator rows read) per instruction."""
+    bench = _Bench(config, acc, prob, family)
     unit = bench.unit
     acc, prob = acc.copy(), prob.copy()
     state_m = np.full(config.probability_rows, model.M_NONE, dtype=np.int64)
@@ -211,10 +197,10 @@ def test_extreme_scores():
     _simulate(config, acc, prob, instructions)
 
 
-@pytest.mark.parametrize("platform", [None, _Ecp5Model()], ids=["generic", "ecp5"])
-def test_normalize_any_state(platform):
+@pytest.mark.parametrize("family", [None, "ecp5"], ids=["generic", "ecp5"])
+def test_normalize_any_state(family):
     """NORMALIZE of preset states: l = 0, every bit length 1..32, O saturating to int32; also
-    with the ECP5 multiplier pairs (`_mult_pair`: a's halves times b, added)."""
+    with the ECP5 multiplier pairs (`dsp.registered_wide_product`)."""
     config = SQUARE
     rng = np.random.default_rng(11)
     acc, prob = _memories(config, 11)
@@ -228,7 +214,7 @@ def test_normalize_any_state(platform):
         {"mode": SoftmaxMode.NORMALIZE, "count": 16, "o_tiles": 1, "o_row": 40,
          "state_row": 16},
     ]
-    _simulate(config, acc, prob, instructions, states=states, platform=platform)
+    _simulate(config, acc, prob, instructions, states=states, family=family)
 
 
 def test_throughput():
