@@ -7,7 +7,7 @@ from .dsp import mult18x18d
 from .family import fpga_family
 
 __all__ = ["PRODUCT_STAGES", "ProcessingElement", "add_pe", "ice40_mac_operands",
-           "ice40_mac_pair", "lut_multiply_add", "lut_product", "pe_signature"]
+           "ice40_mac_pair", "lut_product", "pe_signature"]
 
 PRODUCT_STAGES = 1
 """Registers between a PE's multiplier and its partial sum's adder (`pe_outputs`; 0 or 1): the
@@ -46,13 +46,6 @@ def _booth_digits(weight):
     for index in range((len(weight) + 1) // 2):
         low, middle, high = bits[2 * index], bits[2 * index + 1], bits[2 * index + 2]
         yield middle ^ low, (high & ~middle & ~low) | (~high & middle & low), high
-
-
-def lut_multiply_add(m, addend, act, weight, name="mul"):
-    """``addend + act * weight`` (signed) built in ``m`` without ``*``: from LUTs, not a DSP
-    (`lut_product`, its carry the carry-in of ``addend +``)."""
-    product, carry = lut_product(m, act, weight, name)
-    return addend + product + carry
 
 
 def lut_product(m, act, weight, name="mul"):
