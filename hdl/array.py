@@ -5,7 +5,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from ..arch import min_tile_length
-from .family import fpga_family
+from .family import dsp_model, fpga_family
 from .pe import (ICE40_MAC_WIDTHS, PRODUCT_STAGES, ProcessingElement, add_pe,
                  ice40_mac_operands, ice40_mac_pair, pe_outputs, pe_signature, pe_weight)
 
@@ -149,7 +149,7 @@ class SystolicArray(wiring.Component):
         prefix = getattr(platform, "module_prefix", "tpu")
         family = fpga_family(platform)
         ice40 = family == "ice40"
-        model = getattr(platform, "dsp_model", False)
+        model = dsp_model(platform)
         if ice40 and (self.config.data_width, width) != ICE40_MAC_WIDTHS:
             raise ValueError("the iCE40 array takes int8 weights and int9 activations")
         for r in range(rows):

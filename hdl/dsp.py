@@ -3,7 +3,9 @@ so a register beside the multiplier is a flip-flop of the fabric and the route t
 is on the path."""
 from amaranth.hdl import Cat, ClockSignal, Const, Instance, Signal, Value, signed
 
-__all__ = ["mult18x18d", "registered_wide_product"]
+from .family import dsp_model, fpga_family
+
+__all__ = ["mult18x18d", "registered_operands_product", "registered_wide_product"]
 
 
 def mult18x18d(m, a, b, name, *, registered_inputs=False, registered_output=False,
@@ -57,3 +59,16 @@ def registered_wide_product(m, a, b, name, *, model=False):
     high = mult18x18d(m, a[17:].as_signed(), b, f"{name}_high", registered_inputs=True,
                       model=model)
     return (high << 17) + low
+
+
+def registered_operands_product(m, a, b, name, platform):
+    """``a * b`` of the previous cycle's ``a`` (signed, at most 35 bits) and ``b`` (unsigned, at
+    most 17 bits), for ``platform``: on ECP5 from a MULT18X18D pair that registers them
+    (`registered_wide_product`), elsewhere from registers of the fabric and ``*``."""
+    if fpga_family(platform) == "ecp5":
+        return registered_wide_product(m, a, b, name, model=dsp_model(platform))
+    a, b = Value.cast(a), Value.cast(b)
+    a_reg = Signal(a.shape(), name=f"{name}_a")
+    b_reg = Signal(b.shape(), name=f"{name}_b")
+    m.d.sync += [a_reg.eq(a), b_reg.eq(b)]
+    return a_reg * b_reg

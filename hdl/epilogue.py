@@ -5,8 +5,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from ..isa import PARAMS_PER_INSTRUCTION, PARAMS_RESET, Epilogue, EpilogueParams, ParamsInstruction
-from .dsp import registered_wide_product
-from .family import fpga_family
+from .dsp import registered_operands_product
 
 __all__ = ["EpilogueDatapath", "LaneParams", "pipeline_register"]
 
@@ -115,7 +114,7 @@ class EpilogueDatapath(wiring.Component):
     Stage 1 takes an accumulator value per lane (``acc``) and its `EpilogueParams`: the maximum
     with the values since ``first`` (pooling), plus the bias. Stage 2 multiplies (registered
     inputs and output; on ECP5 the inputs in a MULT18X18D pair's own registers,
-    `dsp.registered_wide_product`). Stage 3 shifts by the high three bits of the
+    `dsp.registered_operands_product`). Stage 3 shifts by the high three bits of the
     shift (by bytes), keeping a guard bit and a sticky bit, and clamps the quotient to what
     can still come back into range: int8 or int32. Stage 4 shifts by the low three bits and
     rounds half to even; stage 5 saturates and applies ReLU. ``y``: the int32 or int8 (sign
@@ -143,8 +142,6 @@ class EpilogueDatapath(wiring.Component):
         def stage(value, name):
             return pipeline_register(m, value, name)
 
-        ecp5 = fpga_family(platform) == "ecp5"
-        model = getattr(platform, "dsp_model", False)
         units = self.units
         acc_in = data.View(data.ArrayLayout(signed(32), units), self.acc)
         params_in = data.View(data.ArrayLayout(EpilogueParams, units), self.params)
@@ -160,15 +157,11 @@ class EpilogueDatapath(wiring.Component):
             # 2: t * multiplier, at most 50 bits (33 without the multiplier); on ECP5 t and the
             # multiplier are registered in the MULT18X18D pair (the routed 8x8's critical path
             # ran from registers of the fabric into the pair, 20.6 ns).
-            if not self.multiplier:
-                product = stage(stage(t, f"t{u}"), f"product{u}")
-            elif ecp5:
-                product = stage(registered_wide_product(
-                    m, t, Mux(int8, params.multiplier, 1), f"mult{u}", model=model),
-                    f"product{u}")
+            if self.multiplier:
+                product = stage(registered_operands_product(
+                    m, t, Mux(int8, params.multiplier, 1), f"mult{u}", platform), f"product{u}")
             else:
-                multiplier = stage(Mux(int8, params.multiplier, 1), f"multiplier{u}")
-                product = stage(stage(t, f"t{u}") * multiplier, f"product{u}")
+                product = stage(stage(t, f"t{u}"), f"product{u}")
             shift = stage(shift, f"shift{u}_2")
             # 3: twice = 2 * product, shifted right by 8 * high (the bit below the quotient is
             # the guard bit); sticky: any bit shifted out. The quotient, clamped to 16 bits

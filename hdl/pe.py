@@ -4,7 +4,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .dsp import mult18x18d
-from .family import fpga_family
+from .family import dsp_model, fpga_family
 
 __all__ = ["PRODUCT_STAGES", "ProcessingElement", "add_pe", "ice40_mac_operands",
            "ice40_mac_pair", "lut_product", "pe_signature"]
@@ -186,11 +186,11 @@ def add_pe(m, pe, name="pe", lut_multiplier=False, registered=bool(PRODUCT_STAGE
     ``lut_multiplier``: build the multiplier from LUTs (`lut_product`) instead of ``*``, which
     yosys maps to a DSP block; both compute the same. The product is registered before the
     partial sum's adder unless not ``registered`` (`pe_outputs`); with ``ecp5`` a DSP PE's in
-    its MULT18X18D's output register (`dsp.mult18x18d`, modelled with ``model``). The array builds its PEs
-    with this directly
-    rather than as 256 submodules (one flat module simulates faster), except in generated
-    Verilog, where each PE is an instance of one `ProcessingElement` module (`SystolicArray`).
-    On iCE40 the array builds its DSP PEs in pairs around one SB_MAC16 instead (`ice40_mac_pair`).
+    its MULT18X18D's output register (`dsp.mult18x18d`, modelled with ``model``). The array
+    builds its PEs with this directly rather than as 256 submodules (one flat module simulates
+    faster), except in generated Verilog, where each PE is an instance of one
+    `ProcessingElement` module (`SystolicArray`). On iCE40 the array builds its DSP PEs in
+    pairs around one SB_MAC16 instead (`ice40_mac_pair`).
     """
     weight = pe_weight(m, pe, name)
     if lut_multiplier:
@@ -229,5 +229,5 @@ class ProcessingElement(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         add_pe(m, self, lut_multiplier=self.lut_multiplier, ecp5=fpga_family(platform) == "ecp5",
-               model=getattr(platform, "dsp_model", False))
+               model=dsp_model(platform))
         return m

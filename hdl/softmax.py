@@ -94,9 +94,8 @@ from amaranth.utils import ceil_log2
 from ..arch import SOFTMAX_OUT_FRAC as OUT_FRAC
 from ..config import check_config
 from ..isa import ErrorCode, SoftmaxInstruction, SoftmaxMode
-from .dsp import registered_wide_product
+from .dsp import registered_operands_product
 from .engine import engine_members
-from .family import fpga_family
 
 __all__ = ["SoftmaxUnit", "EXP_BITS", "EXP_TABLE", "LF", "OUT_FRAC", "L_MAX", "SHIFT_MAX",
            "STATE_M"]
@@ -504,15 +503,8 @@ class SoftmaxUnit(wiring.Component):
             pair = self.acc_read.data[2 * i:2 * i + 2]
             operand = (pair[0] if len(pair) == 1
                        else Mux(at(1).kind == _Kind.PRODUCT, pair[0], pair[1]))
-            if fpga_family(platform) == "ecp5":
-                product_next = registered_wide_product(
-                    m, operand, row_2_next.mult, f"normalize{i}",
-                    model=getattr(platform, "dsp_model", False))
-            else:
-                operand_reg = Signal(signed(32), name=f"operand{i}")
-                m.d.sync += operand_reg.eq(operand)
-                product_next = operand_reg * row_2.mult
-            m.d.sync += product.eq(product_next)
+            m.d.sync += product.eq(registered_operands_product(
+                m, operand, row_2_next.mult, f"normalize{i}", platform))
         sums = [Signal(_SUM) for _ in range(cols)]
         base = Signal(_SUM)  # the row's base, sign-extended to the lane adder's width
         m.d.comb += base.eq(sum_row.base)
