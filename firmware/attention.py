@@ -6,7 +6,7 @@ from itertools import accumulate
 
 import numpy as np
 
-from ..arch import Engine, block_query_cycles, min_tile_length, normalize_query_cycles
+from ..arch import SOFTMAX_DIVIDE_CYCLES, Engine, block_query_cycles, min_tile_length
 from ..isa import SoftmaxInstruction, SoftmaxMode
 from .program import LEAD, Deps, Dim, Op, Program, schedule, tensor
 
@@ -19,6 +19,9 @@ _MAX_TILES = 8
 _SOFTMAX_OVERHEAD = 10
 """Cycles a SOFTMAX step costs beyond its rows (`hdl.softmax`)."""
 _FRAC_MAX = 2**SoftmaxInstruction["frac"].width - 1
+NORMALIZED = {"requant": 1, "row_scale": 1, "scale_row": 0}
+"""The epilogue of a STORE of O (query i on tile row i, its state at row i): O / l with the row
+scale NORMALIZE wrote for the query (`isa.Epilogue`), int32."""
 
 
 def quantize_log2(x, unit=1.0, clip=False):
@@ -179,7 +182,7 @@ def plan_attention(config, seq, kv, dim, causal=False):
                              for h in (True, False))
                 total += (2 * width * d_chunks * max(count, min_tile_length(config))
                           + count * (b * hit + miss) / (b + 1) + _SOFTMAX_OVERHEAD)
-            total += count * normalize_query_cycles(config, d_chunks) + _SOFTMAX_OVERHEAD
+            total += count * SOFTMAX_DIVIDE_CYCLES + _SOFTMAX_OVERHEAD
         return total
 
     # Wider blocks need fewer BLOCKs and misses; longer query tiles amortize the reloads of K
@@ -298,14 +301,15 @@ def compile_attention(config, plan, heads, *, q_addr, kt_addr, v_addr, o_addr, c
                             reads=((kv_buffer, g, 1),),
                             writes=(("O", j, 0, 2),) if first else ())
             g += 1
-        execute(partial(Program.softmax, mode=SoftmaxMode.NORMALIZE, count=count, o_row=o_row,
-                        o_tiles=d_chunks, state_row=0), writes=(("O", j, 0, 2),))
+        # O / l: NORMALIZE writes each query's row scale (state row i), the STOREs apply it.
+        execute(partial(Program.softmax, mode=SoftmaxMode.NORMALIZE, count=count, state_row=0),
+                writes=(("O", j, 0, 2),))
         for u in range(d_chunks):
             ops.append(Op(Engine.STORE, e, partial(Program.store, descriptor=tensor(
                 o_head, 4, o_row + u * count, [
                     Dim(extent=n, start=u * n, bound=dim, stride=4),
-                    Dim(extent=count, start=q0, bound=seq, stride=4 * dim)])),
-                reads=(("O", j, 0),)))
+                    Dim(extent=count, start=q0, bound=seq, stride=4 * dim)]),
+                epilogue=NORMALIZED), reads=(("O", j, 0),)))
     return schedule(config, ops)
 
 
@@ -342,12 +346,13 @@ def compile_softmax(config, rows, width, *, x_addr, eye_addr, y_addr, frac):
         for t in range(tiles):
             program.matmul(0, t * count, t * count, count, act_probabilities=True,
                            deps=Deps(pop_next=t == 0 and r0 > 0))
-        program.softmax(SoftmaxMode.NORMALIZE, count=count, o_row=0, o_tiles=tiles,
-                        state_row=0, deps=Deps(push_next=True))
+        program.softmax(SoftmaxMode.NORMALIZE, count=count, state_row=0,
+                        deps=Deps(push_next=True))
         for t in range(tiles):
             program.store(tensor(y_addr, 4, t * count, [
                 Dim(extent=n, start=t * n, bound=width, stride=4),
                 Dim(extent=count, start=r0, bound=rows, stride=4 * width)]),
+                epilogue=NORMALIZED,
                 deps=Deps(pop_prev=t == 0, push_prev=t == tiles - 1 and more))
     program.end()
     return program

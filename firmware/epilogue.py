@@ -116,15 +116,18 @@ def round_half_even_shift(values, shift):
     return quotient + up
 
 
-def epilogue(acc, bias=None, multiplier=None, shift=None, requant=False, relu=False):
+def epilogue(acc, bias=None, multiplier=None, shift=None, requant=False, relu=False,
+             int8=True):
     """The STORE epilogue (see ``tpugen.isa.Epilogue``) of int32 accumulator values ``acc``;
-    ``bias``, ``multiplier`` and ``shift`` are scalars or per-lane arrays (the last axis)."""
+    ``bias``, ``multiplier`` and ``shift`` are scalars or per-lane arrays (the last axis);
+    ``requant`` saturates to int8, or with ``int8=False`` to int32 (a STORE of int32 elements)."""
     t = np.asarray(acc, dtype=np.int64)
     if bias is not None:
         t = t + np.asarray(bias, dtype=np.int64)
     if requant:
         product = t * (1 if multiplier is None else np.asarray(multiplier, dtype=np.int64))
-        y = np.clip(round_half_even_shift(product, 0 if shift is None else shift), -128, 127)
+        low, high = (-128, 127) if int8 else (-2**31, 2**31 - 1)
+        y = np.clip(round_half_even_shift(product, 0 if shift is None else shift), low, high)
     else:
         y = np.clip(t, -2**31, 2**31 - 1)
     return np.maximum(y, 0) if relu else y

@@ -94,9 +94,11 @@ class Program:
                       entries=[{"bias": b, "multiplier": mul, "shift": sh} for b, mul, sh in chunk])
         return self
 
-    def softmax(self, mode, *, count, o_row, o_tiles, state_row, first=False, tiles=1, keys=0,
-                score_row=0, p_row=0, causal=False, causal_offset=0, frac=0, deps=Deps()):
-        """A SOFTMAX step (`isa.SoftmaxInstruction`): ``mode`` BLOCK or NORMALIZE."""
+    def softmax(self, mode, *, count, state_row, o_row=0, o_tiles=1, first=False, tiles=1,
+                keys=0, score_row=0, p_row=0, causal=False, causal_offset=0, frac=0,
+                deps=Deps()):
+        """A SOFTMAX step (`isa.SoftmaxInstruction`): ``mode`` BLOCK or NORMALIZE (which uses
+        only ``count`` and ``state_row``)."""
         return self._add(Opcode.SOFTMAX, header=deps.fields(), mode=SoftmaxMode(mode),
                          first=int(first), causal=int(causal), count=count, tiles=tiles,
                          o_tiles=o_tiles, keys=keys, causal_offset=causal_offset,

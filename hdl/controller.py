@@ -6,8 +6,8 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from ..arch import ENGINE_OPCODES, PENDING_DEPTH, TOKEN_BITS, TOKEN_LIMIT, Engine
-from ..isa import (DIMS, INSTRUCTION_BITS, INSTRUCTION_BYTES, Dim, ErrorCode, Header, Opcode,
-                   TensorDescriptor, Window, defined_bits, instruction_layout)
+from ..isa import (DIMS, INSTRUCTION_BITS, INSTRUCTION_BYTES, Dim, Epilogue, ErrorCode, Header,
+                   Opcode, TensorDescriptor, Window, defined_bits, instruction_layout)
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_read_signature
 from .engine import engine_members
 from .execute import EXECUTE_INSTRUCTION
@@ -39,10 +39,12 @@ def kept_bits(config, opcodes):
     """The bit offsets an engine's queue keeps of each instruction: those of the defined fields
     (`isa.defined_bits`) of the layouts among ``opcodes`` that a core of ``config`` runs (an
     im2col LOAD only with ``config.im2col``), less the strides of the tensor dims its walkers
-    do not walk (``config.descriptor_dims``). The engine reads the others as zero; it ignores
-    them (reserved fields, those strides) or never gets an instruction that has them."""
+    do not walk (``config.descriptor_dims``) and, without the softmax unit, a STORE's
+    ``scale_row``. The engine reads the others as zero; it ignores them (reserved fields, those
+    fields) or never gets an instruction that has them."""
     supported = supported_opcodes(config)
     return frozenset().union(*(defined_bits(layout) - _unwalked_strides(config, layout)
+                               - _scale_rows(config, layout)
                                for op in opcodes if op in supported
                                for im2col in {False, op == Opcode.LOAD and config.im2col}
                                for layout in [instruction_layout(op, im2col)]))
@@ -57,6 +59,15 @@ def _unwalked_strides(config, layout):
     stride = Dim["stride"]
     return {dims + d * Dim.size + stride.offset + bit
             for d in range(config.descriptor_dims, DIMS) for bit in range(stride.width)}
+
+
+def _scale_rows(config, layout):
+    """The bit offsets of the ``epilogue.scale_row`` of ``layout``, if it has one, on a core
+    without the softmax unit (whose STORE with ``row_scale`` is UNKNOWN_OPCODE)."""
+    if config.softmax or "epilogue" not in layout.members:
+        return set()
+    field = layout["epilogue"].offset + Epilogue["scale_row"].offset
+    return set(range(field, field + Epilogue["scale_row"].width))
 
 
 def _beat_runs(bits, beat_bits):

@@ -6,6 +6,7 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import Out
 
 from ..arch import MAX_OUTSTANDING
+from ..isa import RowScale
 from ..registers import ADDR_WIDTH, counter_names
 from .axi import (axi_lite_signature, axi_read_signature, axi_write_signature, connect_by_name,
                   flat_ports)
@@ -118,6 +119,10 @@ class TpuCore(wiring.Component):
                 shape=probability_row(cfg), depth=cfg.probability_rows, init=[], attrs=SRAM_ATTRS)
             wiring.connect(datapath, execute.prob_write, probabilities.write_port())
             wiring.connect(datapath, execute.prob_read, probabilities.read_port())
+            datapath.submodules.scales = scales = memory.Memory(
+                shape=RowScale, depth=cfg.probability_rows, init=[], attrs=SRAM_ATTRS)
+            wiring.connect(datapath, execute.scale_write, scales.write_port())
+            wiring.connect(datapath, store.scale_read, scales.read_port())
 
         m.d.comb += [
             *run_wiring(csr, controller, start=start,

@@ -1,4 +1,5 @@
 """What every engine shows the controller."""
+from amaranth.hdl import Mux
 from amaranth.lib import data, stream
 from amaranth.lib.wiring import In, Out
 
@@ -33,14 +34,18 @@ def dma_engine_members(instruction_layout, axi_signature, windows):
     }
 
 
-def check_state(m, engine, check, stopped):
+def check_state(m, engine, check, stopped, also=ErrorCode.NONE):
     """A DMA engine's CHECK state (call it inside ``with m.State(...)``): busy, waiting for the
-    `TileCheck`'s verdict, then RUN, or ERROR with its code (``stopped`` asserted)."""
+    `TileCheck`'s verdict, then RUN, or ERROR with its code (``stopped`` asserted). ``also``: an
+    error the engine finds beside the check (from registers, settled before the check's verdict,
+    which comes two cycles after it takes the descriptor at the earliest), reported if the check
+    passes."""
     m.d.comb += [engine.busy.eq(1), check.result.ready.eq(1)]
+    verdict = Mux(check.result.payload == ErrorCode.NONE, also, check.result.payload)
     with m.If(check.result.valid):
-        with m.If(check.result.payload == ErrorCode.NONE):
+        with m.If(verdict == ErrorCode.NONE):
             m.next = "RUN"
         with m.Else():
             m.d.comb += stopped.eq(1)
-            m.d.sync += engine.error.eq(check.result.payload)
+            m.d.sync += engine.error.eq(verdict)
             m.next = "ERROR"

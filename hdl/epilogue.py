@@ -115,9 +115,10 @@ class EpilogueDatapath(wiring.Component):
     with the values since ``first`` (pooling), plus the bias. Stage 2 multiplies (registered
     inputs and output; on ECP5 the inputs in a MULT18X18D pair's own registers,
     `dsp.registered_operands_product`). Stage 3 shifts by the high three bits of the
-    shift (by bytes), keeping a guard bit and a sticky bit, and clamps the quotient to what
-    can still come back into range: int8 or int32. Stage 4 shifts by the low three bits and
-    rounds half to even; stage 5 saturates and applies ReLU. ``y``: the int32 or int8 (sign
+    shift (by bytes), keeping a guard bit and a sticky bit, and clamps the quotient to what can
+    still come back into range (`_WINDOW`). Stage 4 shifts by the low three bits and rounds half
+    to even; stage 5 saturates (to int8 with ``int8``, else int32) and applies ReLU. Without
+    ``options.requant`` the multiplier is 1 and the shift 0. ``y``: the int32 or int8 (sign
     extended) results, ``LATENCY`` cycles after their ``acc``. Without ``multiplier`` stage
     2 only delays ``t`` (the multiplier of ``params`` is ignored, as if 1), and the later stages
     are sized for ``t``: a bias, shift, ReLU and pool epilogue without a DSP or LUT multiplier.
@@ -129,6 +130,7 @@ class EpilogueDatapath(wiring.Component):
         self.units, self.multiplier = units, multiplier
         super().__init__({
             "options": In(Epilogue),
+            "int8": In(1),
             "first": In(1),
             "acc": In(32 * units),
             "params": In(EpilogueParams.size * units),
@@ -137,7 +139,7 @@ class EpilogueDatapath(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        int8, relu = self.options.requant, self.options.relu
+        scaled, relu = self.options.requant, self.options.relu
 
         def stage(value, name):
             return pipeline_register(m, value, name)
@@ -146,6 +148,7 @@ class EpilogueDatapath(wiring.Component):
         acc_in = data.View(data.ArrayLayout(signed(32), units), self.acc)
         params_in = data.View(data.ArrayLayout(EpilogueParams, units), self.params)
         y_out = data.View(data.ArrayLayout(signed(32), units), self.y)
+        int8 = self.int8  # held with the options while a STORE's steps pass
         for u in range(units):
             acc, params = acc_in[u], params_in[u]
             # 1: pool max, bias (the reads of a pooled step come on consecutive cycles).
@@ -153,50 +156,51 @@ class EpilogueDatapath(wiring.Component):
             pooled = Mux(self.first | (acc > peak), acc, peak)
             m.d.sync += peak.eq(pooled)
             t = pooled + Mux(self.options.bias, params.bias, 0)
-            shift = stage(Mux(int8, params.shift, 0), f"shift{u}")
+            shift = stage(Mux(scaled, params.shift, 0), f"shift{u}")
             # 2: t * multiplier, at most 50 bits (33 without the multiplier); on ECP5 t and the
             # multiplier are registered in the MULT18X18D pair (the routed 8x8's critical path
             # ran from registers of the fabric into the pair, 20.6 ns).
             if self.multiplier:
                 product = stage(registered_operands_product(
-                    m, t, Mux(int8, params.multiplier, 1), f"mult{u}", platform), f"product{u}")
+                    m, t, Mux(scaled, params.multiplier, 1), f"mult{u}", platform), f"product{u}")
             else:
                 product = stage(stage(t, f"t{u}"), f"product{u}")
             shift = stage(shift, f"shift{u}_2")
             # 3: twice = 2 * product, shifted right by 8 * high (the bit below the quotient is
-            # the guard bit); sticky: any bit shifted out. The quotient, clamped to 16 bits
-            # (int8: the low shift of at most 7 still saturates) or 32 bits (int32, no shift).
+            # the guard bit); sticky: any bit shifted out. The quotient, clamped to 39 bits:
+            # after the low shift of at most 7 it still saturates int32 (and int8).
             twice = Cat(0, product).as_signed()
             high, low = shift[3:], shift[:3]
             sign = twice[-1]
-            padded = Cat(twice, sign.replicate(8 * 7 + 17 - len(twice)))
-            shifted = Cat(padded[8 * g:8 * g + 17] for g in range(8)).word_select(high, 17)
+            padded = Cat(twice, sign.replicate(max(8 * 7 + _WINDOW - len(twice), 0)))
+            shifted = Cat(padded[8 * g:8 * g + _WINDOW] for g in range(8)).word_select(
+                high, _WINDOW)
             below = [Cat(twice[:8 * g]).any() for g in range(8)]
             sticky = Cat(below).bit_select(high, 1)
-            fits16 = Cat(_same_bits(twice[8 * g + 16:]) for g in range(8)).bit_select(high, 1)
-            fits32 = _same_bits(twice[32:])
-            clamped = Signal(signed(33), name=f"clamped{u}")  # guard bit and quotient
-            with m.If(int8):
-                m.d.comb += clamped.eq(Mux(fits16, shifted.as_signed(),
-                                           Mux(sign, -2**16, 2**16 - 2)))
-            with m.Else():
-                m.d.comb += clamped.eq(Mux(fits32, twice[:33].as_signed(),
-                                           Mux(sign, -2**32, 2**32 - 2)))
+            fits = Cat(_same_bits(twice[8 * g + _WINDOW - 1:])
+                       if 8 * g + _WINDOW - 1 < len(twice) else 1
+                       for g in range(8)).bit_select(high, 1)
+            clamped = Signal(signed(_WINDOW), name=f"clamped{u}")  # guard bit and quotient
+            m.d.comb += clamped.eq(Mux(fits, shifted.as_signed(),
+                                       Mux(sign, -2**(_WINDOW - 1), 2**(_WINDOW - 1) - 2)))
             clamped, sticky = stage(clamped, f"clamped{u}"), stage(sticky, f"sticky{u}")
             low = stage(low, f"low{u}")
-            # 4: shift right by low (int8 only: 18 bits), round half to even.
-            value = clamped[:18].as_signed()
-            v = value >> low
-            sticky = sticky | (value.as_unsigned() & Cat(low > b for b in range(18))).any()
+            # 4: shift right by low, round half to even.
+            v = clamped >> low
+            sticky = sticky | (clamped.as_unsigned() & Cat(low > b for b in range(8))).any()
             quotient = v[1:].as_signed()
-            rounded = quotient + (v[0] & (sticky | quotient[0]))
-            rounded = stage(Mux(int8, rounded, clamped[1:].as_signed()), f"rounded{u}")
-            # 5: saturate (int8), ReLU.
+            rounded = stage(quotient + (v[0] & (sticky | quotient[0])), f"rounded{u}")
+            # 5: saturate, ReLU.
             top = Mux(int8, 127, 2**31 - 1)
             bottom = Mux(relu, 0, Mux(int8, -128, -2**31))
             y = Mux(rounded > top, top, Mux(rounded < bottom, bottom, rounded))
             m.d.sync += y_out[u].eq(y)
         return m
+
+
+_WINDOW = 40
+"""Bits of the epilogue's quotient after the high shift, its guard bit included: a 32-bit
+result and 7 bits of the low shift."""
 
 
 def _same_bits(value):

@@ -5,7 +5,7 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from ..isa import ErrorCode, Header, MatmulInstruction, Opcode, SoftmaxInstruction
+from ..isa import ErrorCode, Header, MatmulInstruction, Opcode, RowScale, SoftmaxInstruction
 from .array import SystolicArray
 from .engine import engine_members
 from .softmax import SoftmaxUnit
@@ -135,6 +135,7 @@ class ExecuteEngine(wiring.Component):
                                                        shape=probability_row(config))),
             "prob_write": In(memory.WritePort.Signature(addr_width=prob_addr,
                                                          shape=probability_row(config))),
+            "scale_write": In(memory.WritePort.Signature(addr_width=prob_addr, shape=RowScale)),
         } if config.softmax else {}
         super().__init__({
             **engine_members(EXECUTE_INSTRUCTION),
@@ -169,6 +170,7 @@ class ExecuteEngine(wiring.Component):
         if cfg.softmax:
             m.submodules.softmax = softmax = SoftmaxUnit(cfg)
             wiring.connect(m, wiring.flipped(self.prob_write), softmax.p_write)
+            wiring.connect(m, wiring.flipped(self.scale_write), softmax.scale_write)
         else:  # a unit that is never started: its outputs stay at their reset values
             softmax = SoftmaxUnit.signature_of(cfg).create()
 

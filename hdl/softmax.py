@@ -93,8 +93,7 @@ from amaranth.utils import ceil_log2
 
 from ..arch import SOFTMAX_OUT_FRAC as OUT_FRAC
 from ..config import check_config
-from ..isa import ErrorCode, SoftmaxInstruction, SoftmaxMode
-from .dsp import registered_operands_product
+from ..isa import ErrorCode, RowScale, SoftmaxInstruction, SoftmaxMode
 from .engine import engine_members
 
 __all__ = ["SoftmaxUnit", "EXP_BITS", "EXP_TABLE", "LF", "OUT_FRAC", "L_MAX", "SHIFT_MAX",
@@ -124,9 +123,6 @@ _BASE = signed(45)
 """Per-row addend of the lane adder: ``m' << frac << 7`` (P rows, whose adder has a carry-in of
 1) or the rounding bias ``(1 << shift) >> 1`` (O rows)."""
 
-_OPERAND = data.UnionLayout({"base": _BASE, "mult": 17})
-"""A row's operand from its job: the P base of m' (BLOCK's P rows, `_p_base`, made as the job
-is queued) or r (NORMALIZE)."""
 
 
 
@@ -145,16 +141,15 @@ def _job_layout(config):
     """A query's job, from the front to the back."""
     return data.StructLayout({
         "query": _query_shape(config),
-        "operand": _OPERAND,
-        "shift": 6,          # BLOCK: a; NORMALIZE: sh
+        "base": _BASE,       # the P base of m' (`_p_base`, made as the job is queued)
+        "shift": 6,          # a
     })
 
 
 class _Kind(enum.Enum, shape=2):
     MAX = 0      # score row, max pass
     EXP = 1      # score row, exp pass: a P row (with `spec`, also a max-pass row)
-    SCALE = 2    # O row: scaled and written back
-    PRODUCT = 3  # NORMALIZE's first pass of an O row: the even lanes' products, no write
+    SCALE = 2    # O row: rescaled and written back
 
 
 def _op_layout(config):
@@ -171,14 +166,14 @@ def _op_layout(config):
     })
 
 
-_ROW = data.StructLayout({"operand": _OPERAND, "shift": 6})
-"""A row's operands as issued; the next stage makes the lane datapath's (``_LANE_ROW``)."""
-_LANE_ROW = data.StructLayout({"base": _BASE, "mult": 17, "shift": 6})
-"""The lane datapath's per-row operands: ``(base + (value << 7)) >> shift`` for BLOCK's O rows,
-``(base + ~(value << 7)) >> shift`` for P rows, ``(base + value * mult) >> shift`` for
-NORMALIZE's."""
-_SUM = signed(49)
-"""The lane adder: ``O * r + 2**30`` (``|O * r| <= 2**47``), ``d << 7 < 2**44``."""
+_ROW = data.StructLayout({"base": _BASE, "shift": 6})
+"""A row's operands as issued (its job's P base, a shift); the next stage makes the lane
+datapath's (``_LANE_ROW``)."""
+_LANE_ROW = data.StructLayout({"base": _BASE, "shift": 6})
+"""The lane datapath's per-row operands: ``(base + (value << 7)) >> shift`` for O rows,
+``(base + ~(value << 7)) >> shift`` for P rows."""
+_SUM = _BASE
+"""The lane adder: ``d << 7 < 2**44`` (P rows), ``|(O << 7) + 2**39| < 2**40`` (O rows)."""
 _OUT = 32
 """Bits of the lane shifter's output: an O element, or p's table index and n."""
 
@@ -234,7 +229,8 @@ def _p_base(m_x, frac):
 
 
 class SoftmaxUnit(wiring.Component):
-    """Runs SOFTMAX instructions on the accumulator (scores, O) and the probability buffer.
+    """Runs SOFTMAX instructions on the accumulator (scores, O), the probability buffer and the
+    row scales (``scale_write``, NORMALIZE's output for the store epilogue).
 
     The per-query state lives in ``state_m`` (``STATE_M``) and ``state_l`` (32 bits), each
     ``probability_rows`` entries. The score rows and O rows of an instruction must not overlap.
@@ -259,6 +255,8 @@ class SoftmaxUnit(wiring.Component):
             "p_write": In(memory.WritePort.Signature(
                 addr_width=ceil_log2(config.probability_rows),
                 shape=data.ArrayLayout(unsigned(8), config.lanes))),
+            "scale_write": In(memory.WritePort.Signature(
+                addr_width=ceil_log2(config.probability_rows), shape=RowScale)),
         })
 
     def elaborate(self, platform):
@@ -297,12 +295,12 @@ class SoftmaxUnit(wiring.Component):
         bad = Signal(ErrorCode)
         with m.If((ins.mode != SoftmaxMode.BLOCK) & (ins.mode != SoftmaxMode.NORMALIZE)):
             m.d.comb += bad.eq(ErrorCode.UNKNOWN_OPCODE)
-        with m.Elif((ins.count == 0) | (ins.o_tiles == 0) | (block & (ins.tiles == 0))):
+        with m.Elif((ins.count == 0) | (block & ((ins.o_tiles == 0) | (ins.tiles == 0)))):
             m.d.comb += bad.eq(ErrorCode.BAD_EXTENT)
-        with m.Elif((ins.o_row + o_span > cfg.accumulator_rows)
-                    | (ins.state_row + ins.count > cfg.probability_rows)
+        with m.Elif((ins.state_row + ins.count > cfg.probability_rows)
                     | (block & (
-                        (ins.score_row + tile_span > cfg.accumulator_rows)
+                        (ins.o_row + o_span > cfg.accumulator_rows)
+                        | (ins.score_row + tile_span > cfg.accumulator_rows)
                         | (ins.p_row + tile_span > cfg.probability_rows)))):
             m.d.comb += bad.eq(ErrorCode.SRAM_RANGE)
         accept = Signal()
@@ -338,9 +336,8 @@ class SoftmaxUnit(wiring.Component):
             """Lanes of a tile with ``rest`` valid keys from its first on."""
             return Mux(rest < 0, 0, Mux(rest > cols, cols, rest))
 
-        # Two issuers share the read port: the front runs the max pass (BLOCK) or the
-        # reciprocal (NORMALIZE) of each query and queues a job; the back takes jobs and
-        # issues the exp pass and the O rows. The front has priority but runs at most _JOBS
+        # Two issuers share the read port: the front runs the max pass of each query and
+        # queues a job; the back takes jobs and issues the exp pass and the O rows. The front has priority but runs at most _JOBS
         # queries ahead of the back. Without `first`, the front's pass is speculative (pass
         # A): its rows are max-pass rows and exp-pass rows with the stored m as m' (`spec`);
         # a query whose m' is its stored m (a hit) is done then and queues no job.
@@ -354,16 +351,12 @@ class SoftmaxUnit(wiring.Component):
         m.d.comb += front.eq(active & block & (f_query < ins.count)
                              & ((f_tile != 0) | (ahead < _JOBS)))
 
-        # NORMALIZE reads each O row twice when lanes share a multiplier (`b_again`: the
-        # first pass, PRODUCT, then SCALE).
-        b_have, b_job, b_scale, b_second = Signal(), Signal(job), Signal(), Signal()
+        b_have, b_job, b_scale = Signal(), Signal(job), Signal()
         b_tile, b_addr, b_paddr, b_left = Signal(8), Signal(rows), Signal(rows), Signal(signed(34))
-        retired = Signal(queries)  # queries whose job was taken or that hit
+        retired = Signal(queries)  # queries whose job was taken, that hit or were normalized
         hit = Signal()  # a query of pass A hit: it is done and queues no job
         back = Signal()
-        b_again = b_scale & ~block & ~b_second if cols > 1 else C(0)
-        b_end = Mux(b_scale, (b_tile + 1 == ins.o_tiles) & ~b_again,
-                    (b_tile + 1 == ins.tiles) & ins.first)
+        b_end = Mux(b_scale, b_tile + 1 == ins.o_tiles, (b_tile + 1 == ins.tiles) & ins.first)
         m.d.comb += back.eq(b_have & ~front)
 
         op, row = Signal(_op_layout(cfg)), Signal(_ROW)
@@ -382,18 +375,11 @@ class SoftmaxUnit(wiring.Component):
             ]
         with m.Elif(back):
             m.d.comb += [self.acc_read.addr.eq(b_addr), op.valid.eq(1)]
-            with m.If(b_scale & block):
+            with m.If(b_scale):
                 m.d.comb += [
                     op.kind.eq(_Kind.SCALE),
                     op.addr.eq(b_addr),
                     row.shift.eq(b_job.shift + EXP_BITS),
-                ]
-            with m.Elif(b_scale):
-                m.d.comb += [
-                    op.kind.eq(Mux(b_again, _Kind.PRODUCT, _Kind.SCALE)),
-                    op.addr.eq(b_addr),
-                    row.operand.eq(b_job.operand),
-                    row.shift.eq(b_job.shift),
                 ]
             with m.Else():
                 m.d.comb += [
@@ -403,7 +389,7 @@ class SoftmaxUnit(wiring.Component):
                     op.lanes.eq(valid_lanes(b_left)),
                     op.addr.eq(b_paddr),
                     op.alpha_shift.eq(b_job.shift),
-                    row.operand.eq(b_job.operand),
+                    row.base.eq(b_job.base),
                     row.shift.eq(ins.frac),
                 ]
         m.d.comb += self.acc_read.en.eq(op.valid)
@@ -439,22 +425,20 @@ class SoftmaxUnit(wiring.Component):
             m.d.sync += b_have.eq(0)
         with m.Elif(pop):
             m.d.sync += [
-                b_have.eq(1), b_job.eq(job_out), b_scale.eq(~block), b_second.eq(0),
+                b_have.eq(1), b_job.eq(job_out), b_scale.eq(0),
                 b_tile.eq(0), b_left.eq(key_limit(job_out.query)),
-                b_addr.eq(Mux(block, ins.score_row, ins.o_row) + job_out.query),
+                b_addr.eq(ins.score_row + job_out.query),
                 b_paddr.eq(ins.p_row + job_out.query),
             ]
         with m.Elif(back & b_end):
             m.d.sync += b_have.eq(0)
-        with m.Elif(back & b_again):
-            m.d.sync += b_second.eq(1)
         with m.Elif(back & ~b_scale & (b_tile + 1 == ins.tiles)):
             m.d.sync += [b_scale.eq(1), b_tile.eq(0), b_addr.eq(ins.o_row + b_job.query)]
         with m.Elif(back):
-            m.d.sync += [b_tile.eq(b_tile + 1), b_second.eq(0), b_addr.eq(b_addr + ins.count),
+            m.d.sync += [b_tile.eq(b_tile + 1), b_addr.eq(b_addr + ins.count),
                          b_paddr.eq(b_paddr + ins.count), b_left.eq(b_left - cols)]
         m.d.sync += [ahead.eq(Mux(start, 0, ahead + started - pop - hit)),
-                     retired.eq(Mux(start, 0, retired + pop + hit))]
+                     retired.eq(Mux(start, 0, retired + pop + hit + self.scale_write.en))]
 
         # The row pipeline: ops[s] is the operation in stage s (read issued in stage 0).
         ops = [op]
@@ -464,61 +448,30 @@ class SoftmaxUnit(wiring.Component):
                 ops.extend(_delays(m, ops[-1], 1))
             return ops[stage]
 
-        # 1: the row read (block RAM output); NORMALIZE's multiplier operand registered.
-        # 2: registered (`read_data`), base + (value << 7 or its complement); NORMALIZE's
-        # product registered.  3: >> shift, and whether it overflows _OUT bits.  4: O rows
-        # written back, saturated; P index. NORMALIZE's rows run a stage behind from the lane
-        # adder on (3: base + product, 4: >> shift, 5: written): its multiplier has a register
-        # before and after it (the routed 8x8's critical path was the product into the adder).
-        # No two instructions share the pipeline, so the instruction's mode picks the stages.
+        # 1: the row read (block RAM output).  2: registered (`read_data`), base + (value << 7
+        # or its complement).  3: >> shift, and whether it overflows _OUT bits.  4: O rows
+        # written back, saturated; P index.
         read_data = Signal.like(self.acc_read.data)
         m.d.sync += read_data.eq(self.acc_read.data)
         # The lane adder's base: P rows' from m' (pass A's from the stored m, `spec_base`, set
         # as the query's first row was issued), O rows' the rounding bias of their shift
         # (BLOCK's a = 0: ((O << 7) + 64) >> 7 is O).
-        row_1, row_2, row_2_next = _delayed(m, row, 1), Signal(_LANE_ROW), Signal(_LANE_ROW)
-        p_base = Mux(at(1).spec, spec_base, row_1.operand.base)
-        m.d.comb += [
-            row_2_next.base.eq(Mux(at(1).kind == _Kind.EXP, p_base, _half(row_1.shift))),
-            row_2_next.mult.eq(row_1.operand.mult),
-            row_2_next.shift.eq(row_1.shift),
-        ]
-        m.d.sync += row_2.eq(row_2_next)
-        # The op and the operands at the lane adder (BLOCK's stage 2, NORMALIZE's 3), picked
-        # before their registers (the instruction's mode has a large fanout), then at the
-        # shifter and at the write.
-        sum_op, sum_row = Signal.like(op), Signal(_LANE_ROW)
-        m.d.sync += [sum_op.eq(Mux(block, at(1), at(2))), sum_row.eq(Mux(block, row_2_next, row_2))]
-        lanes_block = Signal()  # `block`, registered for the lanes (set before any row comes)
-        m.d.sync += lanes_block.eq(block)
-        (shift_op, write_op), shift_row = _delays(m, sum_op, 2), _delayed(m, sum_row, 1)
+        row_1, row_2 = _delayed(m, row, 1), Signal(_LANE_ROW)
+        p_base = Mux(at(1).spec, spec_base, row_1.base)
+        m.d.sync += [row_2.base.eq(Mux(at(1).kind == _Kind.EXP, p_base, _half(row_1.shift))),
+                     row_2.shift.eq(row_1.shift)]
+        # The op and the operands at the lane adder (stage 2), then at the shifter and at the
+        # write.
+        sum_op, sum_row, shift_op, write_op = at(2), row_2, at(3), at(4)
+        shift_row = _delayed(m, sum_row, 1)
 
-        # Lanes 2i and 2i + 1 share a multiplier: lane 2i's product in the PRODUCT pass,
-        # 2i + 1's in the SCALE pass after it. Each lane's sum holds through its partner's pass.
-        # The operands are registered (on ECP5 in the MULT18X18D pair's input registers: the
-        # routed 8x8's critical path ran from registers of the fabric into the pair, 19.3 ns),
-        # then the product.
-        products = [Signal(signed(49)) for _ in range(0, cols, 2)]
-        for i, product in enumerate(products):
-            pair = self.acc_read.data[2 * i:2 * i + 2]
-            operand = (pair[0] if len(pair) == 1
-                       else Mux(at(1).kind == _Kind.PRODUCT, pair[0], pair[1]))
-            m.d.sync += product.eq(registered_operands_product(
-                m, operand, row_2_next.mult, f"normalize{i}", platform))
         sums = [Signal(_SUM) for _ in range(cols)]
-        base = Signal(_SUM)  # the row's base, sign-extended to the lane adder's width
-        m.d.comb += base.eq(sum_row.base)
+        invert = sum_op.kind == _Kind.EXP
         for j in range(cols):
-            own_pass = sum_op.kind == (_Kind.PRODUCT if j % 2 == 0 else _Kind.SCALE)
-            invert = at(2).kind == _Kind.EXP
-            unpaired = j % 2 == 0 and j + 1 == cols  # no partner: its product every pass
             addend = Signal(_SUM, name=f"addend{j}")
-            m.d.comb += addend.eq(Mux(lanes_block,
-                                      (read_data[j] << EXP_BITS) ^ invert.replicate(_SUM.width),
-                                      products[j // 2]))
-            with m.If(1 if unpaired else lanes_block | own_pass):
-                # P rows: base + ~(s << 7) + 1 = ((m' << frac) - s) << 7, the 1 a carry-in.
-                m.d.sync += sums[j].eq((Cat(invert, base) + Cat(invert, addend))[1:])
+            m.d.comb += addend.eq((read_data[j] << EXP_BITS) ^ invert.replicate(_SUM.width))
+            # P rows: base + ~(s << 7) + 1 = ((m' << frac) - s) << 7, the 1 a carry-in.
+            m.d.sync += sums[j].eq((Cat(invert, sum_row.base) + Cat(invert, addend))[1:])
         # x >> shift fits _OUT bits (signed) iff x's bits from _OUT - 1 + shift up equal its
         # sign; P rows test from _OUT + shift up (p is 0 if one is set): a mask per row.
         # The mask is made from the row's shift a stage early, at the lane adder, and registered
@@ -614,7 +567,7 @@ class SoftmaxUnit(wiring.Component):
             m.d.comb += [
                 jobs.w_en.eq(1),
                 pushed.query.eq(steps[1].query),
-                pushed.operand.base.eq(_p_base(steps[1].m.x, ins.frac)),
+                pushed.base.eq(_p_base(steps[1].m.x, ins.frac)),
                 pushed.shift.eq(alpha_shift),
             ]
 
@@ -690,7 +643,8 @@ class SoftmaxUnit(wiring.Component):
             l_write.data.eq(Mux(l_new > L_MAX, L_MAX, l_new)),
         ]
 
-        # NORMALIZE: r = 2**47 // mant, two quotient bits per cycle (bits 17..0; 17 is 0).
+        # NORMALIZE: r = 2**47 // mant, two quotient bits per cycle (bits 17..0; 17 is 0),
+        # written as the query's row scale: min(r, 2**16 - 1) and sh.
         n_query, n_current = Signal(queries), Signal(queries)
         n_mant, n_rem, n_quot = Signal(32), Signal(33), Signal(18)
         n_shift, n_zero, n_step = Signal(6), Signal(), Signal(range(9))
@@ -708,7 +662,7 @@ class SoftmaxUnit(wiring.Component):
             bits.insert(0, fits)
         quotient = Cat(*bits, n_quot)[:18]
         read = Signal()
-        can_read = active & ~block & (n_query < ins.count) & (ahead < _JOBS)
+        can_read = active & ~block & (n_query < ins.count)
         with m.FSM():
             with m.State("READ"):
                 with m.If(can_read):
@@ -724,9 +678,13 @@ class SoftmaxUnit(wiring.Component):
             with m.State("DIVIDE"):
                 m.d.sync += [n_rem.eq(rem), n_quot.eq(quotient), n_step.eq(n_step - 1)]
                 with m.If(n_step == 0):
-                    m.d.comb += [jobs.w_en.eq(1), pushed.query.eq(n_current),
-                                 pushed.operand.mult.eq(Mux(n_zero, 0, quotient)),
-                                 pushed.shift.eq(Mux(n_zero, 0, n_shift))]
+                    m.d.comb += [
+                        self.scale_write.en.eq(1),
+                        self.scale_write.addr.eq(ins.state_row + n_current),
+                        self.scale_write.data.multiplier.eq(
+                            Mux(n_zero, 0, Mux(quotient[16:].any(), 2**16 - 1, quotient))),
+                        self.scale_write.data.shift.eq(Mux(n_zero, 0, n_shift)),
+                    ]
                     m.d.comb += read.eq(can_read)
                     with m.If(can_read):
                         m.next = "LATCH"
@@ -736,16 +694,15 @@ class SoftmaxUnit(wiring.Component):
         with m.If(checking):
             m.d.sync += n_query.eq(0)
         with m.If(read):
-            m.d.comb += [l_read.addr.eq(ins.state_row + n_query), l_read.en.eq(1),
-                         started.eq(1)]
+            m.d.comb += [l_read.addr.eq(ins.state_row + n_query), l_read.en.eq(1)]
             m.d.sync += [n_current.eq(n_query), n_query.eq(n_query + 1)]
 
-        stages = ([o.valid for o in ops[1:]] + [new.valid] + [s.valid for s in steps]
-                  + [o.valid for o in (sum_op, shift_op, write_op)])
+        stages = [o.valid for o in ops[1:]] + [new.valid] + [s.valid for s in steps]
         m.d.comb += [
             self.done.eq(active & ~b_have & (retired == ins.count) & ~Cat(*stages).any()
                          & ~l_write.en),
             self.progress.eq(accept | checks | self.acc_read.en | self.acc_write.en
+                             | self.scale_write.en
                              | self.p_write.en | l_read.en | m_write.en | l_write.en),
         ]
         with m.If(self.done):

@@ -1,11 +1,11 @@
 """STORE engine: accumulator tiles through the fused epilogue into external memory over AXI4."""
-from amaranth.hdl import Cat, Module, Mux, Signal, signed
+from amaranth.hdl import C, Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, fifo, memory, wiring
 from amaranth.lib.wiring import In
 from amaranth.utils import ceil_log2
 
-from ..isa import (Epilogue, ErrorCode, Header, Opcode, ParamsInstruction, StoreInstruction,
-                   TensorDescriptor)
+from ..isa import (Epilogue, EpilogueParams, ErrorCode, Header, Opcode, ParamsInstruction,
+                   RowScale, StoreInstruction, TensorDescriptor)
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_write_signature
 from .engine import check_state, dma_engine_members
 from .epilogue import EpilogueDatapath, LaneParams, pipeline_register
@@ -58,6 +58,9 @@ class StoreEngine(wiring.Component):
             "acc_read": In(memory.ReadPort.Signature(
                 addr_width=ceil_log2(config.accumulator_rows),
                 shape=data.ArrayLayout(signed(32), config.cols))),
+            **({"scale_read": In(memory.ReadPort.Signature(
+                addr_width=ceil_log2(config.probability_rows), shape=RowScale))}
+               if config.softmax else {}),
         })
 
     def elaborate(self, platform):
@@ -87,15 +90,35 @@ class StoreEngine(wiring.Component):
         instr = self.instr.payload
         params_instr = data.View(ParamsInstruction, instr.as_value())
         is_params = instr.header.opcode == Opcode.PARAMS
-        element_ok = instr.tensor.elem_log2 == Mux(instr.epilogue.requant, 0, 2)
+        options = instr.epilogue
+        element_ok = ((instr.tensor.elem_log2 == 2)
+                      | (options.requant & (instr.tensor.elem_log2 == 0)))
         dims = instr.tensor.dims
         # (The TileCheck finds a dim past the walked ones with an extent other than 1.)
-        rows_ok = ~instr.epilogue.per_row | (~instr.epilogue.pool & (dims[1].extent <= cols) &
-                                             Cat(dims[d].extent == 1 for d in
-                                                 range(2, config.descriptor_dims)).all())
+        two_d = Cat(dims[d].extent == 1 for d in range(2, config.descriptor_dims)).all()
+        rows_ok = ((~options.per_row | (~options.pool & (dims[1].extent <= cols) & two_d))
+                   & (~options.row_scale | (options.requant & ~options.pool & ~options.per_row
+                                            & two_d)))
+        # A row scale on a core without the softmax unit (no row scales): UNKNOWN_OPCODE.
+        missing = C(0) if config.softmax else options.row_scale
+        dispatch_code = Mux(missing, ErrorCode.UNKNOWN_OPCODE,
+                            Mux(element_ok, ErrorCode.BAD_EXTENT, ErrorCode.BAD_ELEMENT))
         epilogue = Signal(Epilogue)  # of the running STORE
         tensor = Signal(TensorDescriptor)  # of the running STORE, for the check and walker
-        int8 = epilogue.requant
+        int8 = Signal()  # its elements are int8
+        # Row scales (`Epilogue.row_scale`): tile row i1 (row sram_row + i1) takes row scale
+        # scale_row + i1, read beside the accumulator; the scale rows' range is checked beside
+        # the TileCheck (`scale_code`, from registers).
+        scale_offset = Signal(ceil_log2(config.probability_rows))  # scale_row - sram_row
+        scale_code = Signal(ErrorCode)
+        if config.softmax:
+            m.d.sync += [
+                scale_offset.eq(epilogue.scale_row - tensor.sram_row),
+                scale_code.eq(Mux(epilogue.row_scale
+                                  & (epilogue.scale_row + tensor.dims[1].extent
+                                     > config.probability_rows),
+                                  ErrorCode.SRAM_RANGE, ErrorCode.NONE)),
+            ]
         running = Signal()
         # The walker takes a STORE's descriptor a cycle after the engine, from `tensor`, while
         # the check runs: off the dispatch's path (the routed 8x8's critical path ran from the
@@ -189,9 +212,23 @@ class StoreEngine(wiring.Component):
         b_acc, b_entry, b_first = stage(acc, "b_acc"), stage(a_entry, "b_entry"), \
             stage(a_read == 0, "b_first")
         m.d.comb += [lane_params.lane.eq(b_entry), lane_params.same.eq(epilogue.per_row),
-                     datapath.options.eq(epilogue),
-                     datapath.first.eq(b_first), datapath.acc.eq(b_acc),
-                     datapath.params.eq(lane_params.params)]
+                     datapath.options.eq(epilogue), datapath.int8.eq(int8),
+                     datapath.first.eq(b_first), datapath.acc.eq(b_acc)]
+        if config.softmax:  # the row scale replaces each unit's multiplier and shift
+            m.d.comb += [self.scale_read.addr.eq(step.row + scale_offset),
+                         self.scale_read.en.eq(fetch)]
+            b_scale = stage(self.scale_read.data, "b_scale")
+            lanes = data.View(data.ArrayLayout(EpilogueParams, units), lane_params.params)
+            scaled = data.View(data.ArrayLayout(EpilogueParams, units), datapath.params)
+            for u in range(units):
+                m.d.comb += [
+                    scaled[u].bias.eq(lanes[u].bias),
+                    scaled[u].multiplier.eq(Mux(epilogue.row_scale, b_scale.multiplier,
+                                                lanes[u].multiplier)),
+                    scaled[u].shift.eq(Mux(epilogue.row_scale, b_scale.shift, lanes[u].shift)),
+                ]
+        else:
+            m.d.comb += datapath.params.eq(lane_params.params)
         valid, late_step = stage(a_valid & a_last, "b_valid"), stage(a_step, "b_step")
         for n in range(1, EpilogueDatapath.LATENCY):
             valid, late_step = stage(valid, f"valid{n}"), stage(late_step, f"step{n}")
@@ -262,16 +299,16 @@ class StoreEngine(wiring.Component):
                 with m.If(take):
                     with m.If(is_params):
                         m.d.sync += self.done.eq(1)
-                    with m.Elif(element_ok & rows_ok):
+                    with m.Elif(element_ok & rows_ok & ~missing):
                         m.d.sync += [walked.eq(0), epilogue.eq(instr.epilogue),
-                                     tensor.eq(instr.tensor), walk.eq(1)]
+                                     tensor.eq(instr.tensor), walk.eq(1),
+                                     int8.eq(options.requant & (instr.tensor.elem_log2 == 0))]
                         m.next = "CHECK"
                     with m.Else():
-                        m.d.sync += self.error.eq(Mux(element_ok, ErrorCode.BAD_EXTENT,
-                                                      ErrorCode.BAD_ELEMENT))
+                        m.d.sync += self.error.eq(dispatch_code)
                         m.next = "ERROR"
             with m.State("CHECK"):
-                check_state(m, self, check, stopped)
+                check_state(m, self, check, stopped, also=scale_code)
             with m.State("RUN"):
                 m.d.comb += [self.busy.eq(1), running.eq(1)]
                 with m.If(d_valid & d_step.last):

@@ -182,13 +182,21 @@ def _load(config, instr, windows):
 
 def _store(config, instr, windows):
     desc, epilogue = instr.tensor, instr.epilogue
-    if desc.elem_log2 != (0 if epilogue.requant else 2):
+    if epilogue.row_scale and not config.softmax:
+        return ErrorCode.UNKNOWN_OPCODE, 10, ()
+    if not (desc.elem_log2 == 2 or epilogue.requant and desc.elem_log2 == 0):
         return ErrorCode.BAD_ELEMENT, 10, ()
     e = _extents(desc)
-    if epilogue.per_row and (epilogue.pool or e[1] > config.cols or e[2] != 1 or e[3] != 1):
+    two_d = all(e[d] == 1 for d in range(2, config.descriptor_dims))
+    if (epilogue.per_row and (epilogue.pool or e[1] > config.cols or not two_d)
+            or epilogue.row_scale and (not epilogue.requant or epilogue.pool
+                                       or epilogue.per_row or not two_d)):
         return ErrorCode.BAD_EXTENT, 10, ()
     code = _tile_check(config, desc, config.cols, config.accumulator_rows, (0, 2),
                        bool(epilogue.pool), epilogue.pool_pitch)
+    if code == ErrorCode.NONE and epilogue.row_scale and (
+            epilogue.scale_row + e[1] > config.probability_rows):
+        code = ErrorCode.SRAM_RANGE
     if code != ErrorCode.NONE:
         return code, 60, ()
     code, passed = _walk(_tensor_addresses(desc), windows, config.axi_data_width // 8, "write")
@@ -215,17 +223,17 @@ def _softmax(config, instr):
     acc_rows, prob_rows = config.accumulator_rows, config.probability_rows
     if mode not in (SoftmaxMode.BLOCK.value, SoftmaxMode.NORMALIZE.value):
         code = ErrorCode.UNKNOWN_OPCODE
-    elif instr.count == 0 or instr.o_tiles == 0 or block and instr.tiles == 0:
+    elif instr.count == 0 or block and (instr.o_tiles == 0 or instr.tiles == 0):
         code = ErrorCode.BAD_EXTENT
-    elif (instr.o_row + instr.o_tiles * instr.count > acc_rows
-          or instr.state_row + instr.count > prob_rows
-          or block and (instr.score_row + instr.tiles * instr.count > acc_rows
+    elif (instr.state_row + instr.count > prob_rows
+          or block and (instr.o_row + instr.o_tiles * instr.count > acc_rows
+                        or instr.score_row + instr.tiles * instr.count > acc_rows
                         or instr.p_row + instr.tiles * instr.count > prob_rows)):
         code = ErrorCode.SRAM_RANGE
     else:
         code = ErrorCode.NONE
     per_query = (block_query_cycles(instr.tiles, instr.o_tiles, first=False, hit=False) if block
-                 else max(instr.o_tiles, SOFTMAX_DIVIDE_CYCLES))
+                 else SOFTMAX_DIVIDE_CYCLES)
     return code, 60 + 2 * instr.count * per_query
 
 

@@ -6,11 +6,12 @@ fractional bits). Arrays are int64: no intermediate value overflows it.
 """
 import numpy as np
 
+from ..firmware.epilogue import epilogue
 from ..hdl.softmax import EXP_BITS, EXP_TABLE, L_MAX, LF, SHIFT_MAX
 from ..isa import ErrorCode, SoftmaxMode
 
 __all__ = ["M_NONE", "exp2p", "rescale", "key_mask", "block", "reciprocal", "normalize",
-           "run_instruction"]
+           "scale_rows", "run_instruction"]
 
 M_NONE = np.iinfo(np.int64).min
 """``m`` of a query that has seen no valid key (minus infinity)."""
@@ -78,40 +79,48 @@ def block(m, l, s, keys, causal, causal_offset, frac, first, o):
 
 
 def reciprocal(l):
-    """``(r, sh)`` with ``r / 2**sh`` ~ ``2**(8 + LF) / l``: ``r = 2**47 // mant``, ``mant`` =
-    ``l`` (32 bits) normalized to [2**31, 2**32); ``(0, 0)`` for ``l = 0``."""
+    """The row scale NORMALIZE writes for ``l``: ``(r, sh)`` with ``r / 2**sh`` ~ ``2**(8 + LF)
+    / l``: ``r = min(2**47 // mant, 2**16 - 1)``, ``mant`` = ``l`` (32 bits) normalized to
+    [2**31, 2**32); ``(0, 0)`` for ``l = 0``."""
     l = int(l)
     if l == 0:
         return 0, 0
-    return (1 << 47) // (l << (32 - l.bit_length())), l.bit_length() - 1
+    r = (1 << 47) // (l << (32 - l.bit_length()))
+    return min(r, (1 << 16) - 1), l.bit_length() - 1
 
 
 def normalize(l, o):
-    """NORMALIZE: ``o`` (count, o_cols) to ``o * 2**(8 + LF) / l``, saturated to int32."""
-    o = np.asarray(o, dtype=np.int64)
-    out = np.empty_like(o)
-    for i, li in enumerate(np.asarray(l)):
-        r, sh = reciprocal(li)
-        out[i] = np.clip(rescale(o[i] * r, sh), -2**31, 2**31 - 1)
-    return out
+    """O / l as a STORE of ``o`` (count, o_cols) with the row scales of ``l`` stores it
+    (``Epilogue.row_scale``): ``o * 2**(8 + LF) / l``, rounded half to even, saturated to
+    int32."""
+    scales = np.array([reciprocal(li) for li in np.asarray(l)], dtype=np.int64).reshape(-1, 2)
+    return scale_rows(o, scales)
+
+
+def scale_rows(o, scales):
+    """The store epilogue's ``row_scale``: row i of ``o`` times ``scales[i]`` (multiplier,
+    shift), to int32."""
+    return epilogue(o, multiplier=scales[:, :1], shift=scales[:, 1:], requant=True, int8=False)
 
 
 def _check(config, f):
     block_mode = f["mode"] == SoftmaxMode.BLOCK
-    if f["count"] == 0 or f["o_tiles"] == 0 or (block_mode and f["tiles"] == 0):
+    if f["count"] == 0 or block_mode and (f["o_tiles"] == 0 or f["tiles"] == 0):
         return ErrorCode.BAD_EXTENT
     count, acc_rows, p_rows = f["count"], config.accumulator_rows, config.probability_rows
-    if (f["o_row"] + f["o_tiles"] * count > acc_rows or f["state_row"] + count > p_rows
-            or block_mode and (f["score_row"] + f["tiles"] * count > acc_rows
+    if (f["state_row"] + count > p_rows
+            or block_mode and (f["o_row"] + f["o_tiles"] * count > acc_rows
+                               or f["score_row"] + f["tiles"] * count > acc_rows
                                or f["p_row"] + f["tiles"] * count > p_rows)):
         return ErrorCode.SRAM_RANGE
     return ErrorCode.NONE
 
 
-def run_instruction(config, fields, acc, prob, state_m, state_l):
+def run_instruction(config, fields, acc, prob, state_m, state_l, scales):
     """A SOFTMAX instruction (``fields`` as for ``isa.encode``) on the unit's memories, in
     place: ``acc`` (accumulator_rows, cols), ``prob`` (probability_rows, lanes), ``state_m``,
-    ``state_l`` (probability_rows,). Returns the ErrorCode (a bad instruction changes nothing)."""
+    ``state_l`` (probability_rows,), ``scales`` (probability_rows, 2: the row scales' multiplier
+    and shift). Returns the ErrorCode (a bad instruction changes nothing)."""
     f = {name: 0 for name in ("first", "causal", "count", "tiles", "o_tiles", "keys",
                               "causal_offset", "score_row", "p_row", "o_row", "state_row",
                               "frac")}
@@ -125,23 +134,23 @@ def run_instruction(config, fields, acc, prob, state_m, state_l):
         return error
     cols, count = config.cols, f["count"]
     queries = np.arange(count)
-    o_rows = [f["o_row"] + u * count + queries for u in range(f["o_tiles"])]
-    o = np.concatenate([acc[rows] for rows in o_rows], axis=1)
     states = f["state_row"] + queries
     if f["mode"] == SoftmaxMode.NORMALIZE:
-        o = normalize(state_l[states], o)
-    else:
-        s_rows = [f["score_row"] + t * count + queries for t in range(f["tiles"])]
-        s = np.concatenate([acc[rows] for rows in s_rows], axis=1)
-        m, l, p, o = block(state_m[states], state_l[states], s, f["keys"], f["causal"],
-                           f["causal_offset"], f["frac"], f["first"], o)
-        state_m[states], state_l[states] = m, l
-        for t in range(f["tiles"]):
-            rows = f["p_row"] + t * count + queries
-            prob[rows] = 0
-            prob[rows, :cols] = p[:, t * cols:(t + 1) * cols]
-        if f["first"]:
-            return ErrorCode.NONE
+        scales[states] = [reciprocal(l) for l in state_l[states]]
+        return ErrorCode.NONE
+    o_rows = [f["o_row"] + u * count + queries for u in range(f["o_tiles"])]
+    o = np.concatenate([acc[rows] for rows in o_rows], axis=1)
+    s_rows = [f["score_row"] + t * count + queries for t in range(f["tiles"])]
+    s = np.concatenate([acc[rows] for rows in s_rows], axis=1)
+    m, l, p, o = block(state_m[states], state_l[states], s, f["keys"], f["causal"],
+                       f["causal_offset"], f["frac"], f["first"], o)
+    state_m[states], state_l[states] = m, l
+    for t in range(f["tiles"]):
+        rows = f["p_row"] + t * count + queries
+        prob[rows] = 0
+        prob[rows, :cols] = p[:, t * cols:(t + 1) * cols]
+    if f["first"]:
+        return ErrorCode.NONE
     for u, rows in enumerate(o_rows):
         acc[rows] = o[:, u * cols:(u + 1) * cols]
     return ErrorCode.NONE

@@ -12,7 +12,7 @@ from tpugen import CoreConfig
 from tpugen.hdl.load import LoadEngine
 from tpugen.hdl.store import StoreEngine
 from tpugen.hdl.walker import BurstPlanner, ElementStage, TileCheck, TileWalker, window_ok
-from tpugen.isa import NUM_WINDOWS, ErrorCode, Opcode, Window, decode, encode_tile
+from tpugen.isa import NUM_WINDOWS, ErrorCode, Opcode, RowScale, Window, decode, encode_tile
 from tpugen.firmware.program import Program
 from tpugen.sim.fuzz_model import DONE, MEMORY_SIZE, predict
 from tpugen.sim.pysim_axi import AxiMemory
@@ -63,10 +63,11 @@ def padded_tile(tensor, desc):
 
 
 class Bench(Elaboratable):
-    """An engine with its SRAM attached through ``wiring.connect``."""
+    """An engine with its SRAM (and a store engine's row scales, ``scales``) attached through
+    ``wiring.connect``."""
 
-    def __init__(self, engine, sram):
-        self.engine, self.sram = engine, sram
+    def __init__(self, engine, sram, scales=None):
+        self.engine, self.sram, self.scales = engine, sram, scales
 
     def elaborate(self, platform):
         m = Module()
@@ -76,12 +77,16 @@ class Bench(Elaboratable):
             wiring.connect(m, self.engine.sp_write, self.sram.write_port(granularity=1))
         else:
             wiring.connect(m, self.engine.acc_read, self.sram.read_port())
+        if self.scales is not None:
+            m.submodules.scales = self.scales
+            wiring.connect(m, self.engine.scale_read, self.scales.read_port())
         return m
 
 
-def run(kind, config, descs, axi_mem, wins, sram_init, timeout=4000):
+def run(kind, config, descs, axi_mem, wins, sram_init, timeout=4000, scales=None):
     """Runs ``descs`` (descriptors, or encoded instructions) one after another; returns
-    ([(error, cycles)], final SRAM rows)."""
+    ([(error, cycles)], final SRAM rows). ``scales``: the store engine's row scales, (multiplier,
+    shift) per row."""
     if kind == "load":
         engine, opcode = LoadEngine(config), Opcode.LOAD
         shape, depth = data.ArrayLayout(signed(8), config.lanes), config.scratchpad_rows
@@ -90,7 +95,10 @@ def run(kind, config, descs, axi_mem, wins, sram_init, timeout=4000):
         shape, depth = data.ArrayLayout(signed(32), config.cols), config.accumulator_rows
     sram = memory.Memory(shape=shape, depth=depth,
                          init=[[int(v) for v in row] for row in sram_init])
-    bench = Bench(engine, sram)
+    scale_memory = None if scales is None else memory.Memory(
+        shape=RowScale, depth=config.probability_rows,
+        init=[{"multiplier": int(mul), "shift": int(sh)} for mul, sh in scales])
+    bench = Bench(engine, sram, scale_memory)
     outcomes, rows = [], []
     valids = ["arvalid"] if kind == "load" else ["awvalid", "wvalid"]
 

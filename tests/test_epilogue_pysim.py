@@ -56,14 +56,18 @@ def set_lanes(lanes, instruction):
                 lanes[name][lane] = getattr(entry, name)
 
 
-def golden_tile(acc, desc, lanes, fields):
+def golden_tile(acc, desc, lanes, fields, scales=None):
     """The tile (e3, e2, e1, e0) a STORE writes, by the contract: rows (or 2x2 windows of rows)
-    through ``epilogue`` (parameters of lane i0, or with ``per_row`` of entry i1), then
+    through ``epilogue`` (parameters of lane i0, or with ``per_row`` of entry i1; with
+    ``row_scale`` multiplier and shift of row scale ``scale_row + i1``, from ``scales``), then
     ``maxpool2x2``."""
     e = [d["extent"] for d in desc["dims"]]
     # Parameter arrays along the last axis (lanes), or along the rows (entry i1) with per_row.
     chosen = {name: values[:e[1], None] if fields.get("per_row") else values[:e[0]]
               for name, values in lanes.items()}
+    if fields.get("row_scale"):
+        rows = scales[fields["scale_row"]:fields["scale_row"] + e[1]]
+        chosen["multiplier"], chosen["shift"] = rows[:, :1], rows[:, 1:]
     first = desc["sram_row"]
     if fields.get("pool"):
         pitch = fields["pool_pitch"]
@@ -73,7 +77,8 @@ def golden_tile(acc, desc, lanes, fields):
         values = acc[first:first + e[1] * e[2] * e[3], :e[0]].reshape(e[3], e[2], e[1], e[0])
     y = epilogue(values, bias=chosen["bias"] if fields.get("bias") else None,
                  multiplier=chosen["multiplier"], shift=chosen["shift"],
-                 requant=bool(fields.get("requant")), relu=bool(fields.get("relu")))
+                 requant=bool(fields.get("requant")), relu=bool(fields.get("relu")),
+                 int8=desc["elem_log2"] == 0)
     return maxpool2x2(y, axes=(0, 1))[None] if fields.get("pool") else y
 
 
@@ -91,10 +96,10 @@ def scatter(mem, desc, tile, elem_bytes):
             mem[addrs + byte] = values[..., byte]
 
 
-def golden_program(config, program, acc, seed, **axi):
+def golden_program(config, program, acc, seed, scales=None, **axi):
     """A random AXI memory for ``program`` (PARAMS bytes and (descriptor, epilogue fields)
-    STOREs) and what the golden model leaves in it; returns the memory, the expected bytes, the
-    encoded instructions and the golden tiles."""
+    STOREs) and what the golden model leaves in it (``scales``: the row scales); returns the
+    memory, the expected bytes, the encoded instructions and the golden tiles."""
     rng = np.random.default_rng(seed)
     axi_mem = AxiMemory(MEM_SIZE, config.axi_data_width, allowed=[(0, MEM_SIZE)], seed=seed,
                         **axi)
@@ -110,18 +115,19 @@ def golden_program(config, program, acc, seed, **axi):
             instructions.append(item)
         else:
             desc, fields = item
-            tile = golden_tile(acc, desc, lanes, fields)
-            scatter(expected, desc, tile, 1 if fields.get("requant") else 4)
+            tile = golden_tile(acc, desc, lanes, fields, scales)
+            scatter(expected, desc, tile, 1 << desc["elem_log2"])
             tiles.append(tile)
             instructions.append(store(desc, **fields))
     return axi_mem, expected, instructions, tiles
 
 
-def program_case(config, program, acc, seed, **axi):
+def program_case(config, program, acc, seed, scales=None, **axi):
     """Runs ``program`` on ``acc`` (see `golden_program`) and compares memory with the golden
     model; returns [(error, cycles)] and the golden tiles."""
-    axi_mem, expected, instructions, tiles = golden_program(config, program, acc, seed, **axi)
-    outcomes, _ = run("store", config, instructions, axi_mem, RW_ALL, acc)
+    axi_mem, expected, instructions, tiles = golden_program(config, program, acc, seed, scales,
+                                                            **axi)
+    outcomes, _ = run("store", config, instructions, axi_mem, RW_ALL, acc, scales=scales)
     assert [o[0] for o in outcomes] == [ErrorCode.NONE] * len(program)
     np.testing.assert_array_equal(np.frombuffer(axi_mem.mem, dtype=np.uint8), expected)
     return outcomes, tiles
@@ -356,13 +362,14 @@ def test_back_pressure(width):
 
 
 def boundary_products(rng):
-    """(t, multiplier, shift) with t * multiplier next to where the result saturates (int8, and
-    the 16-bit quotient the datapath clamps to) or rounds (ties of both parities), for every
-    shift; t next to the int32 limits; random ones."""
+    """(t, multiplier, shift) with t * multiplier next to where the result saturates (int8,
+    int32, and the 32-bit quotient the datapath clamps to) or rounds (ties of both parities),
+    for every shift; t next to the int32 limits; random ones."""
     cases = [(t, 1, 0) for t in (2**31 - 1, 2**31, -2**31, -2**31 - 1, 2**32 - 2, -2**32)]
     for shift in range(64):
         half = 1 << max(shift - 1, 0)
-        for q in (1, 2, 127, 128, -128, -129, 2**15 - 1, 2**15, -2**15, -2**15 - 1):
+        for q in (1, 2, 127, 128, -128, -129, 2**15 - 1, 2**15, -2**15, -2**15 - 1,
+                  2**31 - 1, 2**31, -2**31, -2**31 - 1, 2**32 - 1, -2**32):
             for off in (0, -1, half - 1, half, half + 1):
                 target = (q << shift) + off
                 m = int(rng.choice([1, 3, 65535, rng.integers(1, 65536)]))
@@ -374,15 +381,17 @@ def boundary_products(rng):
     return cases
 
 
-@pytest.mark.parametrize("requant,relu,multiplier,family", [
-    (1, 0, True, None), (1, 1, True, None), (0, 0, True, None), (0, 1, True, None),
-    (1, 0, False, None), (1, 1, False, None), (0, 0, False, None),
-    (1, 0, True, "ecp5"), (0, 1, True, "ecp5")])  # t * multiplier from MULT18X18D pairs
-def test_datapath(requant, relu, multiplier, family):
+@pytest.mark.parametrize("requant,int8,relu,multiplier,family", [
+    (1, 1, 0, True, None), (1, 1, 1, True, None), (0, 0, 0, True, None), (0, 0, 1, True, None),
+    (1, 0, 0, True, None), (1, 0, 1, True, None),  # scaled to int32 (NORMALIZE's row scales)
+    (1, 1, 0, False, None), (1, 1, 1, False, None), (0, 0, 0, False, None),
+    (1, 1, 0, True, "ecp5"), (1, 0, 0, True, "ecp5"), (0, 0, 1, True, "ecp5")])
+def test_datapath(requant, int8, relu, multiplier, family):
     # EpilogueDatapath alone, one lane, a value a cycle: t = acc + bias over the whole 33-bit
     # range, products next to every saturation and rounding boundary of every shift, against
-    # the golden model. Without the multiplier, the params' multiplier is ignored (as if 1).
-    rng = np.random.default_rng(requant * 2 + relu)
+    # the golden model (on ECP5, t * multiplier from MULT18X18D pairs). Without the multiplier,
+    # the params' multiplier is ignored (as if 1).
+    rng = np.random.default_rng(requant * 2 + relu + 4 * int8)
     cases = boundary_products(rng)
     t, mult, shift = (np.array(c, dtype=np.int64) for c in zip(*cases))
     if not multiplier:  # t itself next to the boundaries
@@ -390,7 +399,7 @@ def test_datapath(requant, relu, multiplier, family):
     acc = np.clip(t, -2**31, 2**31 - 1)
     bias = t - acc
     expected = epilogue(acc, bias, mult if multiplier else 1, shift, requant=bool(requant),
-                        relu=bool(relu))
+                        relu=bool(relu), int8=bool(int8))
     dut = EpilogueDatapath(1, multiplier=multiplier)
     lane_acc, lane_y = (data.View(data.ArrayLayout(signed(32), 1), v)[0] for v in (dut.acc, dut.y))
     lane_params = data.View(data.ArrayLayout(EpilogueParams, 1), dut.params)[0]
@@ -398,6 +407,7 @@ def test_datapath(requant, relu, multiplier, family):
 
     async def testbench(ctx):
         ctx.set(dut.first, 1)
+        ctx.set(dut.int8, int8)
         ctx.set(dut.options, {"bias": 1, "requant": requant, "relu": relu})
         for n in range(len(cases) + dut.LATENCY):
             if n < len(cases):
@@ -463,7 +473,7 @@ def test_shift_only_epilogue():
     # pooling as the golden model with multiplier 1, int8 and int32, pooled and not; a PARAMS
     # from lane 3 (fewer lanes than entries).
     config = CoreConfig(rows=4, cols=5, scratchpad_kib=1, accumulator_kib=2, axi_data_width=32,
-                        epilogue_multiplier=False)
+                        softmax=False, epilogue_multiplier=False)
     rng = np.random.default_rng(16)
     lanes = [(int(rng.integers(-300, 300)), int(rng.integers(2, 65536)), shift)
              for shift in (1, 4, 5, 6, 40)]
@@ -622,9 +632,52 @@ def test_per_row_small(width):
                                                               requant=True))
 
 
+@pytest.mark.parametrize("width", [32, 64, 128])
+def test_row_scales(width):
+    # Row scales (as NORMALIZE writes them, O / l of attention): tile row i1 takes multiplier
+    # and shift of row scale scale_row + i1 (int32 out, ties and int32 saturation, the lane's
+    # bias still applies); 16 rows from an odd row and scale row, clipped lanes; then per-lane
+    # requantization to int32 (lane parameters, not the row scales); 1, 2 and 4 epilogue units.
+    config = with_width(TALL, width)
+    rng = np.random.default_rng(width + 21)
+    lanes = random_lanes(rng, 16)
+    scales = np.array([(65535, 31), (2**15, 16), (0, 0), (40000, 20), (1, 0), (65535, 0)]
+                      + [(int(rng.integers(2**15, 2**16)), int(rng.integers(0, 32)))
+                         for _ in range(config.probability_rows - 6)], dtype=np.int64)
+    acc = random_acc(rng, config.accumulator_rows, lanes, bias=True)
+    # Rows 7..22 through scale rows 3..18: the ties of scale row 3 + j in row 7 + j.
+    as_lanes = [(0, int(mul), int(sh)) for mul, sh in scales[3:19]]
+    acc[7:23] = random_acc(rng, 16, as_lanes, bias=False).T
+    scaled = {"requant": 1, "row_scale": 1, "scale_row": 3}
+    rows = descriptor(0, [(16, 0, 16, 4), (16, 0, 16, 64)], sram_row=7, elem_log2=2)
+    clipped = descriptor(2048, [(13, -2, 9, 4), (5, 0, 5, 40)], sram_row=11, elem_log2=2)
+    program = [params(lanes[:8]), params(lanes[8:], first_lane=8),
+               (rows, scaled),
+               (clipped, {**scaled, "bias": 1, "scale_row": 27}),
+               (rows, {"requant": 1, "bias": 1})]  # lane parameters, int32
+    _, tiles = program_case(config, program, acc, seed=width, scales=scales)
+    mult, shift = scales[3:19, :1], scales[3:19, 1:]
+    np.testing.assert_array_equal(tiles[0][0, 0], epilogue(acc[7:23, :16], None, mult, shift,
+                                                           requant=True, int8=False))
+    assert (tiles[0] == 2**31 - 1).any() and (tiles[0] == -2**31).any()
+    assert (tiles[0] != tiles[2]).any(axis=-1).sum() >= 12  # row scales are not lane ones
+
+
 STORE_ERRORS = {
-    "requant_int32": (descriptor(0, [(4, 0, 4, 4)], elem_log2=2), {"requant": 1},
+    "requant_int16": (descriptor(0, [(4, 0, 4, 2)], elem_log2=1), {"requant": 1},
                       ErrorCode.BAD_ELEMENT),
+    # Row scales: requant, a 2-D tile, no pooling or per-row; rows past the row scales (32).
+    "row_scale_no_requant": (descriptor(0, [(4, 0, 4, 4)], elem_log2=2), {"row_scale": 1},
+                             ErrorCode.BAD_EXTENT),
+    "row_scale_3d": (descriptor(0, [(4, 0, 4, 4), (2, 0, 2, 16), (2, 0, 2, 32)], elem_log2=2),
+                     {"requant": 1, "row_scale": 1}, ErrorCode.BAD_EXTENT),
+    "row_scale_pool": (descriptor(0, [(4, 0, 4, 4), (1, 0, 1, 16)], elem_log2=2),
+                       {"requant": 1, "row_scale": 1, "pool": 1, "pool_pitch": 4},
+                       ErrorCode.BAD_EXTENT),
+    "row_scale_per_row": (descriptor(0, [(4, 0, 4, 4), (2, 0, 2, 16)], elem_log2=2),
+                          {"requant": 1, "row_scale": 1, "per_row": 1}, ErrorCode.BAD_EXTENT),
+    "row_scale_range": (descriptor(0, [(4, 0, 4, 4), (3, 0, 3, 16)], elem_log2=2),
+                        {"requant": 1, "row_scale": 1, "scale_row": 30}, ErrorCode.SRAM_RANGE),
     "int32_int8": (descriptor(0, [(4, 0, 4, 1)], elem_log2=0), {"bias": 1},
                    ErrorCode.BAD_ELEMENT),
     "elem_log2_1": (descriptor(0, [(4, 0, 4, 2)], elem_log2=1), {"requant": 1},

@@ -8,13 +8,12 @@ from amaranth.lib import data, memory, wiring
 from amaranth.sim import Simulator
 
 from tpugen import CoreConfig
-from tpugen.arch import block_query_cycles, normalize_query_cycles, opcode_of
+from tpugen.arch import SOFTMAX_DIVIDE_CYCLES, block_query_cycles, opcode_of
 from tpugen.firmware.attention import compile_attention, plan_attention, quantize_attention
 from tpugen.hdl.softmax import L_MAX, STATE_M, SoftmaxUnit
-from tpugen.isa import ErrorCode, Opcode, SoftmaxInstruction, SoftmaxMode, decode
+from tpugen.isa import ErrorCode, Opcode, RowScale, SoftmaxInstruction, SoftmaxMode, decode
 from tpugen.sim import softmax_model as model
 from tpugen.sim.attention_model import speculation_hits
-from tpugen.sim.testbench import ForFamily
 
 SQUARE = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1)
 WIDE = CoreConfig(rows=2, cols=8, scratchpad_kib=1, accumulator_kib=2)
@@ -23,21 +22,23 @@ ODD = CoreConfig(rows=3, cols=3, scratchpad_kib=1, accumulator_kib=1)  # a lane 
 
 
 class _Bench(wiring.Component):
-    def __init__(self, config, acc, prob, family=None):
+    def __init__(self, config, acc, prob):
         self.unit = SoftmaxUnit(config)
-        self.family = family
         self.acc = memory.Memory(shape=data.ArrayLayout(signed(32), config.cols),
                                  depth=config.accumulator_rows, init=acc.tolist())
         self.prob = memory.Memory(shape=data.ArrayLayout(unsigned(8), config.lanes),
                                   depth=config.probability_rows, init=prob.tolist())
+        self.scales = memory.Memory(shape=RowScale, depth=config.probability_rows, init=[])
         super().__init__({})
 
     def elaborate(self, platform):
         m = Module()
         unit = self.unit
-        m.submodules.unit = unit if self.family is None else ForFamily(unit, self.family)
+        m.submodules.unit = unit
         m.submodules.acc = self.acc
         m.submodules.prob = self.prob
+        m.submodules.scales = self.scales
+        wiring.connect(m, unit.scale_write, self.scales.write_port())
         wiring.connect(m, unit.acc_read, self.acc.read_port())
         wiring.connect(m, unit.acc_write, self.acc.write_port())
         wiring.connect(m, unit.p_write, self.prob.write_port())
@@ -60,19 +61,18 @@ def _memories(config, seed):
     return acc, prob
 
 
-def _simulate(config, acc, prob, instructions, states=None, after_error=None, writes=None,
-              family=None):
+def _simulate(config, acc, prob, instructions, states=None, after_error=None, writes=None):
     """Runs ``instructions`` in order, checking error, memories and state against the model
     after each. ``states``: (m, m_valid, l) preset per state row. ``after_error``: an
     instruction offered (and never to be taken) once the unit stopped. ``writes``: per
     instruction, (first row, rows) written into the accumulator before it (what MATMULs would
-    write). ``family``: the unit elaborated as for it (`ForFamily`). Returns (cycles,
-    accumulator rows read) per instruction."""
-    bench = _Bench(config, acc, prob, family)
+    write). Returns (cycles, accumulator rows read) per instruction."""
+    bench = _Bench(config, acc, prob)
     unit = bench.unit
     acc, prob = acc.copy(), prob.copy()
     state_m = np.full(config.probability_rows, model.M_NONE, dtype=np.int64)
     state_l = np.zeros(config.probability_rows, dtype=np.int64)
+    scales = np.zeros((config.probability_rows, 2), dtype=np.int64)
     cycles, reads = [], []
 
     def check(ctx):
@@ -88,6 +88,8 @@ def _simulate(config, acc, prob, instructions, states=None, after_error=None, wr
             assert ctx.get(unit.state_l.data[row]) == state_l[row], row
             if state.m_valid:
                 assert state.m == state_m[row], row
+            scale = ctx.get(bench.scales.data[row])
+            assert (scale.multiplier, scale.shift) == tuple(scales[row]), row
 
     async def testbench(ctx):
         for row, (m, m_valid, l) in enumerate(states or []):
@@ -99,7 +101,8 @@ def _simulate(config, acc, prob, instructions, states=None, after_error=None, wr
             for r, value in enumerate(values, row):
                 acc[r] = value
                 ctx.set(bench.acc.data[r], value.tolist())
-            expected = model.run_instruction(config, fields, acc, prob, state_m, state_l)
+            expected = model.run_instruction(config, fields, acc, prob, state_m, state_l,
+                                             scales)
             ctx.set(unit.instr.payload.as_value(), _bits(fields))
             ctx.set(unit.instr.valid, 1)
             await ctx.tick().until(unit.instr.ready)
@@ -122,6 +125,7 @@ def _simulate(config, acc, prob, instructions, states=None, after_error=None, wr
             for _ in range(30):
                 assert not ctx.get(unit.instr.ready)
                 assert not ctx.get(unit.acc_write.en) and not ctx.get(unit.p_write.en)
+                assert not ctx.get(unit.scale_write.en)
                 await ctx.tick()
             check(ctx)
 
@@ -164,8 +168,8 @@ def test_flash_blocks_then_normalize(config):
         _block(common, keys=1, score_row=3 * area, p_row=2 * area),
         _block(common, keys=config.cols + 1, causal=1, causal_offset=config.cols - 2,
                score_row=area, p_row=0),
-        {"mode": SoftmaxMode.NORMALIZE, "count": count, "o_tiles": o_tiles, "o_row": o_row,
-         "tiles": 0, "score_row": 0xFFFF, "p_row": 0xFFFF},
+        {"mode": SoftmaxMode.NORMALIZE, "count": count, "o_tiles": 0, "o_row": 0xFFFF,
+         "tiles": 0, "score_row": 0xFFFF, "p_row": 0xFFFF},  # fields NORMALIZE ignores
         {"mode": SoftmaxMode.NORMALIZE, "count": 2, "o_tiles": 1, "o_row": 0,
          "state_row": count},
     ]
@@ -197,30 +201,29 @@ def test_extreme_scores():
     _simulate(config, acc, prob, instructions)
 
 
-@pytest.mark.parametrize("family", [None, "ecp5"], ids=["generic", "ecp5"])
-def test_normalize_any_state(family):
-    """NORMALIZE of preset states: l = 0, every bit length 1..32, O saturating to int32; also
-    with the ECP5 multiplier pairs (`dsp.registered_wide_product`)."""
+def test_normalize_any_state():
+    """NORMALIZE's row scales of preset states: l = 0, every bit length 1..32, powers of two
+    (r = 2**16, saturated to 2**16 - 1), the largest l."""
     config = SQUARE
     rng = np.random.default_rng(11)
     acc, prob = _memories(config, 11)
     widths = [0, 1, 2, 12, 13, 14, 15, 16, 17, 20, 28, 31, 32]
     widths += list(rng.integers(1, 33, config.probability_rows - len(widths)))
     ls = [0 if w == 0 else int(rng.integers(1 << (w - 1), 1 << w)) for w in widths]
-    ls[-1] = L_MAX
+    ls[-1], ls[-2], ls[-3] = L_MAX, 1 << 31, 1 << 8
     states = [(int(rng.integers(-2**31, 2**31)), int(rng.integers(2)), l) for l in ls]
     instructions = [
         {"mode": SoftmaxMode.NORMALIZE, "count": 16, "o_tiles": 2, "o_row": 0, "state_row": 0},
         {"mode": SoftmaxMode.NORMALIZE, "count": 16, "o_tiles": 1, "o_row": 40,
          "state_row": 16},
     ]
-    _simulate(config, acc, prob, instructions, states=states, family=family)
+    _simulate(config, acc, prob, instructions, states=states)
 
 
 def test_throughput():
     """BLOCK keeps the read port busy: at most count * (2 * tiles + o_tiles) cycles plus a
-    fill (`test_speculative_pass`: fewer on hits); NORMALIZE takes `normalize_query_cycles`
-    per query."""
+    fill (`test_speculative_pass`: fewer on hits); NORMALIZE takes `SOFTMAX_DIVIDE_CYCLES` per
+    query."""
     config = SQUARE
     acc, prob = _memories(config, 3)
     acc[:] >>= 10
@@ -233,7 +236,7 @@ def test_throughput():
     ]
     cycles, _ = _simulate(config, acc, prob, [fields for fields, _ in runs])
     for (fields, per_query), got in zip(runs, cycles):
-        per_query = per_query or normalize_query_cycles(config, fields["o_tiles"])
+        per_query = per_query or SOFTMAX_DIVIDE_CYCLES
         bound = fields["count"] * per_query + 24
         assert got <= bound, (fields, got, bound)
 
@@ -249,7 +252,8 @@ def _block_rows(config, acc, prob, instructions):
     for fields in instructions:
         states = slice(fields["state_row"], fields["state_row"] + fields["count"])
         old = state_m[states].copy()
-        model.run_instruction(config, fields, acc, prob, state_m, state_l)
+        model.run_instruction(config, fields, acc, prob, state_m, state_l,
+                              np.zeros((config.probability_rows, 2), np.int64))
         first = bool(fields.get("first"))
         hits = (old != model.M_NONE) & (state_m[states] == old) & (not first)
         rows.append(sum(block_query_cycles(fields["tiles"], fields["o_tiles"], first, bool(hit))
@@ -373,14 +377,12 @@ def test_random_instructions(config):
     ({"count": 0, "tiles": 1, "o_tiles": 1}, ErrorCode.BAD_EXTENT),
     ({"count": 1, "tiles": 0, "o_tiles": 1}, ErrorCode.BAD_EXTENT),
     ({"count": 1, "tiles": 1, "o_tiles": 0}, ErrorCode.BAD_EXTENT),
-    ({"mode": SoftmaxMode.NORMALIZE, "count": 1, "o_tiles": 0}, ErrorCode.BAD_EXTENT),
+    ({"mode": SoftmaxMode.NORMALIZE, "count": 0}, ErrorCode.BAD_EXTENT),
     ({"count": 2, "tiles": 4, "o_tiles": 1, "score_row": 57}, ErrorCode.SRAM_RANGE),
     ({"count": 2, "tiles": 1, "o_tiles": 3, "o_row": 59}, ErrorCode.SRAM_RANGE),
     ({"count": 4, "tiles": 2, "o_tiles": 1, "p_row": 25}, ErrorCode.SRAM_RANGE),
     ({"count": 4, "tiles": 1, "o_tiles": 1, "state_row": 29}, ErrorCode.SRAM_RANGE),
     ({"mode": SoftmaxMode.NORMALIZE, "count": 4, "o_tiles": 1, "state_row": 29},
-     ErrorCode.SRAM_RANGE),
-    ({"mode": SoftmaxMode.NORMALIZE, "count": 4, "o_tiles": 16, "o_row": 1},
      ErrorCode.SRAM_RANGE),
     ({"mode": 2, "count": 1, "tiles": 1, "o_tiles": 1}, ErrorCode.UNKNOWN_OPCODE),
 ])
@@ -389,7 +391,8 @@ def test_bad_instruction_sets_error_and_stops(fields, code):
     acc, prob = _memories(config, 5)
     good = _block(count=1, tiles=1, o_tiles=1, keys=4)
     assert model.run_instruction(config, fields, acc.copy(), prob.copy(),
-                                 np.zeros(32, np.int64), np.zeros(32, np.int64)) == code
+                                 np.zeros(32, np.int64), np.zeros(32, np.int64),
+                                 np.zeros((32, 2), np.int64)) == code
     _simulate(config, acc, prob, [{"frac": 3, **fields}], after_error=good)
 
 
@@ -413,7 +416,7 @@ def test_reciprocal_accuracy():
     for l in [1, 2, 3, 2**31, 2**32 - 1, 255 << 8, 129 << 8, L_MAX,
               *map(int, rng.integers(1, 2**32, 20000))]:
         r, sh = model.reciprocal(l)
-        assert 2**15 <= r <= 2**16 and 0 <= sh <= 31
+        assert 2**15 <= r <= 2**16 - 1 and 0 <= sh <= 31
         assert abs(r / 2.0**sh * l / 2.0**16 - 1) < 2**-15
 
 

@@ -10,7 +10,7 @@ from .isa import Header, Opcode
 __all__ = ["ENGINE_OPCODES", "Engine", "MAX_OUTSTANDING", "MAX_QUEUE_DEPTH", "OPCODE_BITS",
            "OPCODE_ENGINE", "OPCODE_MASK", "PENDING_DEPTH", "PLAN_DEPTH", "QUEUE_DEPTH",
            "SOFTMAX_DIVIDE_CYCLES", "SOFTMAX_OUT_FRAC", "TOKEN_BITS", "TOKEN_FLAGS", "TOKEN_LIMIT",
-           "block_query_cycles", "min_tile_length", "normalize_query_cycles", "opcode_of",
+           "block_query_cycles", "min_tile_length", "opcode_of",
            "token_flag_bit"]
 
 
@@ -72,7 +72,7 @@ def min_tile_length(config):
 
 
 SOFTMAX_OUT_FRAC = 8
-"""Fraction bits of the softmax unit's NORMALIZE output: it is in units of V / 2**8."""
+"""Fraction bits of attention's output (O / l, NORMALIZE's row scales): in units of V / 2**8."""
 SOFTMAX_DIVIDE_CYCLES = 11
 """Cycles of NORMALIZE's reciprocal of one query (``hdl/softmax.py``)."""
 
@@ -84,9 +84,3 @@ def block_query_cycles(tiles, o_tiles, first, hit):
     if first:
         return 2 * tiles
     return tiles if hit else 2 * tiles + o_tiles
-
-
-def normalize_query_cycles(config, o_tiles):
-    """Cycles per query of a NORMALIZE of ``o_tiles`` O tiles: the reciprocal, overlapped with
-    the previous query's O rows, two reads each where lanes share a multiplier (cols > 1)."""
-    return max(SOFTMAX_DIVIDE_CYCLES, o_tiles * min(config.cols, 2))

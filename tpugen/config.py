@@ -89,6 +89,10 @@ class CoreConfig:
             value = getattr(self, name)
             if not isinstance(value, bool):
                 raise ValueError(f"CoreConfig.{name}={value!r} is invalid: allowed True or False")
+        if self.softmax and not self.epilogue_multiplier:
+            raise ValueError("CoreConfig.epilogue_multiplier=False is invalid with softmax=True: "
+                             "attention's O / l is a multiply in the store epilogue (allowed "
+                             "True, or softmax=False)")
         check("counter_width", lambda v: v in (32, 64), "32 or 64")
         check("counters", lambda v: v in ("full", "basic"), '"full" or "basic"')
         check("windows", integer_in(1, NUM_WINDOWS), f"an integer in 1..{NUM_WINDOWS}")

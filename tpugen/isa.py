@@ -50,7 +50,7 @@ __all__ = [
     "INSTRUCTION_BITS", "INSTRUCTION_BYTES", "DIMS", "ErrorCode", "Opcode", "Header", "Dim",
     "TensorDescriptor", "Im2colDescriptor", "LoadInstruction", "LoadIm2colInstruction",
     "MatmulInstruction", "StoreInstruction", "Epilogue", "EpilogueParams", "ParamsInstruction",
-    "PARAMS_PER_INSTRUCTION", "PARAMS_RESET", "SoftmaxMode", "SoftmaxInstruction", "decode", "encode",
+    "PARAMS_PER_INSTRUCTION", "PARAMS_RESET", "RowScale", "SoftmaxMode", "SoftmaxInstruction", "decode", "encode",
     "defined_bits", "encode_im2col", "encode_tile", "instruction_layout", "pack",
     "NUM_WINDOWS", "Window",
 ]
@@ -204,17 +204,26 @@ LoadIm2colInstruction = data.StructLayout({"header": Header, "im2col": Im2colDes
 """A LOAD with ``header.im2col`` set: the same bits as LoadInstruction, read this way."""
 Epilogue = data.StructLayout({
     "bias": 1,           # add the lane's bias
-    "requant": 1,        # requantize with the lane's multiplier and shift to int8 (elem_log2 0)
+    "requant": 1,        # scale by the lane's multiplier and shift, to int8 or int32
     "relu": 1,           # max(y, 0)
     "pool": 1,           # 2x2 / stride-2 max pooling of output pixels (see below)
     "pool_pitch": 16,    # accumulator rows between vertically neighbouring output pixels
     "per_row": 1,        # tile row i1 (every lane) uses parameter entry i1, not lane i0's
+    "row_scale": 1,      # tile row i1 takes multiplier and shift from row scale scale_row + i1
+    "scale_row": 16,     # (the softmax unit's NORMALIZE writes them, see `RowScale`)
 })
 """The store path's per-element function of an accumulator value ``acc`` of lane ``j``:
-``t = acc + bias[j]`` (if ``bias``), then ``y = sat_int8(round_half_even(t * multiplier[j] /
+``t = acc + bias[j]`` (if ``bias``), then ``y = sat(round_half_even(t * multiplier[j] /
 2**shift[j]))`` (ties to even) if ``requant`` else ``y = sat_int32(t)``, then ``max(y, 0)`` if
-``relu``. Without ``requant`` elements are int32 (``elem_log2`` 2), with it int8 (``elem_log2``
-0); any other element size is BAD_ELEMENT.
+``relu``. Without ``requant`` elements are int32 (``elem_log2`` 2); with it int8 (``elem_log2``
+0, ``sat`` to int8) or int32 (``elem_log2`` 2, ``sat`` to int32); any other element size is
+BAD_ELEMENT.
+
+With ``row_scale`` (cores with the softmax unit; on others UNKNOWN_OPCODE) element (i0, i1)
+takes its multiplier and shift from row scale ``scale_row + i1`` instead of lane i0's parameters
+(its bias stays the lane's): ``requant`` must be set and the tile 2-D and not pooled or
+``per_row``, else BAD_EXTENT; a row past the row scales (``CoreConfig.probability_rows``) is
+SRAM_RANGE. Flash attention stores O / l so: NORMALIZE writes each query's 1 / l as a row scale.
 
 With ``pool`` the tile's dim 3 extent must be 1, and tile element (i0, i1, i2) is the maximum over
 the accumulator rows ``r, r + 1, r + pool_pitch, r + pool_pitch + 1`` with ``r = sram_row + 2 * i1
@@ -262,7 +271,16 @@ MatmulInstruction = data.StructLayout({
 
 class SoftmaxMode(enum.Enum, shape=2):
     BLOCK = 0       # online-softmax update with one block of scores; rescale O
-    NORMALIZE = 1   # O /= l
+    NORMALIZE = 1   # the row scales of 1 / l, for a STORE of O with `Epilogue.row_scale`
+
+
+RowScale = data.StructLayout({
+    "multiplier": 16,    # unsigned
+    "shift": 6,
+})
+"""A query's scale for the store epilogue (``Epilogue.row_scale``): NORMALIZE writes row scale
+``state_row + i`` of query i, ``multiplier / 2**shift`` ~ ``2**(OUT_FRAC + LF) / l`` (see
+``hdl/softmax.py``); the scales are ``CoreConfig.probability_rows`` entries, like the state."""
 
 
 SoftmaxInstruction = data.StructLayout({
@@ -273,13 +291,13 @@ SoftmaxInstruction = data.StructLayout({
     "reserved": 4,
     "count": 16,         # queries (>= 1)
     "tiles": 8,          # key tiles in the block (>= 1), `cols` keys each
-    "o_tiles": 8,        # O tiles (>= 1), `cols` output columns each
+    "o_tiles": 8,        # BLOCK: O tiles (>= 1), `cols` output columns each
     "keys": 16,          # valid keys in the block; lanes past them are masked
     "causal_offset": signed(32),
     "score_row": 16,     # accumulator row of S[query i, key tile t] = score_row + t * count + i
     "p_row": 16,         # probability-buffer row of P[i, t] = p_row + t * count + i
-    "o_row": 16,         # accumulator row of O[i, tile u] = o_row + u * count + i
-    "state_row": 16,     # softmax state (m, l) of query i = state_row + i
+    "o_row": 16,         # BLOCK: accumulator row of O[i, tile u] = o_row + u * count + i
+    "state_row": 16,     # softmax state (m, l) and row scale of query i = state_row + i
     "frac": 5,           # scores are log2-domain fixed point: x = s / 2**frac
 })
 """One step of flash attention on the softmax unit (see ``hdl/softmax.py`` for the numerics)."""
