@@ -129,10 +129,9 @@ BOARDS = {board.name: board for board in (
         default_array=(8, 8),
         scratchpad_kib=16, accumulator_kib=8, axi_data_width=64,
         # Measured with synth_ecp5 (yosys 0.70, axi_data_width=64): the store epilogue takes 4
-        # MULT18X18D; the softmax unit 10 at 8 columns and 18 at 16 (NORMALIZE's O * r, one
-        # 32x17 product of two MULT18X18D per pair of lanes, and two products of the
-        # instruction check); 2 more kept spare (an odd column count's unpaired lane).
-        reserved_dsps=6, softmax_dsps=2, softmax_dsps_per_col=1),
+        # MULT18X18D (two units, a 33x16 product of two MULT18X18D each: O / l of attention
+        # too); the softmax unit 2 at any column count (two products of its instruction check).
+        reserved_dsps=4, softmax_dsps=2),
     Board(
         name="icebreaker", platform=ICEBreakerPlatform, family="ice40",
         resources=(DeviceResource("luts", "ICESTORM_LC", 5_280),

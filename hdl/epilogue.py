@@ -190,11 +190,12 @@ class EpilogueDatapath(wiring.Component):
             sticky = sticky | (clamped.as_unsigned() & Cat(low > b for b in range(8))).any()
             quotient = v[1:].as_signed()
             rounded = stage(quotient + (v[0] & (sticky | quotient[0])), f"rounded{u}")
-            # 5: saturate, ReLU.
-            top = Mux(int8, 127, 2**31 - 1)
-            bottom = Mux(relu, 0, Mux(int8, -128, -2**31))
-            y = Mux(rounded > top, top, Mux(rounded < bottom, bottom, rounded))
-            m.d.sync += y_out[u].eq(y)
+            # 5: saturate (whether the bits above int8's or int32's are a sign extension, not
+            # two compares as wide as the quotient), ReLU.
+            sign = rounded[-1]
+            fits = Mux(int8, _same_bits(rounded[7:]), _same_bits(rounded[31:]))
+            saturated = Mux(sign, Mux(int8, -128, -2**31), Mux(int8, 127, 2**31 - 1))
+            m.d.sync += y_out[u].eq(Mux(relu & sign, 0, Mux(fits, rounded, saturated)))
         return m
 
 

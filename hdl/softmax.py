@@ -1,7 +1,7 @@
 """Softmax special-function unit (SFU): the online-softmax steps of flash attention.
 
-Numerics (``sim/softmax_model.py`` is the bit-exact model). No step multiplies except
-NORMALIZE's ``O * r``:
+Numerics (``sim/softmax_model.py`` is the bit-exact model). No step multiplies: O / l is a
+multiply in the store epilogue, by the row scale NORMALIZE writes (``isa.RowScale``):
 
 - Scores s (int32) are already in the log2 domain with ``frac`` fractional bits: x = s / 2**frac.
   The host folds the score scale (1/sqrt(d), log2(e)) into the int8 scales of Q and K
@@ -20,42 +20,39 @@ NORMALIZE's ``O * r``:
   (see Accuracy).
   ``l' = min(2**32 - 1, rs(l, a) + (sum(p) << LF))``; unless ``first`` (which starts from
   m = -inf, l = 0), ``O = rs(O, a)``.
-- NORMALIZE: with b = bitlen(l), ``mant = l << (32 - b)``, ``r = 2**47 // mant`` (2**15 <= r <=
-  2**16), sh = b - 1: ``O = sat_int32(rs(O * r, sh))``, i.e. ``O * 2**(OUT_FRAC + LF) / l``: the
-  attention output in units of V / 256 (OUT_FRAC = 8). O = 0 where l = 0.
+- NORMALIZE: with b = bitlen(l), ``mant = l << (32 - b)``, ``r = min(2**47 // mant, 2**16 -
+  1)`` (2**15 <= r), sh = b - 1, written as row scale ``state_row + i`` of query i; (0, 0)
+  where l = 0. A STORE of O with ``Epilogue.row_scale`` gives ``sat_int32(round_half_even(O *
+  r / 2**sh))``, i.e. ``O * 2**(OUT_FRAC + LF) / l``: the attention output in units of V / 256
+  (OUT_FRAC = 8), 0 where l = 0.
 - Errors, raised three cycles after accept, from the registered instruction (a bad one changes
-  nothing else): mode not BLOCK or NORMALIZE:
-  UNKNOWN_OPCODE; count, o_tiles or (BLOCK) tiles 0: BAD_EXTENT; rows past the accumulator,
-  probability buffer or state: SRAM_RANGE (NORMALIZE ignores tiles, keys, score_row, p_row).
+  nothing else): mode not BLOCK or NORMALIZE: UNKNOWN_OPCODE; count or (BLOCK) tiles or
+  o_tiles 0: BAD_EXTENT; rows past the accumulator, probability buffer or state: SRAM_RANGE
+  (NORMALIZE uses only count and state_row).
 
 Accuracy (measured by ``tests/test_softmax_pysim.py``): p is at most 0.5 LSB below and
 0.5 LSB + 0.55% above ``256 * 2**-(d / 2**frac)`` (d's fraction is floored to 2**-7); r is
 within 2**-15 relative of 2**47 / mant. End to end (flash attention in blocks of 4..32 keys, up
-to 200 keys, scores spanning 0.5..100 in log2, int8 V), NORMALIZE / 256 is within 1.27 LSB of
+to 200 keys, scores spanning 0.5..100 in log2, int8 V), O / l / 256 is within 1.27 LSB of
 V of float ``softmax(x) @ V``, 0.090 LSB rms (a 6-bit table: 0.105 rms; the previous design's
 Q.10 maximum: 0.98 and 0.082): the 8-bit P dominates. Fused attention on random data (L = S =
 128..512, d = 64): 1.1e-2 to 1.2e-2 relative error (``docs/DESIGN.md``).
 
-Hardware: per lane one adder and one right shifter serve every row kind (``base + value``, then
+Hardware: per lane one adder and one right shifter serve both row kinds (``base + value``, then
 ``>> shift``: ``((m' << frac) - s) << 7 >> frac`` for P, ``((O << 7) + half(a + 7)) >> (a + 7)``
-= ``rs(O, a)`` for BLOCK's O rows, ``rs(O * r, sh)`` for NORMALIZE's), with ranges: the adder
-is 49 bits signed (P rows of valid keys: ``0 <= d << 7 < 2**44``, as ``0 <= d <= 2**36 + 2**31``;
-BLOCK's O rows: ``|(O + 2**32) << 7| < 2**40``; NORMALIZE: ``|O * r| <= 2**47`` since ``r <=
-2**16``, plus ``2**30``); the shifter keeps 32 bits. Whether ``x >> shift`` fits them is a mask
-test of x's bits 31..47 against its sign, the mask made once per row (bits from ``31 + shift``
-up; P rows ``32 + shift``, where p is 0 if they or bits 11..31 of the output are not 0): an O
-element saturates then. NORMALIZE's ``O * r`` (32 x 17, two MULT18X18D on ECP5) is one
-multiplier per two lanes: each O row is read twice (PRODUCT: lane 2i's product; SCALE: lane
-2i + 1's, and the row written), the operand registered before the multiplier and the product
-after it (NORMALIZE's rows run a stage behind BLOCK's from the lane adder on), and a lane's sum
-holds through its partner's pass. ``EXP_TABLE`` is in block RAM, one two-port read-only memory
+= ``rs(O, a)`` for O rows), with ranges: the adder is 45 bits signed (P rows of valid keys:
+``0 <= d << 7 < 2**44``, as ``0 <= d <= 2**36 + 2**31``; O rows: ``|(O << 7) + 2**39| <
+2**40``); the shifter keeps 32 bits. Whether ``x >> shift`` fits them is a mask test of x's bits
+31..43 against its sign, the mask made once per row (bits from ``31 + shift`` up; P rows ``32 +
+shift``, where p is 0 if they or bits 11..31 of the output are not 0): an O element saturates
+then. ``EXP_TABLE`` is in block RAM, one two-port read-only memory
 per two lanes, without its 3 low bits: ``((y >> 3 >> n) + 1) >> 1`` is the p above (floors
 nest). The per-query work (ceil, m', a, l) is done once per query: ``ceil(x / 2**frac)`` as
 ``(x >> frac) + (x & (2**frac - 1) != 0)``, ``l' = rs(l, a) + (sum(p) << LF)`` as one adder,
 ``(((l << 1) >> a) + (sum(p) << 9) + 1) >> 1``; NORMALIZE normalizes l by shifts of 16, 8, 4,
 2 and 1 and divides (each quotient bit's compare is its subtraction's sign). A row carries
 little down the pipeline: its valid lanes, its address (as wide as the accumulator's), a shift
-and one operand, the P base of m' or r (a job: its query, that operand and a or sh); the stage
+and the P base of m' (a job: its query, that base and a); the stage
 after the read makes the lane adder's base from them: for P rows ``m' << frac << 7``, clamped
 (its clamp compares m' with ``2**36 >> frac``; the adder's carry-in adds the 1 of ``-x = ~x +
 1``), made from the stored m as the front takes a query's first row (pass A, `spec_base`) and
@@ -80,10 +77,9 @@ the exp pass (``tiles`` rows, writing P) and O rescale (``o_tiles`` rows; none w
 of earlier queries, so the accumulator read port is busy every cycle: a BLOCK takes
 ``sum(arch.block_query_cycles) + ~15`` cycles: per query ``2 * tiles`` with ``first``, else
 ``tiles`` on a hit, ``2 * tiles + o_tiles`` on a miss. NORMALIZE divides two quotient bits per
-cycle, overlapped with the O scaling of the previous query (two reads per O row): ``count *
-max(2 * o_tiles, 11) + ~13`` cycles (``arch.normalize_query_cycles``; l is registered as read,
-then normalized): the shared multipliers cost nothing up to 5 O tiles. The accumulator row and
-the multiplier operands are registered after the block RAM read, before the lane datapath.
+cycle and reads no accumulator row: ``count * 11 + ~13`` cycles (``arch.SOFTMAX_DIVIDE_CYCLES``;
+l is registered as read, then normalized). The accumulator row is registered after the block
+RAM read, before the lane datapath.
 """
 from amaranth.hdl import C, Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, enum, memory, wiring

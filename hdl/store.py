@@ -33,9 +33,12 @@ class StoreEngine(wiring.Component):
 
     PARAMS writes the per-lane epilogue parameters (`LaneParams`), an entry a cycle. A STORE
     writes tile element ``(i0, i1, i2, i3)`` from lane ``i0`` of its accumulator row through the
-    epilogue (see ``Epilogue``): int32 elements, or int8 with ``requant``; with ``per_row``
-    every lane of a step takes the entry of its row's offset from ``sram_row`` (``i1``), and a
-    tile that is not 2-D, is pooled or has more than ``cols`` rows is BAD_EXTENT. With ``pool``
+    epilogue (see ``Epilogue``): int32 elements (requantized or not), or int8 with
+    ``requant``; with ``per_row`` every lane of a step takes the entry of its row's offset from
+    ``sram_row`` (``i1``), and a tile that is not 2-D, is pooled or has more than ``cols`` rows
+    is BAD_EXTENT; with ``row_scale`` (a core with the softmax unit) every lane of a step takes
+    the multiplier and shift of row scale ``scale_row + i1`` (``scale_read``, read beside the
+    accumulator). With ``pool``
     the epilogue is applied once, to the maximum of the four accumulators (the same as the
     maximum of their epilogues, monotonic non-decreasing for multipliers >= 0). Out-of-bounds
     elements are skipped (their bytes are not strobed). Walked steps flow one per cycle (four

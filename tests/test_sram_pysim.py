@@ -71,7 +71,8 @@ class _PysimDevice(Device):
         fragment = Fragment.get(top, None)
         beat = width // 8
         srams, storage = _srams(fragment), _storage(fragment, MEMORY_SIZE // beat)
-        assert len(srams) == 2 + self.config.softmax  # scratchpad, accumulator, probabilities
+        # The scratchpad, the accumulator; the probabilities and the row scales.
+        assert len(srams) == 2 + 2 * self.config.softmax
         image_bytes = bytearray(MEMORY_SIZE)
         for address, data in [*image.inputs, (image.program_address, image.program)]:
             image_bytes[address:address + len(data)] = data
