@@ -162,13 +162,16 @@ def _deps(draw, density):
 
 
 @st.composite
-def _epilogue_fields(draw):
+def _epilogue_fields(draw, softmax):
     requant = draw(st.booleans())
     pool = draw(_rarely(st.just(False), st.just(True), 6))
+    # Row scales: on a core without the softmax unit rarer (each is UNKNOWN_OPCODE there).
+    row_scale = draw(_rarely(st.just(False), st.just(True), 12 if softmax else 40))
     return {"bias": int(draw(st.booleans())), "requant": int(requant),
             "relu": int(draw(st.booleans())), "pool": int(pool),
             "pool_pitch": draw(st.integers(0, 6)) if pool else 0,
-            "per_row": int(draw(_rarely(st.just(False), st.just(True), 4)))}
+            "per_row": int(draw(_rarely(st.just(False), st.just(True), 4))),
+            "row_scale": int(row_scale), "scale_row": draw(st.integers(0, 40)) if row_scale else 0}
 
 
 def _with_bits(raw, offset, width, value):
@@ -235,7 +238,7 @@ def _instruction(draw, config, density):
                        count, accumulate=draw(st.booleans()), act_probabilities=probabilities,
                        act_stride_log2=stride_log2, deps=deps)
     elif kind == "store":
-        epilogue = draw(_epilogue_fields())
+        epilogue = draw(_epilogue_fields(config.softmax))
         elem = draw(_rarely(st.just(1 if epilogue["requant"] else 4), _ELEMENTS, odds["element"]))
         area = draw(_rarely(st.just((OUTPUT, OUTPUT_SPACE)), st.just((TOP, TOP_SPACE)), 8))
         program.store(draw(_descriptor(config.cols, acc_rows, area, elem, odds,

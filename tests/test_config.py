@@ -20,6 +20,14 @@ def test_bad_values_name_the_field(field, value):
         CoreConfig(**{field: value})
 
 
+def test_the_softmax_unit_needs_the_epilogue_multiplier():
+    # Attention's O / l is the store epilogue's multiply by NORMALIZE's row scales.
+    with pytest.raises(ValueError, match=r"CoreConfig\.epilogue_multiplier=False is invalid "
+                                         r"with softmax=True"):
+        CoreConfig(epilogue_multiplier=False)
+    assert not CoreConfig(softmax=False, epilogue_multiplier=False).softmax
+
+
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_json_round_trip(name):
     config = PRESETS[name]

@@ -172,7 +172,7 @@ def test_a_reduced_core_ends_as_the_model_says(run_tb, tmp_path):
     assert not failures, "\n".join(failures[:20])
     assert stats["programs"] == len(drawn)
     ends = collections.Counter(o["error"] for o in stats["outcomes"])
-    assert ends["NONE"] >= 15 and ends["STORE_WINDOW"] >= 3, ends  # 31 and 3 to 7 of 61 drawn
+    assert ends["NONE"] >= 15 and ends["STORE_WINDOW"] >= 2, ends  # 31-35 and 2-7 of 60 drawn
 
 
 def test_model_sees_only_the_windows_of_the_core():

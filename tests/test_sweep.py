@@ -71,7 +71,9 @@ def test_grid_and_specs():
         assert config.lut_multipliers == config.macs - board.dsp_pes(config)
     assert len({c.lut_multipliers for c in big}) == 2
     assert len({p.label for p in points}) == len(points)
-    assert points[0].label == "icebreaker 2x2 softmax=True"  # its own: 32-bit AXI, no softmax
+    # Its own: 32-bit AXI, no softmax, no epilogue multiplier (which the softmax unit needs).
+    assert points[0].label == "icebreaker 2x2 softmax=True epilogue_multiplier=True"
+    assert points[0].config.epilogue_multiplier
     assert points[-1].label == "ulx3s-85f 16x16 softmax=False"  # its own: 64-bit AXI
     for bad, match in (("4by4", "--sizes '4by4'"), ("4x", "--sizes '4x'"), ("", "--sizes ''")):
         with pytest.raises(ValueError, match=match):

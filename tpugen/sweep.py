@@ -103,7 +103,9 @@ def parse_vary(items):
 def grid(boards, sizes, vary=None, *, place_and_route=False):
     """Points of every board x size x combination of ``vary`` ({field: [values]}): each
     board's own configuration (`Board.default_config`) with the varied fields replaced and
-    as many PEs on DSP blocks as the board has to spare. A bad value: ValueError naming it."""
+    as many PEs on DSP blocks as the board has to spare; a point with the softmax unit has the
+    epilogue multiplier (its O / l), unless ``vary`` sets it. A bad value: ValueError naming
+    it."""
     combinations = [{}]
     for name, values in (vary or {}).items():
         combinations = [{**done, name: value} for done in combinations for value in values]
@@ -115,7 +117,10 @@ def grid(boards, sizes, vary=None, *, place_and_route=False):
             raise ValueError(f"boards: {error}") from None
         for rows, cols in sizes:
             for changes in combinations:
-                config = replace(board.default_config(rows, cols), lut_multipliers=0, **changes)
+                config = board.default_config(rows, cols)
+                if changes.get("softmax"):
+                    changes = {"epilogue_multiplier": True, **changes}
+                config = replace(config, lut_multipliers=0, **changes)
                 points.append(Point(name, board.with_dsp_pes(config), place_and_route))
     return points
 
