@@ -49,8 +49,8 @@ A module belongs to the block of its longest matching path, so "tpu_core.datapat
 the datapath's own logic (the ten performance counters and the AXI read arbiter) and "tpu_core" for
 the top's (the AXI quiesce on soft reset); a module emitted once and instantiated many times
 (the PEs) belongs to the block of the module that instantiates it. "memories" holds the
-scratchpad, accumulator and probability buffer; the memories inside a block (softmax state,
-FIFOs, instruction queues) count in that block."""
+scratchpad, accumulator, probability buffer and row scales; the memories inside a block
+(softmax state, FIFOs, instruction queues) count in that block."""
 
 RESOURCE_CELLS = {
     "luts": ("LUT4", "SB_LUT4"),

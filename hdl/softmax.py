@@ -163,11 +163,9 @@ def _op_layout(config):
 
 
 _ROW = data.StructLayout({"base": _BASE, "shift": 6})
-"""A row's operands as issued (its job's P base, a shift); the next stage makes the lane
-datapath's (``_LANE_ROW``)."""
-_LANE_ROW = data.StructLayout({"base": _BASE, "shift": 6})
-"""The lane datapath's per-row operands: ``(base + (value << 7)) >> shift`` for O rows,
-``(base + ~(value << 7)) >> shift`` for P rows."""
+"""A row's operands: as issued, its job's P base and a shift; a stage later, the lane
+datapath's, ``(base + (value << 7)) >> shift`` for O rows, ``(base + ~(value << 7)) >> shift``
+for P rows."""
 _SUM = _BASE
 """The lane adder: ``d << 7 < 2**44`` (P rows), ``|(O << 7) + 2**39| < 2**40`` (O rows)."""
 _OUT = 32
@@ -452,7 +450,7 @@ class SoftmaxUnit(wiring.Component):
         # The lane adder's base: P rows' from m' (pass A's from the stored m, `spec_base`, set
         # as the query's first row was issued), O rows' the rounding bias of their shift
         # (BLOCK's a = 0: ((O << 7) + 64) >> 7 is O).
-        row_1, row_2 = _delayed(m, row, 1), Signal(_LANE_ROW)
+        row_1, row_2 = _delayed(m, row, 1), Signal(_ROW)
         p_base = Mux(at(1).spec, spec_base, row_1.base)
         m.d.sync += [row_2.base.eq(Mux(at(1).kind == _Kind.EXP, p_base, _half(row_1.shift))),
                      row_2.shift.eq(row_1.shift)]
