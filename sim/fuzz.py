@@ -166,7 +166,7 @@ def _epilogue_fields(draw, softmax):
     requant = draw(st.booleans())
     pool = draw(_rarely(st.just(False), st.just(True), 6))
     # Row scales: on a core without the softmax unit rarer (each is UNKNOWN_OPCODE there).
-    row_scale = draw(_rarely(st.just(False), st.just(True), 12 if softmax else 40))
+    row_scale = draw(_rarely(st.just(False), st.just(True), 4 if softmax else 40))
     return {"bias": int(draw(st.booleans())), "requant": int(requant),
             "relu": int(draw(st.booleans())), "pool": int(pool),
             "pool_pitch": draw(st.integers(0, 6)) if pool else 0,

@@ -710,6 +710,20 @@ STORE_ERRORS = {
 }
 
 
+def test_row_scales_need_the_softmax_unit():
+    # A core without the softmax unit has no row scales: a STORE with row_scale is
+    # UNKNOWN_OPCODE, found before any access; the same STORE without it runs.
+    config = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1, softmax=False)
+    desc = descriptor(0, [(4, 0, 4, 4), (2, 0, 2, 16)], elem_log2=2)
+    init = np.zeros((config.accumulator_rows, config.cols), dtype=np.int64)
+    for fields, code in (({"requant": 1}, ErrorCode.NONE),
+                         ({"requant": 1, "row_scale": 1}, ErrorCode.UNKNOWN_OPCODE)):
+        axi_mem = AxiMemory(MEM_SIZE, 64, allowed=[(0, MEM_SIZE)], seed=3)
+        outcomes, _ = run("store", config, [store(desc, **fields)], axi_mem, RW_ALL, init)
+        assert [o[0] for o in outcomes] == [code]
+        assert axi_mem.aw == (code == ErrorCode.NONE)
+
+
 @pytest.mark.parametrize("case", STORE_ERRORS)
 def test_errors(case):
     desc, fields, code = STORE_ERRORS[case]
