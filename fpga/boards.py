@@ -50,13 +50,7 @@ class Board:
     accumulator_kib: int = 1
     axi_data_width: int = 32
     reserved_dsps: int = 0
-    reserved_dsps_per_col: int = 0
-    """DSP blocks the core uses outside the array (the store epilogue), ``reserved_dsps +
-    reserved_dsps_per_col * cols``, kept free of PEs."""
-    softmax_dsps: int = 0
-    softmax_dsps_per_col: int = 0
-    """DSP blocks of the softmax unit, ``softmax_dsps + softmax_dsps_per_col * cols``, kept free
-    of PEs when the config has one."""
+    """DSP blocks the core uses outside the array (the store epilogue), kept free of PEs."""
     pes_per_dsp: int = 1
     """PEs one DSP block holds: 2 on iCE40 (an SB_MAC16's two 8x8 halves, hdl/array.py)."""
     softmax: bool = True
@@ -106,10 +100,7 @@ class Board:
 
     def dsp_pes(self, config):
         """How many of ``config``'s PEs fit in the DSP blocks the rest of its core leaves free."""
-        reserved = self.reserved_dsps + self.reserved_dsps_per_col * config.cols
-        if config.softmax:
-            reserved += self.softmax_dsps + self.softmax_dsps_per_col * config.cols
-        return max(0, self.total("dsps") - reserved) * self.pes_per_dsp
+        return max(0, self.total("dsps") - self.reserved_dsps) * self.pes_per_dsp
 
 
 BOARDS = {board.name: board for board in (
@@ -130,8 +121,8 @@ BOARDS = {board.name: board for board in (
         scratchpad_kib=16, accumulator_kib=8, axi_data_width=64,
         # Measured with synth_ecp5 (yosys 0.70, axi_data_width=64): the store epilogue takes 4
         # MULT18X18D (two units, a 33x16 product of two MULT18X18D each: O / l of attention
-        # too); the softmax unit 2 at any column count (two products of its instruction check).
-        reserved_dsps=4, softmax_dsps=2),
+        # too); the softmax unit none.
+        reserved_dsps=4),
     Board(
         name="icebreaker", platform=ICEBreakerPlatform, family="ice40",
         resources=(DeviceResource("luts", "ICESTORM_LC", 5_280),

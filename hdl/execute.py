@@ -212,9 +212,12 @@ class ExecuteEngine(wiring.Component):
         accept = Signal()  # a MATMUL goes to the feeders
         m.d.comb += [
             softmax.instr.payload.eq(ins.as_value()[:SoftmaxInstruction.size]),
-            softmax.instr.valid.eq(launchable & is_softmax & matmul_idle),
+            # A SOFTMAX is taken while the MATMULs before it finish (its checks run then) and
+            # starts once they are done.
+            softmax.instr.valid.eq(launchable & is_softmax),
+            softmax.go.eq(matmul_idle),
             dispatch.eq(launchable & Mux(
-                is_softmax, softmax.instr.ready & matmul_idle,
+                is_softmax, softmax.instr.ready,
                 weights.run.ready & acts.run.ready & targets.w_rdy & ~softmax.busy)),
             accept.eq(dispatch & ~is_softmax),
             # Nothing is taken while a SOFTMAX is here or runs: its error blames it.
@@ -282,7 +285,7 @@ class ExecuteEngine(wiring.Component):
         with m.If(array.results.valid):
             m.d.sync += index.eq(Mux(last_of_instr, 0, index + 1))
             m.d.comb += targets.r_en.eq(last_of_instr)
-        with m.If(softmax.busy):
+        with m.If(softmax.busy & matmul_idle):  # (taken, a SOFTMAX waits for the MATMULs)
             m.d.comb += [
                 self.acc_read.addr.eq(softmax.acc_read.addr),
                 self.acc_read.en.eq(softmax.acc_read.en),

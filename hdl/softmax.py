@@ -244,6 +244,7 @@ class SoftmaxUnit(wiring.Component):
         acc_row = data.ArrayLayout(signed(32), config.cols)
         return wiring.Signature({
             **engine_members(SoftmaxInstruction),
+            "go": In(1),  # the accumulator is the unit's: the MATMULs before it are done
             "acc_read": In(memory.ReadPort.Signature(addr_width=acc_addr, shape=acc_row)),
             "acc_write": In(memory.WritePort.Signature(addr_width=acc_addr, shape=acc_row)),
             "p_write": In(memory.WritePort.Signature(
@@ -268,10 +269,12 @@ class SoftmaxUnit(wiring.Component):
         # its max pass's end (as many as queries in flight, `ahead`).
         m.submodules.stored = stored = SyncFIFO(width=STATE_M.size, depth=_JOBS)
 
-        # Accept an instruction into `ins`; the next cycle (`checking`) register the products
-        # of its fields, the cycle after (`judging`) compare the rows they reach with the
-        # memories into `verdict`, and the next (`judged`) start it or raise the error: every
-        # check starts from registers, not from the controller's queue, and the start's many
+        # Accept an instruction into `ins` (while the MATMULs before it may still run); form the
+        # products of its fields by shift and add, a bit of tiles and o_tiles a cycle
+        # (`checking`: no multiplier, and the cycles overlap those MATMULs), then (`judging`)
+        # compare the rows they reach with the memories into `verdict`, and once the
+        # accumulator is the unit's (`go`, `judged`) start it or raise the error: every check
+        # starts from registers, not from the controller's queue, and the start's many
         # registers wait for no compare (the routed 8x8's critical path ran from `ins` through
         # the compares into them, 19.2 ns). It stays in `ins` until done.
         ins = Signal(SoftmaxInstruction)
@@ -284,6 +287,8 @@ class SoftmaxUnit(wiring.Component):
         block = ins.mode == SoftmaxMode.BLOCK
         o_span = Signal(24)    # o_tiles * count
         tile_span = Signal(24)  # tiles * count
+        shifted_count = Signal(24)  # count << (the bits of tiles and o_tiles added so far)
+        tiles_left, o_tiles_left = Signal(8), Signal(8)  # their bits still to add
         p_offset = Signal(rows)  # a score row's P row, less the score row
         l_offset = Signal(rows)  # a query's state row, less its last P row
         bad = Signal(ErrorCode)
@@ -305,15 +310,22 @@ class SoftmaxUnit(wiring.Component):
             self.busy.eq(active | checks),
         ]
         with m.If(accept):
-            m.d.sync += [ins.eq(self.instr.payload), checking.eq(1)]
+            payload = self.instr.payload
+            m.d.sync += [ins.eq(payload), checking.eq(1), o_span.eq(0), tile_span.eq(0),
+                         shifted_count.eq(payload.count), tiles_left.eq(payload.tiles),
+                         o_tiles_left.eq(payload.o_tiles)]
         with m.If(checking):
-            m.d.sync += [checking.eq(0), judging.eq(1), o_span.eq(ins.o_tiles * ins.count),
-                         tile_span.eq(ins.tiles * ins.count)]
+            m.d.sync += [tile_span.eq(tile_span + Mux(tiles_left[0], shifted_count, 0)),
+                         o_span.eq(o_span + Mux(o_tiles_left[0], shifted_count, 0)),
+                         shifted_count.eq(shifted_count << 1),
+                         tiles_left.eq(tiles_left >> 1), o_tiles_left.eq(o_tiles_left >> 1)]
+            with m.If((tiles_left[1:] == 0) & (o_tiles_left[1:] == 0)):
+                m.d.sync += [checking.eq(0), judging.eq(1)]
         with m.If(judging):
             m.d.sync += [judging.eq(0), judged.eq(1), verdict.eq(bad),
                          p_offset.eq(ins.p_row - ins.score_row),
                          l_offset.eq(ins.state_row - ins.p_row - tile_span + ins.count)]
-        with m.If(judged):
+        with m.If(judged & self.go):
             m.d.sync += judged.eq(0)
             with m.If(verdict != ErrorCode.NONE):
                 m.d.sync += self.error.eq(verdict)

@@ -88,9 +88,7 @@ def test_default_configs_leave_dsps_for_the_rest_of_the_core(board):
         config = board.default_config(rows, cols)
         assert (config.rows, config.cols) == (rows, cols)
         dsp_pes = config.macs - config.lut_multipliers
-        reserved = board.reserved_dsps + board.reserved_dsps_per_col * cols
-        if config.softmax:
-            reserved += board.softmax_dsps + board.softmax_dsps_per_col * cols
+        reserved = board.reserved_dsps
         free_pes = board.pes_per_dsp * max(0, board.total("dsps") - reserved)
         assert dsp_pes == min(config.macs, free_pes)
     assert board.default_config() == board.default_config(*board.default_array)

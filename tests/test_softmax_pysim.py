@@ -92,6 +92,7 @@ def _simulate(config, acc, prob, instructions, states=None, after_error=None, wr
             assert (scale.multiplier, scale.shift) == tuple(scales[row]), row
 
     async def testbench(ctx):
+        ctx.set(unit.go, 1)  # no MATMUL runs before these instructions
         for row, (m, m_valid, l) in enumerate(states or []):
             ctx.set(unit.state_m.data[row], STATE_M.const({"m": m, "m_valid": m_valid}))
             ctx.set(unit.state_l.data[row], l)
@@ -341,7 +342,10 @@ def test_attention_blocks_cost_the_replayed_hits():
     assert (plan.m_tile, plan.tiles, len(blocks)) == (10, 3, 16)
     assert 0 < hits < speculative == 2 * 7 * 10
     assert sum(reads) == want
-    assert all(0 <= got - rows <= 20 for got, rows in zip(cycles, reads)), (cycles, reads)
+    # The fill: 20 cycles, and a cycle per bit of o_tiles (d chunks) or tiles past the first
+    # for the checks' shift-add products (on the core they overlap the MATMULs before).
+    fill = 20 + max(plan.tiles, plan.d_chunks).bit_length() - 1
+    assert all(0 <= got - rows <= fill for got, rows in zip(cycles, reads)), (cycles, reads)
 
 
 @pytest.mark.parametrize("config", [SQUARE, WIDE, ODD], ids=["4x4", "2x8", "3x3"])
