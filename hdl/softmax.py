@@ -25,8 +25,9 @@ multiply in the store epilogue, by the row scale NORMALIZE writes (``isa.RowScal
   where l = 0. A STORE of O with ``Epilogue.row_scale`` gives ``sat_int32(round_half_even(O *
   r / 2**sh))``, i.e. ``O * 2**(OUT_FRAC + LF) / l``: the attention output in units of V / 256
   (OUT_FRAC = 8), 0 where l = 0.
-- Errors, raised three cycles after accept, from the registered instruction (a bad one changes
-  nothing else): mode not BLOCK or NORMALIZE: UNKNOWN_OPCODE; count or (BLOCK) tiles or
+- Errors, raised from the registered instruction once its checks are done (a cycle per bit of
+  the larger of tiles and o_tiles, then two) and the MATMULs before it (``go``); a bad one
+  changes nothing else: mode not BLOCK or NORMALIZE: UNKNOWN_OPCODE; count or (BLOCK) tiles or
   o_tiles 0: BAD_EXTENT; rows past the accumulator, probability buffer or state: SRAM_RANGE
   (NORMALIZE uses only count and state_row).
 
