@@ -139,7 +139,8 @@ class EpilogueDatapath(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        scaled, relu = self.options.requant, self.options.relu
+        # (The options and int8 hold while a STORE's steps pass.)
+        scaled, relu, int8 = self.options.requant, self.options.relu, self.int8
 
         def stage(value, name):
             return pipeline_register(m, value, name)
@@ -148,7 +149,6 @@ class EpilogueDatapath(wiring.Component):
         acc_in = data.View(data.ArrayLayout(signed(32), units), self.acc)
         params_in = data.View(data.ArrayLayout(EpilogueParams, units), self.params)
         y_out = data.View(data.ArrayLayout(signed(32), units), self.y)
-        int8 = self.int8  # held with the options while a STORE's steps pass
         for u in range(units):
             acc, params = acc_in[u], params_in[u]
             # 1: pool max, bias (the reads of a pooled step come on consecutive cycles).

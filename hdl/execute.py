@@ -285,7 +285,8 @@ class ExecuteEngine(wiring.Component):
         with m.If(array.results.valid):
             m.d.sync += index.eq(Mux(last_of_instr, 0, index + 1))
             m.d.comb += targets.r_en.eq(last_of_instr)
-        with m.If(softmax.busy & matmul_idle):  # (taken, a SOFTMAX waits for the MATMULs)
+        # A SOFTMAX taken while MATMULs still write their results gets the ports after them.
+        with m.If(softmax.busy & matmul_idle):
             m.d.comb += [
                 self.acc_read.addr.eq(softmax.acc_read.addr),
                 self.acc_read.en.eq(softmax.acc_read.en),

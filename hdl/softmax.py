@@ -344,10 +344,11 @@ class SoftmaxUnit(wiring.Component):
             return Mux(rest < 0, 0, Mux(rest > cols, cols, rest))
 
         # Two issuers share the read port: the front runs the max pass of each query and
-        # queues a job; the back takes jobs and issues the exp pass and the O rows. The front has priority but runs at most _JOBS
-        # queries ahead of the back. Without `first`, the front's pass is speculative (pass
-        # A): its rows are max-pass rows and exp-pass rows with the stored m as m' (`spec`);
-        # a query whose m' is its stored m (a hit) is done then and queues no job.
+        # queues a job; the back takes jobs and issues the exp pass and the O rows. The front
+        # has priority but runs at most _JOBS queries ahead of the back. Without `first`, the
+        # front's pass is speculative (pass A): its rows are max-pass rows and exp-pass rows
+        # with the stored m as m' (`spec`); a query whose m' is its stored m (a hit) is done
+        # then and queues no job.
         ahead = Signal(range(_JOBS + 1))
         started = Signal()
         # The keys left from a tile's first on (limit - key) are registers: their tile steps
