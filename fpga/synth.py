@@ -6,6 +6,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
 from amaranth.back import verilog
 
@@ -108,11 +109,13 @@ def synth_cells(config, family="ecp5", design="tpu_core"):
 
 
 def synth_component_cells(component, family="ecp5", *, name="top", options=()):
-    """{cell type: count} of an Amaranth component (memories without initial contents skip
-    their all-zero init, see hdl/emitter.py). ``options``: extra flags of the synth command,
-    e.g. ``("-spram",)`` to map iCE40 memories to SB_SPRAM256KA."""
+    """{cell type: count} of an Amaranth component, elaborated for ``family`` (its primitives,
+    `hdl.family.fpga_family`; memories without initial contents skip their all-zero init, see
+    hdl/emitter.py). ``options``: extra flags of the synth command, e.g. ``("-spram",)`` to map
+    iCE40 memories to SB_SPRAM256KA."""
     with memories_start_at_zero():
-        text = verilog.convert(component, name=name, emit_src=False)
+        text = verilog.convert(component, name=name, emit_src=False,
+                               platform=SimpleNamespace(family=family))
     return synth_verilog_cells(text, name, family, options=options)
 
 

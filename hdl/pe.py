@@ -3,11 +3,12 @@ from amaranth.hdl import Cat, Const, Instance, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from .carry import and_pair_sum
 from .dsp import mult18x18d
 from .family import dsp_model, fpga_family
 
-__all__ = ["PRODUCT_STAGES", "ProcessingElement", "add_pe", "ice40_mac_operands",
-           "ice40_mac_pair", "lut_product", "pe_signature"]
+__all__ = ["PRODUCT_STAGES", "ProcessingElement", "add_pe", "carry_chain_product",
+           "ice40_mac_operands", "ice40_mac_pair", "lut_product", "pe_signature"]
 
 PRODUCT_STAGES = 1
 """Registers between a PE's multiplier and its partial sum's adder (`pe_outputs`; 0 or 1): the
@@ -48,29 +49,23 @@ def _booth_digits(weight):
         yield middle ^ low, (high & ~middle & ~low) | (~high & middle & low), high
 
 
-def lut_product(m, act, weight, name="mul"):
-    """``(product, carry)`` with ``product + carry == act * weight`` (signed), built in ``m``
-    without ``*``: from LUTs, not a DSP.
+def _adder_tree(m, terms, act_width, name):
+    """``(sum, carry)`` of ``terms``, each ``(value, digits, carry)``: ``value`` is the sum of
+    ``digits`` base-4 digits of a product of ``act`` (``act_width`` bits) starting at the term's
+    own, ``carry`` a carry-in it misses; the terms are in order of their lowest digit.
 
-    One radix-4 Booth partial product of ``act`` per weight digit, summed pairwise in a balanced
-    tree of adders (one level fewer than a chain: 12% higher fmax on ECP5, 4% more LUTs). Each adder
-    adds the higher sum above the lower one's finished low bits, so yosys keeps the adders as
-    separate carry chains; a plain sum becomes one $macc of full adders, 2.5 times the LUTs.
-    A negative digit's partial product is ``~(|digit| * act)``; its missing +1 is the carry-in of
-    the adder that absorbs it (digit 0's: ``carry``, for the adder that takes the product).
-    """
-    act_width = len(act)
-    # (sum of partial product k * 4**k, k from its lowest digit; digits; the carry-in it misses)
-    terms = [(Mux(two, act << 1, Mux(one, act, 0)) ^ negative.replicate(act_width + 1).as_signed(),
-              1, negative)
-             for one, two, negative in _booth_digits(weight)]
+    Summed pairwise in a balanced tree of adders (one level fewer than a chain: 12% higher fmax on
+    ECP5, 4% more LUTs). Each adder adds the higher sum above the lower one's finished low bits,
+    so yosys keeps the adders as separate carry chains; a plain sum becomes one $macc of full
+    adders, 2.5 times the LUTs. The first term's missing carry is the one returned."""
     level = 0
     while len(terms) > 1:
         pairs = []
         for index in range(0, len(terms) - 1, 2):
             (low, low_digits, carry), (high, high_digits, high_carry) = terms[index:index + 2]
             digits = low_digits + high_digits
-            # |sum of digit * act * 4**k| < 2**(act_width + 2 * digits) / 3.
+            # A digit's term is at most 3 * 2**(act_width - 1) (Booth's 2**act_width), so |a sum of
+            # d digits| <= 2**(act_width - 1) * (4**d - 1): it fits act_width + 2 * d signed bits.
             total = Signal(signed(act_width + 2 * digits), name=f"{name}_sum{level}_{index // 2}")
             done = 2 * low_digits
             m.d.comb += total.eq(Cat(low[:done], low[done:].as_signed() + high + high_carry))
@@ -79,6 +74,41 @@ def lut_product(m, act, weight, name="mul"):
         level += 1
     product, _, carry = terms[0]
     return product, carry
+
+
+def lut_product(m, act, weight, name="mul"):
+    """``(product, carry)`` with ``product + carry == act * weight`` (signed), built in ``m``
+    without ``*``: from LUTs, not a DSP.
+
+    One radix-4 Booth partial product of ``act`` per weight digit (at most 2 |act|), summed in
+    a tree of adders (`_adder_tree`). A negative digit's partial product is
+    ``~(|digit| * act)``; its missing +1 is the carry-in of the adder that absorbs it (digit 0's:
+    ``carry``, for the adder that takes the product).
+    """
+    act_width = len(act)
+    terms = [(Mux(two, act << 1, Mux(one, act, 0)) ^ negative.replicate(act_width + 1).as_signed(),
+              1, negative)
+             for one, two, negative in _booth_digits(weight)]
+    return _adder_tree(m, terms, act_width, name)
+
+
+def carry_chain_product(m, act, weight, name="mul", *, model=False):
+    """``(product, 0)`` with ``product == act * weight`` (signed) from ECP5 carry chains, built in
+    ``m`` without ``*``: each pair of weight bits is one chain adding two rows of partial products
+    (``act`` or 0, at most 3 / 2 of |act| together) made in the chain's own LUTs
+    (`carry.and_pair_sum`), then a tree of adders (`_adder_tree`). About 60% of `lut_product`'s
+    LUTs on ECP5, where a Booth partial product bit takes a LUT of five inputs.
+
+    ``model``: the CCU2C blocks modelled in Amaranth, for the simulator."""
+    top = len(weight) - 1
+    terms = []
+    for low in range(0, len(weight), 2):
+        high = low + 1 if low < top else None
+        negative = "low" if low == top else "high" if high == top else None
+        pair = and_pair_sum(m, act, weight[low], None if high is None else weight[high],
+                            f"{name}_pair{low // 2}", negative=negative, model=model)
+        terms.append((pair, 1, 0))
+    return _adder_tree(m, terms, len(act), name)
 
 
 ICE40_MAC_WIDTHS = (8, 9)
@@ -193,7 +223,10 @@ def add_pe(m, pe, name="pe", lut_multiplier=False, registered=bool(PRODUCT_STAGE
     pairs around one SB_MAC16 instead (`ice40_mac_pair`).
     """
     weight = pe_weight(m, pe, name)
-    if lut_multiplier:
+    if lut_multiplier and ecp5:
+        product, carry = carry_chain_product(m, pe.act_in, weight, name=f"{name}_mul",
+                                             model=model)
+    elif lut_multiplier:
         product, carry = lut_product(m, pe.act_in, weight, name=f"{name}_mul")
     elif ecp5 and registered:  # the product register is the DSP block's own: no fabric
         # flip-flops beside it (in each of the 8x8's 64 PEs they left two placements unroutable)

