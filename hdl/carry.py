@@ -2,7 +2,7 @@
 each the AND of two signals, so a multiplier's partial products cost no LUT of their own."""
 from amaranth.hdl import Cat, Const, Instance, Mux, Signal, signed
 
-__all__ = ["and_pair_sum", "ccu2c_chain", "half_init"]
+__all__ = ["add_or_subtract", "and_pair_sum", "ccu2c_chain", "half_init"]
 
 
 def half_init(x, y):
@@ -71,3 +71,18 @@ def and_pair_sum(m, act, low, high, name, *, negative=None, model=False):
         halves.append(((*x, *y), init))
     sums = ccu2c_chain(m, halves, int(negative is not None), name, model=model)
     return sums[:width].as_signed()
+
+
+def add_or_subtract(m, a, b, subtract, name, *, model=False):
+    """``a + b``, or ``a - b`` where ``subtract``, wrapped to ``len(a)`` bits (``b`` sign- or
+    zero-extended as its shape says) from one carry chain: the inversion of ``b`` is in the
+    chain's LUTs, the 1 of ``-b = ~b + 1`` the carry out of a first half whose two operands are
+    both ``subtract``. What yosys maps ``a + (b ^ subtract) + subtract`` to costs a LUT per bit
+    more, for the xor."""
+    zero = Const(0, 1)
+    extended = Signal(len(a), name=f"{name}_b")
+    m.d.comb += extended.eq(b)
+    init = half_init(lambda a, _: a, lambda c, d: c ^ d)
+    halves = [((subtract, zero, subtract, zero), init)]
+    halves += [((a[bit], zero, extended[bit], subtract), init) for bit in range(len(a))]
+    return ccu2c_chain(m, halves, 0, name, model=model)[1:len(a) + 1]

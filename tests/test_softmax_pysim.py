@@ -14,6 +14,7 @@ from tpugen.hdl.softmax import L_MAX, STATE_M, SoftmaxUnit
 from tpugen.isa import ErrorCode, Opcode, RowScale, SoftmaxInstruction, SoftmaxMode, decode
 from tpugen.sim import softmax_model as model
 from tpugen.sim.attention_model import speculation_hits
+from tpugen.sim.testbench import ForFamily
 
 SQUARE = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1)
 WIDE = CoreConfig(rows=2, cols=8, scratchpad_kib=1, accumulator_kib=2)
@@ -61,12 +62,14 @@ def _memories(config, seed):
     return acc, prob
 
 
-def _simulate(config, acc, prob, instructions, states=None, after_error=None, writes=None):
+def _simulate(config, acc, prob, instructions, states=None, after_error=None, writes=None,
+              family=None):
     """Runs ``instructions`` in order, checking error, memories and state against the model
     after each. ``states``: (m, m_valid, l) preset per state row. ``after_error``: an
     instruction offered (and never to be taken) once the unit stopped. ``writes``: per
     instruction, (first row, rows) written into the accumulator before it (what MATMULs would
-    write). Returns (cycles, accumulator rows read) per instruction."""
+    write). ``family``: the unit as elaborated for that FPGA (`ForFamily`). Returns (cycles,
+    accumulator rows read) per instruction."""
     bench = _Bench(config, acc, prob)
     unit = bench.unit
     acc, prob = acc.copy(), prob.copy()
@@ -130,7 +133,7 @@ def _simulate(config, acc, prob, instructions, states=None, after_error=None, wr
                 await ctx.tick()
             check(ctx)
 
-    sim = Simulator(bench)
+    sim = Simulator(bench if family is None else ForFamily(bench, family))
     sim.add_clock(1e-6)
     sim.add_testbench(testbench)
     sim.run()
@@ -146,11 +149,14 @@ def _block(common=None, **fields):
             **(common or {}), **fields}
 
 
-@pytest.mark.parametrize("config", [SQUARE, WIDE, TALL, ODD], ids=["4x4", "2x8", "8x4", "3x3"])
-def test_flash_blocks_then_normalize(config):
+@pytest.mark.parametrize("config,family", [(SQUARE, None), (WIDE, None), (TALL, None),
+                                           (ODD, None), (SQUARE, "ecp5")],
+                         ids=["4x4", "2x8", "8x4", "3x3", "4x4-ecp5"])
+def test_flash_blocks_then_normalize(config, family):
     """Online softmax over several blocks on one state: growing maxima (alpha < 1), causal
     masks that mask whole queries, a query whose first block is all masked (alpha = 0 later),
-    one valid key; then NORMALIZE, including never-written states (l = 0)."""
+    one valid key; then NORMALIZE, including never-written states (l = 0). On ECP5 the lanes'
+    adders are carry chains that invert their operand themselves (`hdl.carry`)."""
     rng = np.random.default_rng(config.cols)
     acc, prob = _memories(config, config.cols)
     count, tiles, o_tiles = 4, 2, 2
@@ -174,7 +180,7 @@ def test_flash_blocks_then_normalize(config):
         {"mode": SoftmaxMode.NORMALIZE, "count": 2, "o_tiles": 1, "o_row": 0,
          "state_row": count},
     ]
-    _simulate(config, acc, prob, instructions)
+    _simulate(config, acc, prob, instructions, family=family)
 
 
 def test_extreme_scores():
