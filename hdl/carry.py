@@ -2,7 +2,7 @@
 each the AND of two signals, so a multiplier's partial products cost no LUT of their own."""
 from amaranth.hdl import Cat, Const, Instance, Mux, Signal, signed
 
-__all__ = ["add_or_subtract", "and_pair_sum", "ccu2c_chain", "half_init"]
+__all__ = ["add_or_subtract", "and_pair_sums", "ccu2c_chain", "half_init", "separator"]
 
 
 def half_init(x, y):
@@ -49,11 +49,21 @@ def ccu2c_chain(m, halves, carry_in, name, *, model=False):
     return sums
 
 
-def and_pair_sum(m, act, low, high, name, *, negative=None, model=False):
-    """``(act if low else 0) + 2 * (act if high else 0)`` (signed ``act``, bits ``low``, ``high``)
-    from one carry chain, ``len(act) + 2`` bits: two rows of a multiplier's partial products in
-    the LUTs of their adder. ``high`` may be None (no second row). ``negative``: ``"low"`` or
-    ``"high"``, the row subtracted instead (a signed multiplier's top weight bit)."""
+def separator(carry):
+    """A half that starts the next adder of a chain with ``carry`` whatever comes in: its LUT4
+    (the propagate) is 0 at its inputs (C = 1, the others 0) and the generate, the same INIT
+    at C = 0, is ``carry``. Adders that share a chain share nextpnr's two extra CCU2C of every
+    chain (one feeding in the constant carry, one bringing the last carry out)."""
+    zero, one = Const(0, 1), Const(1, 1)
+    return (zero, zero, one, zero), int(carry)
+
+
+def and_pair_sums(m, act, pairs, name, *, model=False):
+    """For each ``(low, high, negative)`` of ``pairs``: ``(act if low else 0) + 2 * (act if high
+    else 0)`` (signed ``act``, bits ``low`` and ``high``), ``len(act) + 2`` bits, two rows of a
+    multiplier's partial products added in the LUTs of their adder. ``high`` may be None (no
+    second row); ``negative``: None, ``"low"`` or ``"high"``, the row subtracted instead (a
+    signed multiplier's top weight bit). One carry chain for all, a `separator` between."""
     width = len(act) + 2
     zero = Const(0, 1)
 
@@ -62,15 +72,20 @@ def and_pair_sum(m, act, low, high, name, *, negative=None, model=False):
             return zero, zero
         return act[min(bit - shift, len(act) - 1)], weight_bit
 
-    # The subtracted row is x (A, B): its complement is 1 at C = D = 0.
-    init = half_init(lambda a, b: (a & b) ^ (negative is not None), lambda c, d: c & d)
-    halves = []
-    for bit in range(width):
-        rows = {"low": row_bit(bit, low, 0), "high": row_bit(bit, high, 1)}
-        x, y = (rows["high"], rows["low"]) if negative == "high" else (rows["low"], rows["high"])
-        halves.append(((*x, *y), init))
-    sums = ccu2c_chain(m, halves, int(negative is not None), name, model=model)
-    return sums[:width].as_signed()
+    halves, starts = [], []
+    for index, (low, high, negative) in enumerate(pairs):
+        if index:
+            halves.append(separator(negative is not None))
+        starts.append(len(halves))
+        # The subtracted row is x (A, B): its complement is 1 at C = D = 0.
+        init = half_init(lambda a, b: (a & b) ^ (negative is not None), lambda c, d: c & d)
+        for bit in range(width):
+            rows = {"low": row_bit(bit, low, 0), "high": row_bit(bit, high, 1)}
+            x, y = ((rows["high"], rows["low"]) if negative == "high"
+                    else (rows["low"], rows["high"]))
+            halves.append(((*x, *y), init))
+    sums = ccu2c_chain(m, halves, int(pairs[0][2] is not None), name, model=model)
+    return [sums[start:start + width].as_signed() for start in starts]
 
 
 def add_or_subtract(m, a, b, subtract, name, *, model=False):

@@ -3,7 +3,7 @@ from amaranth.hdl import Cat, Const, Instance, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .carry import and_pair_sum
+from .carry import and_pair_sums
 from .dsp import mult18x18d
 from .family import dsp_model, fpga_family
 
@@ -94,20 +94,17 @@ def lut_product(m, act, weight, name="mul"):
 
 def carry_chain_product(m, act, weight, name="mul", *, model=False):
     """``(product, 0)`` with ``product == act * weight`` (signed) from ECP5 carry chains, built in
-    ``m`` without ``*``: each pair of weight bits is one chain adding two rows of partial products
-    (``act`` or 0, at most 3 / 2 of |act| together) made in the chain's own LUTs
-    (`carry.and_pair_sum`), then a tree of adders (`_adder_tree`). About 60% of `lut_product`'s
-    LUTs on ECP5, where a Booth partial product bit takes a LUT of five inputs.
+    ``m`` without ``*``: each pair of weight bits adds two rows of partial products (``act`` or
+    0, at most 3 / 2 of |act| together) made in the LUTs of their adder, all pairs in one chain
+    (`carry.and_pair_sums`), then a tree of adders (`_adder_tree`). Two thirds of
+    `lut_product`'s LUTs on ECP5, where a Booth partial product bit is a LUT of five inputs.
 
     ``model``: the CCU2C blocks modelled in Amaranth, for the simulator."""
     top = len(weight) - 1
-    terms = []
-    for low in range(0, len(weight), 2):
-        high = low + 1 if low < top else None
-        negative = "low" if low == top else "high" if high == top else None
-        pair = and_pair_sum(m, act, weight[low], None if high is None else weight[high],
-                            f"{name}_pair{low // 2}", negative=negative, model=model)
-        terms.append((pair, 1, 0))
+    pairs = [(weight[low], weight[low + 1] if low < top else None,
+              "low" if low == top else "high" if low + 1 == top else None)
+             for low in range(0, len(weight), 2)]
+    terms = [(pair, 1, 0) for pair in and_pair_sums(m, act, pairs, f"{name}_pairs", model=model)]
     return _adder_tree(m, terms, len(act), name)
 
 
