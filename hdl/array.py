@@ -214,17 +214,28 @@ class SystolicArray(wiring.Component):
             with m.Elif(drain[bank] != 0):
                 m.d.sync += drain[bank].eq(drain[bank] - 1)
 
+        # Each column takes the weight loading's control a cycle later, from registers of its
+        # own: no net of the array fans out to every PE (the 16x16's commit enables and shift
+        # enable were its most congested nets, `docs/DESIGN.md`). The delay costs no cycle: an
+        # activation reaches the first PE two cycles after the commit that makes its bank full.
+        for c in range(cols):
+            column = data.StructLayout({"push": 1, "commit": 1, "bank": 1,
+                                        "weight": signed(self.config.data_width)})
+            control = Signal(column, name=f"load_control_{c}")
+            m.d.sync += [control.push.eq(push), control.commit.eq(commit),
+                         control.bank.eq(load_bank), control.weight.eq(self.weights.payload[c])]
+            for r in range(rows):
+                pe = pes[r][c]
+                m.d.comb += [
+                    pe.shift_en.eq(control.push),
+                    pe.commit.eq(control.commit),
+                    pe.commit_bank.eq(control.bank),
+                    pe.shift_in.eq(control.weight if r == rows - 1 else pes[r + 1][c].shift_out),
+                ]
         for r in range(rows):
             for c in range(cols):
                 pe = pes[r][c]
-                m.d.comb += [
-                    pe.shift_en.eq(push),
-                    pe.commit.eq(commit),
-                    pe.commit_bank.eq(load_bank),
-                    pe.shift_in.eq(self.weights.payload[c] if r == rows - 1
-                                   else pes[r + 1][c].shift_out),
-                    pe.psum_in.eq(0 if r == 0 else pes[r - 1][c].psum_out),
-                ]
+                m.d.comb += pe.psum_in.eq(0 if r == 0 else pes[r - 1][c].psum_out)
                 if c > 0:
                     m.d.comb += [pe.act_in.eq(pes[r][c - 1].act_out),
                                  pe.sel_in.eq(pes[r][c - 1].sel_out)]
