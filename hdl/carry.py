@@ -1,6 +1,6 @@
 """ECP5 carry chains whose LUTs also make their operands: a CCU2C half adds two bits that are
 each the AND of two signals, so a multiplier's partial products cost no LUT of their own."""
-from amaranth.hdl import Cat, Const, Instance, Mux, Signal, signed
+from amaranth.hdl import Cat, Const, Instance, Mux, Signal
 
 __all__ = ["add_or_subtract", "and_pair_sums", "ccu2c_chain", "half_init", "separator"]
 

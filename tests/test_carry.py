@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 from amaranth.back import verilog
-from amaranth.hdl import Module, Signal, signed, unsigned
+from amaranth.hdl import Module, signed, unsigned
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
