@@ -2,6 +2,8 @@
 each the AND of two signals, so a multiplier's partial products cost no LUT of their own."""
 from amaranth.hdl import Cat, Const, Instance, Mux, Signal
 
+from .family import dsp_model, fpga_family
+
 __all__ = ["add_or_subtract", "and_pair_sums", "ccu2c_chain", "half_init", "separator"]
 
 
@@ -88,16 +90,21 @@ def and_pair_sums(m, act, pairs, name, *, model=False):
     return [sums[start:start + width].as_signed() for start in starts]
 
 
-def add_or_subtract(m, a, b, subtract, name, *, model=False):
+def add_or_subtract(m, a, b, subtract, name, platform=None):
     """``a + b``, or ``a - b`` where ``subtract``, wrapped to ``len(a)`` bits (``b`` sign- or
-    zero-extended as its shape says) from one carry chain: the inversion of ``b`` is in the
-    chain's LUTs, the 1 of ``-b = ~b + 1`` the carry out of a first half whose two operands are
-    both ``subtract``. What yosys maps ``a + (b ^ subtract) + subtract`` to costs a LUT per bit
-    more, for the xor."""
-    zero = Const(0, 1)
+    zero-extended as its shape says), for ``platform``. On ECP5 (`fpga_family`) from one carry
+    chain: the inversion of ``b`` is in the chain's LUTs, the 1 of ``-b = ~b + 1`` the carry
+    out of a first half whose two operands are both ``subtract`` (modelled in Amaranth with a
+    true ``dsp_model``). Elsewhere ``a + (b ^ subtract) + subtract``, which yosys maps to an
+    adder with a LUT per bit more on ECP5, for the xor."""
     extended = Signal(len(a), name=f"{name}_b")
     m.d.comb += extended.eq(b)
+    if fpga_family(platform) != "ecp5":
+        addend = Signal(len(a), name=f"{name}_addend")
+        m.d.comb += addend.eq(extended ^ subtract.replicate(len(a)))
+        return (Cat(subtract, a) + Cat(subtract, addend))[1:len(a) + 1]
+    zero = Const(0, 1)
     init = half_init(lambda a, _: a, lambda c, d: c ^ d)
     halves = [((subtract, zero, subtract, zero), init)]
     halves += [((a[bit], zero, extended[bit], subtract), init) for bit in range(len(a))]
-    return ccu2c_chain(m, halves, 0, name, model=model)[1:len(a) + 1]
+    return ccu2c_chain(m, halves, 0, name, model=dsp_model(platform))[1:len(a) + 1]

@@ -93,7 +93,6 @@ from ..config import check_config
 from ..isa import ErrorCode, RowScale, SoftmaxInstruction, SoftmaxMode
 from .carry import add_or_subtract
 from .engine import engine_members
-from .family import dsp_model, fpga_family
 
 __all__ = ["SoftmaxUnit", "EXP_BITS", "EXP_TABLE", "LF", "OUT_FRAC", "L_MAX", "SHIFT_MAX",
            "STATE_M"]
@@ -478,15 +477,9 @@ class SoftmaxUnit(wiring.Component):
         sums = [Signal(_SUM) for _ in range(cols)]
         invert = sum_op.kind == _Kind.EXP
         for j in range(cols):
-            # P rows: base + ~(s << 7) + 1 = ((m' << frac) - s) << 7, the 1 a carry-in.
-            if fpga_family(platform) == "ecp5":  # the inversion in the carry chain's LUTs
-                m.d.sync += sums[j].eq(add_or_subtract(
-                    m, sum_row.base, read_data[j] << EXP_BITS, invert, f"lane{j}",
-                    model=dsp_model(platform)))
-                continue
-            addend = Signal(_SUM, name=f"addend{j}")
-            m.d.comb += addend.eq((read_data[j] << EXP_BITS) ^ invert.replicate(_SUM.width))
-            m.d.sync += sums[j].eq((Cat(invert, sum_row.base) + Cat(invert, addend))[1:])
+            # P rows: base + ~(s << 7) + 1 = ((m' << frac) - s) << 7.
+            m.d.sync += sums[j].eq(add_or_subtract(m, sum_row.base, read_data[j] << EXP_BITS,
+                                                   invert, f"lane{j}", platform))
         # x >> shift fits _OUT bits (signed) iff x's bits from _OUT - 1 + shift up equal its
         # sign; P rows test from _OUT + shift up (p is 0 if one is set): a mask per row.
         # The mask is made from the row's shift a stage early, at the lane adder, and registered

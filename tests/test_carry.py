@@ -1,8 +1,10 @@
 """ECP5 carry chains that make their operands in their LUTs (`hdl.carry`): the CCU2C instances
 proved equal to the arithmetic they stand for, with the models yosys' synth_ecp5 maps to, and
-their Amaranth model (the simulators') checked on every operand."""
+their Amaranth model (the simulators') and add_or_subtract's generic adder checked on every
+operand."""
 import re
 import subprocess
+from types import SimpleNamespace
 
 import pytest
 from amaranth.back import verilog
@@ -13,6 +15,7 @@ from amaranth.sim import Simulator
 
 from tpugen.hdl.carry import add_or_subtract
 from tpugen.hdl.pe import carry_chain_product
+from tpugen.sim.testbench import ForFamily
 from tpugen.toolchain import find_tool
 
 
@@ -32,22 +35,24 @@ class CarryChainProduct(wiring.Component):
 
 
 class AddOrSubtract(wiring.Component):
-    """``y = a - b if subtract else a + b`` from `add_or_subtract`, ``len(a)`` bits."""
+    """``y = a - b if subtract else a + b`` from `add_or_subtract` for the platform it is
+    elaborated for, ``len(a)`` bits."""
 
-    def __init__(self, a_width, b_shape, model=False):
-        self.model = model
+    def __init__(self, a_width, b_shape):
         super().__init__({"a": In(a_width), "b": In(b_shape), "subtract": In(1),
                           "y": Out(a_width)})
 
     def elaborate(self, platform):
         m = Module()
         m.d.comb += self.y.eq(add_or_subtract(m, self.a, self.b, self.subtract, "chain",
-                                              model=self.model))
+                                              platform))
         return m
 
 
 def verilog_of(component):
-    text = verilog.convert(component, name="gate", emit_src=False)
+    """Verilog of ``component`` elaborated for an ECP5, as a board build does."""
+    text = verilog.convert(component, name="gate", emit_src=False,
+                           platform=SimpleNamespace(family="ecp5"))
     assert "CCU2C" in text
     return text
 
@@ -99,8 +104,9 @@ def test_add_or_subtract_adds_or_subtracts(tmp_path, b_shape):
     assert not proves(tmp_path, broken(gate), ports, expected)
 
 
-def test_add_or_subtract_model_on_every_operand():
-    dut = AddOrSubtract(9, signed(5), model=True)
+@pytest.mark.parametrize("family", [None, "ecp5"], ids=["generic", "ecp5-model"])
+def test_add_or_subtract_on_every_operand(family):
+    dut = AddOrSubtract(9, signed(5))
     mismatches = []
 
     async def testbench(ctx):
@@ -113,7 +119,7 @@ def test_add_or_subtract_model_on_every_operand():
                     if ctx.get(dut.y) != (a - b if subtract else a + b) % 2 ** 9:
                         mismatches.append((a, b, subtract, ctx.get(dut.y)))
 
-    sim = Simulator(dut)
+    sim = Simulator(dut if family is None else ForFamily(dut, family))
     sim.add_testbench(testbench)
     sim.run()
     assert mismatches == []
