@@ -100,14 +100,15 @@ class SystolicArray(wiring.Component):
     """``rows`` x ``cols`` weight-stationary array computing ``C = A @ W`` tile by tile.
 
     * ``weights``: a tile is ``rows`` transfers, W[0, :] first. It shifts into the PEs' load chain
-      while the previous tile computes, then commits to the idle weight bank.
-    * ``acts``: one activation vector per cycle; ready whenever a committed tile is waiting.
-      ``last`` on a vector releases that tile's bank.
+      while the previous tile computes, then commits to their upcoming weight registers once
+      the previous tile's first activation has switched every PE to its own.
+    * ``acts``: one activation vector per cycle; ready while a tile computes or a committed
+      one waits. ``last`` ends the tile; the next vector switches the PEs to the next tile.
     * ``results``: one result vector per accepted activation, ``array_latency(config)`` cycles later, in order.
       No backpressure.
 
     Tiles stream back to back, one activation vector per cycle, when each tile has at least
-    ``min_tile_length(config)`` vectors (the previous bank drains while the next tile shifts in).
+    ``min_tile_length(config)`` vectors (the next tile shifts in and commits meanwhile).
 
     The PEs are logic of this module, unless the platform it is elaborated for has a true
     ``pe_modules``: then each is an instance of a Verilog module (`pe_module`), which the
@@ -176,60 +177,55 @@ class SystolicArray(wiring.Component):
             for (r, c), product, carry in zip(pair, products, carries):
                 pe_outputs(m, pes[r][c], product, carry, registered=False)
 
-        # Weight loading: a shift chain from the bottom row up, then a commit to the idle bank.
+        # Weight loading: a shift chain from the bottom row up, a commit into the upcoming
+        # registers, and a switch that travels one cycle ahead of the tile's first activation.
         loaded = Signal(range(rows + 1))
-        load_bank = Signal()
-        compute_bank = Signal()
-        bank_full = Signal(2)
-        # Cycles until the last activation of a released tile has passed every PE.
-        drain = [Signal(range(rows + cols), name=f"drain{b}") for b in range(2)]
-        load_bank_free = Signal()
-        with m.If(load_bank):
-            m.d.comb += load_bank_free.eq(~bank_full[1] & (drain[1] == 0))
-        with m.Else():
-            m.d.comb += load_bank_free.eq(~bank_full[0] & (drain[0] == 0))
+        committed = Signal()  # a tile waits in the upcoming registers
+        takeable = Signal()   # ... and has reached every column's (a cycle after its commit)
+        started = Signal()    # the current tile's first vector was taken: its weights are active
+        # Cycles until the current tile's switch has passed every PE (PE(r, c) switches r + c
+        # cycles after the tile's first vector is taken): the upcoming registers are free again.
+        switching = Signal(range(max(rows + cols - 3, 1)))
 
         push = Signal()
         commit = Signal()
         take = Signal()
+        first = Signal()
         m.d.comb += [
             self.weights.ready.eq(loaded != rows),
             push.eq(self.weights.valid & self.weights.ready),
-            commit.eq((loaded == rows) & load_bank_free),
-            self.acts.ready.eq(bank_full.bit_select(compute_bank, 1)),
+            commit.eq((loaded == rows) & ~committed & (switching == 0)),
+            self.acts.ready.eq(started | takeable),
             take.eq(self.acts.valid & self.acts.ready),
+            first.eq(take & ~started),
         ]
         with m.If(push):
             m.d.sync += loaded.eq(loaded + 1)
         with m.If(commit):
-            m.d.sync += [loaded.eq(0), load_bank.eq(~load_bank)]
-        release = take & self.acts.payload.last
-        with m.If(release):
-            m.d.sync += compute_bank.eq(~compute_bank)
-        for bank in range(2):
-            with m.If(commit & (load_bank == bank)):
-                m.d.sync += bank_full[bank].eq(1)
-            with m.If(release & (compute_bank == bank)):
-                m.d.sync += [bank_full[bank].eq(0), drain[bank].eq(rows + cols - 2)]
-            with m.Elif(drain[bank] != 0):
-                m.d.sync += drain[bank].eq(drain[bank] - 1)
+            m.d.sync += [loaded.eq(0), committed.eq(1)]
+        with m.If(first):
+            m.d.sync += [committed.eq(0), switching.eq(max(rows + cols - 4, 0))]
+        with m.Elif(switching != 0):
+            m.d.sync += switching.eq(switching - 1)
+        with m.If(take):
+            m.d.sync += started.eq(~self.acts.payload.last)
+        m.d.sync += takeable.eq(committed & ~first)
 
         # Each column takes the weight loading's control a cycle later, from registers of its
         # own: no net of the array fans out to every PE (the 16x16's commit enables and shift
-        # enable were its most congested nets, `docs/DESIGN.md`). The delay costs no cycle: an
-        # activation reaches the first PE two cycles after the commit that makes its bank full.
+        # enable were its most congested nets, `docs/DESIGN.md`). The delay is why a committed
+        # tile is taken a cycle after its commit at the earliest (``takeable``).
         for c in range(cols):
-            column = data.StructLayout({"push": 1, "commit": 1, "bank": 1,
+            column = data.StructLayout({"push": 1, "commit": 1,
                                         "weight": signed(self.config.data_width)})
             control = Signal(column, name=f"load_control_{c}")
             m.d.sync += [control.push.eq(push), control.commit.eq(commit),
-                         control.bank.eq(load_bank), control.weight.eq(self.weights.payload[c])]
+                         control.weight.eq(self.weights.payload[c])]
             for r in range(rows):
                 pe = pes[r][c]
                 m.d.comb += [
                     pe.shift_en.eq(control.push),
                     pe.commit.eq(control.commit),
-                    pe.commit_bank.eq(control.bank),
                     pe.shift_in.eq(control.weight if r == rows - 1 else pes[r + 1][c].shift_out),
                 ]
         for r in range(rows):
@@ -238,19 +234,20 @@ class SystolicArray(wiring.Component):
                 m.d.comb += pe.psum_in.eq(0 if r == 0 else pes[r - 1][c].psum_out)
                 if c > 0:
                     m.d.comb += [pe.act_in.eq(pes[r][c - 1].act_out),
-                                 pe.sel_in.eq(pes[r][c - 1].sel_out)]
+                                 pe.switch_in.eq(pes[r][c - 1].switch_out)]
 
-        # Input register, then row r delayed by r more cycles (skew).
+        # Input register, then row r delayed by r more cycles (skew); row r's switch by r
+        # cycles: it reaches each PE a cycle before the tile's first activation.
         for r in range(rows):
             act = Signal(signed(width), name=f"skew_{r}_0")
-            sel = Signal(name=f"skew_sel_{r}_0")
-            m.d.sync += [act.eq(Mux(take, self.acts.payload.data[r], 0)), sel.eq(compute_bank)]
+            m.d.sync += act.eq(Mux(take, self.acts.payload.data[r], 0))
+            switch = first
             for stage in range(1, r + 1):
                 act_next = Signal(signed(width), name=f"skew_{r}_{stage}")
-                sel_next = Signal(name=f"skew_sel_{r}_{stage}")
-                m.d.sync += [act_next.eq(act), sel_next.eq(sel)]
-                act, sel = act_next, sel_next
-            m.d.comb += [pes[r][0].act_in.eq(act), pes[r][0].sel_in.eq(sel)]
+                switch_next = Signal(name=f"skew_switch_{r}_{stage}")
+                m.d.sync += [act_next.eq(act), switch_next.eq(switch)]
+                act, switch = act_next, switch_next
+            m.d.comb += [pes[r][0].act_in.eq(act), pes[r][0].switch_in.eq(switch)]
 
         # Column c leaves the bottom row at t + rows + c: delay it by cols - 1 - c (de-skew),
         # still `psum_width` bits, then sign-extend it to acc_width (.eq of a signed value).
@@ -265,7 +262,7 @@ class SystolicArray(wiring.Component):
             m.d.comb += self.results.payload.data[c].eq(psum)
 
         # valid/last travel alongside: results appear `latency` cycles after `take`.
-        valid, last = take, release
+        valid, last = take, take & self.acts.payload.last
         for stage in range(array_latency(self.config)):
             valid_next = Signal(name=f"valid_{stage}")
             last_next = Signal(name=f"last_{stage}")

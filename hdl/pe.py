@@ -27,16 +27,15 @@ def pe_signature(data_width=8, acc_width=32, act_width=None):
         raise ValueError(f"acc_width={acc_width!r} is invalid: allowed >= data_width + act_width")
     return wiring.Signature({
         "act_in": In(signed(act_width)),
-        "sel_in": In(1),
+        "switch_in": In(1),
         "act_out": Out(signed(act_width)),
-        "sel_out": Out(1),
+        "switch_out": Out(1),
         "psum_in": In(signed(acc_width)),
         "psum_out": Out(signed(acc_width)),
         "shift_in": In(signed(data_width)),
         "shift_out": Out(signed(data_width)),
         "shift_en": In(1),
         "commit": In(1),
-        "commit_bank": In(1),
     })
 
 
@@ -176,20 +175,26 @@ def ice40_mac_pair(m, halves, name="mac", *, model=False):
 
 
 def pe_weight(m, pe, name="pe"):
-    """Add ``pe``'s two weight banks and its load chain to ``m``; returns the weight that
-    ``sel_in`` selects."""
+    """Add ``pe``'s load chain and weight registers to ``m``; returns the active weight.
+
+    ``shift_en`` moves the chain (``shift_in`` to ``shift_out``), ``commit`` copies it into the
+    upcoming weight, and ``switch_in`` makes the upcoming weight active for the next cycle's
+    activation. The product takes the active register as it is: no multiplexer between two
+    banks on its path (8 LUTs a PE)."""
     width = len(pe.shift_in)
-    banks = [Signal(signed(width), name=f"{name}_weight{b}") for b in range(2)]
+    upcoming = Signal(signed(width), name=f"{name}_upcoming")
+    active = Signal(signed(width), name=f"{name}_active")
     with m.If(pe.shift_en):
         m.d.sync += pe.shift_out.eq(pe.shift_in)
-    for index, bank in enumerate(banks):
-        with m.If(pe.commit & (pe.commit_bank == index)):
-            m.d.sync += bank.eq(pe.shift_out)
-    return Mux(pe.sel_in, banks[1], banks[0])
+    with m.If(pe.commit):
+        m.d.sync += upcoming.eq(pe.shift_out)
+    with m.If(pe.switch_in):
+        m.d.sync += active.eq(upcoming)
+    return active
 
 
 def pe_outputs(m, pe, product, carry=0, *, registered=True):
-    """The PE's registers: the activation and bank select passed on, and ``psum_out <= psum_in
+    """The PE's registers: the activation and the weight switch passed on, and ``psum_out <= psum_in
     + product + carry``. With ``registered`` the product and its carry are registered first
     (`PRODUCT_STAGES`): the multiplier and the partial sum's adder are not one path (the ECP5
     8x8 array's critical path ran from the bank select through both, 12.9 ns). Not reset:
@@ -201,7 +206,7 @@ def pe_outputs(m, pe, product, carry=0, *, registered=True):
         product, carry = product_reg, carry_reg
     m.d.sync += [
         pe.act_out.eq(pe.act_in),
-        pe.sel_out.eq(pe.sel_in),
+        pe.switch_out.eq(pe.switch_in),
         pe.psum_out.eq(pe.psum_in + product + carry),
     ]
 
@@ -239,12 +244,13 @@ def add_pe(m, pe, name="pe", lut_multiplier=False, registered=bool(PRODUCT_STAGE
 class ProcessingElement(wiring.Component):
     """Weight-stationary PE.
 
-    Each cycle: ``psum_out <= psum_in + product`` with ``product <= act_in * weight[sel_in]``
+    Each cycle: ``psum_out <= psum_in + product`` with ``product <= act_in * weight``
     (registered, `PRODUCT_STAGES`: ``psum_in`` meets the product of the activation that came a
-    cycle before it) and ``act_out <= act_in`` (``sel_out <= sel_in``), so the bank select
-    travels with the activation wavefront.
-    Weights arrive through a shift chain (``shift_in`` to ``shift_out`` when ``shift_en``), and
-    ``commit`` copies the chain register into bank ``commit_bank`` while the other bank computes.
+    cycle before it), ``act_out <= act_in`` and ``switch_out <= switch_in``.
+    Weights arrive through a shift chain (``shift_in`` to ``shift_out`` when ``shift_en``);
+    ``commit`` copies the chain register into the upcoming weight while the active one computes,
+    and ``switch_in``, one cycle ahead of a tile's first activation, makes it active: the switch
+    travels with the activations, so a tile switch needs no bubble (`pe_weight`).
     ``lut_multiplier``: see `add_pe`.
     """
 

@@ -25,33 +25,38 @@ def run(dut, testbench):
 
 
 @pytest.mark.parametrize("lut_multiplier", [False, True], ids=["dsp", "lut"])
-def test_pe_mac_and_weight_banks(lut_multiplier):
+def test_pe_mac_and_weight_switch(lut_multiplier):
     dut = ProcessingElement(lut_multiplier=lut_multiplier)
 
+    async def load(ctx, weight):
+        ctx.set(dut.shift_in, weight)
+        ctx.set(dut.shift_en, 1)
+        await ctx.tick()
+        ctx.set(dut.shift_en, 0)
+        ctx.set(dut.commit, 1)
+        await ctx.tick()
+        ctx.set(dut.commit, 0)
+
     async def testbench(ctx):
-        for bank, weight in ((0, -7), (1, 5)):
-            ctx.set(dut.shift_in, weight)
-            ctx.set(dut.shift_en, 1)
-            await ctx.tick()
-            ctx.set(dut.shift_en, 0)
-            ctx.set(dut.commit, 1)
-            ctx.set(dut.commit_bank, bank)
-            await ctx.tick()
-            ctx.set(dut.commit, 0)
-        # psum_in meets the product of the activation PRODUCT_STAGES cycles before it.
-        cases = ((0, 3, 100, 100 - 21), (1, -128, -2**31, 2**31 - 640),
-                 (1, 127, 2**31 - 1, -2**31 + 634))
+        await load(ctx, -7)
+        ctx.set(dut.switch_in, 1)
+        await ctx.tick()
+        await load(ctx, 5)  # upcoming while -7 stays active
+        # (switch, act, psum_in, psum_out): psum_in meets the product of the activation
+        # PRODUCT_STAGES cycles before it; the switch takes effect from the next activation.
+        cases = ((0, 3, 100, 100 - 21), (1, -128, -2**31, -2**31 + 896),
+                 (0, 127, 2**31 - 1, -2**31 + 634), (0, -1, 7, 2))
         for cycle in range(len(cases) + PRODUCT_STAGES):
             if cycle < len(cases):
-                sel, act, _, _ = cases[cycle]
-                ctx.set(dut.sel_in, sel)
+                switch, act, _, _ = cases[cycle]
+                ctx.set(dut.switch_in, switch)
                 ctx.set(dut.act_in, act)
             if cycle >= PRODUCT_STAGES:
                 ctx.set(dut.psum_in, cases[cycle - PRODUCT_STAGES][2])
             await ctx.tick()
             if cycle < len(cases):
                 assert ctx.get(dut.act_out) == act
-                assert ctx.get(dut.sel_out) == sel
+                assert ctx.get(dut.switch_out) == switch
             if cycle >= PRODUCT_STAGES:
                 expected = cases[cycle - PRODUCT_STAGES][3]
                 assert ctx.get(dut.psum_out) == expected  # int32 wraps

@@ -16,9 +16,9 @@ def test_back_to_back_tiles_are_exact_and_bubble_free(run_tb, rows, cols):
     vectors = sum(lengths)
     # One activation vector per cycle across all tiles: no bubble between weight tiles.
     assert stats["act_cycles"] == vectors
-    # First tile: rows weight pushes, one commit cycle, then activations; results follow after
-    # the array latency.
-    assert stats["first_act_cycle"] == rows + 2
+    # First tile: rows weight pushes, one commit cycle, a cycle for the commit to reach the
+    # columns, then activations; results follow after the array latency.
+    assert stats["first_act_cycle"] == rows + 3
     assert stats["cycles"] == stats["first_act_cycle"] + vectors - 1 + array_latency(cfg)
 
 

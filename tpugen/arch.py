@@ -67,8 +67,11 @@ MAX_OUTSTANDING = 8
 
 
 def min_tile_length(config):
-    """Fewest activation vectors per weight tile that keep the array busy with no bubble."""
-    return config.rows + max(config.cols - 1, 1)
+    """Fewest activation vectors per weight tile that keep the array busy with no bubble: the
+    next tile commits once this one's switch has passed every PE (``rows + cols - 3`` cycles
+    after its first vector, at least one), shifts in over ``rows`` cycles and is taken two
+    cycles after its commit (``hdl/array.py``)."""
+    return max(config.rows + max(config.cols - 1, 1), 3)
 
 
 SOFTMAX_OUT_FRAC = 8
