@@ -3,7 +3,7 @@ from amaranth.hdl import Cat, Const, Instance, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .carry import and_pair_sums
+from .carry import adder_halves, and_pair_halves, ccu2c_chain, separator
 from .dsp import mult18x18d
 from .family import dsp_model, fpga_family
 
@@ -92,19 +92,38 @@ def lut_product(m, act, weight, name="mul"):
 
 
 def carry_chain_product(m, act, weight, name="mul", *, model=False):
-    """``(product, 0)`` with ``product == act * weight`` (signed) from ECP5 carry chains, built in
-    ``m`` without ``*``: each pair of weight bits adds two rows of partial products (``act`` or
-    0, at most 3 / 2 of |act| together) made in the LUTs of their adder, all pairs in one chain
-    (`carry.and_pair_sums`), then a tree of adders (`_adder_tree`). Two thirds of
-    `lut_product`'s LUTs on ECP5, where a Booth partial product bit is a LUT of five inputs.
+    """``(product, 0)`` with ``product == act * weight`` (signed) from one ECP5 carry chain,
+    built in ``m`` without ``*``: each pair of weight bits adds two rows of partial products
+    (``act`` or 0, at most 3 / 2 of |act| together) made in the LUTs of their adder
+    (`carry.and_pair_halves`), then a balanced tree adds the pairs' sums (as `_adder_tree`),
+    its adders in the same chain after a `carry.separator` each: nextpnr adds two CCU2C to
+    every chain. Two thirds of `lut_product`'s LUTs on ECP5, where a Booth partial product bit
+    is a LUT of five inputs.
 
     ``model``: the CCU2C blocks modelled in Amaranth, for the simulator."""
     top = len(weight) - 1
     pairs = [(weight[low], weight[low + 1] if low < top else None,
               "low" if low == top else "high" if low + 1 == top else None)
              for low in range(0, len(weight), 2)]
-    terms = [(pair, 1, 0) for pair in and_pair_sums(m, act, pairs, f"{name}_pairs", model=model)]
-    return _adder_tree(m, terms, len(act), name)
+    halves, sums, carry_in = and_pair_halves(act, pairs, f"{name}_pair")
+    terms = [(total, 1) for total in sums]  # (value, base-4 digits of the weight it holds)
+    level = 0
+    while len(terms) > 1:
+        added = []
+        for index in range(0, len(terms) - 1, 2):
+            (low, low_digits), (high, high_digits) = terms[index:index + 2]
+            digits = low_digits + high_digits
+            done = 2 * low_digits  # the low term's bits below the high one's: already final
+            total = Signal(signed(len(act) + 2 * digits - done),
+                           name=f"{name}_sum{level}_{index // 2}")
+            halves += [separator(0), *adder_halves(low[done:].as_signed(), high, total)]
+            added.append((Cat(low[:done], total).as_signed(), digits))
+        terms = added + terms[len(added) * 2:]
+        level += 1
+    ccu2c_chain(m, halves, carry_in, name, model=model)
+    product = Signal(signed(len(act) + len(weight)), name=f"{name}_product")
+    m.d.comb += product.eq(terms[0][0])
+    return product, 0
 
 
 ICE40_MAC_WIDTHS = (8, 9)
