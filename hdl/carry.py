@@ -1,11 +1,10 @@
 """ECP5 carry chains whose LUTs also make their operands: a CCU2C half adds two bits that are
 each the AND of two signals, so a multiplier's partial products cost no LUT of their own."""
-from amaranth.hdl import Cat, Const, Instance, Mux, Signal, Value, signed
+from amaranth.hdl import Cat, Const, Instance, Mux, Signal
 
 from .family import dsp_model, fpga_family
 
-__all__ = ["add_or_subtract", "adder_halves", "and_pair_halves", "ccu2c_chain", "half_init",
-           "separator"]
+__all__ = ["add_or_subtract", "and_pair_sums", "ccu2c_chain", "half_init", "separator"]
 
 
 def half_init(x, y):
@@ -21,37 +20,33 @@ def half_init(x, y):
 
 def ccu2c_chain(m, halves, carry_in, name, *, model=False):
     """The sum bits of one carry chain of CCU2C blocks in ``m``. Each of ``halves`` is
-    ``(inputs, init)`` or ``(inputs, init, sum)``: the A, B, C, D signals of a half, its 16-bit
-    INIT, and a 1-bit signal to drive with its sum instead of the returned signal's bit (so a
-    later adder of the chain can take it as an operand). A half's sum is its LUT4 xor the carry
-    from the half below, and it passes the carry on where the LUT4 is 1, else the same INIT's
-    value at C = D = 0. ``carry_in``: the constant carry into the first half. ``model``: the
-    same arithmetic in Amaranth (as yosys' ``ccu2c_sim.vh``), for the simulator."""
-    halves = [(*half, None)[:3] for half in halves]
-    halves += [((Const(0, 1),) * 4, 0, None)] * (len(halves) % 2)
+    ``(inputs, init)``: the A, B, C, D signals of a half and its 16-bit INIT; a half's sum is its
+    LUT4 xor the carry from the half below, and it passes the carry on where the LUT4 is 1, else
+    the same INIT's value at C = D = 0. ``carry_in``: the constant carry into the first half.
+    ``model``: the same arithmetic in Amaranth (as yosys' ``ccu2c_sim.vh``), for the simulator."""
+    halves = list(halves) + [((Const(0, 1),) * 4, 0)] * (len(halves) % 2)
     sums = Signal(len(halves), name=f"{name}_s")
-    outputs = [sums[bit] if half[2] is None else half[2] for bit, half in enumerate(halves)]
     carry = Const(carry_in, 1)
     for block in range(0, len(halves), 2):
         if model:
             for bit in (block, block + 1):
-                inputs, init, _ = halves[bit]
+                inputs, init = halves[bit]
                 index = Cat(*inputs)
                 propagate = Const(init, 16).bit_select(index, 1)
                 generate = Const(init & 15, 4).bit_select(index[:2], 1)
                 carry_out = Signal(name=f"{name}_c{bit}")
-                m.d.comb += [outputs[bit].eq(propagate ^ carry),
+                m.d.comb += [sums[bit].eq(propagate ^ carry),
                              carry_out.eq(Mux(propagate, carry, generate))]
                 carry = carry_out
             continue
-        (inputs0, init0, _), (inputs1, init1, _) = halves[block:block + 2]
+        (inputs0, init0), (inputs1, init1) = halves[block:block + 2]
         carry_out = Signal(name=f"{name}_c{block + 1}")
         m.submodules[f"{name}_{block // 2}"] = Instance(
             "CCU2C", p_INIT0=Const(init0, 16), p_INIT1=Const(init1, 16),
             p_INJECT1_0="NO", p_INJECT1_1="NO", i_CIN=carry,
             **{f"i_{port}{half}": signal for half, inputs in enumerate((inputs0, inputs1))
                for port, signal in zip("ABCD", inputs)},
-            o_S0=outputs[block], o_S1=outputs[block + 1], o_COUT=carry_out)
+            o_S0=sums[block], o_S1=sums[block + 1], o_COUT=carry_out)
         carry = carry_out
     return sums
 
@@ -65,13 +60,12 @@ def separator(carry):
     return (zero, zero, one, zero), int(carry)
 
 
-def and_pair_halves(act, pairs, name):
-    """``(halves, sums, carry_in)`` of a carry chain (`ccu2c_chain`) that computes, for each
-    ``(low, high, negative)`` of ``pairs``, ``(act if low else 0) + 2 * (act if high else 0)``
-    (signed ``act``, bits ``low`` and ``high``) into a signal of ``sums``, ``len(act) + 2``
-    bits: two rows of a multiplier's partial products added in the LUTs of their adder.
-    ``high`` may be None (no second row); ``negative``: None, ``"low"`` or ``"high"``, the row
-    subtracted instead (a signed multiplier's top weight bit). A `separator` between pairs."""
+def and_pair_sums(m, act, pairs, name, *, model=False):
+    """For each ``(low, high, negative)`` of ``pairs``: ``(act if low else 0) + 2 * (act if high
+    else 0)`` (signed ``act``, bits ``low`` and ``high``), ``len(act) + 2`` bits, two rows of a
+    multiplier's partial products added in the LUTs of their adder. ``high`` may be None (no
+    second row); ``negative``: None, ``"low"`` or ``"high"``, the row subtracted instead (a
+    signed multiplier's top weight bit). One carry chain for all, a `separator` between."""
     width = len(act) + 2
     zero = Const(0, 1)
 
@@ -80,36 +74,20 @@ def and_pair_halves(act, pairs, name):
             return zero, zero
         return act[min(bit - shift, len(act) - 1)], weight_bit
 
-    halves, sums = [], []
+    halves, starts = [], []
     for index, (low, high, negative) in enumerate(pairs):
         if index:
             halves.append(separator(negative is not None))
-        total = Signal(signed(width), name=f"{name}_{index}")
-        sums.append(total)
+        starts.append(len(halves))
         # The subtracted row is x (A, B): its complement is 1 at C = D = 0.
         init = half_init(lambda a, b: (a & b) ^ (negative is not None), lambda c, d: c & d)
         for bit in range(width):
             rows = {"low": row_bit(bit, low, 0), "high": row_bit(bit, high, 1)}
             x, y = ((rows["high"], rows["low"]) if negative == "high"
                     else (rows["low"], rows["high"]))
-            halves.append(((*x, *y), init, total[bit]))
-    return halves, sums, int(pairs[0][2] is not None)
-
-
-def adder_halves(a, b, total):
-    """Halves of a carry chain (`ccu2c_chain`) computing ``total = a + b``, ``len(total)``
-    bits, ``a`` and ``b`` extended as their shapes say; after a `separator` in a chain."""
-    zero = Const(0, 1)
-    a, b = Value.cast(a), Value.cast(b)
-    init = half_init(lambda x, _: x, lambda c, _: c)
-
-    def extended(value, bit):
-        if bit < len(value):
-            return value[bit]
-        return value[-1] if value.shape().signed else zero
-
-    return [((extended(a, bit), zero, extended(b, bit), zero), init, total[bit])
-            for bit in range(len(total))]
+            halves.append(((*x, *y), init))
+    sums = ccu2c_chain(m, halves, int(pairs[0][2] is not None), name, model=model)
+    return [sums[start:start + width].as_signed() for start in starts]
 
 
 def add_or_subtract(m, a, b, subtract, name, platform=None):

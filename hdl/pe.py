@@ -3,7 +3,7 @@ from amaranth.hdl import Cat, Const, Instance, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .carry import adder_halves, and_pair_halves, ccu2c_chain, separator
+from .carry import and_pair_sums
 from .dsp import mult18x18d
 from .family import dsp_model, fpga_family
 
@@ -91,60 +91,20 @@ def lut_product(m, act, weight, name="mul"):
     return _adder_tree(m, terms, act_width, name)
 
 
-def _product_halves(act, weight, name):
-    """``(halves, carry_in, product)``: a carry chain (`carry.ccu2c_chain`) computing
-    ``product == act * weight`` (signed), see `carry_chain_product`."""
+def carry_chain_product(m, act, weight, name="mul", *, model=False):
+    """``(product, 0)`` with ``product == act * weight`` (signed) from ECP5 carry chains, built in
+    ``m`` without ``*``: each pair of weight bits adds two rows of partial products (``act`` or
+    0, at most 3 / 2 of |act| together) made in the LUTs of their adder, all pairs in one chain
+    (`carry.and_pair_sums`), then a tree of adders (`_adder_tree`). Two thirds of
+    `lut_product`'s LUTs on ECP5, where a Booth partial product bit is a LUT of five inputs.
+
+    ``model``: the CCU2C blocks modelled in Amaranth, for the simulator."""
     top = len(weight) - 1
     pairs = [(weight[low], weight[low + 1] if low < top else None,
               "low" if low == top else "high" if low + 1 == top else None)
              for low in range(0, len(weight), 2)]
-    halves, sums, carry_in = and_pair_halves(act, pairs, f"{name}_pair")
-    terms = [(total, 1) for total in sums]  # (value, base-4 digits of the weight it holds)
-    level = 0
-    while len(terms) > 1:
-        added = []
-        for index in range(0, len(terms) - 1, 2):
-            (low, low_digits), (high, high_digits) = terms[index:index + 2]
-            digits = low_digits + high_digits
-            done = 2 * low_digits  # the low term's bits below the high one's: already final
-            total = Signal(signed(len(act) + 2 * digits - done),
-                           name=f"{name}_sum{level}_{index // 2}")
-            halves += [separator(0), *adder_halves(low[done:].as_signed(), high, total)]
-            added.append((Cat(low[:done], total).as_signed(), digits))
-        terms = added + terms[len(added) * 2:]
-        level += 1
-    return halves, carry_in, terms[0][0]
-
-
-def carry_chain_product(m, act, weight, name="mul", *, model=False):
-    """``(product, 0)`` with ``product == act * weight`` (signed) from one ECP5 carry chain,
-    built in ``m`` without ``*``: each pair of weight bits adds two rows of partial products
-    (``act`` or 0, at most 3 / 2 of |act| together) made in the LUTs of their adder
-    (`carry.and_pair_halves`), then a balanced tree adds the pairs' sums (as `_adder_tree`),
-    its adders in the same chain after a `carry.separator` each: nextpnr adds two CCU2C to
-    every chain. Two thirds of `lut_product`'s LUTs on ECP5, where a Booth partial product bit
-    is a LUT of five inputs.
-
-    ``model``: the CCU2C blocks modelled in Amaranth, for the simulator."""
-    halves, carry_in, value = _product_halves(act, weight, name)
-    ccu2c_chain(m, halves, carry_in, name, model=model)
-    product = Signal(signed(len(act) + len(weight)), name=f"{name}_product")
-    m.d.comb += product.eq(value)
-    return product, 0
-
-
-def carry_chain_mac(m, pe, weight, name, *, model=False):
-    """The multiply-accumulate of a LUT PE on ECP5 in one carry chain: `carry_chain_product`'s
-    adders, then, after its register, the partial sum's adder (a register between them, so
-    the chain is two paths); returns ``psum_in + product`` of the previous cycle's product."""
-    halves, carry_in, value = _product_halves(pe.act_in, weight, f"{name}_mul")
-    product = Signal(signed(len(pe.act_in) + len(weight)), name=f"{name}_product",
-                     reset_less=True)
-    m.d.sync += product.eq(value)
-    psum = Signal.like(pe.psum_out, name=f"{name}_psum")
-    halves += [separator(0), *adder_halves(pe.psum_in, product, psum)]
-    ccu2c_chain(m, halves, carry_in, f"{name}_mac", model=model)
-    return psum
+    terms = [(pair, 1, 0) for pair in and_pair_sums(m, act, pairs, f"{name}_pairs", model=model)]
+    return _adder_tree(m, terms, len(act), name)
 
 
 ICE40_MAC_WIDTHS = (8, 9)
@@ -233,25 +193,21 @@ def pe_weight(m, pe, name="pe"):
     return active
 
 
-def pe_outputs(m, pe, product=None, carry=0, *, registered=True, psum=None):
-    """The PE's registers: the activation and the weight switch passed on, and ``psum_out <=
-    psum_in + product + carry``. With ``registered`` the product and its carry are registered
-    first (`PRODUCT_STAGES`): the multiplier and the partial sum's adder are not one path (the
-    ECP5 8x8 array's critical path ran from the bank select through both, 12.9 ns). Not reset:
-    no valid partial sum takes a product from before a reset. ``psum``: the sum already
-    added (`carry_chain_mac`), instead of ``product`` and ``carry``."""
-    if psum is None:
-        if registered:
-            product_reg = Signal.like(product, name=f"{pe.psum_out.name}_product",
-                                      reset_less=True)
-            carry_reg = Signal(name=f"{pe.psum_out.name}_carry", reset_less=True)
-            m.d.sync += [product_reg.eq(product), carry_reg.eq(carry)]
-            product, carry = product_reg, carry_reg
-        psum = pe.psum_in + product + carry
+def pe_outputs(m, pe, product, carry=0, *, registered=True):
+    """The PE's registers: the activation and the weight switch passed on, and ``psum_out <= psum_in
+    + product + carry``. With ``registered`` the product and its carry are registered first
+    (`PRODUCT_STAGES`): the multiplier and the partial sum's adder are not one path (the ECP5
+    8x8 array's critical path ran from the bank select through both, 12.9 ns). Not reset:
+    no valid partial sum takes a product from before a reset."""
+    if registered:
+        product_reg = Signal.like(product, name=f"{pe.psum_out.name}_product", reset_less=True)
+        carry_reg = Signal(name=f"{pe.psum_out.name}_carry", reset_less=True)
+        m.d.sync += [product_reg.eq(product), carry_reg.eq(carry)]
+        product, carry = product_reg, carry_reg
     m.d.sync += [
         pe.act_out.eq(pe.act_in),
         pe.switch_out.eq(pe.switch_in),
-        pe.psum_out.eq(psum),
+        pe.psum_out.eq(pe.psum_in + product + carry),
     ]
 
 
@@ -269,9 +225,6 @@ def add_pe(m, pe, name="pe", lut_multiplier=False, registered=bool(PRODUCT_STAGE
     pairs around one SB_MAC16 instead (`ice40_mac_pair`).
     """
     weight = pe_weight(m, pe, name)
-    if lut_multiplier and ecp5 and registered:
-        pe_outputs(m, pe, psum=carry_chain_mac(m, pe, weight, name, model=model))
-        return
     if lut_multiplier and ecp5:
         product, carry = carry_chain_product(m, pe.act_in, weight, name=f"{name}_mul",
                                              model=model)
