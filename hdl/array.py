@@ -215,9 +215,9 @@ class SystolicArray(wiring.Component):
         # own: no net of the array fans out to every PE (the 16x16's commit enables and shift
         # enable were its most congested nets, `docs/DESIGN.md`). The delay is why a committed
         # tile is taken a cycle after its commit at the earliest (``takeable``).
+        column = data.StructLayout({"push": 1, "commit": 1,
+                                    "weight": signed(self.config.data_width)})
         for c in range(cols):
-            column = data.StructLayout({"push": 1, "commit": 1,
-                                        "weight": signed(self.config.data_width)})
             control = Signal(column, name=f"load_control_{c}")
             m.d.sync += [control.push.eq(push), control.commit.eq(commit),
                          control.weight.eq(self.weights.payload[c])]

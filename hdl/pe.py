@@ -194,11 +194,11 @@ def pe_weight(m, pe, name="pe"):
 
 
 def pe_outputs(m, pe, product, carry=0, *, registered=True):
-    """The PE's registers: the activation and the weight switch passed on, and ``psum_out <= psum_in
-    + product + carry``. With ``registered`` the product and its carry are registered first
-    (`PRODUCT_STAGES`): the multiplier and the partial sum's adder are not one path (the ECP5
-    8x8 array's critical path ran from the bank select through both, 12.9 ns). Not reset:
-    no valid partial sum takes a product from before a reset."""
+    """The PE's registers: the activation and the weight switch passed on, and ``psum_out <=
+    psum_in + product + carry``. With ``registered`` the product and its carry are registered
+    first (`PRODUCT_STAGES`): the multiplier and the partial sum's adder are not one path (the
+    ECP5 8x8 array's critical path ran from the former weight bank select through both,
+    12.9 ns). Not reset: no valid partial sum takes a product from before a reset."""
     if registered:
         product_reg = Signal.like(product, name=f"{pe.psum_out.name}_product", reset_less=True)
         carry_reg = Signal(name=f"{pe.psum_out.name}_carry", reset_less=True)
