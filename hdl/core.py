@@ -24,9 +24,10 @@ SRAM_ATTRS = {"no_rw_check": 1}
 undefined value when it reads the row written in the same cycle (yosys maps the port straight
 to block RAM instead of emulating the old value with a delayed write and bypass registers). The
 engines never do that: a row is read only after the token of the engine that wrote it, and
-written only after the token of the engine that read it (`tests/test_sram_pysim.py`), and the
-probability buffer is not read while a SOFTMAX runs. The accumulator's execute port stays
-transparent (back-to-back updates of one row)."""
+written only after the token of the engine that read it (`tests/test_sram_pysim.py`), the
+probability buffer is not read while a SOFTMAX runs, and the execute engine reads a row it
+accumulates into a cycle after writing it at the earliest (`ExecuteEngine`: no bypass of a row
+beside the block RAM)."""
 
 
 def fabric_global(m, platform, value, name):
@@ -112,7 +113,7 @@ class TpuCore(wiring.Component):
         wiring.connect(datapath, execute.act_read, scratchpad.read_port())
         acc_write = accumulator.write_port()
         wiring.connect(datapath, execute.acc_write, acc_write)
-        wiring.connect(datapath, execute.acc_read, accumulator.read_port(transparent_for=(acc_write,)))
+        wiring.connect(datapath, execute.acc_read, accumulator.read_port())
         wiring.connect(datapath, store.acc_read, accumulator.read_port())
         if cfg.softmax:
             datapath.submodules.probabilities = probabilities = memory.Memory(

@@ -42,26 +42,28 @@ class _RowFeeder(wiring.Component):
     Each ``run`` (first row, count, and with two ports a source, with ``strided`` a
     ``stride_log2``) becomes ``count`` rows on ``rows``, ``1 << stride_log2`` apart, read
     through ``reads.source<source>``; the run's last row carries ``last`` and each row its
-    ``source``. One run waits behind the current one, so runs follow each other without a gap.
+    ``source``; with ``gaps`` a run's ``gap`` goes with its first row. One run waits behind the
+    current one, so runs follow each other without a gap.
     A small FIFO absorbs the read latency so the output can stall. A row is as wide as the widest
     port's address, a count ``count_width`` bits.
     """
 
-    def __init__(self, width, ports, *, count_width, strided=False):
+    def __init__(self, width, ports, *, count_width, strided=False, gaps=False):
         if not 1 <= len(ports) <= 2:
             raise ValueError(f"ports has {len(ports)} entries: allowed 1 or 2")
         if not isinstance(count_width, int) or count_width < 1:
             raise ValueError(f"count_width={count_width!r} is invalid: allowed an integer >= 1")
-        self._ports, self._strided = ports, strided
+        self._ports, self._strided, self._gaps = ports, strided, gaps
+        gap = {"gap": 1} if gaps else {}
         super().__init__({
             "run": In(stream.Signature(data.StructLayout({
                 "row": max(port.addr_width for port in ports), "count": count_width,
                 **({"source": 1} if len(ports) > 1 else {}),
-                **({"stride_log2": 4} if strided else {})}))),
+                **({"stride_log2": 4} if strided else {}), **gap}))),
             "reads": In(wiring.Signature({f"source{i}": Out(port)
                                           for i, port in enumerate(ports)})),
             "rows": Out(stream.Signature(data.StructLayout({"data": width, "last": 1,
-                                                            "source": 1}))),
+                                                            "source": 1, **gap}))),
         })
 
     def elaborate(self, platform):
@@ -98,7 +100,8 @@ class _RowFeeder(wiring.Component):
                      in_flight_source.eq(source)]
         with m.If(self.run.valid & self.run.ready):
             m.d.sync += [queued.eq(self.run.payload), queued_valid.eq(1)]
-        with m.If(queued_valid & ((remaining == 0) | (issue & (remaining == 1)))):
+        start = queued_valid & ((remaining == 0) | (issue & (remaining == 1)))
+        with m.If(start):
             m.d.sync += [row.eq(queued.row), remaining.eq(queued.count), queued_valid.eq(0)]
             if len(reads) > 1:
                 m.d.sync += source.eq(queued.source)
@@ -107,6 +110,16 @@ class _RowFeeder(wiring.Component):
         with m.Elif(issue):
             m.d.sync += [row.eq(row + (Const(1, len(row)) << stride_log2)),
                          remaining.eq(remaining - 1)]
+        if self._gaps:
+            gap = Signal()           # the current run's
+            first = Signal()         # the next row issued is its first
+            in_flight_gap = Signal()
+            with m.If(start):
+                m.d.sync += [gap.eq(queued.gap), first.eq(1)]
+            with m.Elif(issue):
+                m.d.sync += first.eq(0)
+            m.d.sync += in_flight_gap.eq(issue & first & gap)
+            m.d.comb += written.gap.eq(in_flight_gap)
         return m
 
 
@@ -163,7 +176,7 @@ class ExecuteEngine(wiring.Component):
         act_sources = [self.act_read] + ([self.prob_read] if cfg.softmax else [])
         m.submodules.acts = acts = _RowFeeder(scratchpad_row(cfg).size,
                                               [port.signature.flip() for port in act_sources],
-                                              count_width=count_width, strided=True)
+                                              count_width=count_width, strided=True, gaps=True)
         wiring.connect(m, wiring.flipped(self.weight_read), weights.reads.source0)
         for i, port in enumerate(act_sources):
             wiring.connect(m, wiring.flipped(port), getattr(acts.reads, f"source{i}"))
@@ -228,6 +241,10 @@ class ExecuteEngine(wiring.Component):
             m.d.sync += held.eq(0)
         with m.If(self.instr.valid & self.instr.ready):
             m.d.sync += [ins.eq(self.instr.payload), held.eq(1), checked.eq(0)]
+        # A MATMUL that accumulates into the row the one before it wrote last waits a cycle
+        # after that one's last vector: its first result then reads that row after it is
+        # written (the accumulator's execute port is not transparent: no bypass of a row).
+        last_row = Signal.like(self.acc_write.addr)
         with m.If(softmax.error != ErrorCode.NONE):
             m.d.sync += self.error.eq(softmax.error)
         with m.Elif(held & checked & (bad != ErrorCode.NONE)):
@@ -235,6 +252,7 @@ class ExecuteEngine(wiring.Component):
         with m.Elif(accept):
             if cfg.softmax:
                 m.d.comb += acts.run.payload.source.eq(instr.act_probabilities)
+            m.d.sync += last_row.eq(instr.acc_row + instr.count - 1)
             m.d.comb += [
                 weights.run.valid.eq(1),
                 weights.run.payload.row.eq(instr.weight_row),
@@ -243,17 +261,21 @@ class ExecuteEngine(wiring.Component):
                 acts.run.payload.row.eq(instr.act_row),
                 acts.run.payload.count.eq(instr.count),
                 acts.run.payload.stride_log2.eq(instr.act_stride_log2),
+                acts.run.payload.gap.eq(instr.header.accumulate & (instr.acc_row == last_row)),
                 targets.w_en.eq(1),
                 pushed.acc_row.eq(instr.acc_row),
                 pushed.count.eq(instr.count),
                 pushed.accumulate.eq(instr.header.accumulate),
             ]
 
+        took = Signal()  # the array took a vector in the cycle before
+        hold = acts.rows.payload.gap & took
+        m.d.sync += took.eq(self.vector)
         m.d.comb += [
             array.weights.valid.eq(weights.rows.valid),
             weights.rows.ready.eq(array.weights.ready),
-            array.acts.valid.eq(acts.rows.valid),
-            acts.rows.ready.eq(array.acts.ready),
+            array.acts.valid.eq(acts.rows.valid & ~hold),
+            acts.rows.ready.eq(array.acts.ready & ~hold),
             array.acts.payload.last.eq(acts.rows.payload.last),
             self.vector.eq(array.acts.valid & array.acts.ready),
         ]
@@ -266,8 +288,8 @@ class ExecuteEngine(wiring.Component):
             m.d.comb += array.acts.payload.data[lane].eq(
                 Cat(byte, byte[7] & ~acts.rows.payload.source))
 
-        # Results: read the old row (transparent, so back-to-back updates of a row see each
-        # other), add or overwrite one cycle later.
+        # Results: read the old row (only to accumulate), add or overwrite one cycle later. A
+        # row is never read in the cycle it is written (see ``last_row``).
         current = data.View(target, targets.r_data)
         index = Signal(count_width)
         result = Signal.like(array.results.payload.data)
@@ -297,7 +319,7 @@ class ExecuteEngine(wiring.Component):
         with m.Else():
             m.d.comb += [
                 self.acc_read.addr.eq(current.acc_row + index),
-                self.acc_read.en.eq(array.results.valid),
+                self.acc_read.en.eq(array.results.valid & current.accumulate),
                 self.acc_write.addr.eq(result_row),
                 self.acc_write.en.eq(result_valid),
             ]

@@ -33,7 +33,7 @@ class _Bench(wiring.Component):
         wiring.connect(m, engine.weight_read, sp.read_port())
         wiring.connect(m, engine.act_read, sp.read_port())
         wiring.connect(m, engine.acc_write, write)
-        wiring.connect(m, engine.acc_read, acc.read_port(transparent_for=(write,)))
+        wiring.connect(m, engine.acc_read, acc.read_port())  # as in the core: not transparent
         m.submodules.prob = prob = memory.Memory(shape=probability_row(cfg),
                                                  depth=cfg.probability_rows,
                                                  init=self.probabilities)
