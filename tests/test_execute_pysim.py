@@ -53,7 +53,7 @@ def _run(cfg, scratchpad, instructions, max_cycles=4000, probabilities=()):
                    [list(map(int, row)) for row in probabilities])
     engine = bench.engine
     done = []
-    state = {}
+    state = {"overlaps": 0, "collisions": []}
 
     async def testbench(ctx):
         for fields in instructions:
@@ -71,11 +71,25 @@ def _run(cfg, scratchpad, instructions, max_cycles=4000, probabilities=()):
             if done_now:
                 done.append(1)
 
+    async def watch_accumulator(ctx):
+        """The read port is not transparent (as in the core): it must never read the row
+        written in the same cycle."""
+        ports = (engine.acc_read.en, engine.acc_read.addr, engine.acc_write.en,
+                 engine.acc_write.addr)
+        cycle = 0
+        async for _, _, read_en, read_addr, write_en, write_addr in ctx.tick().sample(*ports):
+            cycle += 1
+            state["overlaps"] += bool(read_en and write_en)
+            if read_en and write_en and read_addr == write_addr:
+                state["collisions"].append((cycle, read_addr))
+
     sim = Simulator(bench)
     sim.add_clock(1e-6)
     sim.add_testbench(testbench)
     sim.add_process(count_done)
+    sim.add_process(watch_accumulator)
     sim.run_until(max_cycles * 1e-6)
+    assert state["collisions"] == []
     return state, len(done)
 
 
@@ -141,6 +155,30 @@ def test_matmuls_at_the_ends_of_the_memories():
     expected = matmul_int32(sp[first_act::2], sp[last - 1:])
     expected[n - 1] += (matmul_int32(sp[0:1], sp[0:2]) + matmul_int32(sp[1:2], sp[2:4]))[0]
     assert np.array_equal(state["acc"], expected)
+
+
+def test_accumulating_into_the_row_just_written():
+    """Each MATMUL accumulates into the row the one before it wrote last, back to back (tiles of
+    at least `min_tile_length` vectors): its first vector waits a cycle, so that row is read a
+    cycle after it is written; one that overwrites that row does not wait."""
+    cfg = CoreConfig(rows=2, cols=3, scratchpad_kib=1, accumulator_kib=1)
+    rng = np.random.default_rng(8)
+    sp = rng.integers(-128, 128, (cfg.scratchpad_rows, cfg.lanes))
+    runs = [(0, 20, 0, 6, 0), (2, 30, 5, 6, 1), (4, 40, 10, 4, 1), (0, 50, 13, 5, 0),
+            (2, 60, 17, 1, 1), (4, 61, 17, 1, 1), (0, 62, 17, 4, 1)]
+    instructions = [{"header": {"accumulate": accumulate}, "weight_row": weight_row,
+                     "act_row": act_row, "acc_row": acc_row, "count": count}
+                    for weight_row, act_row, acc_row, count, accumulate in runs]
+    state, done = _run(cfg, sp, instructions)
+    assert state["error"] == ErrorCode.NONE and done == len(instructions)
+    expected = np.zeros((cfg.accumulator_rows, cfg.cols), dtype=np.int64)
+    for weight_row, act_row, acc_row, count, accumulate in runs:
+        product = matmul_int32(sp[act_row:act_row + count, :cfg.rows],
+                               sp[weight_row:weight_row + cfg.rows, :cfg.cols])
+        rows = slice(acc_row, acc_row + count)
+        expected[rows] = expected[rows] * accumulate + product
+    assert np.array_equal(state["acc"], expected)
+    assert state["overlaps"] > 0  # the watch saw reads beside writes
 
 
 def test_bad_matmul_sets_error_and_stops():
