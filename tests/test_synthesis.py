@@ -47,9 +47,9 @@ def test_blocks_hold_every_cell_once(small_report):
     assert {block for block, counts in blocks.items() if not counts["cells"]} == {"softmax unit"}
     # The scratchpad and accumulator, each read through two copies, are block RAM.
     assert blocks["memories"]["block_rams"] >= 4
-    # Their only flip-flops: the bypass of the execute engine's transparent accumulator port (a
-    # row and a hit); every other read port goes straight to block RAM (`SRAM_ATTRS`).
-    assert blocks["memories"]["ffs"] <= SMALL.acc_width * SMALL.cols + 1
+    # No flip-flops beside them: every read port, the execute engine's accumulator port too,
+    # goes straight to block RAM (`SRAM_ATTRS`), with no bypass of a row written as it is read.
+    assert blocks["memories"]["ffs"] == 0
     # Elaborated for iCE40 as a board build is: the array's 4 PEs on 2 SB_MAC16, nothing else
     # on one (synth_ice40 without -dsp).
     assert blocks["array"]["by_type"].get("SB_MAC16") == total["dsps"] == 2
