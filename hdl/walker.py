@@ -556,8 +556,8 @@ class Im2colWalker(wiring.Component):
                 m.d.sync += [counter.eq(counter + 1), *(o.eq(following) for o in offsets)]
                 if coordinate is not None:
                     m.d.sync += coordinate.eq(coordinate + by)
-                if at_last is not None:
-                    m.d.sync += at_last.eq(counter + 2 >= limit)
+                if at_last is not None:  # counter + 1 < limit here: >= is ==
+                    m.d.sync += at_last.eq(counter + 2 == limit)
 
             if limit is None:
                 step()
