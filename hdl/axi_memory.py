@@ -104,9 +104,7 @@ class AxiMemory(wiring.Component):
     combinationally on an AXI input. FIXED and WRAP bursts answer
     SLVERR (reads zero, writes dropped); beats past the end DECERR, likewise; host accesses
     past the end read zero and write nothing; a host ``read`` together with ``write`` is a
-    write. With ``dual_port`` an AXI read of a word in the cycle its write lands (a read issued
-    before that write's B response) returns an undefined value on an FPGA. Contents start as
-    zeros in simulation and are undefined on SPRAM.
+    write. Contents start as zeros in simulation and are undefined on SPRAM.
     """
 
     def __init__(self, data_width, size_bytes, *, kind="bram", dual_port=False):
