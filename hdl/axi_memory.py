@@ -138,16 +138,8 @@ class AxiMemory(wiring.Component):
         width, lanes = self.data_width, self.data_width // 32
         axi = lambda name: getattr(self, f"s_axi_{name}")
 
-        # With two ports a read of the word written in the same cycle returns an undefined value
-        # (``no_rw_check``: yosys builds no bypass of the written word beside the block RAMs, a
-        # path from the UART bridge's select to every block RAM, 18.8 ns in the routed 8x8).
-        # Only an AXI read of a word whose write has not had its B response can meet it (the
-        # core's engines never issue one, `tests/test_sram_pysim.py`): AXI leaves the order of
-        # such a read and write open, and a dual-port block RAM controller answers it so too.
-        attrs = {"ram_style": RAM_STYLES[self.kind],
-                 **({"no_rw_check": 1} if self.dual_port else {})}
         storage = memory.Memory(shape=width, depth=self.size_bytes * 8 // width, init=[],
-                                attrs=attrs)
+                                attrs={"ram_style": RAM_STYLES[self.kind]})
         m.submodules.storage = storage
         write_port = storage.write_port(granularity=8)
         read_port = storage.read_port()

@@ -1,8 +1,6 @@
 """amaranth.sim proof of `hdl.core.SRAM_ATTRS` (``no_rw_check``): while the whole core runs
 token-ordered programs, no read port of an SRAM that is not transparent reads the row written
-in the same cycle (on an FPGA that read would return an undefined value); nor does the core
-make the board memory (`AxiMemory` with two ports, ``no_rw_check`` too) read the word it
-writes in that cycle."""
+in the same cycle (on an FPGA that read would return an undefined value)."""
 from types import SimpleNamespace
 
 import numpy as np
@@ -110,7 +108,7 @@ class _PysimDevice(Device):
             outputs.extend(got[address:address + size] for address, size in image.outputs)
 
         async def monitor(ctx):
-            ports = [(sram, read, write) for sram in [*srams, storage]
+            ports = [(sram, read, write) for sram in srams
                      for read in sram._read_ports for w, write in enumerate(sram._write_ports)
                      if w not in read._transparent_for]
             signals = [s for _, read, write in ports
