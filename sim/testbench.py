@@ -13,8 +13,8 @@ from ..firmware.matmul import compile_matmul
 from ..isa import INSTRUCTION_BYTES, Opcode
 from .golden import matmul_int32
 
-__all__ = ["UNKNOWN_INSTRUCTION", "ForFamily", "exact_matmul", "instruction_payload",
-           "put_instruction", "stream_get", "stream_put", "stream_take"]
+__all__ = ["UNKNOWN_INSTRUCTION", "ForFamily", "ReadWriteWatch", "exact_matmul",
+           "instruction_payload", "put_instruction", "stream_get", "stream_put", "stream_take"]
 
 
 class ForFamily(Elaboratable):
@@ -28,6 +28,30 @@ class ForFamily(Elaboratable):
 
     def elaborate(self, platform):
         return Fragment.get(self.dut, self)
+
+
+class ReadWriteWatch:
+    """Watches pairs of a read port and a write port that is not transparent to it, each
+    ``(label, read_en, read_addr, write_en, write_addr)``, every cycle of ``watch`` (an
+    amaranth.sim process): ``overlaps`` counts a pair read beside a write, ``collisions`` lists
+    ``(cycle, label, address)`` where the read is of the row written in that cycle (on an FPGA
+    a block RAM would return an undefined value)."""
+
+    def __init__(self, pairs):
+        self.pairs = list(pairs)
+        self.overlaps = 0
+        self.collisions = []
+
+    async def watch(self, ctx):
+        signals = [signal for _, *ports in self.pairs for signal in ports]
+        cycle = 0
+        async for _, _, *values in ctx.tick().sample(*signals):
+            cycle += 1
+            for index, (label, *_) in enumerate(self.pairs):
+                read_en, read_addr, write_en, write_addr = values[4 * index:4 * index + 4]
+                self.overlaps += bool(read_en and write_en)
+                if read_en and write_en and read_addr == write_addr:
+                    self.collisions.append((cycle, label, read_addr))
 
 
 async def stream_put(ctx, stream, payload):

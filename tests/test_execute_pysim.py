@@ -9,7 +9,7 @@ from tpugen.hdl.execute import ExecuteEngine, accumulator_row, probability_row, 
 from tpugen.isa import ErrorCode, Opcode, SoftmaxMode, encode
 from tpugen.sim.golden import matmul_int32
 from tpugen.sim.softmax_model import block
-from tpugen.sim.testbench import put_instruction
+from tpugen.sim.testbench import ReadWriteWatch, put_instruction
 
 
 class _Bench(wiring.Component):
@@ -53,7 +53,11 @@ def _run(cfg, scratchpad, instructions, max_cycles=4000, probabilities=()):
                    [list(map(int, row)) for row in probabilities])
     engine = bench.engine
     done = []
-    state = {"overlaps": 0, "collisions": []}
+    state = {}
+    # The read port is not transparent (as in the core): it must never read the row written in
+    # the same cycle.
+    accumulator = ReadWriteWatch([("acc", engine.acc_read.en, engine.acc_read.addr,
+                                   engine.acc_write.en, engine.acc_write.addr)])
 
     async def testbench(ctx):
         for fields in instructions:
@@ -71,25 +75,14 @@ def _run(cfg, scratchpad, instructions, max_cycles=4000, probabilities=()):
             if done_now:
                 done.append(1)
 
-    async def watch_accumulator(ctx):
-        """The read port is not transparent (as in the core): it must never read the row
-        written in the same cycle."""
-        ports = (engine.acc_read.en, engine.acc_read.addr, engine.acc_write.en,
-                 engine.acc_write.addr)
-        cycle = 0
-        async for _, _, read_en, read_addr, write_en, write_addr in ctx.tick().sample(*ports):
-            cycle += 1
-            state["overlaps"] += bool(read_en and write_en)
-            if read_en and write_en and read_addr == write_addr:
-                state["collisions"].append((cycle, read_addr))
-
     sim = Simulator(bench)
     sim.add_clock(1e-6)
     sim.add_testbench(testbench)
     sim.add_process(count_done)
-    sim.add_process(watch_accumulator)
+    sim.add_process(accumulator.watch)
     sim.run_until(max_cycles * 1e-6)
-    assert state["collisions"] == []
+    assert accumulator.collisions == []
+    state["overlaps"] = accumulator.overlaps
     return state, len(done)
 
 

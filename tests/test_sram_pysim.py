@@ -21,6 +21,7 @@ from tpugen.firmware.epilogue import apply_epilogue
 from tpugen.sim.attention_model import attention_float
 from tpugen.sim.golden import conv2d_int32, matmul_int32
 from tpugen.sim.pysim_axil import AxiLiteMaster
+from tpugen.sim.testbench import ReadWriteWatch
 
 MICRO = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1, axi_data_width=32,
                    softmax=False, im2col=False, counters="basic", windows=2, queue_depth=1,
@@ -58,7 +59,7 @@ class _PysimDevice(Device):
         super().__init__(config, MEMORY_SIZE)
         self._transport = self  # only `_execute` runs programs
         self.collisions = []
-        self.cycles = self.overlaps = 0  # overlaps: cycles with a read beside a write
+        self.overlaps = 0  # cycles with a read beside a write
 
     def _execute(self, image, timeout_cycles=200_000):
         core = TpuCore(self.config)
@@ -107,26 +108,19 @@ class _PysimDevice(Device):
                            for i in range(MEMORY_SIZE // beat))
             outputs.extend(got[address:address + size] for address, size in image.outputs)
 
-        async def monitor(ctx):
-            ports = [(sram, read, write) for sram in srams
-                     for read in sram._read_ports for w, write in enumerate(sram._write_ports)
-                     if w not in read._transparent_for]
-            signals = [s for _, read, write in ports
-                       for s in (read._en, read._addr, write._en, write._addr)]
-            async for _, _, *values in ctx.tick().sample(*signals):
-                self.cycles += 1
-                for i, (sram, _, _) in enumerate(ports):
-                    read_en, read_addr, write_en, write_addr = values[4 * i:4 * i + 4]
-                    self.overlaps += bool(read_en and write_en)
-                    if read_en and write_en and read_addr == write_addr:
-                        self.collisions.append((self.cycles, sram._data.depth, read_addr))
+        watch = ReadWriteWatch((sram._data.depth, read._en, read._addr, write._en, write._addr)
+                               for sram in srams for read in sram._read_ports
+                               for w, write in enumerate(sram._write_ports)
+                               if w not in read._transparent_for)
 
         ctx = None
         sim = Simulator(fragment)
         sim.add_clock(1e-6)
         sim.add_testbench(host)
-        sim.add_process(monitor)
-        sim.run()  # until `host` returns (`monitor` runs in the background)
+        sim.add_process(watch.watch)
+        sim.run()  # until `host` returns (the watch runs in the background)
+        self.overlaps += watch.overlaps
+        self.collisions += watch.collisions
         assert run["outcome"].done, run["outcome"]
         return outputs
 
