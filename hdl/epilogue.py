@@ -112,19 +112,20 @@ class EpilogueDatapath(wiring.Component):
     """``units`` lanes of the epilogue, a pipeline of ``LATENCY`` stages that move every cycle.
 
     Stage 1 takes an accumulator value per lane (``acc``) and its `EpilogueParams`: the maximum
-    with the values since ``first`` (pooling), plus the bias. Stage 2 multiplies (registered
-    inputs and output; on ECP5 the inputs in a MULT18X18D pair's own registers,
-    `dsp.registered_operands_product`). Stage 3 shifts by the high three bits of the
-    shift (by bytes), keeping a guard bit and a sticky bit, and clamps the quotient to what can
-    still come back into range (`_WINDOW`). Stage 4 shifts by the low three bits and rounds half
-    to even; stage 5 saturates (to int8 with ``int8``, else int32) and applies ReLU. Without
+    with the values since ``first`` (pooling), and the parameters, registered. Stage 2 adds the
+    bias. Stage 3 multiplies (registered inputs and output; on ECP5 the inputs in a MULT18X18D
+    pair's own registers, `dsp.registered_operands_product`). Stage 4 shifts by the high three
+    bits of the shift (by bytes), keeping a guard bit and a sticky bit, and clamps the quotient
+    to what can still come back into range (`_WINDOW`). Stage 5 shifts by the low three bits
+    and rounds half to even; stage 6 saturates (to int8 with ``int8``, else int32) and applies
+    ReLU. Without
     ``options.requant`` the multiplier is 1 and the shift 0. ``y``: the int32 or int8 (sign
     extended) results, ``LATENCY`` cycles after their ``acc``. Without ``multiplier`` stage
-    2 only delays ``t`` (the multiplier of ``params`` is ignored, as if 1), and the later stages
+    3 only delays ``t`` (the multiplier of ``params`` is ignored, as if 1), and the later stages
     are sized for ``t``: a bias, shift, ReLU and pool epilogue without a DSP or LUT multiplier.
     """
 
-    LATENCY = 5
+    LATENCY = 6
 
     def __init__(self, units, *, multiplier=True):
         self.units, self.multiplier = units, multiplier
@@ -151,22 +152,29 @@ class EpilogueDatapath(wiring.Component):
         y_out = data.View(data.ArrayLayout(signed(32), units), self.y)
         for u in range(units):
             acc, params = acc_in[u], params_in[u]
-            # 1: pool max, bias (the reads of a pooled step come on consecutive cycles).
+            # 1: pool max (the reads of a pooled step come on consecutive cycles), the
+            # parameters registered: the routed 16x16's critical path ran from the accumulator
+            # row and the parameters' LUT RAM through the compare and the bias add into the
+            # multiplier's operands (21.2 ns).
             peak = Signal(signed(32), name=f"peak{u}")  # the maximum of a pooled step so far
-            pooled = Mux(self.first | (acc > peak), acc, peak)
-            m.d.sync += peak.eq(pooled)
-            t = pooled + Mux(self.options.bias, params.bias, 0)
+            m.d.sync += peak.eq(Mux(self.first | (acc > peak), acc, peak))
+            bias = stage(Mux(self.options.bias, params.bias, 0), f"bias{u}")
             shift = stage(Mux(scaled, params.shift, 0), f"shift{u}")
-            # 2: t * multiplier, at most 50 bits (33 without the multiplier); on ECP5 t and the
+            if self.multiplier:
+                multiplier = stage(Mux(scaled, params.multiplier, 1), f"multiplier{u}")
+            # 2: t = pooled value + bias.
+            t = peak + bias
+            shift = stage(shift, f"shift{u}_2")
+            # 3: t * multiplier, at most 50 bits (33 without the multiplier); on ECP5 t and the
             # multiplier are registered in the MULT18X18D pair (the routed 8x8's critical path
             # ran from registers of the fabric into the pair, 20.6 ns).
             if self.multiplier:
-                product = stage(registered_operands_product(
-                    m, t, Mux(scaled, params.multiplier, 1), f"mult{u}", platform), f"product{u}")
+                product = stage(registered_operands_product(m, t, multiplier, f"mult{u}",
+                                                            platform), f"product{u}")
             else:
                 product = stage(stage(t, f"t{u}"), f"product{u}")
-            shift = stage(shift, f"shift{u}_2")
-            # 3: twice = 2 * product, shifted right by 8 * high (the bit below the quotient is
+            shift = stage(shift, f"shift{u}_3")
+            # 4: twice = 2 * product, shifted right by 8 * high (the bit below the quotient is
             # the guard bit); sticky: any bit shifted out. The quotient, clamped to 39 bits:
             # after the low shift of at most 7 it still saturates int32 (and int8).
             twice = Cat(0, product).as_signed()
@@ -185,12 +193,12 @@ class EpilogueDatapath(wiring.Component):
                                        Mux(sign, -2**(_WINDOW - 1), 2**(_WINDOW - 1) - 2)))
             clamped, sticky = stage(clamped, f"clamped{u}"), stage(sticky, f"sticky{u}")
             low = stage(low, f"low{u}")
-            # 4: shift right by low, round half to even.
+            # 5: shift right by low, round half to even.
             v = clamped >> low
             sticky = sticky | (clamped.as_unsigned() & Cat(low > b for b in range(8))).any()
             quotient = v[1:].as_signed()
             rounded = stage(quotient + (v[0] & (sticky | quotient[0])), f"rounded{u}")
-            # 5: saturate (whether the bits above int8's or int32's are a sign extension, not
+            # 6: saturate (whether the bits above int8's or int32's are a sign extension, not
             # two compares as wide as the quotient), ReLU.
             sign = rounded[-1]
             fits = Mux(int8, _same_bits(rounded[7:]), _same_bits(rounded[31:]))
