@@ -36,6 +36,8 @@ class Board:
     memory_kind: str
     """What BoardSystem builds its memory from: "bram" or "spram"."""
     memory_kib: int
+    register_slice: bool
+    """Whether BoardSystem puts an AXI register slice between the core and the memory."""
     baud: int
     programmer_board: str
     """openFPGALoader's ``-b`` name for the board."""
@@ -113,6 +115,9 @@ BOARDS = {board.name: board for board in (
         # The 8x8 board system routes at 50 MHz with a margin (56.3 and 57.9 MHz at its default
         # seed and seed 1, stop 39, docs/DESIGN.md); it ran at 25 MHz until then.
         default_mhz=50.0, memory_kind="bram", memory_kib=128,
+        # The core and the memory's block RAMs sit far apart on the die: a register slice
+        # between them takes the route off the paths from one into the other.
+        register_slice=True,
         # The FT231X does up to 3 Mbaud; 1 Mbaud is a whole divisor of 3 MHz and of the clock.
         baud=1_000_000, programmer_board="ulx3s", bitstream_suffix=".bit",
         leds=(("led", 0), ("led", 1), ("led", 2), ("led", 3)),
@@ -131,6 +136,8 @@ BOARDS = {board.name: board for board in (
                    DeviceResource("block_rams", "ICESTORM_RAM", 30),
                    DeviceResource("sprams", "ICESTORM_SPRAM", 4)),
         default_mhz=24.0, memory_kind="spram", memory_kib=128,
+        # 24 MHz has a margin without one; the UP5K's logic cells are what it lacks.
+        register_slice=False,
         # The FT2232H does up to 12 Mbaud; 1 Mbaud is a whole divisor of 24 MHz.
         baud=1_000_000, programmer_board="icebreaker", bitstream_suffix=".bin",
         # Heartbeat on the board's green LED, the interrupt on its red one; UART activity on two

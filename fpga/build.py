@@ -132,7 +132,8 @@ def build(board, config, *, freq_mhz=None, out_dir=None, **options):
     from ..hdl.board import BoardSystem
 
     system = BoardSystem(config, clk_freq=float(pll.output_mhz) * 1e6, baud=board.baud,
-                         memory_bytes=board.memory_kib * 1024, memory_kind=board.memory_kind)
+                         memory_bytes=board.memory_kib * 1024, memory_kind=board.memory_kind,
+                         register_slice=board.register_slice)
     return build_system(board, system, pll, config=config, out_dir=out_dir, **options)
 
 

@@ -421,7 +421,8 @@ def test_build_makes_board_system_for_the_board_and_config(tmp_path, monkeypatch
     config = ICEBREAKER.default_config(2, 2)
     result = build("icebreaker", config)
     assert RecordingSystem.made[-1] == (config, {
-        "clk_freq": 24e6, "baud": 1_000_000, "memory_bytes": 128 * 1024, "memory_kind": "spram"})
+        "clk_freq": 24e6, "baud": 1_000_000, "memory_bytes": 128 * 1024, "memory_kind": "spram",
+        "register_slice": False})
     assert result.report["config"] == json.loads(config.to_json())
     assert last_build(ICEBREAKER, config) == result.bitstream
     assert flash("icebreaker", config=config, dry_run=True)[-1] == str(result.bitstream)
@@ -443,7 +444,8 @@ def test_build_makes_board_system_for_the_board_and_config(tmp_path, monkeypatch
     with pytest.raises(NotImplementedError):
         build("ulx3s-85f", ULX3S.default_config(2, 2), freq_mhz=65)
     assert RecordingSystem.made[-1][1] == {
-        "clk_freq": 65e6, "baud": 1_000_000, "memory_bytes": 128 * 1024, "memory_kind": "bram"}
+        "clk_freq": 65e6, "baud": 1_000_000, "memory_bytes": 128 * 1024, "memory_kind": "bram",
+        "register_slice": True}
 
 
 @pytest.mark.skipif(not os.environ.get("TPUGEN_BOARD_BUILDS"),
