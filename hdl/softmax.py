@@ -85,7 +85,7 @@ RAM read, before the lane datapath.
 from amaranth.hdl import C, Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, enum, memory, wiring
 from amaranth.lib.fifo import SyncFIFO
-from amaranth.lib.wiring import In
+from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from ..arch import SOFTMAX_OUT_FRAC as OUT_FRAC
@@ -247,6 +247,8 @@ class SoftmaxUnit(wiring.Component):
         return wiring.Signature({
             **engine_members(SoftmaxInstruction),
             "go": In(1),  # the accumulator is the unit's: the MATMULs before it are done
+            # Started (a register): it reads and writes the accumulator only while this is high.
+            "running": Out(1),
             "acc_read": In(memory.ReadPort.Signature(addr_width=acc_addr, shape=acc_row)),
             "acc_write": In(memory.WritePort.Signature(addr_width=acc_addr, shape=acc_row)),
             "p_write": In(memory.WritePort.Signature(
@@ -310,6 +312,7 @@ class SoftmaxUnit(wiring.Component):
             self.instr.ready.eq((self.error == ErrorCode.NONE) & ~self.busy),
             accept.eq(self.instr.valid & self.instr.ready),
             self.busy.eq(active | checks),
+            self.running.eq(active),
         ]
         with m.If(accept):
             payload = self.instr.payload
