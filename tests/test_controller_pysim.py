@@ -10,8 +10,8 @@ from amaranth.sim import Simulator
 from tpugen import CoreConfig
 from tpugen.arch import opcode_of
 from tpugen.hdl.controller import ENGINES, FETCH_ID, Controller, _oldest, kept_bits
-from tpugen.isa import (INSTRUCTION_BYTES, NUM_WINDOWS, Dim, Header, LoadInstruction, Opcode,
-                        TensorDescriptor, defined_bits, encode)
+from tpugen.isa import (INSTRUCTION_BYTES, NUM_WINDOWS, Dim, ErrorCode, Header, LoadInstruction,
+                        Opcode, TensorDescriptor, defined_bits, encode)
 from tpugen.sim.pysim_axi import AxiMemory
 
 HOLD = 300
@@ -144,3 +144,39 @@ def test_the_watchdog_blames_the_oldest_waiting_instruction():
     sim = Simulator(m)
     sim.add_testbench(testbench)
     sim.run()
+
+
+def test_a_misaligned_program_base_stops_before_any_fetch_each_start():
+    # The base's alignment is judged at each START: a misaligned base stops the program with
+    # MISALIGNED at instruction 0 and fetches nothing; the next START, from an aligned base,
+    # runs the program.
+    config = CoreConfig(rows=2, cols=2, scratchpad_kib=1, accumulator_kib=1, axi_data_width=64)
+    dut = Controller(config)
+    memory = AxiMemory(1 << 12, 64, allowed=[(0, 1 << 12)], seed=1, ident=FETCH_ID)
+    memory.mem[:INSTRUCTION_BYTES] = encode(Opcode.END)
+    outcomes = []
+
+    async def host(ctx):
+        ctx.set(dut.windows[0], {"base": 0, "end": 1 << 12, "read": 1, "write": 0})
+        for i in range(1, NUM_WINDOWS):
+            ctx.set(dut.windows[i], {"base": 0, "end": 0, "read": 0, "write": 0})
+        ctx.set(dut.program_length, 1)
+        for base in (8, INSTRUCTION_BYTES // 2, 0):
+            ctx.set(dut.program_base, base)
+            ctx.set(dut.start, 1)
+            await ctx.tick()
+            ctx.set(dut.start, 0)
+            for _ in range(200):
+                _, _, done, error, code, index = await ctx.tick().sample(
+                    dut.done_event, dut.error_event, dut.error_code, dut.error_index)
+                if done or error:
+                    outcomes.append(("done", memory.ar) if done else (code, index, memory.ar))
+                    break
+            await ctx.tick().repeat(5)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(memory.read_process(dut.axi), background=True)
+    sim.add_testbench(host)
+    sim.run()
+    assert outcomes == [(ErrorCode.MISALIGNED, 0, 0), (ErrorCode.MISALIGNED, 0, 0), ("done", 1)]
