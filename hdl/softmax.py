@@ -56,8 +56,9 @@ little down the pipeline: its valid lanes, its address (as wide as the accumulat
 and the P base of m' (a job: its query, that base and a); the stage
 after the read makes the lane adder's base from them: for P rows ``m' << frac << 7``, clamped
 (its clamp compares m' with ``2**36 >> frac``; the adder's carry-in adds the 1 of ``-x = ~x +
-1``), made from the stored m as the front takes a query's first row (pass A, `spec_base`) and
-from m' as its job is queued (the exp pass), so no shift is on a row's path; ``half(shift)``
+1``), made from the stored m (pass A: registered as the front takes a query's first row,
+`spec_m`, the shift a stage later) and from m' as its job is queued (the exp pass), so no
+shift is between the block RAMs and the lane adder; ``half(shift)``
 for O rows. The state is two
 memories, ``state_m`` (read as a query's max pass starts, written at its end) and ``state_l``
 (read-modify-written at the end of the exp pass, read by NORMALIZE).
@@ -412,14 +413,16 @@ class SoftmaxUnit(wiring.Component):
         # The stored m of the query whose first row the front may issue next, read a cycle
         # before (the port reads every cycle, its address from registers: `f_state` is
         # f_query's state row, set while the instruction is checked): as the front takes that
-        # row (`started`), pass A's base is made from it into a register (the block RAM's
-        # output is not on the lane adder's path) and it goes to `stored`.
+        # row (`started`), it is registered (`spec_m`: pass A's base is made from it in the
+        # stage after the read, not from the block RAM's output, whose path through the
+        # base's shift was the unit's critical path placed alone, 13.5 ns) and goes to
+        # `stored`.
         f_last = front & (f_tile + 1 == ins.tiles)
         f_state = Signal.like(m_read.addr)
         m.d.comb += [m_read.addr.eq(f_state + f_last), m_read.en.eq(1)]
-        spec_base = Signal(_BASE)
+        spec_m = Signal.like(m_read.data.m)
         with m.If(front & started):
-            m.d.sync += spec_base.eq(_p_base(m_read.data.m, ins.frac))
+            m.d.sync += spec_m.eq(m_read.data.m)
 
         with m.If(checking):
             m.d.sync += [f_query.eq(0), f_more.eq(ins.count != 0), f_tile.eq(0),
@@ -470,11 +473,11 @@ class SoftmaxUnit(wiring.Component):
         # written back, saturated; P index.
         read_data = Signal.like(self.acc_read.data)
         m.d.sync += read_data.eq(self.acc_read.data)
-        # The lane adder's base: P rows' from m' (pass A's from the stored m, `spec_base`, set
+        # The lane adder's base: P rows' from m' (pass A's from the stored m, `spec_m`, set
         # as the query's first row was issued), O rows' the rounding bias of their shift
         # (BLOCK's a = 0: ((O << 7) + 64) >> 7 is O).
         row_1, row_2 = _delayed(m, row, 1), Signal(_ROW)
-        p_base = Mux(at(1).spec, spec_base, row_1.base)
+        p_base = Mux(at(1).spec, _p_base(spec_m, ins.frac), row_1.base)
         m.d.sync += [row_2.base.eq(Mux(at(1).kind == _Kind.EXP, p_base, _half(row_1.shift))),
                      row_2.shift.eq(row_1.shift)]
         # The op and the operands at the lane adder (stage 2), then at the shifter and at the
