@@ -223,6 +223,7 @@ class ExecuteEngine(wiring.Component):
         launchable = held & checked & (bad == ErrorCode.NONE) & (self.error == ErrorCode.NONE)
         dispatch = Signal()
         accept = Signal()  # a MATMUL goes to the feeders
+        softmax_failed = softmax.error != ErrorCode.NONE  # the engine's error a cycle later
         m.d.comb += [
             softmax.instr.payload.eq(ins.as_value()[:SoftmaxInstruction.size]),
             # A SOFTMAX is taken while the MATMULs before it finish (its checks run then) and
@@ -233,9 +234,12 @@ class ExecuteEngine(wiring.Component):
                 is_softmax, softmax.instr.ready,
                 weights.run.ready & acts.run.ready & targets.w_rdy & ~softmax.busy)),
             accept.eq(dispatch & ~is_softmax),
-            # Nothing is taken while a SOFTMAX is here or runs: its error blames it.
-            self.instr.ready.eq((self.error == ErrorCode.NONE) & ~softmax.busy
-                                & (~held | accept)),
+            # Nothing is taken while a SOFTMAX is here or runs: its error blames it. Nor in
+            # the cycle the unit raises it (the engine's error follows a cycle later): a
+            # held instruction would keep the engine busy forever, and the controller, which
+            # waits for every engine to be idle after an error, with it.
+            self.instr.ready.eq((self.error == ErrorCode.NONE) & ~softmax_failed
+                                & ~softmax.busy & (~held | accept)),
         ]
         with m.If(dispatch):
             m.d.sync += held.eq(0)
@@ -333,7 +337,11 @@ class ExecuteEngine(wiring.Component):
         m.d.comb += [
             softmax.acc_read.data.eq(self.acc_read.data),
             self.done.eq(result_last | softmax.done),
-            self.busy.eq(held | targets.r_rdy | result_valid | softmax.busy),
+            # Busy until the softmax unit's error is the engine's: the controller takes an
+            # idle engine without an error as done with its work (a program ending in a
+            # failing SOFTMAX ended in done, found by the fuzzer).
+            self.busy.eq(held | targets.r_rdy | result_valid | softmax.busy
+                         | softmax_failed & (self.error == ErrorCode.NONE)),
             self.progress.eq(accept | result_valid | self.vector | softmax.progress),
         ]
         return m

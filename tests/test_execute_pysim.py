@@ -9,7 +9,7 @@ from tpugen.hdl.execute import ExecuteEngine, accumulator_row, probability_row, 
 from tpugen.isa import ErrorCode, Opcode, SoftmaxMode, encode
 from tpugen.sim.golden import matmul_int32
 from tpugen.sim.softmax_model import block
-from tpugen.sim.testbench import ReadWriteWatch, put_instruction
+from tpugen.sim.testbench import ReadWriteWatch, instruction_payload, put_instruction
 
 
 class _Bench(wiring.Component):
@@ -226,3 +226,36 @@ def test_softmax_step_between_matmuls():
     _, _, p, _ = block(None, None, matmul_int32(q, kt), 3, False, 0, 4, True, None)
     assert p[:, 3].max() == 0 and np.all(p.max(axis=1) >= 128)  # the largest p: 128..255
     assert np.array_equal(state["acc"][:count], matmul_int32(p, v))
+
+
+def test_a_failing_softmax_is_busy_until_its_error_and_takes_nothing_after_it():
+    """A SOFTMAX that fails its checks (SRAM_RANGE) with the next instruction waiting on the
+    stream: the engine is busy until its error shows, takes nothing more and is then idle with
+    the error. Both found by the fuzzer: in the cycle the unit raised its error, a cycle before
+    the engine's, the engine was idle without an error (a program ending there ended in done)
+    and took the next instruction (and stayed busy with it: the core hung)."""
+    cfg = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1)
+    engine = ExecuteEngine(cfg)  # no memories: the SOFTMAX fails its checks
+    failing = _instruction({"opcode": Opcode.SOFTMAX, "mode": SoftmaxMode.BLOCK, "first": 1,
+                            "count": 2, "tiles": 250, "o_tiles": 58, "keys": 16})
+    following = instruction_payload(engine.instr.payload.shape(), _instruction({"count": 1}))
+    seen = {}
+
+    async def testbench(ctx):
+        await put_instruction(ctx, engine.instr, failing)
+        ctx.set(engine.instr.payload, following)
+        ctx.set(engine.instr.valid, 1)
+        seen.update(taken=False, idle_without_error=0)
+        for _ in range(100):
+            _, _, ready, error, busy = await ctx.tick().sample(
+                engine.instr.ready, engine.error, engine.busy)
+            seen["taken"] |= bool(ready)
+            seen["idle_without_error"] += not busy and error == ErrorCode.NONE
+            seen["error"], seen["busy"] = error, busy
+
+    sim = Simulator(engine)
+    sim.add_clock(1e-6)
+    sim.add_testbench(testbench)
+    sim.run()
+    assert seen == {"taken": False, "idle_without_error": 0, "error": ErrorCode.SRAM_RANGE,
+                    "busy": 0}
