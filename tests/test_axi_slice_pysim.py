@@ -28,26 +28,16 @@ def _random_payload(rng, dut, channel):
     return {f: rng.getrandbits(len(_port(dut, source, channel, f))) for f in fields}
 
 
-def _outputs(dut):
-    """Every signal the slice drives."""
-    signals = []
+def _signals(dut):
+    """(every signal driven into the slice, every signal it drives)."""
+    inputs, outputs = [], []
     for channel in _CHANNELS:
         source, sink, fields = _ports(dut, channel)
-        signals.append(_port(dut, source, channel, "ready"))
-        signals.append(_port(dut, sink, channel, "valid"))
-        signals.extend(_port(dut, sink, channel, f) for f in fields)
-    return signals
-
-
-def _inputs(dut):
-    """Every signal driven into the slice."""
-    signals = []
-    for channel in _CHANNELS:
-        source, sink, fields = _ports(dut, channel)
-        signals.append(_port(dut, source, channel, "valid"))
-        signals.append(_port(dut, sink, channel, "ready"))
-        signals.extend(_port(dut, source, channel, f) for f in fields)
-    return signals
+        inputs += [_port(dut, source, channel, "valid"), _port(dut, sink, channel, "ready"),
+                   *(_port(dut, source, channel, f) for f in fields)]
+        outputs += [_port(dut, source, channel, "ready"), _port(dut, sink, channel, "valid"),
+                    *(_port(dut, sink, channel, f) for f in fields)]
+    return inputs, outputs
 
 
 def _run(seed, valid_rate, ready_rate, check_independence=True):
@@ -79,11 +69,12 @@ def _run(seed, valid_rate, ready_rate, check_independence=True):
                 ready[channel] = rng.random() < ready_rate
                 ctx.set(_port(dut, sink, channel, "ready"), ready[channel])
             if check_independence:
-                before = [ctx.get(s) for s in _outputs(dut)]
-                saved = [(s, ctx.get(s)) for s in _inputs(dut)]
-                for s in _inputs(dut):
+                inputs, outputs = _signals(dut)
+                before = [ctx.get(s) for s in outputs]
+                saved = [(s, ctx.get(s)) for s in inputs]
+                for s in inputs:
                     ctx.set(s, rng.getrandbits(len(s)))
-                assert [ctx.get(s) for s in _outputs(dut)] == before, \
+                assert [ctx.get(s) for s in outputs] == before, \
                     "an output follows an input in the same cycle"
                 for s, value in saved:
                     ctx.set(s, value)
