@@ -40,6 +40,13 @@ class _ForFamily(Elaboratable):
         return Fragment.get(self.dut, self)
 
 
+def _fetch_window(ctx, dut):
+    """Window 0 readable over the test's 4 KiB of memory, the others off."""
+    ctx.set(dut.windows[0], {"base": 0, "end": 1 << 12, "read": 1, "write": 0})
+    for i in range(1, NUM_WINDOWS):
+        ctx.set(dut.windows[i], {"base": 0, "end": 0, "read": 0, "write": 0})
+
+
 @pytest.mark.parametrize("width,family,depth", [(32, None, 2), (128, None, 2), (32, "ice40", 2),
                                                (64, None, 1), (32, "ice40", 1)])
 def test_every_instruction_reaches_its_engine_intact_in_order(width, family, depth):
@@ -77,9 +84,7 @@ def test_every_instruction_reaches_its_engine_intact_in_order(width, family, dep
         return process
 
     async def host(ctx):
-        ctx.set(dut.windows[0], {"base": 0, "end": 1 << 12, "read": 1, "write": 0})
-        for i in range(1, NUM_WINDOWS):
-            ctx.set(dut.windows[i], {"base": 0, "end": 0, "read": 0, "write": 0})
+        _fetch_window(ctx, dut)
         ctx.set(dut.program_length, len(program))
         ctx.set(dut.start, 1)
         await ctx.tick()
@@ -157,9 +162,7 @@ def test_a_misaligned_program_base_stops_before_any_fetch_each_start():
     outcomes = []
 
     async def host(ctx):
-        ctx.set(dut.windows[0], {"base": 0, "end": 1 << 12, "read": 1, "write": 0})
-        for i in range(1, NUM_WINDOWS):
-            ctx.set(dut.windows[i], {"base": 0, "end": 0, "read": 0, "write": 0})
+        _fetch_window(ctx, dut)
         ctx.set(dut.program_length, 1)
         for base in (8, INSTRUCTION_BYTES // 2, 0):
             ctx.set(dut.program_base, base)
