@@ -317,7 +317,7 @@ class TileWalker(wiring.Component):
         padding_to_lo = outer & before & lo_below_hi  # padding up to in-bounds lanes
         with m.If(~contiguous):
             m.d.comb += run.eq(1)
-        with m.Elif(in_bounds):  # 0 < to_hi, 0 < to_lo in these two
+        with m.Elif(in_bounds):  # to_hi > 0 here and to_lo > 0 below: no sign bit to keep
             m.d.comb += run.eq(Mux(to_hi[:-1] < beat_rest, to_hi[:-1], beat_rest))
         with m.Elif(padding_to_lo):
             m.d.comb += run.eq(to_lo[:-1])
