@@ -20,6 +20,8 @@ def config_from_registers(read_register):
                           f"this runtime speaks {CSR_VERSION[0]}.x")
     geometry = register("CONFIG0").fields_of(read_register("CONFIG0"))
     memory = register("CONFIG1").fields_of(read_register("CONFIG1"))
+    # CONFIG2 is unmapped before map 1.3 (its cores all prefetch).
+    handling = register("CONFIG2").fields_of(read_register("CONFIG2") if version.minor >= 3 else 0)
     lanes = max(geometry.rows, geometry.cols)
 
     def kib(rows, row_bytes):  # rows = kib * 1024 // row_bytes, so this rounds back up
@@ -33,7 +35,8 @@ def config_from_registers(read_register):
         counter_width=64 if memory.wide_counters else 32,
         epilogue_multiplier=not memory.shift_only_epilogue,
         counters="basic" if memory.basic_counters else "full", windows=memory.windows,
-        queue_depth=memory.queue_depth or QUEUE_DEPTH, descriptor_dims=DIMS - memory.missing_dims)
+        queue_depth=memory.queue_depth or QUEUE_DEPTH, descriptor_dims=DIMS - memory.missing_dims,
+        store_prefetch=not handling.no_store_prefetch)
 
 
 class BoardDevice(Device):

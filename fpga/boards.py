@@ -5,7 +5,6 @@ from amaranth_boards.icebreaker import ICEBreakerPlatform
 from amaranth_boards.ulx3s import ULX3S_85F_Platform
 
 from ..config import CoreConfig
-from ..isa import DIMS
 
 __all__ = ["BOARDS", "Board", "DeviceResource", "board_named"]
 
@@ -55,13 +54,9 @@ class Board:
     """DSP blocks the core uses outside the array (the store epilogue), kept free of PEs."""
     pes_per_dsp: int = 1
     """PEs one DSP block holds: 2 on iCE40 (an SB_MAC16's two 8x8 halves, hdl/array.py)."""
-    softmax: bool = True
-    im2col: bool = True
-    epilogue_multiplier: bool = True
-    counters: str = "full"
-    descriptor_dims: int = DIMS
-    """The feature profile of `default_config` (`CoreConfig.softmax`, `im2col`,
-    `epilogue_multiplier`, `counters`, `descriptor_dims`)."""
+    profile: str = "default"
+    """The preset (`config.PRESETS`) whose feature profile `default_config` takes: every field
+    but the array, the memories, the bus width and the LUT multipliers, which the board sets."""
 
     @property
     def device(self):
@@ -88,11 +83,9 @@ class Board:
         device has DSPs to spare."""
         rows = self.default_array[0] if rows is None else rows
         cols = self.default_array[1] if cols is None else cols
-        config = CoreConfig(rows=rows, cols=cols, scratchpad_kib=self.scratchpad_kib,
-                            accumulator_kib=self.accumulator_kib,
-                            axi_data_width=self.axi_data_width, softmax=self.softmax,
-                            im2col=self.im2col, epilogue_multiplier=self.epilogue_multiplier,
-                            counters=self.counters, descriptor_dims=self.descriptor_dims)
+        config = replace(CoreConfig.preset(self.profile), rows=rows, cols=cols,
+                         scratchpad_kib=self.scratchpad_kib, accumulator_kib=self.accumulator_kib,
+                         axi_data_width=self.axi_data_width)
         return self.with_dsp_pes(config)
 
     def with_dsp_pes(self, config):
@@ -150,9 +143,9 @@ BOARDS = {board.name: board for board in (
         # small. The array instantiates its SB_MAC16s, two PEs to each (hdl/array.py), so a 4x4
         # takes all 8. synth_ice40 runs without -dsp: the core's other multipliers (more than 8)
         # are LUTs.
-        # The micro profile (no softmax unit, no im2col walker), as the `micro` preset.
-        scratchpad_kib=1, accumulator_kib=1, axi_data_width=32, pes_per_dsp=2, softmax=False,
-        im2col=False, epilogue_multiplier=False, counters="basic", descriptor_dims=3),
+        # The micro profile: no softmax unit, no im2col walker, two windows, one-instruction
+        # queues the DMA engines run from, 3-dim walkers.
+        scratchpad_kib=1, accumulator_kib=1, axi_data_width=32, pes_per_dsp=2, profile="micro"),
 )}
 """Boards by name."""
 

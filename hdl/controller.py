@@ -202,7 +202,8 @@ class Controller(wiring.Component):
     into the queue, a beat a cycle, once it has room; with one-instruction queues
     (``queue_depth`` 1) they are dropped instead and the instruction is fetched again then.
     Either way an instruction is queued once its queue has room and the next fetch starts then,
-    as with a staging register.
+    as with a staging register. Without ``store_prefetch`` the store engine's queue counts as
+    full while the engine is busy: the engine runs from the slot.
 
     The first error (an engine's, a bad fetch, an unknown opcode, or the watchdog seeing no
     progress for ``watchdog_limit`` cycles) stops fetching and dispatching; once the engines are
@@ -253,6 +254,7 @@ class Controller(wiring.Component):
         token_changes = {id(s): ([], []) for s in tokens + back_tokens}
 
         queues = []
+        queue_full = []  # no instruction can be queued for the engine now
         waiting = []  # (stall, queue head's index) of each engine, for the watchdog's blame
         for i, (name, (opcodes, layout)) in enumerate(ENGINES.items()):
             port = engines[i]
@@ -262,6 +264,10 @@ class Controller(wiring.Component):
             m.submodules[f"{name}_queue"] = queue
             m.submodules[f"{name}_pending"] = pending
             queues.append(queue)
+            # Without store prefetch the store engine runs from its queue's slot: the slot stays
+            # full while the engine is busy with the instruction it took from there.
+            from_slot = not self.config.store_prefetch and name == Engine.STORE.name.lower()
+            queue_full.append(queue.full | port.busy if from_slot else queue.full)
             head = queue.head.payload.instr
             head_index = queue.head.payload.index
             index = Signal(32, name=f"{name}_index")
@@ -369,7 +375,7 @@ class Controller(wiring.Component):
         is_first = beat == 0
         this_target = Mux(is_first, first_target, target)
         this_known = Mux(is_first, first_known, known)
-        full = Array(q.full for q in queues)
+        full = Array(queue_full)
         this_direct = Mux(is_first, ~full[first_target], direct)
         target_full = full[target]
 

@@ -106,8 +106,11 @@ class StoreEngine(wiring.Component):
         missing = C(0) if config.softmax else options.row_scale
         dispatch_code = Mux(missing, ErrorCode.UNKNOWN_OPCODE,
                             Mux(element_ok, ErrorCode.BAD_EXTENT, ErrorCode.BAD_ELEMENT))
-        epilogue = Signal(Epilogue)  # of the running STORE
-        tensor = Signal(TensorDescriptor)  # of the running STORE, for the check and walker
+        # The running STORE's epilogue and descriptor (for the check and walker): registered
+        # when taken, or without prefetch the queue's slot, which holds until it is done.
+        prefetch = config.store_prefetch
+        epilogue = Signal(Epilogue) if prefetch else instr.epilogue
+        tensor = Signal(TensorDescriptor) if prefetch else instr.tensor
         int8 = Signal()  # its elements are int8
         # Row scales (`Epilogue.row_scale`): tile row i1 (row sram_row + i1) takes row scale
         # scale_row + i1, read beside the accumulator; the scale rows' range is checked beside
@@ -303,8 +306,9 @@ class StoreEngine(wiring.Component):
                     with m.If(is_params):
                         m.d.sync += self.done.eq(1)
                     with m.Elif(element_ok & rows_ok & ~missing):
-                        m.d.sync += [walked.eq(0), epilogue.eq(instr.epilogue),
-                                     tensor.eq(instr.tensor), walk.eq(1),
+                        if prefetch:
+                            m.d.sync += [epilogue.eq(instr.epilogue), tensor.eq(instr.tensor)]
+                        m.d.sync += [walked.eq(0), walk.eq(1),
                                      int8.eq(options.requant & (instr.tensor.elem_log2 == 0))]
                         m.next = "CHECK"
                     with m.Else():

@@ -6,7 +6,11 @@ check), then a walk of every in-bounds element, in order, against the windows (e
 address, a tensor descriptor's or an im2col element's, wraps modulo 2**32 and is checked there;
 ADDRESS_OVERFLOW is retired and never predicted).
 The controller is modelled as in-order queues of ``config.queue_depth`` instructions per
-engine fed by an in-order fetcher, and VTA-style tokens between neighbouring engines. With one
+engine fed by an in-order fetcher, and VTA-style tokens between neighbouring engines. (An
+engine runs what it takes to its end without waiting for anything, so whether its queue's slot
+holds while it runs (the store engine's without `CoreConfig.store_prefetch`) changes when the
+next instruction is queued,
+not whether.) With one
 consumer per token counter the model's final state does not depend on timing, so a program that
 errs nowhere must end done, or with WATCHDOG blaming the oldest instruction waiting for a token.
 When some reachable instruction errs, the core must stop with one of those errors (which one

@@ -47,16 +47,16 @@ def _fetch_window(ctx, dut):
         ctx.set(dut.windows[i], {"base": 0, "end": 0, "read": 0, "write": 0})
 
 
-@pytest.mark.parametrize("width,family,depth", [(32, None, 2), (128, None, 2), (32, "ice40", 2),
-                                               (64, None, 1), (32, "ice40", 1)])
-def test_every_instruction_reaches_its_engine_intact_in_order(width, family, depth):
-    config = CoreConfig(rows=2, cols=2, scratchpad_kib=1, accumulator_kib=1, axi_data_width=width,
-                        softmax=width == 128, im2col=width == 128, queue_depth=depth,
-                        descriptor_dims=2 if family else 4)
-    rng = random.Random(width)
+def _run_program(config, family, seed, busy_cycles=None):
+    """Run a random `_program` through a `Controller` of ``config`` with fake engines taking
+    instructions at random; ``busy_cycles(rng)``: how long an engine stays busy after each take
+    (default: done at once). Returns what each engine received, the fetches made in the first
+    `HOLD` cycles, all fetches, and the expected instructions (their kept bits)."""
+    rng = random.Random(seed)
     program = _program(rng, config)
     dut = Controller(config)
-    memory = AxiMemory(1 << 12, width, allowed=[(0, 1 << 12)], seed=width, ident=FETCH_ID)
+    memory = AxiMemory(1 << 12, config.axi_data_width, allowed=[(0, 1 << 12)], seed=seed,
+                       ident=FETCH_ID)
     memory.mem[:len(program) * INSTRUCTION_BYTES] = b"".join(program)
     expected = {name: [] for name in ENGINES}
     for raw in program[:-1]:
@@ -72,15 +72,22 @@ def test_every_instruction_reaches_its_engine_intact_in_order(width, family, dep
         async def process(ctx):
             await ctx.tick().repeat(HOLD)
             fetched_in_hold.append(memory.ar)
-            done = 0
             while True:
-                ctx.set(port.done, done)
                 ctx.set(port.instr.ready, rng.random() < 0.4)
                 _, _, valid, ready, payload = await ctx.tick().sample(
                     port.instr.valid, port.instr.ready, port.instr.payload.as_value())
-                done = valid and ready
-                if done:
+                if valid and ready:
                     received[name].append(payload)
+                    ctx.set(port.instr.ready, 0)
+                    ctx.set(port.busy, 1)
+                    for _ in range(busy_cycles(rng) if busy_cycles else 0):
+                        # What the engine runs from: without prefetch, the queue's slot.
+                        received[name].append(ctx.get(port.instr.payload.as_value()))
+                        await ctx.tick()
+                    ctx.set(port.busy, 0)
+                    ctx.set(port.done, 1)
+                    await ctx.tick()
+                    ctx.set(port.done, 0)
         return process
 
     async def host(ctx):
@@ -89,7 +96,7 @@ def test_every_instruction_reaches_its_engine_intact_in_order(width, family, dep
         ctx.set(dut.start, 1)
         await ctx.tick()
         ctx.set(dut.start, 0)
-        for _ in range(20_000):
+        for _ in range(50_000):
             _, _, done, error = await ctx.tick().sample(dut.done_event, dut.error_event)
             assert not error
             if done:
@@ -103,14 +110,50 @@ def test_every_instruction_reaches_its_engine_intact_in_order(width, family, dep
         sim.add_testbench(engine(name), background=True)
     sim.add_testbench(host)
     sim.run()
+    return received, fetched_in_hold, memory.ar, expected, len(program)
+
+
+@pytest.mark.parametrize("width,family,depth", [(32, None, 2), (128, None, 2), (32, "ice40", 2),
+                                               (64, None, 1), (32, "ice40", 1)])
+def test_every_instruction_reaches_its_engine_intact_in_order(width, family, depth):
+    config = CoreConfig(rows=2, cols=2, scratchpad_kib=1, accumulator_kib=1, axi_data_width=width,
+                        softmax=width == 128, im2col=width == 128, queue_depth=depth,
+                        descriptor_dims=2 if family else 4)
+    received, fetched_in_hold, fetched, expected, length = _run_program(config, family, width)
     # `depth` LOADs queued, the next waits in the overflow memory (depth 1: it was dropped, to
     # be fetched again): no further fetch.
     assert fetched_in_hold == [depth + 1] * len(ENGINES)
     assert received == expected
     if depth > 1:
-        assert memory.ar == len(program)  # every instruction fetched once
+        assert fetched == length  # every instruction fetched once
     else:
-        assert memory.ar > len(program)
+        assert fetched > length
+
+
+@pytest.mark.parametrize("family", [None, "ice40"])
+def test_without_prefetch_the_store_engine_runs_from_its_queue_slot(family):
+    """`CoreConfig.store_prefetch` False: the store queue's slot holds the instruction the engine
+    took until the engine is no longer busy (no later one is written over it); the load queue
+    takes the next LOAD meanwhile."""
+    config = CoreConfig(rows=2, cols=2, scratchpad_kib=1, accumulator_kib=1, axi_data_width=32,
+                        softmax=False, im2col=False, queue_depth=1, store_prefetch=False,
+                        descriptor_dims=3)
+    busy = [3, 40]  # long enough for the next instruction's fetch to come meanwhile
+
+    received, fetched_in_hold, fetched, expected, length = _run_program(
+        config, family, 7, busy_cycles=lambda rng: rng.randint(*busy))
+    assert fetched_in_hold == [2] * len(ENGINES)  # one queued, the next dropped
+    assert fetched > length
+    def runs(name):  # each take, then the slot as it was while the engine was busy
+        taken = [received[name][0]]
+        for payload in received[name][1:]:
+            if payload != taken[-1]:
+                taken.append(payload)
+        return taken
+
+    assert len(received["store"]) > 10 * len(expected["store"])
+    assert runs("store") == expected["store"]
+    assert runs("load") != expected["load"]  # its engine has a copy: the slot takes the next
 
 
 @pytest.mark.parametrize("dims", [2, 3, 4])

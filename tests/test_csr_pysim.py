@@ -20,7 +20,7 @@ from test_dma_pysim import window
 OKAY, SLVERR = AXI_RESP_OKAY, AXI_RESP_SLVERR
 RW = [reg for reg in REGISTERS if reg.access == "rw"]
 RO = [reg for reg in REGISTERS if reg.access == "ro"]
-UNMAPPED = [0x018, 0x038, 0x04C, 0x08C, 0x0FC, 0x150, 0xFFC]
+UNMAPPED = [0x01C, 0x038, 0x04C, 0x08C, 0x0FC, 0x150, 0xFFC]
 MAX_CYCLES = 20_000
 CONTROL, STATUS, IRQ_STATUS = (register(name) for name in ("CONTROL", "STATUS", "IRQ_STATUS"))
 

@@ -353,7 +353,7 @@ def test_refusals_are_not_retried_and_leave_the_link_usable():
     assert raised.value.status == Status.BAD_ADDRESS
     assert fake.requests == 1
     with pytest.raises(BridgeStatusError) as raised:
-        link.read_registers(0x18, 1)  # unmapped
+        link.read_registers(0x1C, 1)  # unmapped
     assert raised.value.status == Status.BUS_ERROR
     link.write_memory(0, b"\x01\x02\x03\x04")
     assert fake.memory[:4] == b"\x01\x02\x03\x04"

@@ -34,6 +34,7 @@ FULL = dataclasses.replace(MICRO, softmax=True, im2col=True, epilogue_multiplier
                                           ("windows", True), ("windows", 2.0),
                                           ("queue_depth", 0), ("queue_depth", 8),
                                           ("queue_depth", True), ("queue_depth", 2.0),
+                                          ("store_prefetch", 0), ("store_prefetch", None),
                                           ("descriptor_dims", 5)])
 def test_bad_profile_fields_name_the_field(field, value):
     with pytest.raises(ValueError, match=f"CoreConfig.{field}="):
@@ -146,13 +147,21 @@ def check_shift_only_epilogue(dev, rng):
 
 
 def test_the_registers_describe_the_profile():
-    # CONFIG1 tells the runtime (BoardDevice) what the core has; an older core reads as full.
-    for config in (MICRO, FULL, PRESETS["default"], dataclasses.replace(MICRO, queue_depth=7)):
+    # CONFIG1 and CONFIG2 tell the runtime (BoardDevice) what the core has; an older core reads
+    # as full.
+    for config in (MICRO, FULL, PRESETS["default"],
+                   dataclasses.replace(MICRO, queue_depth=7, store_prefetch=True)):
         constants = constant_registers(config)
         assert config_from_registers(constants.__getitem__) == config
+    assert constant_registers(MICRO)["CONFIG2"] == register("CONFIG2").value(no_store_prefetch=1)
     older = constant_registers(PRESETS["default"])  # map 1.1: CONFIG1.queue_depth reads 0
     older["CONFIG1"] &= ~register("CONFIG1").value(queue_depth=7)
     assert config_from_registers(older.__getitem__) == PRESETS["default"]
+    # Map 1.2 has no CONFIG2 (reading it would answer SLVERR): its cores prefetch.
+    before_config2 = {**constant_registers(MICRO), "CONFIG2": None,
+                      "VERSION": register("VERSION").value(major=1, minor=2)}
+    assert config_from_registers(before_config2.__getitem__) == dataclasses.replace(
+        MICRO, store_prefetch=True)
     fields = register("CONFIG1").fields_of(constant_registers(MICRO)["CONFIG1"])
     assert (fields.shift_only_epilogue, fields.basic_counters) == (1, 1)
     assert counter_names(MICRO) == BASIC_COUNTERS and counter_names(FULL) == tuple(COUNTERS)

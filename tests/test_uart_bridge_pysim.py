@@ -189,7 +189,7 @@ def test_memory_and_registers():
 
         # An unmapped register is a bus error; the next request needs no quiet period.
         assert await host.transact(ctx, Op.REG_READ, base, 4) == (Status.BUS_ERROR, b"")
-        assert await host.transact(ctx, Op.REG_WRITE, 0x018, 1, bytes(4)) == (Status.BUS_ERROR, b"")
+        assert await host.transact(ctx, Op.REG_WRITE, 0x01C, 1, bytes(4)) == (Status.BUS_ERROR, b"")
         # Noise before SYNC is skipped.
         await host.send(ctx, bytes([0x00, 0xFF, 0xA5]))
         status, data = await host.transact(ctx, Op.REG_READ, 0, 1)

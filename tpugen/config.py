@@ -60,6 +60,12 @@ class CoreConfig:
     """Instructions the controller queues per engine, 1..7 (LUT RAM on ECP5, flip-flops on
     iCE40). At 1 there is no overflow memory either: an instruction fetched while its engine's
     queue is full is dropped and fetched again once the queue has room."""
+    store_prefetch: bool = True
+    """A STORE or PARAMS is queued while the store engine runs the STORE before, which the
+    engine keeps a copy of. False (needs ``queue_depth`` 1): the store engine runs from its
+    queue's one slot, which holds until the STORE is done, so the next one is fetched once the
+    engine is idle: an instruction's flip-flops less. The load and execute engines keep theirs
+    (a LOAD or MATMUL waiting for its fetch stalls the array; a STORE seldom does)."""
     descriptor_dims: int = DIMS
     """Tensor descriptor dimensions the DMA walkers handle, 2..``isa.DIMS``. The instruction
     format keeps ``isa.DIMS``; on a core with fewer a dim from ``descriptor_dims`` on must have
@@ -85,7 +91,7 @@ class CoreConfig:
                   "a power of two in 1..1024")
         check("axi_data_width", lambda v: v in (32, 64, 128), "32, 64 or 128")
         check("lut_multipliers", integer_in(0, self.macs), f"an integer in 0..{self.macs} (rows*cols)")
-        for name in ("softmax", "im2col", "epilogue_multiplier"):
+        for name in ("softmax", "im2col", "epilogue_multiplier", "store_prefetch"):
             value = getattr(self, name)
             if not isinstance(value, bool):
                 raise ValueError(f"CoreConfig.{name}={value!r} is invalid: allowed True or False")
@@ -98,6 +104,10 @@ class CoreConfig:
         check("windows", integer_in(1, NUM_WINDOWS), f"an integer in 1..{NUM_WINDOWS}")
         check("queue_depth", integer_in(1, MAX_QUEUE_DEPTH), f"an integer in 1..{MAX_QUEUE_DEPTH}")
         check("descriptor_dims", integer_in(2, DIMS), f"an integer in 2..{DIMS}")
+        if not self.store_prefetch and self.queue_depth != 1:
+            raise ValueError(f"CoreConfig.store_prefetch=False is invalid with queue_depth="
+                             f"{self.queue_depth}: the store engine runs from a one-instruction "
+                             "queue (allowed True, or queue_depth=1)")
         if self.scratchpad_rows > 65536:
             raise ValueError(f"CoreConfig.scratchpad_kib={self.scratchpad_kib!r} is invalid: "
                              f"at most 65536 rows of {self.lanes} bytes")
@@ -166,7 +176,7 @@ PRESETS = {
     # copies; 2 KiB of scratchpad is 8 of them, 4 KiB of accumulator (128-bit rows) 16.
     "micro": CoreConfig(rows=4, cols=4, scratchpad_kib=2, accumulator_kib=4, axi_data_width=32,
                         softmax=False, im2col=False, epilogue_multiplier=False, counters="basic",
-                        windows=2, queue_depth=1, descriptor_dims=3),
+                        windows=2, queue_depth=1, store_prefetch=False, descriptor_dims=3),
 }
 
 

@@ -14,7 +14,7 @@ __all__ = ["ACCESSES", "ADDR_WIDTH", "BASIC_COUNTERS", "COUNTERS", "CSR_VERSION"
 ADDR_WIDTH = 12
 ID_MAGIC = 0x54505547
 """Value of the ID register: "TPUG" in ASCII."""
-CSR_VERSION = (1, 2)
+CSR_VERSION = (1, 3)
 """Register map version (major, minor): major changes break software."""
 ACCESSES = {
     "ro": "read-only; writes are ignored",
@@ -143,6 +143,11 @@ def _registers():
                                            "map 1.1, which queues 2."))),
         Register("SCRATCHPAD_ROWS", 0x010, "ro", "Scratchpad rows (of `lanes` bytes)."),
         Register("ACCUMULATOR_ROWS", 0x014, "ro", "Accumulator rows (of `cols` int32)."),
+        Register("CONFIG2", 0x018, "ro", "Instruction handling of this core (map 1.3 on; "
+                                         "unmapped before).", (
+            BitField("no_store_prefetch", 0, 1, "The store engine runs from its queue's one "
+                                                "slot: a STORE or PARAMS is fetched once the "
+                                                "STORE before it is done."),)),
         Register("CONTROL", 0x020, "w1s", "Commands.", (
             BitField("start", 0, 1, "Run the program at PROGRAM_BASE; clears STATUS.done, "
                                     "STATUS.error, ERROR_CODE and ERROR_INDEX."),
@@ -258,6 +263,7 @@ def constant_registers(config):
         **{name: register(name).value(**values) for name, values in fields.items()},
         "SCRATCHPAD_ROWS": config.scratchpad_rows,
         "ACCUMULATOR_ROWS": config.accumulator_rows,
+        "CONFIG2": register("CONFIG2").value(no_store_prefetch=not config.store_prefetch),
     }
 
 

@@ -55,6 +55,7 @@ static enum tpu_result check_identity(const struct tpu *dev)
     static const uint32_t config[][2] = {
         {TPU_REG_CONFIG0, TPU_CONFIG0_VALUE},
         {TPU_REG_CONFIG1, TPU_CONFIG1_VALUE},
+        {TPU_REG_CONFIG2, TPU_CONFIG2_VALUE},
         {TPU_REG_SCRATCHPAD_ROWS, TPU_SCRATCHPAD_ROWS_VALUE},
         {TPU_REG_ACCUMULATOR_ROWS, TPU_ACCUMULATOR_ROWS_VALUE},
     };

@@ -22,7 +22,7 @@ enum tpu_result {
     TPU_ERR_ARGUMENT,   /* a NULL pointer or an index out of range */
     TPU_ERR_NO_DEVICE,  /* ID does not read TPU_ID_VALUE */
     TPU_ERR_VERSION,    /* register map of another major version, or an older minor one */
-    TPU_ERR_CONFIG,     /* CONFIG0/1 or SCRATCHPAD/ACCUMULATOR_ROWS differ from tpu_params.h */
+    TPU_ERR_CONFIG,     /* CONFIG0/1/2 or SCRATCHPAD/ACCUMULATOR_ROWS differ from tpu_params.h */
     TPU_ERR_BUSY,       /* a program is running (start refused, or a soft reset did not stop it) */
     TPU_ERR_TIMEOUT,    /* the program has not finished within the wait; it is still running */
     TPU_ERR_CORE        /* the program stopped with an error: see tpu_read_error() */
