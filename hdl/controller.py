@@ -6,8 +6,9 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from ..arch import ENGINE_OPCODES, PENDING_DEPTH, TOKEN_BITS, TOKEN_LIMIT, Engine
-from ..isa import (DIMS, INSTRUCTION_BITS, INSTRUCTION_BYTES, Dim, Epilogue, ErrorCode, Header,
-                   Opcode, TensorDescriptor, Window, defined_bits, instruction_layout)
+from ..isa import (DIMS, INSTRUCTION_BITS, INSTRUCTION_BYTES, PARAMS_PER_INSTRUCTION, Dim,
+                   Epilogue, EpilogueParams, ErrorCode, Header, Opcode, ParamsInstruction,
+                   TensorDescriptor, Window, defined_bits, instruction_layout)
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_read_signature
 from .engine import engine_members
 from .execute import EXECUTE_INSTRUCTION
@@ -39,12 +40,13 @@ def kept_bits(config, opcodes):
     """The bit offsets an engine's queue keeps of each instruction: those of the defined fields
     (`isa.defined_bits`) of the layouts among ``opcodes`` that a core of ``config`` runs (an
     im2col LOAD only with ``config.im2col``), less the strides of the tensor dims its walkers
-    do not walk (``config.descriptor_dims``) and, without the softmax unit, a STORE's
-    ``scale_row``. The engine reads the others as zero; it ignores them (reserved fields, those
-    fields) or never gets an instruction that has them."""
+    do not walk (``config.descriptor_dims``), without the softmax unit a STORE's
+    ``scale_row``, and the PARAMS entries the epilogue never reads (`_unread_params`). The
+    engine reads the others as zero; it ignores them (reserved fields, those fields) or never
+    gets an instruction that has them."""
     supported = supported_opcodes(config)
     return frozenset().union(*(defined_bits(layout) - _unwalked_strides(config, layout)
-                               - _scale_rows(config, layout)
+                               - _scale_rows(config, layout) - _unread_params(config, layout)
                                for op in opcodes if op in supported
                                for im2col in {False, op == Opcode.LOAD and config.im2col}
                                for layout in [instruction_layout(op, im2col)]))
@@ -68,6 +70,22 @@ def _scale_rows(config, layout):
         return set()
     field = layout["epilogue"].offset + Epilogue["scale_row"].offset
     return set(range(field, field + Epilogue["scale_row"].width))
+
+
+def _unread_params(config, layout):
+    """The bit offsets of a PARAMS ``layout``'s entries from ``config.cols`` on (they would set
+    lanes past the last, which `LaneParams` ignores) and, without the epilogue's multiplier,
+    of every entry's ``multiplier``."""
+    if layout is not ParamsInstruction:
+        return set()
+    entries = layout["entries"].offset
+    unread = set(range(entries + min(config.cols, PARAMS_PER_INSTRUCTION) * EpilogueParams.size,
+                       entries + PARAMS_PER_INSTRUCTION * EpilogueParams.size))
+    if not config.epilogue_multiplier:
+        multiplier = EpilogueParams["multiplier"]
+        unread |= {entries + e * EpilogueParams.size + multiplier.offset + bit
+                   for e in range(PARAMS_PER_INSTRUCTION) for bit in range(multiplier.width)}
+    return unread
 
 
 def _beat_runs(bits, beat_bits):

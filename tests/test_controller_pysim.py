@@ -10,8 +10,10 @@ from amaranth.sim import Simulator
 from tpugen import CoreConfig
 from tpugen.arch import opcode_of
 from tpugen.hdl.controller import ENGINES, FETCH_ID, Controller, _oldest, kept_bits
-from tpugen.isa import (INSTRUCTION_BYTES, NUM_WINDOWS, Dim, ErrorCode, Header, LoadInstruction,
-                        Opcode, TensorDescriptor, defined_bits, encode)
+from tpugen.isa import (INSTRUCTION_BYTES, NUM_WINDOWS, PARAMS_PER_INSTRUCTION, Dim, Epilogue,
+                        EpilogueParams, ErrorCode, Header, LoadInstruction, Opcode,
+                        ParamsInstruction, StoreInstruction, TensorDescriptor, defined_bits,
+                        encode)
 from tpugen.sim.pysim_axi import AxiMemory
 
 HOLD = 300
@@ -167,6 +169,25 @@ def test_the_load_queue_drops_the_strides_the_walkers_do_not_use(dims):
             bits = set(range(first + field.offset, first + field.offset + field.width))
             assert (bits <= kept) == (d < dims or name != "stride"), (d, name)
             assert bits <= kept or not bits & kept
+
+
+@pytest.mark.parametrize("cols,multiplier", [(4, False), (4, True), (8, True), (16, False)])
+def test_the_store_queue_drops_the_params_entries_the_epilogue_never_reads(cols, multiplier):
+    # A PARAMS entry from cols on would set a lane past the last; without the epilogue's
+    # multiplier no entry's multiplier is read. The STORE's bits are all kept.
+    config = CoreConfig(rows=4, cols=cols, softmax=False, im2col=False,
+                        epilogue_multiplier=multiplier)
+    kept = kept_bits(config, ENGINES["store"][0])
+    entries = ParamsInstruction["entries"].offset
+    for e in range(PARAMS_PER_INSTRUCTION):
+        for name, field in EpilogueParams:
+            first = entries + e * EpilogueParams.size + field.offset
+            bits = set(range(first, first + field.width))
+            read = e < cols and (name != "multiplier" or multiplier)
+            assert bits <= kept if read else not bits & kept - defined_bits(StoreInstruction), (
+                e, name)
+    scale_row = StoreInstruction["epilogue"].offset + Epilogue["scale_row"].offset
+    assert defined_bits(StoreInstruction) - set(range(scale_row, scale_row + 16)) <= kept
 
 
 def test_the_watchdog_blames_the_oldest_waiting_instruction():

@@ -49,6 +49,16 @@ def test_micro_core_computes_what_it_has_and_refuses_the_rest():
             b = rng.integers(-128, 128, (k, n), dtype=np.int8)
             np.testing.assert_array_equal(dev.matmul(a, b), matmul_int32(a, b))
         assert dev.stats.issued_macs == 33 * 5 * MICRO.macs  # 33 vectors through 1 x 5 weight tiles
+        # Every lane's own bias and shift (PARAMS entries 0..cols-1; the multipliers are powers
+        # of two, folded into the shifts), on results that do not saturate.
+        lanes_rng = np.random.default_rng(40)
+        a = lanes_rng.integers(-128, 128, (13, 9), dtype=np.int8)
+        b = lanes_rng.integers(-128, 128, (9, 6), dtype=np.int8)
+        options = {"bias": lanes_rng.integers(-20_000, 20_000, 6),
+                   "requant": ([1, 2, 4, 1, 2, 8], [11, 12, 13, 10, 12, 14])}
+        expected = apply_epilogue(matmul_int32(a, b), 1, **options)
+        assert np.abs(expected.astype(int)).max() < 127 and len(np.unique(expected)) > 30
+        np.testing.assert_array_equal(dev.matmul(a, b, **options), expected)
         x = rng.integers(-128, 128, (1, 3, 7, 6), dtype=np.int8)
         w = rng.integers(-128, 128, (5, 3, 3, 3), dtype=np.int8)
         np.testing.assert_array_equal(dev.conv2d(x, w, padding=1),
