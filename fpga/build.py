@@ -293,28 +293,42 @@ _CELL_SUFFIX = re.compile(r"_(?:SB|TRELLIS|LUT4|CCU2C|PFUMX|L6MUX21|MULT18X18D|A
 (``system.product_SB_DFFSR_Q_2_D``), or a bit index begins."""
 
 
-def critical_paths(nextpnr):
+def cell_sources(netlist):
+    """{cell: its `src` sources} of the yosys JSON ``netlist`` (a path)."""
+    design = json.loads(Path(netlist).read_text())
+    return {name: [source for source in cell.get("attributes", {}).get("src", "").split("|")
+                   if source]
+            for module in design["modules"].values() for name, cell in module["cells"].items()}
+
+
+def critical_paths(nextpnr, cells=None):
     """Each critical path of nextpnr's report (one per pair of clock edges): its clock edges and
     delay, the cells it starts and ends at, the nets it is routed through (name, delay and
     ``sources``: the `src` attributes yosys kept), and in path order the design's signals those
-    nets are named after and the Python source lines among the sources (the project's files
-    relative to its root)."""
+    nets are named after and the Python source lines among the sources of the start cell (in
+    ``cells``, `cell_sources`), the nets and the end cell (the project's files relative to its
+    root): a path through logic that yosys' mapping named has its lines at its ends only."""
+    def project(sources):
+        return [source.removeprefix(f"{_ROOT}/") for source in sources]
+
+    cells = cells or {}
     paths = []
     for path in nextpnr.get("critical_paths", []):
         segments = path["path"]
         if not segments:
             continue
         nets = [{"net": segment["net"], "delay_ns": round(segment["delay"], 3),
-                 "sources": [source.removeprefix(f"{_ROOT}/") for source in segment["sources"]]}
+                 "sources": project(segment["sources"])}
                 for segment in segments if segment["type"] == "routing"]
+        start, end = segments[0]["from"]["cell"], segments[-1]["to"]["cell"]
+        on_path = [*project(cells.get(start, [])), *(s for net in nets for s in net["sources"]),
+                   *project(cells.get(end, []))]
         paths.append({
             "from": path["from"].replace("$glbnet$", ""), "to": path["to"].replace("$glbnet$", ""),
             "delay_ns": round(sum(segment["delay"] for segment in segments), 3),
-            "start": segments[0]["from"]["cell"], "end": segments[-1]["to"]["cell"],
-            "nets": nets,
+            "start": start, "end": end, "nets": nets,
             "signals": list(dict.fromkeys(_CELL_SUFFIX.split(net["net"], 1)[0] for net in nets)),
-            "python_sources": list(dict.fromkeys(
-                source for net in nets for source in net["sources"] if ".py:" in source))})
+            "python_sources": list(dict.fromkeys(s for s in on_path if ".py:" in s))})
     return paths
 
 
@@ -327,7 +341,7 @@ def _report(board, pll, config, build_dir, log):
     used = {cell: numbers["used"] for cell, numbers in nextpnr.get("utilization", {}).items()}
     if not used:
         used = {cell: int(count) for cell, count, _ in _UTILISATION.findall(log)}
-    stat_file = build_dir / "stat.json"
+    stat_file, netlist = build_dir / "stat.json", build_dir / "top.json"
     cells = (json.loads(stat_file.read_text())["design"]["num_cells_by_type"]
              if stat_file.exists() else {})
     target = float(pll.output_mhz)
@@ -351,7 +365,9 @@ def _report(board, pll, config, build_dir, log):
         "target_mhz": round(target, 3),
         "fmax_mhz": min((c["fmax_mhz"] for c in clocks.values()), default=None),
         "timing_met": bool(clocks) and all(c["met"] for c in clocks.values()),
-        "clocks": clocks, "critical_paths": critical_paths(nextpnr), "resources": resources,
+        "clocks": clocks, "resources": resources,
+        "critical_paths": critical_paths(nextpnr, cell_sources(netlist) if netlist.exists()
+                                         and nextpnr.get("critical_paths") else None),
         "overflow": [kind for kind, numbers in resources.items()
                      if numbers["used"] > numbers["total"]],
         "bitstream": None,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..hdl.generate import generate_verilog
 from ..toolchain import find_tool
-from .build import critical_paths
+from .build import cell_sources, critical_paths
 from .synth import BLOCKS, per_block_script, run_tool, synthesize_in
 
 __all__ = ["TIMED_FAMILIES", "block_timing", "format_block_timing", "timed_blocks"]
@@ -74,7 +74,7 @@ def block_timing(config, board, *, freq_mhz=100.0, progress=None):
                       f"block{index}-report.json", "--log", f"block{index}.log", "-q"],
                      tmp, f"nextpnr on {block}")
             placed = json.loads(Path(tmp, f"block{index}-report.json").read_text())
-            paths = critical_paths(placed)
+            paths = critical_paths(placed, cell_sources(Path(tmp, f"block{index}.json")))
             report[block] = {
                 "module": module,
                 "fmax_mhz": min((round(clock["achieved"], 2)

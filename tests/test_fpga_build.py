@@ -24,8 +24,10 @@ from amaranth.sim import Simulator
 from tpugen import CoreConfig
 from tpugen.cli import main
 from tpugen.fpga.boards import BOARDS, board_named
+from tpugen.fpga import build as build_module
 from tpugen.fpga.build import (BuildError, _run_build, build, build_system, cached_report,
-                               format_report, last_build, pll_settings)
+                               cell_sources, critical_paths, format_report, last_build,
+                               pll_settings)
 from tpugen.fpga.flash import FlashError, flash, flash_command
 from tpugen.hdl.board_top import PllReset
 
@@ -293,6 +295,29 @@ def test_ice40_build_that_misses_timing_gives_a_bitstream_and_says_so():
     text = _check_report(ICEBREAKER, result, pll, dsps=0)
     assert result.report["fmax_mhz"] < 100 and not result.report["timing_met"]
     assert "TIMING MISSED" in text and "MISSED" in text.splitlines()[3]
+
+
+def test_a_critical_path_through_mapped_logic_names_its_end_cells_lines(tmp_path):
+    # The routed nets of a path through LUTs yosys named carry only its techmap's sources: the
+    # Python lines are those of the cells it starts and ends at (yosys' netlist).
+    root = str(Path(build_module.__file__).resolve().parents[1])
+    netlist = tmp_path / "top.json"
+    netlist.write_text(json.dumps({"modules": {"top": {"cells": {
+        "word_FF": {"attributes": {"src": f"{root}/hdl/csr.py:191|{root}/hdl/axi.py:45"}},
+        "rdata_FF": {"attributes": {"src": f"{root}/hdl/csr.py:210"}},
+        "other": {"attributes": {}}}}}}))
+    techmap = ["/share/lattice/cells_map_trellis.v:108.23-108.24"]
+    report = {"critical_paths": [{"from": "posedge clk", "to": "posedge clk", "path": [
+        {"type": "clk-to-q", "from": {"cell": "word_FF"}, "to": {"cell": "word_FF"},
+         "delay": 0.5, "net": "", "sources": []},
+        {"type": "routing", "from": {"cell": "word_FF"}, "to": {"cell": "lut"}, "delay": 1.0,
+         "net": "word_LUT4_Z", "sources": techmap},
+        {"type": "routing", "from": {"cell": "lut"}, "to": {"cell": "rdata_FF"}, "delay": 2.0,
+         "net": "rdata_FF_DI", "sources": techmap}]}]}
+    [path] = critical_paths(report, cell_sources(netlist))
+    assert (path["start"], path["end"], path["delay_ns"]) == ("word_FF", "rdata_FF", 3.5)
+    assert path["python_sources"] == ["hdl/csr.py:191", "hdl/axi.py:45", "hdl/csr.py:210"]
+    assert critical_paths(report)[0]["python_sources"] == []
 
 
 def test_a_placement_that_does_not_route_suggests_another_seed(tmp_path):
