@@ -6,8 +6,8 @@ from amaranth.utils import ceil_log2
 
 from ..arch import min_tile_length
 from .family import dsp_model, fpga_family
-from .pe import (ICE40_MAC_WIDTHS, PRODUCT_STAGES, ProcessingElement, add_pe,
-                 ice40_mac_operands, ice40_mac_pair, pe_outputs, pe_signature, pe_weight)
+from .pe import (ICE40_ACT_WIDTHS, ICE40_WEIGHT_WIDTH, PRODUCT_STAGES, ProcessingElement,
+                 add_pe, ice40_mac_operands, ice40_mac_pair, pe_outputs, pe_signature, pe_weight)
 
 __all__ = ["SystolicArray", "act_width", "activation_layout", "array_latency",
            "ice40_mac_pairs", "lut_multiplier_pes", "min_tile_length", "pe_module",
@@ -20,9 +20,9 @@ def weight_layout(config):
 
 
 def act_width(config):
-    """Activations are one bit wider than weights, so they hold int8 and uint8 values alike
-    (softmax probabilities are unsigned)."""
-    return config.data_width + 1
+    """With the softmax unit activations are one bit wider than weights, so they hold int8 and
+    uint8 values alike (softmax probabilities are unsigned); without it they are int8 only."""
+    return config.data_width + 1 if config.softmax else config.data_width
 
 
 def activation_layout(config):
@@ -34,8 +34,9 @@ def activation_layout(config):
 
 
 def psum_width(config):
-    """Bits of the partial sums inside the array: a signed int8 x int9 product takes
-    ``data_width + act_width(config)`` (17; the widest is -128 x -256 = 32,768), a column adds
+    """Bits of the partial sums inside the array: a signed product takes ``data_width +
+    act_width(config)`` (int8 x int9: 17, the widest is -128 x -256 = 32,768; int8 x int8: 16,
+    -128 x -128 = 16,384), a column adds
     ``rows`` of them, ``ceil_log2(rows)`` bits more, and never more than ``acc_width``. The sum
     leaving a column is sign-extended to ``acc_width`` (`result_layout`), so narrowing is exact."""
     return min(config.acc_width, config.data_width + act_width(config) + ceil_log2(config.rows))
@@ -151,8 +152,9 @@ class SystolicArray(wiring.Component):
         family = fpga_family(platform)
         ice40 = family == "ice40"
         model = dsp_model(platform)
-        if ice40 and (self.config.data_width, width) != ICE40_MAC_WIDTHS:
-            raise ValueError("the iCE40 array takes int8 weights and int9 activations")
+        if ice40 and (self.config.data_width != ICE40_WEIGHT_WIDTH
+                      or width not in ICE40_ACT_WIDTHS):
+            raise ValueError("the iCE40 array takes int8 weights and int8 or int9 activations")
         for r in range(rows):
             for c in range(cols):
                 lut = (r, c) in lut_pes

@@ -290,7 +290,7 @@ class ExecuteEngine(wiring.Component):
         for lane in range(cfg.rows):
             byte = act_bytes[lane * 8:(lane + 1) * 8]
             m.d.comb += array.acts.payload.data[lane].eq(
-                Cat(byte, byte[7] & ~acts.rows.payload.source))
+                Cat(byte, byte[7] & ~acts.rows.payload.source) if cfg.softmax else byte)
 
         # Results: read the old row (only to accumulate), add or overwrite one cycle later. A
         # row is never read in the cycle it is written (see ``last_row``).

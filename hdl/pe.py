@@ -107,14 +107,16 @@ def carry_chain_product(m, act, weight, name="mul", *, model=False):
     return _adder_tree(m, terms, len(act), name)
 
 
-ICE40_MAC_WIDTHS = (8, 9)
-"""(weight, activation) widths of the PEs `ice40_mac_operands` puts on an SB_MAC16 half."""
+ICE40_WEIGHT_WIDTH, ICE40_ACT_WIDTHS = 8, (8, 9)
+"""The weight width and the activation widths of the PEs `ice40_mac_operands` puts on an
+SB_MAC16 half."""
 
 
 def ice40_mac_operands(act, weight):
     """``(a, b, c, carry)`` such that ``act * weight == wrap16(a * b + c) + carry`` exactly, for
-    a signed 9-bit ``act`` and a signed 8-bit ``weight``: what one 8x8 half of an iCE40 SB_MAC16
-    (signed x signed, plus its 16-bit C or D input) computes, plus a carry-in of the PE's adder.
+    a signed 9-bit (or 8-bit: ``c`` and ``carry`` 0) ``act`` and a signed 8-bit ``weight``: what
+    one 8x8 half of an iCE40 SB_MAC16 (signed x signed, plus its 16-bit C or D input) computes,
+    plus a carry-in of the PE's adder.
 
     ``a`` is ``act``'s low byte read as signed, so ``act == a + 256 * (act[7] - act[8])``: the
     correction ``c`` is ``256 * weight`` for a uint8 above 127, ``-256 * weight - 1`` for an int9
@@ -122,9 +124,11 @@ def ice40_mac_operands(act, weight):
     for an int8. The sum without ``carry`` stays in -32,768..32,767 for every operand pair
     (int9 -256 x -128 = 32,768 is the only product beyond 16 bits), so the wrap is exact.
     """
-    if (len(weight), len(act)) != ICE40_MAC_WIDTHS:
-        raise ValueError(f"an SB_MAC16 half takes int8 weights and int9 activations, not "
-                         f"int{len(weight)} and int{len(act)}")
+    if len(weight) != ICE40_WEIGHT_WIDTH or len(act) not in ICE40_ACT_WIDTHS:
+        raise ValueError(f"an SB_MAC16 half takes int8 weights and int8 or int9 activations, "
+                         f"not int{len(weight)} and int{len(act)}")
+    if len(act) == 8:
+        return act, weight, Const(0, 16), 0
     above = act[7] & ~act[8]  # 128..255
     below = act[8] & ~act[7]  # -256..-129
     high = Mux(above, weight.as_unsigned(), Mux(below, ~weight.as_unsigned(), 0))

@@ -116,6 +116,9 @@ def test_array_matches_numpy(rows, cols, lut_multipliers, multiplier):
 def test_partial_sums_are_narrow():
     assert [psum_width(CoreConfig(rows=rows)) for rows in (1, 2, 3, 4, 8, 16, 64)] == [
         17, 18, 19, 19, 20, 21, 23]
+    # Without the softmax unit activations are int8: a bit less.
+    assert [psum_width(CoreConfig(rows=rows, softmax=False))
+            for rows in (1, 2, 3, 4, 8, 16, 64)] == [16, 17, 18, 18, 19, 20, 22]
 
 
 # Every PE at the extreme product: a column sums rows of them, so a partial sum one bit narrower
@@ -132,6 +135,23 @@ def test_worst_case_sums_do_not_wrap(rows, lut_multipliers, multiplier):
     expected = np.concatenate([block @ tile for block, tile in zip(acts, tiles)])
     assert np.array_equal(np.array([r[0] for r in results]), expected)
     assert expected.max() == rows * 32768 and expected.min() == -rows * 32640
+
+
+# The same for a core without the softmax unit, whose activations are int8 (`act_width` 8) and
+# whose partial sums are a bit narrower: -128 x -128 and 127 x -128 at every PE.
+@pytest.mark.parametrize("multiplier", MULTIPLIERS)
+@pytest.mark.parametrize("rows,cols,lut_multipliers", [(1, 1, 0), (3, 2, 1), (4, 4, 0),
+                                                       (4, 3, 5), (8, 2, 0)])
+def test_an_int8_array_computes_exactly_to_its_extremes(rows, cols, lut_multipliers, multiplier):
+    cfg = CoreConfig(rows=rows, cols=cols, lut_multipliers=lut_multipliers, softmax=False)
+    rng = np.random.default_rng(rows * 10 + cols + 7)
+    tiles = [np.full((rows, cols), -128), rng.integers(-128, 128, (rows, cols))]
+    extremes = np.array([[a] * rows for a in (-128, 127, -127, 0, 1, -1)])
+    acts = [extremes, np.concatenate([extremes, rng.integers(-128, 128, (9, rows))])]
+    results = run_array(cfg, tiles, acts, multiplier)
+    expected = np.concatenate([block @ tile for block, tile in zip(acts, tiles)])
+    assert np.array_equal(np.array([r[0] for r in results]), expected)
+    assert expected.max() == rows * 16384 and expected.min() == -rows * 16256
 
 
 def test_one_bit_narrower_partial_sums_wrap(monkeypatch):
