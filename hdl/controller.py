@@ -220,8 +220,8 @@ class Controller(wiring.Component):
     into the queue, a beat a cycle, once it has room; with one-instruction queues
     (``queue_depth`` 1) they are dropped instead and the instruction is fetched again then.
     Either way an instruction is queued once its queue has room and the next fetch starts then,
-    as with a staging register. Without ``store_prefetch`` the store engine's queue counts as
-    full while the engine is busy: the engine runs from the slot.
+    as with a staging register. A queue counts as full while its engine is ``holding`` the
+    instruction it took (it runs from the queue's slot, `CoreConfig.store_prefetch`).
 
     The first error (an engine's, a bad fetch, an unknown opcode, or the watchdog seeing no
     progress for ``watchdog_limit`` cycles) stops fetching and dispatching; once the engines are
@@ -282,10 +282,8 @@ class Controller(wiring.Component):
             m.submodules[f"{name}_queue"] = queue
             m.submodules[f"{name}_pending"] = pending
             queues.append(queue)
-            # Without store prefetch the store engine runs from its queue's slot: the slot stays
-            # full while the engine is busy with the instruction it took from there.
-            from_slot = not self.config.store_prefetch and name == Engine.STORE.name.lower()
-            queue_full.append(queue.full | port.busy if from_slot else queue.full)
+            # An engine that runs from its queue's slot keeps the slot full while it reads it.
+            queue_full.append(queue.full | port.holding)
             head = queue.head.payload.instr
             head_index = queue.head.payload.index
             index = Signal(32, name=f"{name}_index")

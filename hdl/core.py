@@ -139,6 +139,7 @@ class TpuCore(wiring.Component):
                 port.instr.ready.eq(engine.instr.ready),
                 port.done.eq(engine.done),
                 port.busy.eq(engine.busy),
+                port.holding.eq(engine.holding),
                 port.error.eq(engine.error),
                 port.progress.eq(engine.progress),
             ]

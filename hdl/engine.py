@@ -13,12 +13,15 @@ def engine_members(instruction_layout):
 
     ``instr``: ready only when the engine can take one; ``done``: a pulse per completed
     instruction, in order; ``error``: non-zero once the engine stopped on an error (held until
-    reset); ``progress``: a pulse on any bus handshake or SRAM access (feeds the watchdog).
+    reset); ``progress``: a pulse on any bus handshake or SRAM access (feeds the watchdog);
+    ``holding``: the engine still reads the instruction it took on ``instr``, which must not
+    change meanwhile (an engine that copies what it takes leaves it 0).
     """
     return {
         "instr": In(stream.Signature(instruction_layout)),
         "done": Out(1),
         "busy": Out(1),
+        "holding": Out(1),
         "error": Out(ErrorCode),
         "progress": Out(1),
     }

@@ -111,6 +111,8 @@ class StoreEngine(wiring.Component):
         prefetch = config.store_prefetch
         epilogue = Signal(Epilogue) if prefetch else instr.epilogue
         tensor = Signal(TensorDescriptor) if prefetch else instr.tensor
+        if not prefetch:
+            m.d.comb += self.holding.eq(self.busy)
         int8 = Signal()  # its elements are int8
         # Row scales (`Epilogue.row_scale`): tile row i1 (row sram_row + i1) takes row scale
         # scale_row + i1, read beside the accumulator; the scale rows' range is checked beside

@@ -49,10 +49,11 @@ def _fetch_window(ctx, dut):
         ctx.set(dut.windows[i], {"base": 0, "end": 0, "read": 0, "write": 0})
 
 
-def _run_program(config, family, seed, busy_cycles=None):
+def _run_program(config, family, seed, busy_cycles=None, holding=()):
     """Run a random `_program` through a `Controller` of ``config`` with fake engines taking
     instructions at random; ``busy_cycles(rng)``: how long an engine stays busy after each take
-    (default: done at once). Returns what each engine received, the fetches made in the first
+    (default: done at once), the engines named in ``holding`` holding the instruction meanwhile
+    (`engine_members`). Returns what each engine received, the fetches made in the first
     `HOLD` cycles, all fetches, and the expected instructions (their kept bits)."""
     rng = random.Random(seed)
     program = _program(rng, config)
@@ -82,11 +83,13 @@ def _run_program(config, family, seed, busy_cycles=None):
                     received[name].append(payload)
                     ctx.set(port.instr.ready, 0)
                     ctx.set(port.busy, 1)
+                    ctx.set(port.holding, name in holding)
                     for _ in range(busy_cycles(rng) if busy_cycles else 0):
                         # What the engine runs from: without prefetch, the queue's slot.
                         received[name].append(ctx.get(port.instr.payload.as_value()))
                         await ctx.tick()
                     ctx.set(port.busy, 0)
+                    ctx.set(port.holding, 0)
                     ctx.set(port.done, 1)
                     await ctx.tick()
                     ctx.set(port.done, 0)
@@ -133,19 +136,21 @@ def test_every_instruction_reaches_its_engine_intact_in_order(width, family, dep
 
 
 @pytest.mark.parametrize("family", [None, "ice40"])
-def test_without_prefetch_the_store_engine_runs_from_its_queue_slot(family):
-    """`CoreConfig.store_prefetch` False: the store queue's slot holds the instruction the engine
-    took until the engine is no longer busy (no later one is written over it); the load queue
-    takes the next LOAD meanwhile."""
+def test_a_queue_takes_nothing_while_its_engine_holds_what_it_took(family):
+    """An engine ``holding`` the instruction it took runs from its queue's slot (the store
+    engine without `CoreConfig.store_prefetch`): the slot keeps that instruction until the
+    engine lets go (no later one is written over it); another engine's queue takes the next
+    one meanwhile."""
     config = CoreConfig(rows=2, cols=2, scratchpad_kib=1, accumulator_kib=1, axi_data_width=32,
                         softmax=False, im2col=False, queue_depth=1, store_prefetch=False,
                         descriptor_dims=3)
     busy = [3, 40]  # long enough for the next instruction's fetch to come meanwhile
 
     received, fetched_in_hold, fetched, expected, length = _run_program(
-        config, family, 7, busy_cycles=lambda rng: rng.randint(*busy))
+        config, family, 7, busy_cycles=lambda rng: rng.randint(*busy), holding={"store"})
     assert fetched_in_hold == [2] * len(ENGINES)  # one queued, the next dropped
     assert fetched > length
+
     def runs(name):  # each take, then the slot as it was while the engine was busy
         taken = [received[name][0]]
         for payload in received[name][1:]:
