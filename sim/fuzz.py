@@ -13,10 +13,14 @@ first, tensor tiles and im2col tiles that wrap past 4 GiB through W = I, and raw
 The outcome model, `predict`, is `sim/fuzz_model.py`.
 """
 import functools
+import json
+import random
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import numpy as np
-from hypothesis import assume
+from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
 from ..arch import TOKEN_FLAGS, TOKEN_LIMIT, Engine, token_flag_bit
@@ -30,7 +34,7 @@ from ..isa import (DIMS, INSTRUCTION_BYTES, LoadInstruction, Opcode, SoftmaxInst
 from .fuzz_model import DONE, MEMORY_SIZE, im2col_elements, predict
 from .golden import apply_epilogue, conv2d_int32, matmul_int32
 
-__all__ = ["KINDS", "cases", "defect_cases"]
+__all__ = ["KINDS", "cases", "defect_cases", "draw_cases", "draw_cases_apart"]
 
 PROGRAM, PROGRAM_SPACE = 0x00000, 0x2000
 DATA, DATA_SPACE = 0x10000, 0x8000
@@ -746,6 +750,47 @@ def raw_cases(draw, config):
 KINDS = {"matmul": (matmul_cases, 1), "conv2d": (conv2d_cases, 1), "raw": (raw_cases, 1),
          "mutated": (mutated_cases, 2), "random": (random_cases, 3), "defects": (defect_cases, 1)}
 """Kinds of case (see the module docstring): the strategy of each, and its share of `cases`."""
+
+
+def _draw_kind(strategy, count):
+    drawn = []
+
+    @settings(max_examples=count, derandomize=True, database=None, phases=[Phase.generate],
+              deadline=None, suppress_health_check=list(HealthCheck))
+    @given(strategy.filter(lambda case: case is not None))
+    def collect(case):
+        drawn.append(case)
+
+    if count:
+        collect()
+    return drawn
+
+
+def draw_cases(count, config):
+    """About ``count`` cases for ``config``, each kind of `KINDS` in its share and drawn on its
+    own (drawn together, hypothesis leans to some kinds and may leave one out), in a fixed mixed
+    order. Hypothesis draws the same cases each time (``derandomize``) only among the same
+    imported modules: it mixes the constants of the project's modules imported so far into its
+    draws. `draw_cases_apart` draws in a process of its own."""
+    total = sum(share for _, share in KINDS.values())
+    drawn = [case for kind, share in KINDS.values()
+             for case in _draw_kind(kind(config), round(count * share / total))]
+    random.Random(count).shuffle(drawn)
+    return drawn
+
+
+def draw_cases_apart(count, config):
+    """`draw_cases` in a new Python process, which imports only this module: the same cases for
+    the same ``count``, ``config`` and tpugen, whatever the caller imported or ran before (a
+    fuzz case that fails in a whole test run fails when its test runs alone)."""
+    script = ("import json, sys; from tpugen import CoreConfig; "
+              "from tpugen.sim.fuzz import draw_cases; "
+              "print(json.dumps(draw_cases(int(sys.argv[1]), CoreConfig.from_json(sys.argv[2]))))")
+    result = subprocess.run([sys.executable, "-c", script, str(count), config.to_json()],
+                            capture_output=True, text=True, check=False)
+    if result.returncode:
+        raise RuntimeError(f"drawing fuzz cases failed:\n{result.stderr[-2000:]}")
+    return json.loads(result.stdout)
 
 
 def cases(config):
