@@ -9,7 +9,9 @@ from amaranth.sim import Simulator
 
 from tpugen import CoreConfig
 from tpugen.arch import opcode_of
-from tpugen.hdl.controller import ENGINES, FETCH_ID, Controller, _oldest, kept_bits
+from tpugen.arch import TOKEN_FLAGS, token_flag_bit
+from tpugen.hdl.controller import (ENGINES, FETCH_ID, Controller, InstructionQueue, _oldest,
+                                   kept_bits)
 from tpugen.isa import (INSTRUCTION_BYTES, NUM_WINDOWS, PARAMS_PER_INSTRUCTION, Dim, Epilogue,
                         EpilogueParams, ErrorCode, Header, LoadInstruction, Opcode,
                         ParamsInstruction, StoreInstruction, TensorDescriptor, defined_bits,
@@ -161,6 +163,67 @@ def test_a_queue_takes_nothing_while_its_engine_holds_what_it_took(family):
     assert len(received["store"]) > 10 * len(expected["store"])
     assert runs("store") == expected["store"]
     assert runs("load") != expected["load"]  # its engine has a copy: the slot takes the next
+
+
+@pytest.mark.parametrize("name,depth,family,width", [
+    ("execute", 1, None, 32), ("execute", 2, None, 32), ("execute", 3, "ice40", 32),
+    ("load", 2, None, 32), ("store", 1, "ice40", 32), ("execute", 2, None, 128)])
+def test_the_queue_registers_its_heads_token_flags(name, depth, family, width):
+    # Instructions written a beat a cycle (the first with random token flags), committed with
+    # the last, popped at random: whenever the head is valid its registered `tokens` are the
+    # head's header flags. A 128-bit bus's MATMUL is one beat, committed with its first (as the
+    # controller copies one from its overflow memory).
+    config = CoreConfig(rows=2, cols=2, axi_data_width=width, queue_depth=depth, softmax=False)
+    opcodes, layout = ENGINES[name]
+    dut = InstructionQueue(layout, kept_bits(config, opcodes), width, depth)
+    assert (dut.beats == 1) == (width == 128)
+    rng = random.Random(depth)
+    flag_bits = [token_flag_bit(flag) for flag in TOKEN_FLAGS]
+    checked = []
+
+    async def testbench(ctx):
+        queued, writing = [], None  # flags of committed instructions; beats left to write
+        for _ in range(1500):
+            ctx.set(dut.head.ready, rng.random() < 0.4)
+            if writing is None and not ctx.get(dut.full) and rng.random() < 0.5:
+                flags = rng.getrandbits(len(TOKEN_FLAGS))
+                writing = [0, flags]
+            if writing is not None:
+                beat, flags = writing
+                data = rng.getrandbits(width)
+                if beat == 0:
+                    for k, bit in enumerate(flag_bits):
+                        data = data & ~(1 << bit) | ((flags >> k) & 1) << bit
+                last = beat == dut.beats - 1
+                ctx.set(dut.beat, beat)
+                ctx.set(dut.beat_data, data)
+                ctx.set(dut.beat_en, 1)
+                ctx.set(dut.commit, last)
+            else:
+                ctx.set(dut.beat_en, 0)
+                ctx.set(dut.commit, 0)
+            valid, ready = ctx.get(dut.head.valid), ctx.get(dut.head.ready)
+            if valid:
+                header = ctx.get(dut.head.payload.instr.header)
+                expected = [queued[0] >> k & 1 for k in range(len(TOKEN_FLAGS))]
+                assert [ctx.get(getattr(dut.tokens, flag)) for flag in TOKEN_FLAGS] == \
+                    expected == [getattr(header, flag) for flag in TOKEN_FLAGS]
+                checked.append(expected)
+            await ctx.tick()
+            if valid and ready:
+                queued.pop(0)
+            if writing is not None:
+                if writing[0] == dut.beats - 1:
+                    queued.append(writing[1])
+                    writing = None
+                else:
+                    writing[0] += 1
+
+    sim = Simulator(_ForFamily(dut, family))
+    sim.add_clock(1e-6)
+    sim.add_testbench(testbench)
+    sim.run()
+    assert len(checked) > 100 and len({tuple(flags) for flags in checked}) > 2
 
 
 @pytest.mark.parametrize("dims", [2, 3, 4])
