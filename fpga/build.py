@@ -6,6 +6,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sysconfig
 import time
 from dataclasses import dataclass
 from fractions import Fraction
@@ -288,6 +289,7 @@ def _run_build(board, pll, config, build_dir, script, timeout=None, progress=Non
 _UTILISATION = re.compile(r"^Info:\s+(\w+):\s+(\d+)/\s*(\d+)\s+\d+%", re.MULTILINE)
 
 _ROOT = Path(__file__).resolve().parents[1]
+_STDLIB = sysconfig.get_paths()["stdlib"]
 _CELL_SUFFIX = re.compile(r"_(?:SB|TRELLIS|LUT4|CCU2C|PFUMX|L6MUX21|MULT18X18D|ALU54B|DP16KD)_|\[")
 """Where yosys' `autoname` appends cell types and ports to the signal a net or cell is named after
 (``system.product_SB_DFFSR_Q_2_D``), or a bit index begins."""
@@ -328,7 +330,10 @@ def critical_paths(nextpnr, cells=None):
             "delay_ns": round(sum(segment["delay"] for segment in segments), 3),
             "start": start, "end": end, "nets": nets,
             "signals": list(dict.fromkeys(_CELL_SUFFIX.split(net["net"], 1)[0] for net in nets)),
-            "python_sources": list(dict.fromkeys(s for s in on_path if ".py:" in s))})
+            # (Amaranth attributes some cells to the standard library's contextlib: not a
+            # line of the design.)
+            "python_sources": list(dict.fromkeys(s for s in on_path if ".py:" in s
+                                                 and not s.startswith(_STDLIB)))})
     return paths
 
 

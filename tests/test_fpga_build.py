@@ -11,6 +11,7 @@ import random
 import re
 import subprocess
 import sys
+import sysconfig
 import time
 import types
 from pathlib import Path
@@ -303,7 +304,8 @@ def test_a_critical_path_through_mapped_logic_names_its_end_cells_lines(tmp_path
     root = str(Path(build_module.__file__).resolve().parents[1])
     netlist = tmp_path / "top.json"
     netlist.write_text(json.dumps({"modules": {"top": {"cells": {
-        "word_FF": {"attributes": {"src": f"{root}/hdl/csr.py:191|{root}/hdl/axi.py:45"}},
+        "word_FF": {"attributes": {"src": f"{root}/hdl/csr.py:191|{root}/hdl/axi.py:45|"
+                                          f"{sysconfig.get_paths()['stdlib']}/contextlib.py:144"}},
         "rdata_FF": {"attributes": {"src": f"{root}/hdl/csr.py:210"}},
         "other": {"attributes": {}}}}}}))
     techmap = ["/share/lattice/cells_map_trellis.v:108.23-108.24"]
