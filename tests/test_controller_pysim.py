@@ -8,8 +8,7 @@ from amaranth.hdl import Elaboratable, Fragment, Module, Signal
 from amaranth.sim import Simulator
 
 from tpugen import CoreConfig
-from tpugen.arch import opcode_of
-from tpugen.arch import TOKEN_FLAGS, token_flag_bit
+from tpugen.arch import TOKEN_FLAGS, opcode_of, token_flag_bit
 from tpugen.hdl.controller import (ENGINES, FETCH_ID, Controller, InstructionQueue, _oldest,
                                    kept_bits)
 from tpugen.isa import (INSTRUCTION_BYTES, NUM_WINDOWS, PARAMS_PER_INSTRUCTION, Dim, Epilogue,
