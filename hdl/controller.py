@@ -107,13 +107,16 @@ class InstructionQueue(wiring.Component):
     ECP5, flip-flops on iCE40), each written a bus beat at a time (``beat_en``: rdata
     ``beat_data`` is beat ``beat`` of the instruction) and queued by ``commit`` with its index.
     Only the bits ``kept`` of ``layout`` are stored, a memory per beat that has any; the rest of
-    ``head`` is zero. ``tokens``: the head's token flags (`arch.TOKEN_FLAGS`, zero where not
-    kept) from a register, read a cycle ahead: the dispatch reads no memory (the routed 8x8's
+    ``head`` is zero. ``tokens``: the head's token flags (`arch.TOKEN_FLAGS`, which ``kept``
+    must hold, in the first beat) from a register, read a cycle ahead: the dispatch reads no memory (the routed 8x8's
     critical path ran from the load queue's LUT RAM through the dispatch into the engine's
     index register, 17.4 ns).
     """
 
     def __init__(self, layout, kept, beat_bits, depth):
+        self.flag_bits = [token_flag_bit(name) for name in TOKEN_FLAGS]
+        if not all(bit in kept and bit < beat_bits for bit in self.flag_bits):
+            raise ValueError("an instruction queue keeps the token flags, in the first beat")
         self.runs = _beat_runs(kept, beat_bits)
         self.beat_bits, self.depth = beat_bits, depth
         self.beats = max(self.runs) + 1
@@ -128,7 +131,6 @@ class InstructionQueue(wiring.Component):
             "head": Out(stream.Signature(data.StructLayout({"instr": layout, "index": 32}))),
             "tokens": Out(data.StructLayout({name: 1 for name in TOKEN_FLAGS})),
         })
-        self.kept = kept
 
     def elaborate(self, platform):
         m = Module()
@@ -177,12 +179,9 @@ class InstructionQueue(wiring.Component):
             shape=len(TOKEN_FLAGS), depth=self.depth, init=[])
         flags_write = token_flags.write_port()
         flags_read = token_flags.read_port(transparent_for=(flags_write,))
-        bits = [token_flag_bit(name) for name in TOKEN_FLAGS]
-        assert max(bits) < self.beat_bits
         m.d.comb += [
             flags_write.addr.eq(w_ptr),
-            flags_write.data.eq(Cat(self.beat_data[bit] if bit in self.kept else 0
-                                    for bit in bits)),
+            flags_write.data.eq(Cat(self.beat_data[bit] for bit in self.flag_bits)),
             flags_write.en.eq(self.beat_en & (self.beat == 0)),
             flags_read.addr.eq(Mux(pop, following(r_ptr), r_ptr)),
             self.tokens.eq(flags_read.data),
