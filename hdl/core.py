@@ -4,6 +4,7 @@ from amaranth.hdl import (ClockDomain, ClockSignal, DomainRenamer, Instance, Mod
 from amaranth.lib import memory, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import Out
+from amaranth.utils import ceil_log2
 
 from ..arch import MAX_OUTSTANDING
 from ..isa import RowScale
@@ -15,7 +16,7 @@ from .csr import ControlRegisters
 from .execute import ExecuteEngine, accumulator_row, probability_row, scratchpad_row
 from .family import fpga_family
 from .load import LoadEngine
-from .store import StoreEngine
+from .store import W_BURST_BEATS, StoreEngine
 
 __all__ = ["TpuCore", "run_wiring"]
 
@@ -189,12 +190,15 @@ class TpuCore(wiring.Component):
         def port(name):
             return getattr(self, f"m_axi_{name}")
 
+        # The store engine's bursts are at most W_BURST_BEATS long: AWLEN's bits above are 0.
+        aw_len_bits = ceil_log2(W_BURST_BEATS)
         held = {}  # a transfer waiting for READY at the soft reset: kept as it was (AXI4)
         for channel, fields in (("ar", ("id", "addr", "len", "size", "burst")),
                                 ("aw", ("id", "addr", "len", "size", "burst")),
                                 ("w", ("data", "strb"))):
             held[channel] = (Signal(name=f"held_{channel}valid"),
-                             {f: Signal.like(port(channel + f), name=f"held_{channel}{f}")
+                             {f: Signal(aw_len_bits if channel + f == "awlen"
+                                        else len(port(channel + f)), name=f"held_{channel}{f}")
                               for f in fields})
             valid, saved = held[channel]
             with m.If(soft_reset & port(f"{channel}valid") & ~port(f"{channel}ready")):
@@ -219,8 +223,8 @@ class TpuCore(wiring.Component):
         m.d.sync += aw_waiting.eq(port("awvalid") & ~port("awready"))
         # AWLEN of the bursts with W beats owed: each has its AW presented and no B yet, so the
         # store engine's MAX_OUTSTANDING at most (none are added while ``resetting``).
-        m.submodules.w_owed = w_owed = SyncFIFO(width=8, depth=MAX_OUTSTANDING)
-        w_beat = Signal(8)
+        m.submodules.w_owed = w_owed = SyncFIFO(width=aw_len_bits, depth=MAX_OUTSTANDING)
+        w_beat = Signal(aw_len_bits)
         # A one-beat burst whose W beat goes in the cycle its AW appears owes nothing: with no
         # older burst queued, that beat is its own (a FIFO would ignore the pop when empty).
         finished_at_once = w_done & port("wlast") & ~w_owed.r_rdy

@@ -14,7 +14,7 @@ from .load import MAX_OUTSTANDING
 from .walker import (BurstPlanner, ElementStage, TileCheck, TileWalker, move_units, select_units,
                      step_layout)
 
-__all__ = ["StoreEngine", "STORE_INSTRUCTION", "W_DEPTH"]
+__all__ = ["StoreEngine", "STORE_INSTRUCTION", "W_BURST_BEATS", "W_DEPTH"]
 
 STORE_INSTRUCTION = data.StructLayout({
     "header": Header,
@@ -26,7 +26,9 @@ STORE_INSTRUCTION = data.StructLayout({
 ``ParamsInstruction`` (which it is read as when ``header.opcode`` is PARAMS)."""
 
 W_DEPTH = 16
-"""Write beats buffered ahead of the W channel; a burst is at most half of them."""
+"""Write beats buffered ahead of the W channel."""
+W_BURST_BEATS = W_DEPTH // 2
+"""Beats of the engine's longest burst (AWLEN + 1): half of the W buffer."""
 
 class StoreEngine(wiring.Component):
     """Executes STORE and PARAMS instructions: accumulator rows -> epilogue -> external memory.
@@ -83,7 +85,7 @@ class StoreEngine(wiring.Component):
         m.submodules.walker = walker = TileWalker(cols, rows, beat_bytes=beat_bytes, **walked)
         m.submodules.stage = stage = ElementStage(cols, rows, beat_bytes, "write", config.windows)
         m.submodules.planner = planner = BurstPlanner(
-            cols, rows, beat_bytes, max_steps=256 * words, max_beats=W_DEPTH // 2,
+            cols, rows, beat_bytes, max_steps=256 * words, max_beats=W_BURST_BEATS,
             permission="write")
         wiring.connect(m, stage.output, planner.elements)
         beat_layout = data.StructLayout({"data": config.axi_data_width, "strb": beat_bytes,
