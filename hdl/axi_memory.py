@@ -30,9 +30,12 @@ class AxiBurst(wiring.Component):
     it is full) and starts in the cycle the running burst's last beat advances: bursts follow
     each other with no idle cycle. ``resp`` is the current beat's response: SLVERR for every
     beat of a FIXED or WRAP burst or of a size wider than the bus; DECERR for a beat at or
-    beyond ``size_bytes`` (addresses carry into an extra bit, so a burst never wraps around into
-    memory); OKAY otherwise. ``word`` is the beat's memory word. Narrow INCR bursts step by
-    their size from the aligned address.
+    beyond ``size_bytes``; OKAY otherwise. ``word`` is the beat's memory word. Narrow INCR
+    bursts step by their size from the aligned address.
+
+    A request is kept (in the slot and while it runs) as its address bits below ``size_bytes``
+    and ``beyond``, set by any address bit above them or by a step carrying out of them and never
+    cleared within the burst: a burst never wraps around into memory.
     """
 
     def __init__(self, data_width, size_bytes):
@@ -46,44 +49,52 @@ class AxiBurst(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        addr = Signal(ADDR_WIDTH + 1)
-        beats_left = Signal(8)
-        size = Signal(3)
-        unsupported = Signal()
+        address = data.StructLayout({"offset": self._offset_bits,
+                                     "word": self._size_bits - self._offset_bits})
+        kept = data.StructLayout({"id": ID_WIDTH, "addr": address, "beyond": 1, "len": 8,
+                                  "size": 3, "unsupported": 1})
+        payload, taken = self.request.payload, Signal(kept)  # the request as kept
+        m.d.comb += [
+            taken.id.eq(payload.id),
+            taken.addr.eq(payload.addr[:self._size_bits]),
+            taken.beyond.eq(payload.addr[self._size_bits:].any()),
+            taken.len.eq(payload.len),
+            taken.size.eq(payload.size),
+            taken.unsupported.eq((payload.burst != AXI_BURST_INCR)
+                                 | (payload.size > self._offset_bits)),
+        ]
+        burst = Signal(kept)  # the running burst; ``len`` counts the beats left
         low_mask = Signal(self._offset_bits)
         step = Signal(self._offset_bits + 1)
+        stepped = Signal(data.StructLayout({"addr": address, "carry": 1}))
         m.d.comb += [
-            low_mask.eq((Const(1) << size) - 1),
-            step.eq(Const(1) << size),
-            self.word.eq(addr[self._offset_bits:self._size_bits]),
-            self.last.eq(beats_left == 0),
-            self.resp.eq(Mux(unsupported, AXI_RESP_SLVERR,
-                             Mux(addr[self._size_bits:] == 0, AXI_RESP_OKAY, AXI_RESP_DECERR))),
+            low_mask.eq((Const(1) << burst.size) - 1),
+            step.eq(Const(1) << burst.size),
+            stepped.eq(Cat(burst.addr.offset & ~low_mask, burst.addr.word) + step),
+            self.id.eq(burst.id),
+            self.word.eq(burst.addr.word),
+            self.last.eq(burst.len == 0),
+            self.resp.eq(Mux(burst.unsupported, AXI_RESP_SLVERR,
+                             Mux(burst.beyond, AXI_RESP_DECERR, AXI_RESP_OKAY))),
         ]
-        waiting = Signal(BURST_REQUEST)  # the request in the slot, while ``waiting_valid``
+        waiting = Signal(kept)  # the request in the slot, while ``waiting_valid``
         waiting_valid = Signal()
         free = ~self.active | (self.advance & self.last)
-        request = Signal(BURST_REQUEST)
-        m.d.comb += [self.request.ready.eq(~waiting_valid),
-                     request.eq(Mux(waiting_valid, waiting, self.request.payload))]
+        m.d.comb += self.request.ready.eq(~waiting_valid)
         with m.If(self.request.valid & ~waiting_valid & ~free):
-            m.d.sync += [waiting.eq(self.request.payload), waiting_valid.eq(1)]
+            m.d.sync += [waiting.eq(taken), waiting_valid.eq(1)]
         with m.If(waiting_valid & free):
             m.d.sync += waiting_valid.eq(0)
         with m.If(self.advance):
             m.d.sync += [
-                addr.eq(Cat(addr[:self._offset_bits] & ~low_mask, addr[self._offset_bits:]) + step),
-                beats_left.eq(beats_left - 1),
+                burst.addr.eq(stepped.addr),
+                burst.beyond.eq(burst.beyond | stepped.carry),
+                burst.len.eq(burst.len - 1),
             ]
             with m.If(self.last):
                 m.d.sync += self.active.eq(0)
         with m.If(free & (waiting_valid | self.request.valid)):  # after the last beat: wins
-            m.d.sync += [
-                self.active.eq(1), self.id.eq(request.id), addr.eq(request.addr),
-                beats_left.eq(request.len), size.eq(request.size),
-                unsupported.eq((request.burst != AXI_BURST_INCR)
-                               | (request.size > self._offset_bits)),
-            ]
+            m.d.sync += [self.active.eq(1), burst.eq(Mux(waiting_valid, waiting, taken))]
         return m
 
 

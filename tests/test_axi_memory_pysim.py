@@ -256,24 +256,46 @@ def test_host_hogging_the_port_loses_no_beat():
     run(dut, bursts, seed=5, valid=1, ready=1, host=0.8)
 
 
-def test_out_of_range_answers_decerr_and_never_wraps():
+@pytest.mark.parametrize("size", [3, 1])   # full-width and narrow beats on a 64-bit bus
+def test_out_of_range_answers_decerr_and_never_wraps(size):
+    """Bursts crossing the end, running far past it (the kept address bits carry out) or starting
+    with an address bit at or above ``size_bytes`` set (up to past 4 GiB): DECERR beyond the end,
+    no write lands and no read wraps around into memory; each taken directly (nothing running)
+    and through the waiting slot (presented while an in-range burst runs)."""
     dut = AxiMemory(64, 1024)
+    rng = random.Random(7)
+    end, top, step = dut.size_bytes, 1 << 32, 1 << size
+    probes = [(end - step - 1, 3),       # unaligned: 2 beats in, 2 out
+              (end - step, 255),         # 1 in, then the kept bits wrap around to 0: 255 out
+              (end | 4, 3), (1 << 31 | 8, 1),
+              (top - 256, 255)]          # past 4 GiB
     ones = (1 << 64) - 1
-    end, top = dut.size_bytes, 1 << 32
-    bursts = [
-        Burst(True, end - 16, 3, 3, id=1, data=[ones] * 4, strobes=[0xFF] * 4),  # 2 in, 2 out
-        Burst(True, top - 16, 7, 3, id=2, data=[ones] * 8, strobes=[0xFF] * 8),  # past 4 GiB
-        Burst(True, end, 0, 3, id=3, data=[ones], strobes=[0xFF]),
-        Burst(True, 0, 1, 3, FIXED, 4, [ones] * 2, [0xFF] * 2),
-        Burst(True, 0, 1, 3, WRAP, 5, [ones] * 2, [0xFF] * 2),
-        Burst(True, 0, 0, 4, id=6, data=[ones], strobes=[0xFF]),  # 16-byte beats on a 64-bit bus
-        Burst(False, end - 16, 3, 3, id=7),
-        Burst(False, top - 8, 3, 3, id=8),
-        Burst(False, 0, 3, 3, FIXED, 9),
-    ]
-    last_resps = [DECERR] * 3 + [SLVERR] * 3 + [DECERR] * 2 + [SLVERR]
-    assert [burst.plan(8, end)[-1][1] for burst in bursts] == last_resps
-    run(dut, bursts, host=0)   # readback: only the two in-range words of the first burst are set
+
+    def probe(write, addr, length, burst_id):
+        beats = length + 1
+        return Burst(write, addr, length, size, id=burst_id, data=[ones] * beats if write else [],
+                     strobes=[0xFF] * beats if write else [])
+
+    resps = [[resp for _, resp in probe(False, a, n, 0).plan(8, end)] for a, n in probes]
+    assert [(r.count(OKAY), r.count(DECERR)) for r in resps] == [(2, 2), (1, 255), (0, 4),
+                                                                  (0, 2), (0, 256)]
+    for n, (addr, length) in enumerate(probes):   # directly: first in its direction
+        run(dut, [probe(True, addr, length, n), probe(False, addr, length, n)],
+            valid=1, ready=1, host=0)
+
+    def filler(write, n):   # in range, 8 beats: the next request waits in the slot meanwhile
+        return Burst(write, 64 * n + (256 if write else 0), 7, 3, id=n,
+                     data=[rng.getrandbits(64) for _ in range(8)] if write else [],
+                     strobes=[0xFF] * 8 if write else [])
+
+    bursts = [burst for write in (True, False) for n, (addr, length) in enumerate(probes)
+              for burst in (filler(write, n), probe(write, addr, length, n))]
+    bursts += [Burst(True, 0, 1, 3, FIXED, 4, [ones] * 2, [0xFF] * 2),
+               Burst(True, 0, 1, 3, WRAP, 5, [ones] * 2, [0xFF] * 2),
+               Burst(True, 0, 0, 4, id=6, data=[ones], strobes=[0xFF]),  # 16 bytes on 64 bits
+               Burst(False, 0, 3, 3, FIXED, 9)]
+    assert [burst.plan(8, end)[-1][1] for burst in bursts[-4:]] == [SLVERR] * 4
+    run(dut, bursts, valid=1, ready=1, host=0)   # readback: only the fillers' words are set
 
 
 @pytest.mark.parametrize("data_width", [32, 128])
