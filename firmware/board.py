@@ -36,7 +36,8 @@ def config_from_registers(read_register):
         epilogue_multiplier=not memory.shift_only_epilogue,
         counters="basic" if memory.basic_counters else "full", windows=memory.windows,
         queue_depth=memory.queue_depth or QUEUE_DEPTH, descriptor_dims=DIMS - memory.missing_dims,
-        store_prefetch=not handling.no_store_prefetch)
+        store_prefetch=not handling.no_store_prefetch,
+        weight_prefetch=not handling.no_weight_prefetch)
 
 
 class BoardDevice(Device):

@@ -86,7 +86,8 @@ def pe_module_name(lut_multiplier, prefix="tpu"):
 def pe_module(config, lut_multiplier):
     """The component to emit as `pe_module_name` for ``config``."""
     return ProcessingElement(config.data_width, psum_width(config), act_width(config),
-                             lut_multiplier=lut_multiplier)
+                             lut_multiplier=lut_multiplier,
+                             weight_prefetch=config.weight_prefetch)
 
 
 def _pe_instance(signature, pe, module_name):
@@ -117,9 +118,10 @@ class SystolicArray(wiring.Component):
     of each of the rows x cols PEs again. Those PEs' registers see the sync reset but not a
     `ResetInserter` around the array; every result they compute is flushed through them first.
     On an iCE40 (`fpga_family`) the DSP PEs are logic of this module around SB_MAC16 instances,
-    two PEs to a block (`ice40_mac_pairs`); on an ECP5 each registers its product in its
-    MULT18X18D (`dsp.mult18x18d`). A platform with a true ``dsp_model`` gets the same
-    arithmetic without the instances, for the simulator.
+    two PEs to a block (`ice40_mac_pairs`) that registers their products (`ice40_mac_pair`); on
+    an ECP5 each registers its product in its MULT18X18D (`dsp.mult18x18d`). A platform with a
+    true ``dsp_model`` gets the same registers and arithmetic without the instances, for the
+    simulator.
 
     Partial sums are `psum_width` bits inside the array, sign-extended to ``acc_width`` at the
     bottom edge. Activations are signed ``act_width`` bits (int8 or uint8 from the execute
@@ -165,28 +167,30 @@ class SystolicArray(wiring.Component):
                                                                pe_module_name(lut, prefix))
                 else:
                     add_pe(m, pes[r][c], name=f"pe_{r}_{c}", lut_multiplier=lut,
-                           registered=bool(PRODUCT_STAGES) and not ice40,
-                           ecp5=family == "ecp5", model=model)
+                           ecp5=family == "ecp5", model=model,
+                           weight_prefetch=self.config.weight_prefetch)
         for index, pair in enumerate(ice40_mac_pairs(self.config) if ice40 else []):
-            halves, carries = [], []
-            for r, c in pair:
-                pe = pes[r][c]
-                a, b, correction, carry = ice40_mac_operands(
-                    pe.act_in, pe_weight(m, pe, name=f"pe_{r}_{c}"))
-                halves.append((a, b, correction))
-                carries.append(carry)
+            halves = [ice40_mac_operands(pes[r][c].act_in,
+                                         pe_weight(m, pes[r][c], name=f"pe_{r}_{c}",
+                                                   prefetch=self.config.weight_prefetch))
+                      for r, c in pair]
             products = ice40_mac_pair(m, halves, name=f"mac_{index}", model=model)
-            for (r, c), product, carry in zip(pair, products, carries):
+            for (r, c), (product, carry) in zip(pair, products):
+                # registered in the block, as an ECP5 DSP PE's (`add_pe`)
                 pe_outputs(m, pes[r][c], product, carry, registered=False)
 
         # Weight loading: a shift chain from the bottom row up, a commit into the upcoming
         # registers, and a switch that travels one cycle ahead of the tile's first activation.
+        # Without `weight_prefetch` the switch takes the chain's weight: a full chain is the
+        # committed tile, and the next one shifts in once this one's switch has passed.
+        prefetch = self.config.weight_prefetch
         loaded = Signal(range(rows + 1))
-        committed = Signal()  # a tile waits in the upcoming registers
+        committed = Signal()  # a tile waits in the upcoming registers (or the chain)
         takeable = Signal()   # ... and has reached every column's (a cycle after its commit)
         started = Signal()    # the current tile's first vector was taken: its weights are active
         # Cycles until the current tile's switch has passed every PE (PE(r, c) switches r + c
-        # cycles after the tile's first vector is taken): the upcoming registers are free again.
+        # cycles after the tile's first vector is taken): the upcoming registers (or the
+        # chain) are free again.
         switching = Signal(range(max(rows + cols - 3, 1)))
 
         push = Signal()
@@ -194,19 +198,27 @@ class SystolicArray(wiring.Component):
         take = Signal()
         first = Signal()
         m.d.comb += [
-            self.weights.ready.eq(loaded != rows),
             push.eq(self.weights.valid & self.weights.ready),
-            commit.eq((loaded == rows) & ~committed & (switching == 0)),
             self.acts.ready.eq(started | takeable),
             take.eq(self.acts.valid & self.acts.ready),
             first.eq(take & ~started),
         ]
         with m.If(push):
             m.d.sync += loaded.eq(loaded + 1)
-        with m.If(commit):
-            m.d.sync += [loaded.eq(0), committed.eq(1)]
+        if prefetch:
+            m.d.comb += [self.weights.ready.eq(loaded != rows),
+                         commit.eq((loaded == rows) & ~committed & (switching == 0))]
+            with m.If(commit):
+                m.d.sync += [loaded.eq(0), committed.eq(1)]
+            with m.If(first):
+                m.d.sync += committed.eq(0)
+        else:
+            m.d.comb += [self.weights.ready.eq((loaded != rows) & (switching == 0)),
+                         committed.eq(loaded == rows)]
+            with m.If(first):
+                m.d.sync += loaded.eq(0)
         with m.If(first):
-            m.d.sync += [committed.eq(0), switching.eq(max(rows + cols - 4, 0))]
+            m.d.sync += switching.eq(max(rows + cols - 4, 0))
         with m.Elif(switching != 0):
             m.d.sync += switching.eq(switching - 1)
         with m.If(take):
@@ -251,13 +263,13 @@ class SystolicArray(wiring.Component):
                 act, switch = act_next, switch_next
             m.d.comb += [pes[r][0].act_in.eq(act), pes[r][0].switch_in.eq(switch)]
 
-        # Column c leaves the bottom row at t + rows + c: delay it by cols - 1 - c (de-skew),
-        # still `psum_width` bits, then sign-extend it to acc_width (.eq of a signed value).
+        # Column c leaves the bottom row c cycles after column 0: delay it by cols - 1 - c
+        # (de-skew), still `psum_width` bits, then sign-extend it to acc_width (.eq of a signed
+        # value). Every PE registers its product (`PRODUCT_STAGES`; a DSP PE on iCE40 and ECP5
+        # in its block), so no column takes more (flip-flops are the UP5K's scarcest cells).
         for c in range(cols):
             psum = pes[rows - 1][c].psum_out
-            # On iCE40 no PE registers its product (flip-flops are the UP5K's scarcest cells):
-            # each column's bottom takes the PRODUCT_STAGES cycles instead.
-            for stage in range(cols - 1 - c + (PRODUCT_STAGES if ice40 else 0)):
+            for stage in range(cols - 1 - c):
                 psum_next = Signal(signed(psum_width(self.config)), name=f"deskew_{c}_{stage}")
                 m.d.sync += psum_next.eq(psum)
                 psum = psum_next

@@ -1,5 +1,5 @@
 """Processing element: one int8 multiply-accumulate with double-buffered weights."""
-from amaranth.hdl import Cat, Const, Instance, Module, Mux, Signal, signed
+from amaranth.hdl import Cat, ClockSignal, Const, Instance, Module, Mux, Signal, Value, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -11,8 +11,9 @@ __all__ = ["PRODUCT_STAGES", "ProcessingElement", "add_pe", "carry_chain_product
            "ice40_mac_operands", "ice40_mac_pair", "lut_product", "pe_signature"]
 
 PRODUCT_STAGES = 1
-"""Registers between a PE's multiplier and its partial sum's adder (`pe_outputs`; 0 or 1): the
-cycles a PE adds to the array's latency beyond passing its partial sum on."""
+"""Registers between a PE's multiplier and its partial sum's adder (`pe_outputs`), in every kind
+of PE (a DSP PE's in its block): the cycles a PE adds to the array's latency beyond passing its
+partial sum on."""
 
 
 def pe_signature(data_width=8, acc_width=32, act_width=None):
@@ -137,61 +138,84 @@ def ice40_mac_operands(act, weight):
 
 ICE40_MAC_PARAMETERS = {
     # Two independent 8x8 signed multipliers (A[15:8] x B[15:8] on top, A[7:0] x B[7:0] at the
-    # bottom), each added to C (top) or D (bottom) in its 16-bit adder; nothing registered, no
-    # carry in: O[31:16] = C + top product, O[15:0] = D + bottom product (mod 2**16).
+    # bottom), each product registered (TOP_/BOT_8x8_MULT_REG) and added to C (top) or D
+    # (bottom), registered too (C_REG, D_REG), in its 16-bit adder; no carry in: O[31:16] =
+    # C + top product, O[15:0] = D + bottom product (mod 2**16), of the cycle before's inputs.
     "MODE_8x8": Const(1, 1), "A_SIGNED": Const(1, 1), "B_SIGNED": Const(1, 1),
+    "TOP_8x8_MULT_REG": Const(1, 1), "BOT_8x8_MULT_REG": Const(1, 1),
+    "C_REG": Const(1, 1), "D_REG": Const(1, 1),
     "TOPADDSUB_LOWERINPUT": Const(1, 2), "TOPADDSUB_UPPERINPUT": Const(1, 1),
     "TOPADDSUB_CARRYSELECT": Const(0, 2), "TOPOUTPUT_SELECT": Const(0, 2),
     "BOTADDSUB_LOWERINPUT": Const(1, 2), "BOTADDSUB_UPPERINPUT": Const(1, 1),
     "BOTADDSUB_CARRYSELECT": Const(0, 2), "BOTOUTPUT_SELECT": Const(0, 2),
 }
 """SB_MAC16 parameters of `ice40_mac_pair` (as yosys' ice40/cells_sim.v models the block: in
-8x8 mode A_SIGNED and B_SIGNED sign-extend both halves' operands)."""
+8x8 mode A_SIGNED and B_SIGNED sign-extend both halves' operands). Registered: each half's
+8x8 product (its pipeline register) and its C or D input, so the block holds the PEs' product
+register (`PRODUCT_STAGES`) as an ECP5 PE's MULT18X18D does (`add_pe`); A, B and the outputs
+are not. The registers take CLK, always enabled, never held or reset."""
 
 
 def ice40_mac_pair(m, halves, name="mac", *, model=False):
-    """One iCE40 SB_MAC16 computing ``wrap16(a * b + c)`` for each of one or two ``halves``
-    ``(a, b, c)`` (signed 8-bit ``a``, ``b``; 16-bit ``c``); returns the 16-bit signed results.
+    """One iCE40 SB_MAC16 for one or two ``halves``, each ``(a, b, c, carry)`` of
+    `ice40_mac_operands` (signed 8-bit ``a``, ``b``; 16-bit ``c``); returns for each
+    ``(product, carry)``: ``product`` the 16-bit signed ``wrap16(a * b + c)`` and ``carry``
+    of the cycle before, so ``product + carry`` is the registered ``act * weight``
+    (`PRODUCT_STAGES`). The block registers the 8x8 product and ``c``
+    (`ICE40_MAC_PARAMETERS`), on the sync clock, always enabled; an int9 activation's
+    ``carry`` (an int8's is 0) is a flip-flop of the fabric. None of them is reset.
 
-    ``model``: the same arithmetic in Amaranth instead of the instance, for the simulator."""
+    ``model``: the same registers and arithmetic in Amaranth instead of the instance, for the
+    simulator."""
     if not 1 <= len(halves) <= 2:
         raise ValueError(f"an SB_MAC16 has two 8x8 halves, not {len(halves)}")
-    results = [Signal(signed(16), name=f"{name}_o{index}") for index in range(len(halves))]
+    results = [Signal(signed(16), name=f"{name}_o{index}", reset_less=True)
+               for index in range(len(halves))]
+    carries = []
+    for index, (*_, carry) in enumerate(halves):
+        if isinstance(carry, Value):  # int9; an int8's is the integer 0: no flip-flop
+            carry_reg = Signal(name=f"{name}_carry{index}", reset_less=True)
+            m.d.sync += carry_reg.eq(carry)
+            carry = carry_reg
+        carries.append(carry)
     if model:
-        for (a, b, c), result in zip(halves, results):
-            m.d.comb += result.eq(a * b + c.as_signed())
-        return results
-    zero = (Const(0, 8), Const(0, 8), Const(0, 16))
-    (a_top, b_top, c_top), (a_bottom, b_bottom, d_bottom) = [*halves, zero][:2]
+        m.d.sync += [result.eq(a * b + c.as_signed())
+                     for (a, b, c, _), result in zip(halves, results)]
+        return list(zip(results, carries))
+    zero = (Const(0, 8), Const(0, 8), Const(0, 16), 0)
+    (a_top, b_top, c_top, _), (a_bottom, b_bottom, d_bottom, _) = [*halves, zero][:2]
     out = Signal(32, name=f"{name}_out")
     zeros = {port: Const(0, 1) for port in (
         "AHOLD", "BHOLD", "CHOLD", "DHOLD", "IRSTTOP", "IRSTBOT", "ORSTTOP", "ORSTBOT",
         "OLOADTOP", "OLOADBOT", "ADDSUBTOP", "ADDSUBBOT", "OHOLDTOP", "OHOLDBOT", "CI",
-        "ACCUMCI", "SIGNEXTIN", "CLK")}
+        "ACCUMCI", "SIGNEXTIN")}
     m.submodules[name] = Instance(
         "SB_MAC16", **{f"p_{key}": value for key, value in ICE40_MAC_PARAMETERS.items()},
-        **{f"i_{port}": value for port, value in zeros.items()}, i_CE=Const(1, 1),
-        i_A=Cat(a_bottom, a_top), i_B=Cat(b_bottom, b_top), i_C=c_top, i_D=d_bottom,
-        o_O=out)
+        **{f"i_{port}": value for port, value in zeros.items()}, i_CLK=ClockSignal(),
+        i_CE=Const(1, 1), i_A=Cat(a_bottom, a_top), i_B=Cat(b_bottom, b_top), i_C=c_top,
+        i_D=d_bottom, o_O=out)
     m.d.comb += [result.eq(out[16 * (1 - index):16 * (2 - index)])
                  for index, result in enumerate(results)]
-    return results
+    return list(zip(results, carries))
 
 
-def pe_weight(m, pe, name="pe"):
+def pe_weight(m, pe, name="pe", prefetch=True):
     """Add ``pe``'s load chain and weight registers to ``m``; returns the active weight.
 
     ``shift_en`` moves the chain (``shift_in`` to ``shift_out``), ``commit`` copies it into the
     upcoming weight, and ``switch_in`` makes the upcoming weight active for the next cycle's
-    activation. The product takes the active register as it is: no multiplexer between two
-    banks on its path (8 LUTs a PE)."""
+    activation; without ``prefetch`` (`CoreConfig.weight_prefetch`) there is no upcoming
+    weight: ``switch_in`` takes the chain's and ``commit`` is not used. The product takes the
+    active register as it is: no multiplexer between two banks on its path (8 LUTs a PE)."""
     width = len(pe.shift_in)
-    upcoming = Signal(signed(width), name=f"{name}_upcoming")
     active = Signal(signed(width), name=f"{name}_active")
     with m.If(pe.shift_en):
         m.d.sync += pe.shift_out.eq(pe.shift_in)
-    with m.If(pe.commit):
-        m.d.sync += upcoming.eq(pe.shift_out)
+    upcoming = pe.shift_out
+    if prefetch:
+        upcoming = Signal(signed(width), name=f"{name}_upcoming")
+        with m.If(pe.commit):
+            m.d.sync += upcoming.eq(pe.shift_out)
     with m.If(pe.switch_in):
         m.d.sync += active.eq(upcoming)
     return active
@@ -215,26 +239,28 @@ def pe_outputs(m, pe, product, carry=0, *, registered=True):
     ]
 
 
-def add_pe(m, pe, name="pe", lut_multiplier=False, registered=bool(PRODUCT_STAGES), *,
-           ecp5=False, model=False):
+def add_pe(m, pe, name="pe", lut_multiplier=False, *, ecp5=False, model=False,
+           weight_prefetch=True):
     """Add the logic of one PE, with ports ``pe`` (a `pe_signature` interface), to module ``m``.
 
     ``lut_multiplier``: build the multiplier from LUTs (`lut_product`) instead of ``*``, which
     yosys maps to a DSP block; both compute the same. The product is registered before the
-    partial sum's adder unless not ``registered`` (`pe_outputs`); with ``ecp5`` a DSP PE's in
-    its MULT18X18D's output register (`dsp.mult18x18d`, modelled with ``model``). The array
+    partial sum's adder (`PRODUCT_STAGES`, `pe_outputs`); with ``ecp5`` a DSP PE's in its
+    MULT18X18D's output register (`dsp.mult18x18d`, modelled with ``model``). The array
     builds its PEs with this directly rather than as 256 submodules (one flat module simulates
     faster), except in generated Verilog, where each PE is an instance of one
     `ProcessingElement` module (`SystolicArray`). On iCE40 the array builds its DSP PEs in
-    pairs around one SB_MAC16 instead (`ice40_mac_pair`).
+    pairs around one SB_MAC16 instead, which registers their products (`ice40_mac_pair`).
+    ``weight_prefetch``: see `pe_weight`.
     """
-    weight = pe_weight(m, pe, name)
+    weight = pe_weight(m, pe, name, weight_prefetch)
+    registered = True
     if lut_multiplier and ecp5:
         product, carry = carry_chain_product(m, pe.act_in, weight, name=f"{name}_mul",
                                              model=model)
     elif lut_multiplier:
         product, carry = lut_product(m, pe.act_in, weight, name=f"{name}_mul")
-    elif ecp5 and registered:  # the product register is the DSP block's own: no fabric
+    elif ecp5:  # the product register is the DSP block's own: no fabric
         # flip-flops beside it (in each of the 8x8's 64 PEs they left two placements unroutable)
         product = mult18x18d(m, pe.act_in, weight, f"{name}_mult", registered_output=True,
                              model=model)
@@ -254,20 +280,25 @@ class ProcessingElement(wiring.Component):
     Weights arrive through a shift chain (``shift_in`` to ``shift_out`` when ``shift_en``);
     ``commit`` copies the chain register into the upcoming weight while the active one computes,
     and ``switch_in``, one cycle ahead of a tile's first activation, makes it active: the switch
-    travels with the activations, so a tile switch needs no bubble (`pe_weight`).
+    travels with the activations, so a tile switch needs no bubble (`pe_weight`; without
+    ``weight_prefetch`` the switch takes the chain's weight and ``commit`` is unused).
     ``lut_multiplier``: see `add_pe`.
     """
 
-    def __init__(self, data_width=8, acc_width=32, act_width=None, lut_multiplier=False):
-        if not isinstance(lut_multiplier, bool):
-            raise ValueError(f"lut_multiplier={lut_multiplier!r} is invalid: allowed True or False")
+    def __init__(self, data_width=8, acc_width=32, act_width=None, lut_multiplier=False,
+                 weight_prefetch=True):
+        for name, value in (("lut_multiplier", lut_multiplier),
+                            ("weight_prefetch", weight_prefetch)):
+            if not isinstance(value, bool):
+                raise ValueError(f"{name}={value!r} is invalid: allowed True or False")
         self.data_width = data_width
         self.acc_width = acc_width
         self.lut_multiplier = lut_multiplier
+        self.weight_prefetch = weight_prefetch
         super().__init__(pe_signature(data_width, acc_width, act_width))
 
     def elaborate(self, platform):
         m = Module()
         add_pe(m, self, lut_multiplier=self.lut_multiplier, ecp5=fpga_family(platform) == "ecp5",
-               model=dsp_model(platform))
+               model=dsp_model(platform), weight_prefetch=self.weight_prefetch)
         return m

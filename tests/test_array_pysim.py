@@ -97,11 +97,15 @@ def run_array(cfg, tiles, acts, multiplier="mul"):
 
 # LUT and DSP multipliers mixed (lut_multipliers > 0) give the same results, aligned with `valid`;
 # on iCE40 the DSP PEs pair up on SB_MAC16s (an odd one alone on its block).
+# Without `weight_prefetch` (two weight registers a PE) the same, tiles of one vector too.
 @pytest.mark.parametrize("multiplier", MULTIPLIERS)
-@pytest.mark.parametrize("rows,cols,lut_multipliers",
-                         [(1, 1, 0), (2, 3, 0), (3, 2, 0), (1, 1, 1), (2, 3, 3), (3, 2, 4)])
-def test_array_matches_numpy(rows, cols, lut_multipliers, multiplier):
-    cfg = CoreConfig(rows=rows, cols=cols, lut_multipliers=lut_multipliers)
+@pytest.mark.parametrize("rows,cols,lut_multipliers,weight_prefetch",
+                         [(1, 1, 0, True), (2, 3, 0, True), (3, 2, 0, True), (1, 1, 1, True),
+                          (2, 3, 3, True), (3, 2, 4, True), (1, 1, 0, False), (4, 4, 0, False),
+                          (3, 2, 4, False)])
+def test_array_matches_numpy(rows, cols, lut_multipliers, weight_prefetch, multiplier):
+    cfg = CoreConfig(rows=rows, cols=cols, lut_multipliers=lut_multipliers,
+                     weight_prefetch=weight_prefetch)
     rng = np.random.default_rng(rows * 10 + cols)
     tiles = [rng.integers(-128, 128, (rows, cols)) for _ in range(3)]
     acts = [rng.integers(-128, 256, (m, rows)) for m in (1, rows + cols, 4)]  # int8 and uint8

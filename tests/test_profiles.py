@@ -35,7 +35,7 @@ FULL = dataclasses.replace(MICRO, softmax=True, im2col=True, epilogue_multiplier
                                           ("queue_depth", 0), ("queue_depth", 8),
                                           ("queue_depth", True), ("queue_depth", 2.0),
                                           ("store_prefetch", 0), ("store_prefetch", None),
-                                          ("descriptor_dims", 5)])
+                                          ("weight_prefetch", 1), ("descriptor_dims", 5)])
 def test_bad_profile_fields_name_the_field(field, value):
     with pytest.raises(ValueError, match=f"CoreConfig.{field}="):
         CoreConfig(**{field: value})
@@ -160,10 +160,12 @@ def test_the_registers_describe_the_profile():
     # CONFIG1 and CONFIG2 tell the runtime (BoardDevice) what the core has; an older core reads
     # as full.
     for config in (MICRO, FULL, PRESETS["default"],
-                   dataclasses.replace(MICRO, queue_depth=7, store_prefetch=True)):
+                   dataclasses.replace(MICRO, queue_depth=7, store_prefetch=True),
+                   dataclasses.replace(MICRO, weight_prefetch=True)):
         constants = constant_registers(config)
         assert config_from_registers(constants.__getitem__) == config
-    assert constant_registers(MICRO)["CONFIG2"] == register("CONFIG2").value(no_store_prefetch=1)
+    assert constant_registers(MICRO)["CONFIG2"] == register("CONFIG2").value(
+        no_store_prefetch=1, no_weight_prefetch=1)
     older = constant_registers(PRESETS["default"])  # map 1.1: CONFIG1.queue_depth reads 0
     older["CONFIG1"] &= ~register("CONFIG1").value(queue_depth=7)
     assert config_from_registers(older.__getitem__) == PRESETS["default"]
@@ -171,7 +173,7 @@ def test_the_registers_describe_the_profile():
     before_config2 = {**constant_registers(MICRO), "CONFIG2": None,
                       "VERSION": register("VERSION").value(major=1, minor=2)}
     assert config_from_registers(before_config2.__getitem__) == dataclasses.replace(
-        MICRO, store_prefetch=True)
+        MICRO, store_prefetch=True, weight_prefetch=True)
     fields = register("CONFIG1").fields_of(constant_registers(MICRO)["CONFIG1"])
     assert (fields.shift_only_epilogue, fields.basic_counters) == (1, 1)
     assert counter_names(MICRO) == BASIC_COUNTERS and counter_names(FULL) == tuple(COUNTERS)

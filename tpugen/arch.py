@@ -67,10 +67,13 @@ MAX_OUTSTANDING = 8
 
 
 def min_tile_length(config):
-    """Fewest activation vectors per weight tile that keep the array busy with no bubble: the
-    next tile commits once this one's switch has passed every PE (``rows + cols - 3`` cycles
-    after its first vector, at least one), shifts in over ``rows`` cycles and is taken two
-    cycles after its commit (``hdl/array.py``)."""
+    """Fewest activation vectors per weight tile that keep the array busy with no bubble
+    (``hdl/array.py``): the next tile commits once this one's switch has passed every PE
+    (``rows + cols - 3`` cycles after its first vector, at least one) and is taken two cycles
+    after its commit, having shifted in meanwhile; without ``weight_prefetch`` it starts
+    shifting in only then, over ``rows`` cycles, and is taken two cycles after its last row."""
+    if not config.weight_prefetch:
+        return max(config.rows + config.cols - 3, 1) + config.rows + 1
     return max(config.rows + max(config.cols - 1, 1), 3)
 
 

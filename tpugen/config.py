@@ -66,6 +66,12 @@ class CoreConfig:
     queue's one slot, which holds until the STORE is done, so the next one is fetched once the
     engine is idle: an instruction's flip-flops less. The load and execute engines keep theirs
     (a LOAD or MATMUL waiting for its fetch stalls the array; a STORE seldom does)."""
+    weight_prefetch: bool = True
+    """A weight tile loads into the array while the tile before it waits to start: each PE
+    keeps three weights (its load chain's, the upcoming and the active one). False: two, the
+    load chain's becoming the active one; a tile loads once the one before it has reached every
+    PE, so a MATMUL needs more activation vectors to keep the array busy
+    (`arch.min_tile_length`): ``rows * cols`` flip-flops less."""
     descriptor_dims: int = DIMS
     """Tensor descriptor dimensions the DMA walkers handle, 2..``isa.DIMS``. The instruction
     format keeps ``isa.DIMS``; on a core with fewer a dim from ``descriptor_dims`` on must have
@@ -91,7 +97,8 @@ class CoreConfig:
                   "a power of two in 1..1024")
         check("axi_data_width", lambda v: v in (32, 64, 128), "32, 64 or 128")
         check("lut_multipliers", integer_in(0, self.macs), f"an integer in 0..{self.macs} (rows*cols)")
-        for name in ("softmax", "im2col", "epilogue_multiplier", "store_prefetch"):
+        for name in ("softmax", "im2col", "epilogue_multiplier", "store_prefetch",
+                     "weight_prefetch"):
             value = getattr(self, name)
             if not isinstance(value, bool):
                 raise ValueError(f"CoreConfig.{name}={value!r} is invalid: allowed True or False")
@@ -176,7 +183,8 @@ PRESETS = {
     # copies; 2 KiB of scratchpad is 8 of them, 4 KiB of accumulator (128-bit rows) 16.
     "micro": CoreConfig(rows=4, cols=4, scratchpad_kib=2, accumulator_kib=4, axi_data_width=32,
                         softmax=False, im2col=False, epilogue_multiplier=False, counters="basic",
-                        windows=2, queue_depth=1, store_prefetch=False, descriptor_dims=3),
+                        windows=2, queue_depth=1, store_prefetch=False, weight_prefetch=False,
+                        descriptor_dims=3),
 }
 
 

@@ -147,7 +147,10 @@ def _registers():
                                          "unmapped before).", (
             BitField("no_store_prefetch", 0, 1, "The store engine runs from its queue's one "
                                                 "slot: a STORE or PARAMS is fetched once the "
-                                                "STORE before it is done."),)),
+                                                "STORE before it is done."),
+            BitField("no_weight_prefetch", 1, 1, "Two weight registers a PE: a weight tile "
+                                                 "loads once the tile before it has started "
+                                                 "in every PE (a longer minimum MATMUL)."))),
         Register("CONTROL", 0x020, "w1s", "Commands.", (
             BitField("start", 0, 1, "Run the program at PROGRAM_BASE; clears STATUS.done, "
                                     "STATUS.error, ERROR_CODE and ERROR_INDEX."),
@@ -263,7 +266,8 @@ def constant_registers(config):
         **{name: register(name).value(**values) for name, values in fields.items()},
         "SCRATCHPAD_ROWS": config.scratchpad_rows,
         "ACCUMULATOR_ROWS": config.accumulator_rows,
-        "CONFIG2": register("CONFIG2").value(no_store_prefetch=not config.store_prefetch),
+        "CONFIG2": register("CONFIG2").value(no_store_prefetch=not config.store_prefetch,
+                                             no_weight_prefetch=not config.weight_prefetch),
     }
 
 
