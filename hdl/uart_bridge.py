@@ -5,10 +5,11 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import memory, stream, wiring
 from amaranth.lib.cdc import FFSynchronizer
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
 
 from ..registers import ADDR_WIDTH as CSR_ADDR_WIDTH
-from ..wire import (BUS_TIMEOUT_CYCLES, CRC, FRAME_TIMEOUT_BITS, MAX_WORDS, REGISTER_SPACE,
-                    REPLY_SYNC, REQUEST_SYNC, Header, Op, Status)
+from ..wire import (BUS_TIMEOUT_CYCLES, CRC, FRAME_TIMEOUT_BITS, MAX_WORDS, OP_BITS,
+                    REGISTER_SPACE, REPLY_SYNC, REQUEST_SYNC, Header, Op, Status)
 from .axi import AXI_RESP_OKAY, axi_lite_signature, memory_host_signature
 
 __all__ = ["UartBridge", "UartRx", "UartTx", "bit_cycles"]
@@ -33,7 +34,8 @@ def bit_cycles(clk_freq, baud):
 class UartRx(wiring.Component):
     """8N1 receiver. ``rx`` passes a 2-flop synchronizer; each bit is sampled mid-bit.
 
-    A byte is offered on ``data`` for one cycle (no backpressure); a low stop bit pulses
+    A byte is offered on ``data`` for one cycle (no backpressure; ``data.payload`` is the shift
+    register, which holds the byte until the next one's first data bit); a low stop bit pulses
     ``frame_error`` instead, and the receiver then waits for the line to go high.
     """
 
@@ -53,6 +55,7 @@ class UartRx(wiring.Component):
         tick = timer == 0
         bit = Signal(range(8))
         shift = Signal(8)
+        m.d.comb += self.data.payload.eq(shift)
         m.d.sync += [self.data.valid.eq(0), self.frame_error.eq(0),
                      timer.eq(Mux(tick, self.divisor - 1, timer - 1))]
         with m.FSM():
@@ -73,7 +76,7 @@ class UartRx(wiring.Component):
             with m.State("STOP"):
                 with m.If(tick):
                     with m.If(rx):
-                        m.d.sync += [self.data.payload.eq(shift), self.data.valid.eq(1)]
+                        m.d.sync += self.data.valid.eq(1)
                         m.next = "IDLE"
                     with m.Else():
                         m.d.sync += self.frame_error.eq(1)
@@ -124,15 +127,16 @@ class UartBridge(wiring.Component):
 
     A request is executed only after its header CRC and data CRC check: write data waits in a
     ``4 * MAX_WORDS``-byte buffer, read data is collected there before the reply. ``mem.select``
-    is high only while a memory request executes.
+    is high only while a memory request executes. ``memory_bytes`` is a power of two, at least
+    the buffer (the range check relies on both, as on REGISTER_SPACE being one).
     """
 
     def __init__(self, clk_freq, baud, memory_bytes):
         self.divisor = bit_cycles(clk_freq, baud)
-        if not (isinstance(memory_bytes, int) and 4 <= memory_bytes <= 1 << 32
-                and memory_bytes % 4 == 0):
-            raise ValueError(f"memory_bytes={memory_bytes!r} is invalid: allowed a multiple of "
-                             f"4 in 4..2**32")
+        if not (isinstance(memory_bytes, int) and 4 * MAX_WORDS <= memory_bytes <= 1 << 32
+                and memory_bytes & (memory_bytes - 1) == 0):
+            raise ValueError(f"memory_bytes={memory_bytes!r} is invalid: allowed a power of two "
+                             f"in {4 * MAX_WORDS}..2**32")
         self.clk_freq = clk_freq
         self.baud = baud
         self.memory_bytes = memory_bytes
@@ -155,31 +159,64 @@ class UartBridge(wiring.Component):
         buffer_write = buffer.write_port()
         buffer_read = buffer.read_port()
         # Byte pointer into the buffer; the read port is addressed with the next value, so
-        # buffer_read.data is always the byte at `pointer`.
-        pointer = Signal(range(4 * MAX_WORDS + 1))
-        pointer_next = Signal.like(pointer)
-        m.d.comb += [pointer_next.eq(pointer), buffer_read.addr.eq(pointer_next),
-                     buffer_write.addr.eq(pointer)]
+        # buffer_read.data is always the byte at `pointer`. It restarts at 0 before each use (in
+        # HUNT, on leaving a check or answering, in the reply's SYNC and STATUS) and steps by
+        # one, at the data's CRC to one past the data.
+        pointer = Signal(range(4 * MAX_WORDS + 2))
+        restart, step = Signal(), Signal()
+        pointer_next = Mux(restart, 0, pointer + step)
+        m.d.comb += [buffer_read.addr.eq(pointer_next), buffer_write.addr.eq(pointer)]
         m.d.sync += pointer.eq(pointer_next)
 
         header = Signal(Header)
-        m.submodules.crc = crc = CRC.create()
-        status = Signal(Status)
+        status = Signal(range(max(Status) + 1))
         word = Signal(32)
-        data_end = Cat(Const(0, 2), header.count)
-        is_read = (header.op == Op.MEM_READ) | (header.op == Op.REG_READ)
-        is_register = (header.op == Op.REG_WRITE) | (header.op == Op.REG_READ)
-        known_op = is_register | (header.op == Op.MEM_WRITE) | (header.op == Op.MEM_READ)
-        limit = Mux(is_register, REGISTER_SPACE, self.memory_bytes)
-        address_ok = (header.address[:2] == 0) & (header.address + data_end <= limit)
 
-        # Silence on the line: ends a stalled frame, and the quiet period after an error.
+        # The CRC of a frame or a reply (`wire.CRC`): cleared by `crc_clear`, a byte added by
+        # `crc_add`.
+        m.submodules.crc = crc = CRC.create()
+        crc_add, crc_clear, crc_byte = Signal(), Signal(), Signal(8)
+        crc_ok = crc.match_detected
+        m.d.comb += [crc_byte.eq(byte), crc.start.eq(crc_clear), crc.valid.eq(crc_add),
+                     crc.data.eq(crc_byte)]
+
+        # The header's checks, in order. `is_read` and `is_register` hold for a known op.
+        op = OP_BITS(header.op)
+        known_op = op.kind == Op.MEM_WRITE >> 2
+        is_read, is_register = op.read, op.register
+        # COUNT is 1..MAX_WORDS, a power of two; past that check, its bits above `count` are 0.
+        count_bits = exact_log2(MAX_WORDS)
+        count = header.count[:count_bits + 1]
+        count_ok = ((header.count[count_bits + 1:] == 0)
+                    & Mux(count[count_bits], count[:count_bits] == 0, count[:count_bits] != 0))
+        data_end = Cat(Const(0, 2), count)
+        # ADDRESS + 4 * COUNT <= limit, for a limit of 2**n words: the word address W < 2**n
+        # (no bit at or above the limit's set), and W + COUNT <= 2**n, which only the last
+        # MAX_WORDS words can fail: when W's bits count_bits..n are all ones, the tail
+        # W % MAX_WORDS + COUNT <= MAX_WORDS decides.
+        tail = header.address[2:2 + count_bits] + count
+        tail_fits = ~tail[count_bits] | (tail[:count_bits] == 0)
+
+        def in_range(limit):
+            bits = exact_log2(limit)
+            return ((header.address[bits:] == 0)
+                    & (~header.address[2 + count_bits:bits].all() | tail_fits))
+
+        address_ok = ((header.address[:2] == 0)
+                      & Mux(is_register, in_range(REGISTER_SPACE), in_range(self.memory_bytes)))
+        # An access in range steps its address up to ADDRESS + 4 * COUNT <= limit: only the
+        # bits up to the larger limit's one change (with 4 GiB of memory, all of them).
+        word_address = header.address[2:max(REGISTER_SPACE, self.memory_bytes).bit_length()]
+
+        # Silence on the line: ends a stalled frame, and the quiet period after an error. It
+        # counts up to 2**top from `timeout` below, so that its top bit is the end.
         timeout = FRAME_TIMEOUT_BITS * self.divisor
-        silence = Signal(range(timeout + 1))
-        quiet = silence == timeout
+        top = (timeout - 1).bit_length()
+        silence = Signal(top + 1, init=(1 << top) - timeout)
+        quiet = silence[top]
         draining = Signal()
         with m.If(got | receiver.frame_error):
-            m.d.sync += silence.eq(0)
+            m.d.sync += silence.eq(silence.init)
         with m.Elif(~quiet):
             m.d.sync += silence.eq(silence + 1)
         with m.If(quiet):
@@ -187,7 +224,8 @@ class UartBridge(wiring.Component):
 
         csr = self.csr
         bus_timer = Signal(range(BUS_TIMEOUT_CYCLES + 1))
-        bus_timeout = bus_timer == BUS_TIMEOUT_CYCLES
+        # A bus access counts from 0 and ends at the timeout (a power of two) at the latest.
+        bus_timeout = bus_timer[exact_log2(BUS_TIMEOUT_CYCLES)]
         m.d.comb += [csr.awaddr.eq(header.address), csr.araddr.eq(header.address),
                      csr.wdata.eq(word), csr.wstrb.eq(0b1111), csr.bready.eq(1), csr.rready.eq(1),
                      self.mem.addr.eq(header.address[2:]), self.mem.wdata.eq(word)]
@@ -206,41 +244,39 @@ class UartBridge(wiring.Component):
 
         def answer(code):
             m.d.sync += [status.eq(code), draining.eq(code not in (Status.OK, Status.BUS_ERROR))]
-            m.d.comb += pointer_next.eq(0)
+            m.d.comb += restart.eq(1)
             m.next = "REPLY_SYNC"
 
         def next_word():
-            m.d.sync += header.address.eq(header.address + 4)
+            m.d.sync += word_address.eq(word_address + 1)
             m.next = "WORD"
 
         with m.FSM() as fsm:
             with m.State("HUNT"):
+                m.d.comb += [crc_clear.eq(1), restart.eq(1)]
                 with m.If(got & (byte == REQUEST_SYNC) & ~draining):
-                    m.d.comb += crc.start.eq(1)
-                    m.d.comb += pointer_next.eq(0)
                     m.next = "HEADER"
             with m.State("HEADER"):
                 with m.If(receiver.frame_error):
                     answer(Status.FRAME)
                 with m.Elif(got):
                     m.d.sync += header.eq(Cat(header.as_value()[8:], byte))
-                    m.d.comb += [crc.data.eq(byte), crc.valid.eq(1)]
-                    m.d.comb += pointer_next.eq(pointer + 1)
+                    m.d.comb += [crc_add.eq(1), step.eq(1)]
                     with m.If(pointer == Header.size // 8 - 1):
                         m.next = "CHECK_HEADER"
                 with m.Elif(quiet):
                     m.next = "HUNT"
             with m.State("CHECK_HEADER"):
-                with m.If(~crc.match_detected):
+                with m.If(~crc_ok):
                     answer(Status.BAD_CRC)
                 with m.Elif(~known_op):
                     answer(Status.BAD_OP)
-                with m.Elif((header.count == 0) | (header.count > MAX_WORDS)):
+                with m.Elif(~count_ok):
                     answer(Status.BAD_LENGTH)
                 with m.Elif(~address_ok):
                     answer(Status.BAD_ADDRESS)
                 with m.Else():
-                    m.d.comb += pointer_next.eq(0)
+                    m.d.comb += restart.eq(1)
                     m.next = "DATA"
                     with m.If(is_read):
                         m.next = "WORD"
@@ -248,19 +284,18 @@ class UartBridge(wiring.Component):
                 with m.If(receiver.frame_error):
                     answer(Status.FRAME)
                 with m.Elif(got):
-                    m.d.comb += [crc.data.eq(byte), crc.valid.eq(1)]
+                    m.d.comb += [crc_add.eq(1), step.eq(1)]
                     with m.If(pointer == data_end):
                         m.next = "CHECK_DATA"
                     with m.Else():
-                        m.d.comb += [buffer_write.en.eq(1), buffer_write.data.eq(byte),
-                                     pointer_next.eq(pointer + 1)]
+                        m.d.comb += [buffer_write.en.eq(1), buffer_write.data.eq(byte)]
                 with m.Elif(quiet):
                     m.next = "HUNT"
             with m.State("CHECK_DATA"):
-                with m.If(~crc.match_detected):
+                with m.If(~crc_ok):
                     answer(Status.BAD_CRC)
                 with m.Else():
-                    m.d.comb += pointer_next.eq(0)
+                    m.d.comb += restart.eq(1)
                     m.next = "WORD"
 
             with m.State("WORD"):
@@ -274,10 +309,10 @@ class UartBridge(wiring.Component):
                     m.next = "REG_READ"
                 with m.Else():
                     m.d.sync += mem_read.eq(1)
-                    m.next = "MEM_ISSUE"
+                    m.next = "MEM_READ"
             with m.State("FETCH"):
                 m.d.sync += word.eq(Cat(word[8:], buffer_read.data))
-                m.d.comb += pointer_next.eq(pointer + 1)
+                m.d.comb += step.eq(1)
                 with m.If(pointer[:2] == 3):
                     with m.If(is_register):
                         m.d.sync += [csr.awvalid.eq(1), csr.wvalid.eq(1)]
@@ -288,15 +323,15 @@ class UartBridge(wiring.Component):
             with m.State("MEM_WRITE"):
                 m.d.sync += mem_write.eq(0)
                 next_word()
-            with m.State("MEM_ISSUE"):
-                m.d.sync += mem_read.eq(0)
-                m.next = "MEM_READ"
             with m.State("MEM_READ"):
-                m.d.sync += word.eq(self.mem.rdata)
-                m.next = "STORE"
+                # Two cycles: `mem.read` is high in the first, the data arrives in the second.
+                m.d.sync += mem_read.eq(0)
+                with m.If(~mem_read):
+                    m.d.sync += word.eq(self.mem.rdata)
+                    m.next = "STORE"
             with m.State("STORE"):
                 m.d.comb += [buffer_write.en.eq(1), buffer_write.data.eq(word[:8]),
-                             pointer_next.eq(pointer + 1)]
+                             step.eq(1)]
                 m.d.sync += word.eq(Cat(word[8:], buffer_read.data))
                 with m.If(pointer[:2] == 3):
                     next_word()
@@ -323,22 +358,21 @@ class UartBridge(wiring.Component):
                     answer(Status.BUS_ERROR)
 
             with m.State("REPLY_SYNC"):
-                m.d.comb += [reply.payload.eq(REPLY_SYNC), reply.valid.eq(1)]
+                m.d.comb += [reply.payload.eq(REPLY_SYNC), reply.valid.eq(1), crc_clear.eq(1),
+                             restart.eq(1)]
                 with m.If(reply.ready):
-                    m.d.comb += crc.start.eq(1)
                     m.next = "REPLY_STATUS"
             with m.State("REPLY_STATUS"):
-                m.d.comb += [reply.payload.eq(status), reply.valid.eq(1)]
+                m.d.comb += [reply.payload.eq(status), reply.valid.eq(1), restart.eq(1)]
                 with m.If(reply.ready):
-                    m.d.comb += [crc.data.eq(reply.payload), crc.valid.eq(1)]
+                    m.d.comb += [crc_byte.eq(reply.payload), crc_add.eq(1)]
                     m.next = "REPLY_CRC"
                     with m.If((status == Status.OK) & is_read):
                         m.next = "REPLY_DATA"
             with m.State("REPLY_DATA"):
                 m.d.comb += [reply.payload.eq(buffer_read.data), reply.valid.eq(1)]
                 with m.If(reply.ready):
-                    m.d.comb += [crc.data.eq(reply.payload), crc.valid.eq(1)]
-                    m.d.comb += pointer_next.eq(pointer + 1)
+                    m.d.comb += [crc_byte.eq(reply.payload), crc_add.eq(1), step.eq(1)]
                     with m.If(pointer + 1 == data_end):
                         m.next = "REPLY_CRC"
             with m.State("REPLY_CRC"):
@@ -347,7 +381,7 @@ class UartBridge(wiring.Component):
                     m.next = "HUNT"
 
         executing = Cat(fsm.ongoing(state) for state in
-                        ("WORD", "FETCH", "MEM_WRITE", "MEM_ISSUE", "MEM_READ", "STORE")).any()
+                        ("WORD", "FETCH", "MEM_WRITE", "MEM_READ", "STORE")).any()
         m.d.sync += mem_select.eq(executing & ~is_register)
         m.d.comb += [self.mem.select.eq(mem_select), self.mem.read.eq(mem_read),
                      self.mem.write.eq(mem_write)]

@@ -12,7 +12,8 @@ from tpugen.firmware.link import crc8, decode_reply, encode_request
 from tpugen.hdl.csr import ControlRegisters
 from tpugen.hdl.uart_bridge import UartBridge, UartRx, UartTx, bit_cycles
 from tpugen.registers import ID_MAGIC, constant_registers, register
-from tpugen.wire import BUS_TIMEOUT_CYCLES, FRAME_TIMEOUT_BITS, MAX_WORDS, REQUEST_SYNC, Op, Status
+from tpugen.wire import (BUS_TIMEOUT_CYCLES, FRAME_TIMEOUT_BITS, MAX_WORDS, OP_BITS,
+                         REGISTER_SPACE, REQUEST_SYNC, Op, Status)
 
 BIT = 4
 """Clock cycles per bit of the bridge under test."""
@@ -24,14 +25,14 @@ MAX_CYCLES = 400_000
 
 
 class Board(Elaboratable):
-    """The bridge with a word memory on ``mem`` and, with ``registers``, ControlRegisters on
-    ``csr`` (else ``csr`` is left unanswered). ``misuse`` latches a memory access without
-    ``select``."""
+    """The bridge with a word memory of ``memory_bytes`` on ``mem`` and, with ``registers``,
+    ControlRegisters on ``csr`` (else ``csr`` is left unanswered). ``misuse`` latches a memory
+    access without ``select``."""
 
-    def __init__(self, bit=BIT, registers=True):
+    def __init__(self, bit=BIT, registers=True, memory_bytes=MEMORY_BYTES):
         self.bit = bit
-        self.bridge = UartBridge(bit * BAUD, BAUD, MEMORY_BYTES)
-        self.memory = memory.Memory(shape=32, depth=MEMORY_BYTES // 4, init=[])
+        self.bridge = UartBridge(bit * BAUD, BAUD, memory_bytes)
+        self.memory = memory.Memory(shape=32, depth=memory_bytes // 4, init=[])
         self.registers = ControlRegisters(CONFIG) if registers else None
         self.misuse = Signal()
 
@@ -147,7 +148,7 @@ def test_parameters():
         UartTx(12_000_000, 0)
     with pytest.raises(ValueError, match="clk_freq"):
         UartTx(-1, 9600)
-    for memory_bytes in (0, 1022, 2 ** 32 + 4, 1024.0):
+    for memory_bytes in (0, 1022, 3 << 10, 2 * MAX_WORDS, 2 ** 32 + 4, 1024.0):
         with pytest.raises(ValueError, match="memory_bytes"):
             UartBridge(12_000_000, 115_200, memory_bytes)
     assert bit_cycles(12_000_000, 115_200) == 104
@@ -156,6 +157,11 @@ def test_parameters():
     assert members["csr"].signature.members["awvalid"].flow == wiring.Out
     assert members["csr"].signature.members["rdata"].flow == wiring.In
     assert members["mem"].signature.members["select"].flow == wiring.Out
+    # The bridge decodes an op by its bits.
+    for op in Op:
+        bits = OP_BITS.from_bits(op)
+        assert (bits.kind, bits.read, bits.register) == (
+            Op.MEM_WRITE >> 2, op in (Op.MEM_READ, Op.REG_READ), op in (Op.REG_WRITE, Op.REG_READ))
 
 
 def test_memory_and_registers():
@@ -196,6 +202,55 @@ def test_memory_and_registers():
         assert (status, words(data)) == (Status.OK, [ID_MAGIC])
 
     simulate(body)
+
+
+@pytest.mark.parametrize("memory_bytes", [MEMORY_BYTES, 8 << 10])
+def test_address_range_boundaries(memory_bytes):
+    """An access may end exactly at the end of the memory or of the register space; one more
+    word, or any address bit at or above the limit, is BAD_ADDRESS. Accesses in range step
+    their address across 0x200 and 0x1000, where the range check splits the address."""
+    rng = random.Random(11)
+    end = memory_bytes
+    cases = [  # op, address, count, status
+        (Op.MEM_WRITE, end - 4 * MAX_WORDS, MAX_WORDS, Status.OK),
+        (Op.MEM_READ, end - 4 * MAX_WORDS, MAX_WORDS, Status.OK),
+        (Op.MEM_READ, end - 4 * MAX_WORDS + 4, MAX_WORDS, Status.BAD_ADDRESS),
+        (Op.MEM_WRITE, end - 12, 3, Status.OK),
+        (Op.MEM_WRITE, end - 12, 4, Status.BAD_ADDRESS),
+        (Op.MEM_READ, end - 4, 1, Status.OK),
+        (Op.MEM_READ, end, 1, Status.BAD_ADDRESS),
+        (Op.MEM_WRITE, end * 2, 1, Status.BAD_ADDRESS),
+        (Op.MEM_READ, 0x8000_0000, 1, Status.BAD_ADDRESS),
+        (Op.MEM_READ, 0xFFFF_FFFC, 2, Status.BAD_ADDRESS),
+        (Op.MEM_WRITE, 0x200 - 8, 4, Status.OK),
+        (Op.MEM_READ, 0x200 - 8, 4, Status.OK),
+        (Op.MEM_WRITE, 0x1000 - 8, 4, Status.OK if end > 0x1000 else Status.BAD_ADDRESS),
+        (Op.MEM_READ, 0x1000 - 8, 4, Status.OK if end > 0x1000 else Status.BAD_ADDRESS),
+        (Op.MEM_WRITE, 6, 1, Status.BAD_ADDRESS),
+        # Nothing is mapped at the end of the register space: in range, a bus error.
+        (Op.REG_READ, REGISTER_SPACE - 4, 1, Status.BUS_ERROR),
+        (Op.REG_READ, REGISTER_SPACE - 4 * MAX_WORDS, MAX_WORDS, Status.BUS_ERROR),
+        (Op.REG_READ, REGISTER_SPACE - 4 * MAX_WORDS + 4, MAX_WORDS, Status.BAD_ADDRESS),
+        (Op.REG_READ, REGISTER_SPACE, 1, Status.BAD_ADDRESS),
+        (Op.REG_WRITE, 1 << 16, 1, Status.BAD_ADDRESS),
+        (Op.REG_READ, 0x8000_0000, 1, Status.BAD_ADDRESS),
+    ]
+
+    async def body(ctx, board, host):
+        model = [0] * (memory_bytes // 4)
+        for op, address, count, expected in cases:
+            data = rng.randbytes(4 * count) if op in (Op.MEM_WRITE, Op.REG_WRITE) else None
+            status, read = await host.transact(ctx, op, address, count, data)
+            assert status == expected, (op, hex(address), count)
+            if status == Status.OK and op == Op.MEM_WRITE:
+                model[address // 4:address // 4 + count] = words(data)
+            elif status == Status.OK:
+                assert words(read) == model[address // 4:address // 4 + count]
+            else:
+                await host.silence(ctx)
+        assert [ctx.get(board.memory.data[i]) for i in range(memory_bytes // 4)] == model
+
+    simulate(body, Board(memory_bytes=memory_bytes))
 
 
 def corrupt(frame, index):

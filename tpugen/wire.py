@@ -5,8 +5,8 @@ from amaranth.lib.crc.catalog import CRC8_SMBUS
 
 from .registers import ADDR_WIDTH
 
-__all__ = ["BUS_TIMEOUT_CYCLES", "CRC", "FRAME_TIMEOUT_BITS", "MAX_WORDS", "REGISTER_SPACE",
-           "REPLY_SYNC", "REQUEST_SYNC", "Header", "Op", "Status"]
+__all__ = ["BUS_TIMEOUT_CYCLES", "CRC", "FRAME_TIMEOUT_BITS", "MAX_WORDS", "OP_BITS",
+           "REGISTER_SPACE", "REPLY_SYNC", "REQUEST_SYNC", "Header", "Op", "Status"]
 
 REQUEST_SYNC = 0x5A
 REPLY_SYNC = 0xA5
@@ -29,6 +29,11 @@ class Op(enum.IntEnum, shape=8):
     MEM_READ = 0x11
     REG_WRITE = 0x12
     REG_READ = 0x13
+
+
+OP_BITS = data.StructLayout({"read": 1, "register": 1, "kind": 6})
+"""The bits of an `Op`: the four ops share one ``kind``, bit 0 is set for the reads and bit 1
+for the register accesses (the bridge decodes them so)."""
 
 
 class Status(enum.IntEnum, shape=8):
