@@ -85,16 +85,16 @@ def test_load_engine_covers(tmp_path):
 
 
 def test_store_engine_write_master(tmp_path):
-    """Every rule, the windows included; no W beat is possible this early (the first at 15)."""
+    """Every rule, the windows included; no W beat is possible this early (the first at 16)."""
     check(prove(StoreEngineHarness(ENGINES), "store", tmp_path, depth=depth(13)))
 
 
 def test_store_engine_w_channel(tmp_path):
-    """Past the first W beats (cycle 15 on, before their AW handshake as the slave may wait for
-    WVALID; the last beat of a burst of several at 16): every rule but the windows, which
+    """Past the first W beats (cycle 16 on, before their AW handshake as the slave may wait for
+    WVALID; the last beat of a burst of several at 17): every rule but the windows, which
     `test_burst_planner_by_induction` proves for every depth."""
     check(prove(StoreEngineHarness(ENGINES, windows=False), "store_w", tmp_path,
-                depth=depth(17)))
+                depth=depth(18)))
 
 
 def test_store_engine_covers(tmp_path):
@@ -104,7 +104,7 @@ def test_store_engine_covers(tmp_path):
     waited for AWREADY first: none of these was reached.) Reached under this slave, each is
     reachable under any."""
     check(prove(StoreEngineHarness(ENGINES, w_first=True), "store_cover", tmp_path,
-                mode="cover", depth=depth(25)))
+                mode="cover", depth=depth(26)))
 
 
 PLANNERS = {"load": dict(max_steps=PLAN_DEPTH // 4, max_beats=256, permission="read"),
@@ -218,7 +218,7 @@ def test_load_engine_soft_reset_keeps_the_bus(tmp_path):
                           "ports (hdl/core.py `_quiesce`) holds the request for it")
 def test_store_engine_soft_reset_keeps_the_bus(tmp_path):
     check_known(prove(StoreEngineHarness(ENGINES, soft_reset=True), "store_reset", tmp_path,
-                      depth=depth(13)),
+                      depth=depth(14)),
                 "AWVALID held and AW stable until AWREADY")
 
 
