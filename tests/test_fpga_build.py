@@ -374,9 +374,12 @@ def test_an_unrouted_placement_is_a_cached_verdict(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("outcomes, seeds, status", [
     (["unrouted", "built"], [None, 1], 0),     # the default seed's placement did not route
-    (["unrouted", "unrouted"], [None, 1], 1),  # neither did seed 1: the error, once
-    (["failed"], [None], 1),                   # any other failure: no second placement
-], ids=["retried", "retried-twice", "other-failure"])
+    (["unrouted", "unrouted", "built"], [None, 1, 2], 0),  # nor seed 1's
+    (["unrouted"] * 4, [None, 1, 2, 3], 1),    # nor seeds 2 and 3: the error, once
+    (["unrouted", "failed"], [None, 1], 1),    # any other failure: no further placement
+    (["failed"], [None], 1),
+], ids=["retried", "retried-twice", "unrouted-at-every-seed", "retried-then-failed",
+        "other-failure"])
 def test_build_without_a_seed_places_again_when_routing_fails(monkeypatch, tmp_path, capsys,
                                                              outcomes, seeds, status):
     from tpugen.fpga import build as build_module
@@ -399,7 +402,10 @@ def test_build_without_a_seed_places_again_when_routing_fails(monkeypatch, tmp_p
                  "-o", str(tmp_path)]) == status
     assert calls == seeds
     err = capsys.readouterr().err
-    assert ("placing again with --seed 1" in err) == (outcomes[0] == "unrouted")
+    assert ("default seed did not route; placing again with --seed 1" in err) == (
+        outcomes[0] == "unrouted")
+    assert ("seed 1 did not route; placing again with --seed 2" in err) == (
+        outcomes[1:2] == ["unrouted"])
     if status:
         assert err.strip().splitlines()[-1].endswith(f"{outcomes[-1]} at seed {seeds[-1]}")
     # A seed the user gives is the only one tried.

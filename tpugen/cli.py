@@ -440,10 +440,10 @@ def _time_blocks(board, config):
     return timing
 
 
-RETRY_SEED = 1
-"""`tpugen build` without --seed places again at this seed when nextpnr's default placement
-does not route (the ULX3S 8x8 at two of about ten placements: the datapath reset's DCCA
-input)."""
+RETRY_SEEDS = (1, 2, 3)
+"""`tpugen build` without --seed places again at these seeds, one after another, while nextpnr's
+placement does not route (the ULX3S 8x8: the datapath reset's DCCA input, at both the default
+seed and seed 1 of stop 42's last netlist)."""
 
 
 def _build(args):
@@ -473,7 +473,7 @@ def _build(args):
     _check_writable(out_dir, directory=True)
     print(f"building a {config.rows}x{config.cols} core for the {board.name} with yosys and "
           "nextpnr (minutes unless cached)", file=sys.stderr)
-    seeds = [args.seed] if args.seed is not None else [None, RETRY_SEED]
+    seeds = [args.seed] if args.seed is not None else [None, *RETRY_SEEDS]
     for seed in seeds:
         try:
             result = build(board, config, freq_mhz=args.freq, out_dir=out_dir, seed=seed,
@@ -481,8 +481,10 @@ def _build(args):
             break
         except BuildError as error:
             if error.unrouted and seed != seeds[-1]:
-                print(f"nextpnr's placement at its default seed did not route; placing again "
-                      f"with --seed {RETRY_SEED}", file=sys.stderr)
+                retry = seeds[seeds.index(seed) + 1]
+                tried = "its default seed" if seed is None else f"seed {seed}"
+                print(f"nextpnr's placement at {tried} did not route; placing again with "
+                      f"--seed {retry}", file=sys.stderr)
                 continue
             if error.report:
                 print(format_report(error.report))
