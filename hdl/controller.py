@@ -556,18 +556,16 @@ class Controller(wiring.Component):
                     m.d.sync += running.eq(0)
                     m.next = "IDLE"
 
-        # Watchdog: cycles without any progress while running, counted down from the limit
-        # (frozen while running), so that it fires on an equality, not a 32-bit compare. Whether
-        # the last cycle reset the count is registered (`was_reset`), which takes the engines'
-        # progress pulses off the counter's path; the count then restarts a cycle later, so
-        # wherever the watchdog can fire (the last cycle did not reset it) `left` is the limit
-        # less the cycles since, plus one: it fires on the limit-th idle cycle.
-        left = Signal(32)
+        # Watchdog: cycles without any progress while running. Whether the last cycle reset the
+        # count is registered (`was_reset`), which takes the engines' progress pulses off the
+        # counter's path; the count then restarts at 1 a cycle later, so wherever the watchdog
+        # can fire (the last cycle did not reset it) `idle_cycles` is exactly the cycles since.
+        idle_cycles = Signal(32)
         was_reset = Signal(init=1)
         any_progress = progress | Cat(p.progress | p.done | p.instr.valid & p.instr.ready
                                       for p in engines).any()
         m.d.sync += was_reset.eq(~running | any_progress)
-        m.d.sync += left.eq(Mux(was_reset, self.watchdog_limit, left - 1))
+        m.d.sync += idle_cycles.eq(Mux(was_reset, 1, idle_cycles + 1))
         # The instruction it blames, registered (a chain of 32-bit compares over the engines'
         # queue heads): the watchdog fires after a cycle without progress, in which no queue,
         # token or stall changed, so last cycle's blame is this cycle's.
@@ -575,7 +573,7 @@ class Controller(wiring.Component):
         m.d.sync += [blamed.eq(Cat(stall for stall, _ in waiting).any()),
                      blamed_index.eq(_oldest(waiting))]
         with m.If(running & ~stopping & ~was_reset & (self.watchdog_limit != 0)
-                  & (left == 1)):
+                  & (idle_cycles >= self.watchdog_limit)):
             m.d.comb += [raise_error.eq(ErrorCode.WATCHDOG),
                          raise_index.eq(Mux(blamed, blamed_index, pc))]
 
