@@ -187,8 +187,7 @@ class UartBridge(wiring.Component):
         # COUNT is 1..MAX_WORDS, a power of two; past that check, its bits above `count` are 0.
         count_bits = exact_log2(MAX_WORDS)
         count = header.count[:count_bits + 1]
-        count_ok = ((header.count[count_bits + 1:] == 0)
-                    & Mux(count[count_bits], count[:count_bits] == 0, count[:count_bits] != 0))
+        count_ok = (header.count != 0) & (header.count <= MAX_WORDS)
         data_end = Cat(Const(0, 2), count)
         # ADDRESS + 4 * COUNT <= limit, for a limit of 2**n words: the word address W < 2**n
         # (no bit at or above the limit's set), and W + COUNT <= 2**n, which only the last
@@ -208,15 +207,13 @@ class UartBridge(wiring.Component):
         # bits up to the larger limit's one change (with 4 GiB of memory, all of them).
         word_address = header.address[2:max(REGISTER_SPACE, self.memory_bytes).bit_length()]
 
-        # Silence on the line: ends a stalled frame, and the quiet period after an error. It
-        # counts up to 2**top from `timeout` below, so that its top bit is the end.
+        # Silence on the line: ends a stalled frame, and the quiet period after an error.
         timeout = FRAME_TIMEOUT_BITS * self.divisor
-        top = (timeout - 1).bit_length()
-        silence = Signal(top + 1, init=(1 << top) - timeout)
-        quiet = silence[top]
+        silence = Signal(range(timeout + 1))
+        quiet = silence == timeout
         draining = Signal()
         with m.If(got | receiver.frame_error):
-            m.d.sync += silence.eq(silence.init)
+            m.d.sync += silence.eq(0)
         with m.Elif(~quiet):
             m.d.sync += silence.eq(silence + 1)
         with m.If(quiet):
@@ -224,8 +221,7 @@ class UartBridge(wiring.Component):
 
         csr = self.csr
         bus_timer = Signal(range(BUS_TIMEOUT_CYCLES + 1))
-        # A bus access counts from 0 and ends at the timeout (a power of two) at the latest.
-        bus_timeout = bus_timer[exact_log2(BUS_TIMEOUT_CYCLES)]
+        bus_timeout = bus_timer == BUS_TIMEOUT_CYCLES
         m.d.comb += [csr.awaddr.eq(header.address), csr.araddr.eq(header.address),
                      csr.wdata.eq(word), csr.wstrb.eq(0b1111), csr.bready.eq(1), csr.rready.eq(1),
                      self.mem.addr.eq(header.address[2:]), self.mem.wdata.eq(word)]
