@@ -108,9 +108,9 @@ class InstructionQueue(wiring.Component):
     ``beat_data`` is beat ``beat`` of the instruction) and queued by ``commit`` with its index.
     Only the bits ``kept`` of ``layout`` are stored, a memory per beat that has any; the rest of
     ``head`` is zero. ``tokens``: the head's token flags (`arch.TOKEN_FLAGS`, which ``kept``
-    must hold, in the first beat) from a register, read a cycle ahead: the dispatch reads no memory (the routed 8x8's
-    critical path ran from the load queue's LUT RAM through the dispatch into the engine's
-    index register, 17.4 ns).
+    must hold, in the first beat) from a register, read a cycle ahead: the dispatch reads no
+    memory (the routed 8x8's critical path ran from the load queue's LUT RAM through the
+    dispatch into the engine's index register, 17.4 ns).
     """
 
     def __init__(self, layout, kept, beat_bits, depth):
