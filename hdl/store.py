@@ -303,6 +303,8 @@ class StoreEngine(wiring.Component):
         with m.FSM():
             with m.State("IDLE"):
                 take = self.instr.valid & self.instr.ready
+                if prefetch:  # kept in every idle cycle: no decode on the registers' enable
+                    m.d.sync += [epilogue.eq(instr.epilogue), tensor.eq(instr.tensor)]
                 m.d.comb += [self.instr.ready.eq(Mux(is_params, lane_params.instr.ready,
                                                      ~lane_params.clearing)),
                              lane_params.instr.valid.eq(self.instr.valid & is_params)]
@@ -310,8 +312,6 @@ class StoreEngine(wiring.Component):
                     with m.If(is_params):
                         m.d.sync += self.done.eq(1)
                     with m.Elif(element_ok & rows_ok & ~missing):
-                        if prefetch:
-                            m.d.sync += [epilogue.eq(instr.epilogue), tensor.eq(instr.tensor)]
                         m.d.sync += [walked.eq(0), walk.eq(1),
                                      int8.eq(options.requant & (instr.tensor.elem_log2 == 0))]
                         m.next = "CHECK"
