@@ -276,8 +276,8 @@ def _run_build(board, pll, config, build_dir, script, timeout=None, progress=Non
         output = "\n".join(errors or lines[-30:])
         unrouted = any(line.startswith("ERROR: Failed to route") for line in errors)
         if unrouted:
-            # A placement the router cannot finish (seen on the ULX3S 8x8: the datapath
-            # reset's DCCA input): another placement usually routes.
+            # A placement the router cannot finish (seen on the ULX3S 8x8 before stop 43: the
+            # datapath reset's DCCA input, unplaced): another placement usually routes.
             output += "\n(another placement may route: try --seed with another number)"
         raise BuildError(f"{board.name} build failed in {stage} (exit {process.returncode}); "
                          f"files in {build_dir}:\n{output}", unrouted=unrouted)

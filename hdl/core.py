@@ -31,19 +31,31 @@ accumulates into a cycle after writing it at the earliest (`ExecuteEngine`: no b
 beside the block RAM)."""
 
 
-def fabric_global(m, platform, value, name):
-    """``value`` on a global network where nextpnr routes one into the fabric: through an ECP5
-    DCCA (nextpnr-ecp5 promotes only clocks to globals by itself); elsewhere ``value`` itself."""
+GLOBAL_DCC_BELS = {"LFE5U-85F": "X3/Y46/LDCC0"}
+"""Where `registered_global` places its DCCA, by ECP5 device (the 85F's left DCC 0)."""
+
+
+def registered_global(m, platform, value, name):
+    """``value`` a cycle later, from a flip-flop that is 1 at power-up; on an ECP5 on a global
+    network: the flip-flop drives a DCCA (nextpnr-ecp5 promotes only clocks by itself), placed
+    at `GLOBAL_DCC_BELS` where it knows the device. Unplaced and driven by a LUT, the DCCA went
+    to the top edge's TDCC0, and router2 failed to reach its input in 3 of 4 placements of the
+    ULX3S 8x8 (stop 42); a placed flip-flop beside a DCC made nextpnr's annealer crash."""
+    registered = Signal(name=f"{name}_q", init=1, reset_less=True)
+    m.d.sync += registered.eq(value)
     if fpga_family(platform) != "ecp5":
-        return value
+        return registered
+    bel = GLOBAL_DCC_BELS.get(getattr(platform, "device", None))
     buffered = Signal(name=name)
-    m.submodules[f"{name}_dcca"] = Instance("DCCA", i_CLKI=value, i_CE=1, o_CLKO=buffered)
+    m.submodules[f"{name}_dcca"] = Instance("DCCA", **({"a_BEL": bel} if bel else {}),
+                                            i_CLKI=registered, i_CE=1, o_CLKO=buffered)
     return buffered
 
 
-def run_wiring(csr, controller, *, start, busy):
+def run_wiring(csr, controller, *, start, busy, events=1):
     """The statements from the control registers to the controller (``start`` and the program's
-    configuration) and back (``busy`` as STATUS.busy, the done and error events)."""
+    configuration) and back (``busy`` as STATUS.busy, the done and error events, which only
+    count while ``events``)."""
     return [
         controller.start.eq(start),
         controller.program_base.eq(csr.program_base),
@@ -51,8 +63,8 @@ def run_wiring(csr, controller, *, start, busy):
         controller.windows.eq(csr.windows),
         controller.watchdog_limit.eq(csr.watchdog_limit),
         csr.busy.eq(busy),
-        csr.done_event.eq(controller.done_event),
-        csr.error_event.eq(controller.error_event),
+        csr.done_event.eq(controller.done_event & events),
+        csr.error_event.eq(controller.error_event & events),
         csr.error_code.eq(controller.error_code),
         csr.error_index.eq(controller.error_index),
     ]
@@ -77,8 +89,10 @@ class TpuCore(wiring.Component):
         cfg = self.config
 
         m.submodules.csr = csr = ControlRegisters(cfg)
-        # A soft reset resets the datapath at once; `resetting` lasts until the bursts it left on
-        # the bus are finished (`_quiesce`), and a start in that time waits for it.
+        # A soft reset resets the datapath from the next cycle (`registered_global`); from the
+        # same one, `resetting` holds the bus until the bursts it left there are finished
+        # (`_quiesce`) and drops the events of the datapath's last cycle; a start in that time
+        # waits for it.
         resetting = Signal()
         start_waiting = Signal()
         start = Signal()
@@ -88,13 +102,14 @@ class TpuCore(wiring.Component):
         m.d.comb += self.irq.eq(csr.irq)
 
         # Everything but the control registers goes back to its reset state on a soft reset:
-        # the "datapath" domain, on the core's clock, reset by either reset. That reset reaches
-        # most of the core's flip-flops (12,373 of the 8x8's, 6,821 of them in the execute
-        # engine), so on an ECP5 it takes a global network instead of the routing fabric.
+        # the "datapath" domain, on the core's clock, reset by either reset, registered. That
+        # reset reaches most of the core's flip-flops (12,531 of the 8x8's, 7,956 of them in
+        # the execute engine), so on an ECP5 it takes a global network instead of the fabric.
         m.domains.datapath = ClockDomain(local=True)
         m.d.comb += ClockSignal("datapath").eq(ClockSignal())
         reset = ResetSignal(allow_reset_less=True) | csr.soft_reset
-        m.d.comb += ResetSignal("datapath").eq(fabric_global(m, platform, reset, "datapath_reset"))
+        m.d.comb += ResetSignal("datapath").eq(
+            registered_global(m, platform, reset, "datapath_reset"))
         datapath = Module()
         m.submodules.datapath = DomainRenamer("datapath")(datapath)
         controller = Controller(cfg)
@@ -128,7 +143,7 @@ class TpuCore(wiring.Component):
 
         m.d.comb += [
             *run_wiring(csr, controller, start=start,
-                        busy=controller.busy | resetting | start_waiting),
+                        busy=controller.busy | resetting | start_waiting, events=~resetting),
             load.windows.eq(csr.windows),
             store.windows.eq(csr.windows),
         ]
@@ -182,11 +197,12 @@ class TpuCore(wiring.Component):
                      grant_load.eq(choose_load)]
 
     def _quiesce(self, m, bus, soft_reset, resetting):
-        """Connect the datapath's AXI master ``bus`` to the ports. After ``soft_reset`` (which
-        resets the datapath at once) and while ``resetting``, finish for it what it left on the
-        bus: hold a request that was waiting, take the read beats and write responses still
-        owed, and send the W beats still owed (of every burst whose AW was presented): a beat
-        that was waiting for WREADY as it was, the rest with WSTRB 0 (they write nothing)."""
+        """Connect the datapath's AXI master ``bus`` to the ports. After ``soft_reset`` (the
+        datapath is reset the cycle after, and cut off from the bus from then) and while
+        ``resetting``, finish for it what it left on the bus: hold a request that was waiting,
+        take the read beats and write responses still owed, and send the W beats still owed (of
+        every burst whose AW was presented): a beat that was waiting for WREADY as it was, the
+        rest with WSTRB 0 (they write nothing)."""
         def port(name):
             return getattr(self, f"m_axi_{name}")
 

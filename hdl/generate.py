@@ -57,7 +57,7 @@ def generate_verilog(config, design="tpu_core", name=None, *, family=None, emit_
     primitives to instantiate, as a board build does (for yosys, not for the simulators):
     "ice40" puts the array's DSP PEs on SB_MAC16 instances, "ecp5" their products in
     MULT18X18D instances' output registers and the datapath's reset on a DCCA
-    (`hdl.core.fabric_global`); else generic. ``emit_src``: keep each signal's Python
+    (`hdl.core.registered_global`); else generic. ``emit_src``: keep each signal's Python
     source line as a ``src`` attribute (for timing reports that name it)."""
     if name is not None and (not isinstance(name, str) or not _IDENTIFIER.fullmatch(name)):
         raise ValueError(f"name={name!r} is invalid: allowed a Verilog identifier "

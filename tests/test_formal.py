@@ -178,8 +178,9 @@ def test_core_soft_reset_at_the_ports(tmp_path):
 @whole_core
 def test_core_soft_reset_covers(tmp_path):
     """A soft reset with a fetch AR waiting and one with a fetch burst owed, each followed by a
-    new run whose fetch completes (cycles 20 and 22; about 4 min of CPU)."""
-    check(prove(CoreHarness(CORE), "core_cover", tmp_path, mode="cover", depth=depth(23)))
+    new run whose fetch completes (cycles 21 and 23: the datapath is reset the cycle after the
+    soft reset; about 4 min of CPU)."""
+    check(prove(CoreHarness(CORE), "core_cover", tmp_path, mode="cover", depth=depth(24)))
 
 
 @whole_core

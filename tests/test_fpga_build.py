@@ -20,9 +20,11 @@ import pytest
 from amaranth import Cat, Module, Signal
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
+from amaranth.back import verilog
 from amaranth.sim import Simulator
 
 from tpugen import CoreConfig
+from tpugen.config import PRESETS
 from tpugen.cli import main
 from tpugen.fpga.boards import BOARDS, board_named
 from tpugen.fpga import build as build_module
@@ -31,6 +33,7 @@ from tpugen.fpga.build import (BuildError, _run_build, build, build_system, cach
                                pll_settings)
 from tpugen.fpga.flash import FlashError, flash, flash_command
 from tpugen.hdl.board_top import PllReset
+from tpugen.hdl.core import TpuCore
 
 TOOLS = Path(sys.executable).parent
 ULX3S, ICEBREAKER = BOARDS["ulx3s-85f"], BOARDS["icebreaker"]
@@ -166,6 +169,20 @@ def test_pll_reset_rejects_bad_hold(hold_cycles):
     with pytest.raises(ValueError, match="hold_cycles="):
         PllReset(hold_cycles)
     gc.collect()  # the rejected component warns when collected: here, where that is filtered
+
+
+@pytest.mark.parametrize("device, bel", [(ULX3S.device, "X3/Y46/LDCC0"), ("LFE5U-25F", None)])
+def test_the_datapath_reset_is_a_register_on_a_placed_dcca(device, bel):
+    """On an ECP5 the datapath's reset is a flip-flop (1 at power-up) into a DCCA, placed at a
+    DCC where the device is known: unplaced, nextpnr put the DCCA at the top edge's TDCC0,
+    whose input router2 failed to reach in 3 of 4 placements of the ULX3S 8x8."""
+    text = verilog.convert(TpuCore(PRESETS["tiny"]), name="top", emit_src=False,
+                           platform=types.SimpleNamespace(family="ecp5", device=device))
+    dcca = re.search(r"(\(\* BEL = \"(\S+)\" \*\)\s+)?DCCA \w+ \(([^;]*)\);", text)
+    assert dcca and dcca[2] == bel
+    driver = re.search(r"\.CLKI\((\w+)\)", dcca[3])[1]
+    assert re.search(rf"reg {driver} = 1'h1;", text)
+    assert re.search(rf"{driver} <= ", text)
 
 
 # -- flash ------------------------------------------------------------------------------------
