@@ -185,8 +185,9 @@ class ControlRegisters(wiring.Component):
         # select of the registers that can read other than 0 registered (and RRESP: SLVERR at
         # an unmapped address, which reads 0); the next, RDATA as their AND-OR. A registered
         # select keeps the address decode out of every RDATA bit: registering the word instead
-        # saves ~25 flip-flops, but then abc folds the decode into the bits, 871 to 1,917 ECP5
-        # LUTs by the netlist's order (818 with the select) and the 8x8 board's critical path.
+        # saves ~25 flip-flops, but then abc folds the decode into the bits: 871 to 1,917 ECP5
+        # LUTs by the netlist's order (818 with the select), and a deeper path (the 8x8 board's
+        # critical one at stop 42).
         sources = [reg for reg in REGISTERS if not (isinstance(values[reg.name], Const)
                                                     and values[reg.name].value == 0)]
         word = bus.araddr[2:]
