@@ -197,10 +197,10 @@ class ControlRegisters(wiring.Component):
         with m.If(bus.rvalid & bus.rready):
             m.d.sync += bus.rvalid.eq(0)
         with m.If(bus.arvalid & bus.arready):
-            mapped = _or(word == reg.offset // 4 for reg in REGISTERS)
+            hit = {reg.name: word == reg.offset // 4 for reg in REGISTERS}
             m.d.sync += [decoded.eq(1),
-                         selected.eq(Cat(word == reg.offset // 4 for reg in sources)),
-                         bus.rresp.eq(Mux(mapped, AXI_RESP_OKAY, AXI_RESP_SLVERR))]
+                         selected.eq(Cat(hit[reg.name] for reg in sources)),
+                         bus.rresp.eq(Mux(_or(hit.values()), AXI_RESP_OKAY, AXI_RESP_SLVERR))]
         with m.If(decoded):
             m.d.sync += [decoded.eq(0), bus.rvalid.eq(1),
                          bus.rdata.eq(_or(selected[i].replicate(32) & values[reg.name]
