@@ -7,6 +7,7 @@ from amaranth.lib.cdc import FFSynchronizer
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
+from ..config import power_of_two
 from ..registers import ADDR_WIDTH as CSR_ADDR_WIDTH
 from ..wire import (BUS_TIMEOUT_CYCLES, CRC, FRAME_TIMEOUT_BITS, MAX_WORDS, OP_BITS,
                     REGISTER_SPACE, REPLY_SYNC, REQUEST_SYNC, Header, Op, Status)
@@ -134,7 +135,7 @@ class UartBridge(wiring.Component):
     def __init__(self, clk_freq, baud, memory_bytes):
         self.divisor = bit_cycles(clk_freq, baud)
         if not (isinstance(memory_bytes, int) and 4 * MAX_WORDS <= memory_bytes <= 1 << 32
-                and memory_bytes & (memory_bytes - 1) == 0):
+                and power_of_two(memory_bytes)):
             raise ValueError(f"memory_bytes={memory_bytes!r} is invalid: allowed a power of two "
                              f"in {4 * MAX_WORDS}..2**32")
         self.clk_freq = clk_freq

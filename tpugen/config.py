@@ -5,10 +5,11 @@ from dataclasses import asdict, dataclass, fields
 from .arch import MAX_QUEUE_DEPTH, QUEUE_DEPTH
 from .isa import DIMS, NUM_WINDOWS
 
-__all__ = ["CoreConfig", "PRESETS", "check_config"]
+__all__ = ["CoreConfig", "PRESETS", "check_config", "power_of_two"]
 
 
-def _power_of_two(value):
+def power_of_two(value):
+    """Whether the integer ``value`` is a power of two (1, 2, 4, ...)."""
     return value > 0 and value & (value - 1) == 0
 
 
@@ -93,7 +94,7 @@ class CoreConfig:
         check("acc_width", lambda v: v == 32, "32")
         check("dataflow", lambda v: v == "ws", '"ws"')
         for name in ("scratchpad_kib", "accumulator_kib"):
-            check(name, lambda v: integer_in(1, 1024)(v) and _power_of_two(v),
+            check(name, lambda v: integer_in(1, 1024)(v) and power_of_two(v),
                   "a power of two in 1..1024")
         check("axi_data_width", lambda v: v in (32, 64, 128), "32, 64 or 128")
         check("lut_multipliers", integer_in(0, self.macs), f"an integer in 0..{self.macs} (rows*cols)")
