@@ -55,8 +55,8 @@ def memory_host_signature(addr_width=30):
     """A 32-bit word port into a board's memory, from the host side (the UART bridge).
 
     While ``select`` is high the host owns the memory and the AXI side waits. ``addr`` is a
-    word address (byte address >> 2); ``read`` returns ``rdata`` on the next cycle; ``write``
-    stores ``wdata`` this cycle.
+    word address (byte address >> 2); ``read`` returns ``rdata`` after the memory's
+    ``host_read_latency`` cycles (`AxiMemory`); ``write`` stores ``wdata``.
     """
     return wiring.Signature({
         "select": Out(1), "addr": Out(addr_width), "read": Out(1), "write": Out(1),

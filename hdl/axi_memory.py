@@ -35,7 +35,8 @@ class AxiBurst(wiring.Component):
 
     A request is kept (in the slot and while it runs) as its address bits below ``size_bytes``
     and ``beyond``, set by any address bit above them or by a step carrying out of them and never
-    cleared within the burst: a burst never wraps around into memory.
+    cleared within the burst: a burst never wraps around into memory. ``next_word`` is the
+    ``word`` of the next cycle (for a register of it beside the memory).
     """
 
     def __init__(self, data_width, size_bytes):
@@ -44,7 +45,7 @@ class AxiBurst(wiring.Component):
         super().__init__({
             "request": In(stream.Signature(BURST_REQUEST)), "advance": In(1),
             "active": Out(1), "id": Out(ID_WIDTH), "word": Out(self._size_bits - self._offset_bits),
-            "last": Out(1), "resp": Out(2),
+            "next_word": Out(self._size_bits - self._offset_bits), "last": Out(1), "resp": Out(2),
         })
 
     def elaborate(self, platform):
@@ -93,8 +94,12 @@ class AxiBurst(wiring.Component):
             ]
             with m.If(self.last):
                 m.d.sync += self.active.eq(0)
-        with m.If(free & (waiting_valid | self.request.valid)):  # after the last beat: wins
+        starting = free & (waiting_valid | self.request.valid)
+        with m.If(starting):  # after the last beat: wins
             m.d.sync += [self.active.eq(1), burst.eq(Mux(waiting_valid, waiting, taken))]
+        m.d.comb += self.next_word.eq(
+            Mux(starting, Mux(waiting_valid, waiting.addr.word, taken.addr.word),
+                Mux(self.advance, stepped.addr.word, burst.addr.word)))
         return m
 
 
@@ -110,8 +115,10 @@ class AxiMemory(wiring.Component):
     (3-entry output queue, so backpressure loses nothing), a write beat per cycle (WLAST is not
     checked: AWLEN counts; up to two B responses wait for BREADY). Reads and writes share a
     single port, alternating when both are busy; the host owns the ports in every cycle it is
-    selected; with ``dual_port`` a W beat is written the cycle after its handshake (from a
-    register: the write enables reach every block RAM). No AXI output depends
+    selected. With ``dual_port`` every block RAM input is a register (they are spread over the
+    device): a W beat is written the cycle after its handshake, a host write the cycle after
+    it, a host read's data comes two cycles after it (``host_read_latency``, else one), and the
+    AXI side reads from the second cycle after the host lets go. No AXI output depends
     combinationally on an AXI input. FIXED and WRAP bursts answer
     SLVERR (reads zero, writes dropped); beats past the end DECERR, likewise; host accesses
     past the end read zero and write nothing; a host ``read`` together with ``write`` is a
@@ -138,6 +145,8 @@ class AxiMemory(wiring.Component):
             raise ValueError(f"dual_port=True is invalid for kind={kind!r}: only for 'bram'")
         self.data_width, self.size_bytes, self.kind = data_width, size_bytes, kind
         self.dual_port = dual_port
+        self.host_read_latency = 2 if dual_port else 1
+        """Cycles from a host ``read`` to its ``rdata``."""
         super().__init__({
             **flat_ports("s_axi", axi_read_signature(data_width).flip()),
             **flat_ports("s_axi", axi_write_signature(data_width).flip()),
@@ -176,9 +185,13 @@ class AxiMemory(wiring.Component):
         writing = writes.active & b_queue.w_rdy
         host = self.host
         if self.dual_port:
+            # The read address is a register loaded a cycle ahead (below), with the host's word
+            # while it is selected: an AXI read waits a cycle after the host lets go.
+            host_was_selected = Signal()
+            m.d.sync += host_was_selected.eq(host.select)
             write_slot = ~host.select & writing
             write_beat = write_slot & axi("wvalid")
-            read_issue = ~host.select & read_wants
+            read_issue = ~host_was_selected & read_wants
         else:
             write_turn = Signal()
             write_slot = ~host.select & writing & (write_turn | ~read_wants)
@@ -224,11 +237,12 @@ class AxiMemory(wiring.Component):
         with m.If(write_beat):
             m.d.sync += worst.eq(Mux(writes.last, AXI_RESP_OKAY, response.resp))
 
-        # Host: a 32-bit lane of a word; the lane of a read is remembered for the next cycle.
+        # Host: a 32-bit lane of a word; the lane of a read is remembered until its data.
         lane = host.addr[:exact_log2(lanes)]
         host_in_range = host.addr[exact_log2(self.size_bytes // 4):] == 0
-        read_lane, read_in_range = Signal.like(lane), Signal()
-        m.d.sync += [read_lane.eq(lane), read_in_range.eq(host_in_range)]
+        read_lane, read_in_range = lane, host_in_range
+        for cycle in range(self.host_read_latency):
+            read_lane, read_in_range = _registered(m, read_lane), _registered(m, read_in_range)
         m.d.comb += host.rdata.eq(Mux(read_in_range, read_port.data.word_select(read_lane, 32), 0))
         host_write = host.write & host_in_range
         host_strobes = Cat(Mux(host_write & (lane == i), 0b1111, 0) for i in range(lanes))
@@ -237,20 +251,38 @@ class AxiMemory(wiring.Component):
         axi_word, axi_data = writes.word, axi("wdata")
         axi_strobes = Mux(write_beat & (writes.resp == AXI_RESP_OKAY), axi("wstrb"), 0)
         if self.dual_port:
-            # With a port of its own, a W beat's write is registered before it (the block RAMs
-            # are spread over the device: the 8x8 board system's critical path ran from the W
-            # handshake to their write enables, 23.2 ns). It waits while the host owns the
-            # ports. A read of its word is issued a cycle after its B response is sent at the
-            # earliest, when the write is done.
+            # The block RAMs are spread over the device, so every input of theirs is a register:
+            # the host's access or the AXI side's, chosen a cycle before (the 8x8 board system's
+            # critical paths ran from the W handshake to their write enables, 23.2 ns, and from
+            # the UART bridge's `select` through that choice to their addresses, 17.8 ns). A W
+            # beat is written the cycle after its handshake, a host write the cycle after it is
+            # presented; a read of the word a W beat wrote is issued a cycle after its B
+            # response is sent at the earliest, when the write is done. A read's address is
+            # `AxiBurst.next_word` of the cycle before, or the host's word, whose data comes a
+            # cycle later than without the register (`host_read_latency`).
             issued = Signal(data.StructLayout({"word": len(writes.word), "data": width,
                                                "strobes": width // 8}))
-            with m.If(~host.select | (issued.strobes == 0)):
-                m.d.sync += [issued.word.eq(axi_word), issued.data.eq(axi_data),
-                             issued.strobes.eq(axi_strobes)]
-            axi_word, axi_data, axi_strobes = issued.word, issued.data, issued.strobes
-            read_word = Mux(host.select, host_word, reads.word)
-            write_word = Mux(host.select, host_word, axi_word)
+            m.d.sync += [
+                issued.word.eq(Mux(host.select, host_word, axi_word)),
+                issued.data.eq(Mux(host.select, Cat([host.wdata] * lanes), axi_data)),
+                issued.strobes.eq(Mux(host.select, host_strobes, axi_strobes)),
+            ]
+            # With a read port of its own the block RAMs read every cycle: what a read issued
+            # is taken when its data comes (`pending`, the host's rdata), and the enable of every
+            # block RAM is not on a path from the requests (the 8x8 board system's, 19.2 ns,
+            # ran from the UART bridge's read request into it).
+            read_word = Signal(range(storage.depth))
+            m.d.sync += read_word.eq(Mux(host.select, host_word, reads.next_word))
+            m.d.comb += [
+                read_port.addr.eq(read_word),
+                read_port.en.eq(1),
+                write_port.addr.eq(issued.word),
+                write_port.data.eq(issued.data),
+                write_port.en.eq(issued.strobes),
+            ]
         else:
+            # Yosys maps to SPRAM (read output unchanged while writing) only if it can prove
+            # that no cycle both reads and writes, hence the host's read yields to its write.
             word = Signal(range(storage.depth))
             with m.If(host.select):
                 m.d.comb += word.eq(host_word)
@@ -258,19 +290,18 @@ class AxiMemory(wiring.Component):
                 m.d.comb += word.eq(axi_word)
             with m.Else():
                 m.d.comb += word.eq(reads.word)
-            read_word = write_word = word
-        # Yosys maps to SPRAM (read output unchanged while writing) only if it can prove that
-        # no cycle both reads and writes, hence the host's read yields to its write. With a
-        # read port of its own the block RAMs read every cycle: what a read issued is taken
-        # the cycle after (`pending`, the host's rdata), and the enable of every block RAM is
-        # not on a path from the requests (the 8x8 board system's, 19.2 ns, ran from the UART
-        # bridge's read request into it).
-        m.d.comb += [
-            read_port.addr.eq(read_word),
-            read_port.en.eq(1 if self.dual_port
-                            else read_issue | (host.select & host.read & ~host.write)),
-            write_port.addr.eq(write_word),
-            write_port.data.eq(Mux(host.select, Cat([host.wdata] * lanes), axi_data)),
-            write_port.en.eq(Mux(host.select, host_strobes, axi_strobes)),
-        ]
+            m.d.comb += [
+                read_port.addr.eq(word),
+                read_port.en.eq(read_issue | (host.select & host.read & ~host.write)),
+                write_port.addr.eq(word),
+                write_port.data.eq(Mux(host.select, Cat([host.wdata] * lanes), axi_data)),
+                write_port.en.eq(Mux(host.select, host_strobes, axi_strobes)),
+            ]
         return m
+
+
+def _registered(m, value):
+    """``value`` a cycle later."""
+    register = Signal.like(value)
+    m.d.sync += register.eq(value)
+    return register

@@ -42,7 +42,8 @@ class BoardSystem(wiring.Component):
         # SPRAM has one.
         self.memory = AxiMemory(config.axi_data_width, memory_bytes, kind=memory_kind,
                                 dual_port=memory_kind == "bram")
-        self.bridge = UartBridge(self.clk_freq, baud, memory_bytes)
+        self.bridge = UartBridge(self.clk_freq, baud, memory_bytes,
+                                 read_latency=self.memory.host_read_latency)
         self.slice = AxiRegisterSlice(config.axi_data_width) if register_slice else None
         super().__init__()
 

@@ -130,9 +130,10 @@ class UartBridge(wiring.Component):
     ``4 * MAX_WORDS``-byte buffer, read data is collected there before the reply. ``mem.select``
     is high only while a memory request executes. ``memory_bytes`` is a power of two, at least
     the buffer (the range check relies on both, as on REGISTER_SPACE being one).
+    ``read_latency``: the memory's cycles from a read to its data (`AxiMemory.host_read_latency`).
     """
 
-    def __init__(self, clk_freq, baud, memory_bytes):
+    def __init__(self, clk_freq, baud, memory_bytes, read_latency=1):
         self.divisor = bit_cycles(clk_freq, baud)
         if not (isinstance(memory_bytes, int) and 4 * MAX_WORDS <= memory_bytes <= 1 << 32
                 and power_of_two(memory_bytes)):
@@ -141,6 +142,9 @@ class UartBridge(wiring.Component):
         self.clk_freq = clk_freq
         self.baud = baud
         self.memory_bytes = memory_bytes
+        if isinstance(read_latency, bool) or not isinstance(read_latency, int) or read_latency < 1:
+            raise ValueError(f"read_latency={read_latency!r} is invalid: allowed an integer >= 1")
+        self.read_latency = read_latency
         super().__init__({
             "rx": In(1, init=1),
             "tx": Out(1, init=1),
@@ -238,6 +242,10 @@ class UartBridge(wiring.Component):
         # starts): they reach every block RAM of the board memory (the 8x8 board system's
         # critical path ran from the request's header through `select` to their addresses).
         mem_select, mem_read, mem_write = Signal(), Signal(), Signal()
+        read_arrives = mem_read
+        for cycle in range(self.read_latency):
+            read_arrives, was = Signal(name=f"read_arrives_{cycle}"), read_arrives
+            m.d.sync += read_arrives.eq(was)
 
         def answer(code):
             m.d.sync += [status.eq(code), draining.eq(code not in (Status.OK, Status.BUS_ERROR))]
@@ -321,9 +329,9 @@ class UartBridge(wiring.Component):
                 m.d.sync += mem_write.eq(0)
                 next_word()
             with m.State("MEM_READ"):
-                # Two cycles: `mem.read` is high in the first, the data arrives in the second.
+                # `mem.read` is high in the first cycle; the data arrives `read_latency` later.
                 m.d.sync += mem_read.eq(0)
-                with m.If(~mem_read):
+                with m.If(read_arrives):
                     m.d.sync += word.eq(self.mem.rdata)
                     m.next = "STORE"
             with m.State("STORE"):

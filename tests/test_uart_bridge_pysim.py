@@ -25,13 +25,14 @@ MAX_CYCLES = 400_000
 
 
 class Board(Elaboratable):
-    """The bridge with a word memory of ``memory_bytes`` on ``mem`` and, with ``registers``,
-    ControlRegisters on ``csr`` (else ``csr`` is left unanswered). ``misuse`` latches a memory
-    access without ``select``."""
+    """The bridge with a word memory of ``memory_bytes`` on ``mem``, its read data
+    ``read_latency`` cycles after the read, and, with ``registers``, ControlRegisters on ``csr``
+    (else ``csr`` is left unanswered). ``misuse`` latches a memory access without ``select``."""
 
-    def __init__(self, bit=BIT, registers=True, memory_bytes=MEMORY_BYTES):
+    def __init__(self, bit=BIT, registers=True, memory_bytes=MEMORY_BYTES, read_latency=1):
         self.bit = bit
-        self.bridge = UartBridge(bit * BAUD, BAUD, memory_bytes)
+        self.read_latency = read_latency
+        self.bridge = UartBridge(bit * BAUD, BAUD, memory_bytes, read_latency=read_latency)
         self.memory = memory.Memory(shape=32, depth=memory_bytes // 4, init=[])
         self.registers = ControlRegisters(CONFIG) if registers else None
         self.misuse = Signal()
@@ -42,10 +43,14 @@ class Board(Elaboratable):
         m.submodules.memory = self.memory
         mem = bridge.mem
         write, read = self.memory.write_port(), self.memory.read_port()
+        rdata = read.data
+        for _ in range(self.read_latency - 1):
+            rdata, was = Signal.like(rdata), rdata
+            m.d.sync += rdata.eq(was)
         m.d.comb += [write.addr.eq(mem.addr), write.data.eq(mem.wdata),
                      write.en.eq(mem.select & mem.write),
                      read.addr.eq(mem.addr), read.en.eq(mem.select & mem.read),
-                     mem.rdata.eq(read.data)]
+                     mem.rdata.eq(rdata)]
         with m.If((mem.read | mem.write) & ~mem.select):
             m.d.sync += self.misuse.eq(1)
         if self.registers is not None:
@@ -151,6 +156,9 @@ def test_parameters():
     for memory_bytes in (0, 1022, 3 << 10, 2 * MAX_WORDS, 2 ** 32 + 4, 1024.0):
         with pytest.raises(ValueError, match="memory_bytes"):
             UartBridge(12_000_000, 115_200, memory_bytes)
+    for read_latency in (0, True, 1.0):
+        with pytest.raises(ValueError, match="read_latency"):
+            UartBridge(12_000_000, 115_200, 1024, read_latency=read_latency)
     assert bit_cycles(12_000_000, 115_200) == 104
     assert bit_cycles(12_000_000, 3_000_000) == 4
     members = UartBridge(4 * BAUD, BAUD, 1024).signature.members
@@ -164,7 +172,8 @@ def test_parameters():
             Op.MEM_WRITE >> 2, op in (Op.MEM_READ, Op.REG_READ), op in (Op.REG_WRITE, Op.REG_READ))
 
 
-def test_memory_and_registers():
+@pytest.mark.parametrize("read_latency", [1, 2])
+def test_memory_and_registers(read_latency):
     rng = random.Random(5)
 
     async def body(ctx, board, host):
@@ -201,7 +210,7 @@ def test_memory_and_registers():
         status, data = await host.transact(ctx, Op.REG_READ, 0, 1)
         assert (status, words(data)) == (Status.OK, [ID_MAGIC])
 
-    simulate(body)
+    simulate(body, Board(read_latency=read_latency))
 
 
 @pytest.mark.parametrize("memory_bytes", [MEMORY_BYTES, 8 << 10])
