@@ -578,8 +578,10 @@ class BurstPlannerHarness(_InternalsHarness):
     """The burst planner alone (`hdl/walker.py`): a free element stream in (any address,
     bounds and handshake timing, no stability required), free steps and bursts
     handshakes, free windows held constant of which all four may grant ``permission``; each
-    element's ``in_window`` is its beat's window check, as the `ElementStage` before the planner
-    makes it (`window_ok`, tested against this statement in tests/test_dma_pysim.py).
+    element's ``in_window`` is its beat's window check and its ``same_beat`` / ``next_beat``
+    compare its beat with the beat of the element taken before, as the `ElementStage` before
+    the planner makes them (`window_ok`, tested against this statement in
+    tests/test_dma_pysim.py).
 
     Asserted: every burst is beat-aligned, never crosses 4 KiB, has at most ``max_beats``
     beats and stays stable until taken; no in-bounds element is taken whose beat is outside
@@ -590,8 +592,8 @@ class BurstPlannerHarness(_InternalsHarness):
     window checks made at different steps: over four windows that stalls even BMC at depth 3.
 
     For k-induction the planner's open burst is tied to what it will issue by auxiliary
-    invariants on its internal registers: the beats from ``first_beat`` to ``pending_beat`` are
-    ``beats`` many, in one 4 KiB page, and were all taken.
+    invariants on its internal registers: the beats from ``first_beat`` to the beat of the
+    element taken last are ``beats`` many, in one 4 KiB page, and were all taken.
     """
 
     def __init__(self, beat_bytes, *, max_steps, max_beats, permission, lanes=2, rows=2):
@@ -604,9 +606,8 @@ class BurstPlannerHarness(_InternalsHarness):
     def constrain(self, m, fragment):
         dut, beat, windows = self.planner, self.beat, self.windows
         permission, shift = dut.permission, exact_log2(dut.beat_bytes)
-        pending, pending_valid, pending_beat, first_beat, burst_steps, beats, flush = _internals(
-            fragment, "pending", "pending_valid", "pending_beat", "first_beat", "burst_steps",
-            "beats", "flush")
+        pending, pending_valid, first_beat, burst_steps, beats, flush = _internals(
+            fragment, "pending", "pending_valid", "first_beat", "burst_steps", "beats", "flush")
         pending = data.View(dut.steps.payload.shape(), pending)
 
         burst = dut.bursts.payload
@@ -618,11 +619,17 @@ class BurstPlannerHarness(_InternalsHarness):
         walked = Signal()  # an in-bounds element of ``beat`` has been taken
         with m.If(taken & (elem.addr[shift:] == beat)):
             m.d.sync += walked.eq(1)
+        pending_beat = Signal(32 - shift)  # the beat of the element taken last
+        with m.If(dut.elements.valid & dut.elements.ready):
+            m.d.sync += pending_beat.eq(elem.addr[shift:])
         elem_beat = Cat(Const(0, shift), elem.addr[shift:])
         m.d.comb += [
             Assume(_constant(m, windows.as_value())),
             Assume(_constant(m, beat)),
             Assume(elem.in_window == _in_window(windows, elem_beat, dut.beat_bytes, permission)),
+            Assume(elem.same_beat == (elem.addr[shift:] == pending_beat)),
+            Assume(elem.next_beat == ((elem.addr[shift:] == pending_beat + 1)
+                                      & (elem.addr[shift:12] != 0))),
             Assert(_held(m, dut.bursts.valid, dut.bursts.ready, burst.as_value()),
                    "bursts: valid held and the burst stable until ready"),
             Assert(~dut.bursts.valid | (burst.addr[:shift] == 0), "burst: not beat-aligned"),

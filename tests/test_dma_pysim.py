@@ -1,4 +1,5 @@
 """amaranth.sim tests of the tile walker and the LOAD/STORE engines: numpy vs. a random AXI memory."""
+import collections
 import itertools
 from dataclasses import replace
 
@@ -745,16 +746,18 @@ def test_window_ok_is_the_sum_check(size, aligned, count):
 @pytest.mark.parametrize("permission", ["read", "write"])
 def test_element_stage_checks_the_beat(permission):
     """The `ElementStage` passes each element on unchanged, in order, with ``in_window`` set
-    exactly when the element's whole bus beat lies in a window with ``permission`` (the
-    statement the burst planner's proof assumes, `sim.formal.BurstPlannerHarness`): addresses
-    anywhere in a beat at and around the windows' edges, with backpressure on both sides."""
+    exactly when the element's whole bus beat lies in a window with ``permission``, and
+    ``same_beat`` / ``next_beat`` when its beat is that of the element before or the next one in
+    its 4 KiB page (the statements the burst planner's proof assumes,
+    `sim.formal.BurstPlannerHarness`): addresses anywhere in a beat at and around the windows'
+    edges and a 4 KiB boundary, with backpressure on both sides."""
     beat_bytes, flags = 8, {"read": "r", "write": "w"}
     rng = np.random.default_rng(7)
     specs = [(0x1004, 0x40, "rw"), (0x2000, 0x10, flags[permission]),
              (0x3000, 0x100, "rw".replace(flags[permission], ""))]
     dut = ElementStage(lanes=4, rows=16, beat_bytes=beat_bytes, permission=permission, windows=3)
     addrs = [edge + delta for base, size, _ in specs for edge in (base, base + size)
-             for delta in range(-12, 13, 3)]
+             for delta in range(-12, 13, 3)]  # 0x2000 and 0x3000 start 4 KiB pages
     elements = [{"in_bounds": int(rng.integers(2)), "addr": addr, "lane": int(rng.integers(4)),
                  "count": int(rng.integers(1, 5)), "row": int(rng.integers(16)),
                  "last_in_row": int(rng.integers(2)), "last": 0} for addr in addrs]
@@ -776,7 +779,7 @@ def test_element_stage_checks_the_beat(permission):
     sim.add_testbench(put)
     sim.add_testbench(get)
     sim.run()
-    expected_in = 0
+    expected_in, previous, follows = 0, 0, collections.Counter()
     for element, out in zip(elements, seen, strict=True):
         beat = element["addr"] // beat_bytes * beat_bytes
         in_window = any(flags[permission] in p and base <= beat and beat + beat_bytes <= base + size
@@ -784,4 +787,11 @@ def test_element_stage_checks_the_beat(permission):
         assert {name: out[name] for name in element} == element
         assert out.in_window == in_window, hex(element["addr"])
         expected_in += in_window
+        same, following = beat == previous, beat == previous + beat_bytes and beat % 4096 != 0
+        assert (out.same_beat, out.next_beat) == (same, following), hex(element["addr"])
+        follows[same, following, beat == previous + beat_bytes] += 1
+        previous = beat
     assert 0 < expected_in < len(elements)  # both answers were seen
+    # the same beat, the next one, the next one across 4 KiB, and another
+    assert set(follows) == {(True, False, False), (False, True, True), (False, False, True),
+                            (False, False, False)}, follows
