@@ -129,8 +129,9 @@ class ExecuteEngine(wiring.Component):
     tile at ``weight_row`` and A is the scratchpad (int8) or, with ``act_probabilities``, the
     probability buffer (uint8).
 
-    Each instruction is registered when taken, checked from that register the next cycle and
-    dispatched from registers after that (no path from the controller's queue to the checks).
+    Each instruction is registered when taken, checked from that register over the next two
+    cycles (a SOFTMAX one) and dispatched from registers after that (no path from the
+    controller's queue to the checks).
     MATMULs overlap: the next one is taken while the current one streams, so its weight tile
     shifts into the array meanwhile and its vectors follow without a gap; an
     instruction is done (``done`` pulse, in order) when its last result is in the accumulator.
@@ -194,28 +195,37 @@ class ExecuteEngine(wiring.Component):
 
         pushed = data.View(target, targets.w_data)
         # Registered decode: an instruction is taken from the queue into `ins`, checked there
-        # the next cycle (the verdict registered in `bad`), and dispatched from registers the
-        # cycle after; the next one is taken in that same cycle.
+        # over the next two cycles (the span of its activation rows registered in the first,
+        # the verdict in `bad` in the second: the routed 8x8's critical path ran through the
+        # shift and both adds in one, 16.7 ns), and dispatched from registers the cycle after;
+        # the next one is taken in that same cycle.
         ins = Signal(EXECUTE_INSTRUCTION)
         held = Signal()     # `ins` holds an instruction
+        spanned = Signal()  # ... and `act_span` is its span
         checked = Signal()  # ... and `bad` is its verdict
         bad = Signal(ErrorCode)
         instr = data.View(MatmulInstruction, ins.as_value()[:MatmulInstruction.size])
         is_softmax = ins.header.opcode == Opcode.SOFTMAX
         act_rows = Mux(instr.act_probabilities, cfg.probability_rows, cfg.scratchpad_rows)
+        act_span = Signal.like((instr.count - 1) << instr.act_stride_log2)
         verdict = Signal(ErrorCode)
         with m.If(instr.count == 0):
             m.d.comb += verdict.eq(ErrorCode.BAD_EXTENT)
         with m.Elif((instr.weight_row + cfg.rows > cfg.scratchpad_rows)
-                    | (instr.act_row + ((instr.count - 1) << instr.act_stride_log2) >= act_rows)
+                    | (instr.act_row + act_span >= act_rows)
                     | (instr.acc_row + instr.count > cfg.accumulator_rows)):
             m.d.comb += verdict.eq(ErrorCode.SRAM_RANGE)
         if not cfg.softmax:
             with m.Elif(instr.act_probabilities):  # no probability buffer
                 m.d.comb += verdict.eq(ErrorCode.UNKNOWN_OPCODE)
         with m.If(held & ~checked):
-            # A SOFTMAX goes on unchecked: the softmax unit checks its own.
-            m.d.sync += [bad.eq(Mux(is_softmax, ErrorCode.NONE, verdict)), checked.eq(1)]
+            with m.If(is_softmax):  # it goes on unchecked: the softmax unit checks its own
+                m.d.sync += [bad.eq(ErrorCode.NONE), checked.eq(1)]
+            with m.Elif(~spanned):
+                m.d.sync += [act_span.eq((instr.count - 1) << instr.act_stride_log2),
+                             spanned.eq(1)]
+            with m.Else():
+                m.d.sync += [bad.eq(verdict), checked.eq(1)]
 
         # The array and the softmax unit take turns on the accumulator.
         result_valid = Signal()
@@ -244,7 +254,7 @@ class ExecuteEngine(wiring.Component):
         with m.If(dispatch):
             m.d.sync += held.eq(0)
         with m.If(self.instr.valid & self.instr.ready):
-            m.d.sync += [ins.eq(self.instr.payload), held.eq(1), checked.eq(0)]
+            m.d.sync += [ins.eq(self.instr.payload), held.eq(1), spanned.eq(0), checked.eq(0)]
         # A MATMUL that accumulates into the row the one before it wrote last waits a cycle
         # after that one's last vector: its first result then reads that row after it is
         # written (the accumulator's execute port is not transparent: no bypass of a row).
