@@ -372,7 +372,12 @@ class SoftmaxUnit(wiring.Component):
         retired = Signal(queries)  # queries whose job was taken, that hit or were normalized
         hit = Signal()  # a query of pass A hit: it is done and queues no job
         back = Signal()
-        b_end = Mux(b_scale, b_tile + 1 == ins.o_tiles, (b_tile + 1 == ins.tiles) & ins.first)
+        # Whether the back's row is the last of its pass (exp, or with `b_scale` the O
+        # rescale), a register stepped with b_tile: the compare's carry chain into the back's
+        # pop, and from there into its job's registers, was the routed 8x8's critical path
+        # (14.9 ns).
+        b_tile_last = Signal()
+        b_end = b_tile_last & (b_scale | ins.first)
         m.d.comb += back.eq(b_have & ~front)
 
         op, row = Signal(_op_layout(cfg)), Signal(_ROW)
@@ -401,7 +406,7 @@ class SoftmaxUnit(wiring.Component):
                 m.d.comb += [
                     op.kind.eq(_Kind.EXP),
                     op.first.eq(b_tile == 0),
-                    op.last.eq(b_tile + 1 == ins.tiles),
+                    op.last.eq(b_tile_last),
                     op.lanes.eq(valid_lanes(b_left)),
                     op.addr.eq(b_paddr),
                     op.alpha_shift.eq(b_job.shift),
@@ -446,16 +451,20 @@ class SoftmaxUnit(wiring.Component):
         with m.Elif(pop):
             m.d.sync += [
                 b_have.eq(1), b_job.eq(job_out), b_scale.eq(0),
-                b_tile.eq(0), b_left.eq(key_limit(job_out.query)),
+                b_tile.eq(0), b_tile_last.eq(ins.tiles == 1),
+                b_left.eq(key_limit(job_out.query)),
                 b_addr.eq(ins.score_row + job_out.query),
                 b_paddr.eq(ins.p_row + job_out.query),
             ]
         with m.Elif(back & b_end):
             m.d.sync += b_have.eq(0)
-        with m.Elif(back & ~b_scale & (b_tile + 1 == ins.tiles)):
-            m.d.sync += [b_scale.eq(1), b_tile.eq(0), b_addr.eq(ins.o_row + b_job.query)]
+        with m.Elif(back & ~b_scale & b_tile_last):
+            m.d.sync += [b_scale.eq(1), b_tile.eq(0), b_tile_last.eq(ins.o_tiles == 1),
+                         b_addr.eq(ins.o_row + b_job.query)]
         with m.Elif(back):
-            m.d.sync += [b_tile.eq(b_tile + 1), b_addr.eq(b_addr + ins.count),
+            m.d.sync += [b_tile.eq(b_tile + 1),
+                         b_tile_last.eq(b_tile + 2 == Mux(b_scale, ins.o_tiles, ins.tiles)),
+                         b_addr.eq(b_addr + ins.count),
                          b_paddr.eq(b_paddr + ins.count), b_left.eq(b_left - cols)]
         m.d.sync += [ahead.eq(Mux(start, 0, ahead + started - pop - hit)),
                      retired.eq(Mux(start, 0, retired + pop + hit + self.scale_write.en))]
