@@ -146,12 +146,17 @@ class LoadEngine(wiring.Component):
         first_lane = Mux(im2col, 0, instr.tensor.lane)
         kept_lanes = Cat(first_lane <= k for k in range(lanes))  # the lanes a row write enables
         bus_error = axi.rvalid & (axi.rresp != AXI_RESP_OKAY)
+        # RREADY is high for a step that ends its beat whether or not RVALID is (AXI allows
+        # it): no path from R through the step's take to RREADY and on to the soft reset's
+        # burst count (the routed 8x8's critical path, 16.7 ns). A failing beat is taken on
+        # the bus then and dropped, as in DRAIN.
+        wants_beat = running & plan.r_rdy & step.in_bounds & step.end_of_beat
         take = running & plan.r_rdy & (~step.in_bounds | axi.rvalid) & ~bus_error
         m.d.comb += [
             merged.eq(Cat(Mux(mask[k], moved.word_select(k, 8), row.as_value().word_select(k, 8))
                           for k in range(lanes))),
             plan.r_en.eq(take),
-            axi.rready.eq(draining | (take & step.in_bounds & step.end_of_beat)),
+            axi.rready.eq(draining | wants_beat),
             self.sp_write.addr.eq(step.row),
             self.sp_write.data.eq(merged),
             self.sp_write.en.eq(Mux(take & step.last_in_row, kept_lanes, 0)),
