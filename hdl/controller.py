@@ -110,7 +110,8 @@ class InstructionQueue(wiring.Component):
     ``head`` is zero. ``tokens``: the head's token flags (`arch.TOKEN_FLAGS`, which ``kept``
     must hold, in the first beat) from a register, read a cycle ahead: the dispatch reads no
     memory (the routed 8x8's critical path ran from the load queue's LUT RAM through the
-    dispatch into the engine's index register, 17.4 ns).
+    dispatch into the engine's index register, 17.4 ns). With more than one slot the head's
+    index is read a cycle ahead into a register too.
     """
 
     def __init__(self, layout, kept, beat_bits, depth):
@@ -138,13 +139,29 @@ class InstructionQueue(wiring.Component):
         level = Signal(range(self.depth + 1))
         pop = self.head.valid & self.head.ready
         instr = self.head.payload.instr.as_value()
+
+        def following(ptr):
+            return Mux(ptr == self.depth - 1, 0, ptr + 1)
+
+        def advance(ptr):
+            return ptr.eq(following(ptr))
+
+        # The head's index, read a cycle ahead like the token flags (below) when there is more
+        # than one slot: the watchdog's compares of the heads' indices take no memory read
+        # (the routed 8x8's critical path ran from the store queue's LUT RAM through them,
+        # 15.5 ns).
         m.submodules.indices = indices = memory.Memory(shape=32, depth=self.depth, init=[])
-        index_write, index_read = indices.write_port(), indices.read_port(domain="comb")
+        index_write = indices.write_port()
+        if self.depth > 1:
+            index_read = indices.read_port(transparent_for=(index_write,))
+            m.d.comb += index_read.addr.eq(Mux(pop, following(r_ptr), r_ptr))
+        else:
+            index_read = indices.read_port(domain="comb")
+            m.d.comb += index_read.addr.eq(r_ptr)
         m.d.comb += [
             index_write.addr.eq(w_ptr),
             index_write.data.eq(self.commit_index),
             index_write.en.eq(self.commit),
-            index_read.addr.eq(r_ptr),
             self.head.payload.index.eq(index_read.data),
             self.head.valid.eq(level != 0),
             self.full.eq(level == self.depth),
@@ -165,12 +182,6 @@ class InstructionQueue(wiring.Component):
             for first, end in runs:
                 m.d.comb += instr[first:end].eq(read.data[offset:offset + end - first])
                 offset += end - first
-
-        def following(ptr):
-            return Mux(ptr == self.depth - 1, 0, ptr + 1)
-
-        def advance(ptr):
-            return ptr.eq(following(ptr))
 
         # The token flags (all in the first beat) read at the head the next cycle will have. The
         # read sees a write in the same cycle: a queue that keeps one beat of an instruction

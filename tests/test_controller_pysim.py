@@ -169,9 +169,10 @@ def test_a_queue_takes_nothing_while_its_engine_holds_what_it_took(family):
     ("load", 2, None, 32), ("store", 1, "ice40", 32), ("execute", 2, None, 128)])
 def test_the_queue_registers_its_heads_token_flags(name, depth, family, width):
     # Instructions written a beat a cycle (the first with random token flags), committed with
-    # the last, popped at random: whenever the head is valid its registered `tokens` are the
-    # head's header flags. A 128-bit bus's MATMUL is one beat, committed with its first (as the
-    # controller copies one from its overflow memory).
+    # the last and a random index, popped at random: whenever the head is valid its registered
+    # `tokens` are the head's header flags and its index (registered too with more than one
+    # slot) the one committed with it. A 128-bit bus's MATMUL is one beat, committed with its
+    # first (as the controller copies one from its overflow memory).
     config = CoreConfig(rows=2, cols=2, axi_data_width=width, queue_depth=depth, softmax=False)
     opcodes, layout = ENGINES[name]
     dut = InstructionQueue(layout, kept_bits(config, opcodes), width, depth)
@@ -186,9 +187,9 @@ def test_the_queue_registers_its_heads_token_flags(name, depth, family, width):
             ctx.set(dut.head.ready, rng.random() < 0.4)
             if writing is None and not ctx.get(dut.full) and rng.random() < 0.5:
                 flags = rng.getrandbits(len(TOKEN_FLAGS))
-                writing = [0, flags]
+                writing = [0, (flags, rng.getrandbits(32))]
             if writing is not None:
-                beat, flags = writing
+                beat, (flags, index) = writing
                 data = rng.getrandbits(width)
                 if beat == 0:
                     for k, bit in enumerate(flag_bits):
@@ -198,15 +199,17 @@ def test_the_queue_registers_its_heads_token_flags(name, depth, family, width):
                 ctx.set(dut.beat_data, data)
                 ctx.set(dut.beat_en, 1)
                 ctx.set(dut.commit, last)
+                ctx.set(dut.commit_index, index)
             else:
                 ctx.set(dut.beat_en, 0)
                 ctx.set(dut.commit, 0)
             valid, ready = ctx.get(dut.head.valid), ctx.get(dut.head.ready)
             if valid:
                 header = ctx.get(dut.head.payload.instr.header)
-                expected = [queued[0] >> k & 1 for k in range(len(TOKEN_FLAGS))]
+                expected = [queued[0][0] >> k & 1 for k in range(len(TOKEN_FLAGS))]
                 assert [ctx.get(getattr(dut.tokens, flag)) for flag in TOKEN_FLAGS] == \
                     expected == [getattr(header, flag) for flag in TOKEN_FLAGS]
+                assert ctx.get(dut.head.payload.index) == queued[0][1]
                 checked.append(expected)
             await ctx.tick()
             if valid and ready:
