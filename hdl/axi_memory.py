@@ -7,6 +7,7 @@ from amaranth.utils import exact_log2
 from .axi import (ADDR_WIDTH, AXI_BURST_INCR, AXI_RESP_DECERR, AXI_RESP_OKAY, AXI_RESP_SLVERR,
                   ID_WIDTH, axi_read_signature, axi_write_signature, flat_ports,
                   memory_host_signature)
+from .pipeline import delayed
 
 __all__ = ["AxiBurst", "AxiMemory"]
 
@@ -240,9 +241,8 @@ class AxiMemory(wiring.Component):
         # Host: a 32-bit lane of a word; the lane of a read is remembered until its data.
         lane = host.addr[:exact_log2(lanes)]
         host_in_range = host.addr[exact_log2(self.size_bytes // 4):] == 0
-        read_lane, read_in_range = lane, host_in_range
-        for cycle in range(self.host_read_latency):
-            read_lane, read_in_range = _registered(m, read_lane), _registered(m, read_in_range)
+        read_lane = delayed(m, lane, self.host_read_latency)
+        read_in_range = delayed(m, host_in_range, self.host_read_latency)
         m.d.comb += host.rdata.eq(Mux(read_in_range, read_port.data.word_select(read_lane, 32), 0))
         host_write = host.write & host_in_range
         host_strobes = Cat(Mux(host_write & (lane == i), 0b1111, 0) for i in range(lanes))
@@ -298,10 +298,3 @@ class AxiMemory(wiring.Component):
                 write_port.en.eq(Mux(host.select, host_strobes, axi_strobes)),
             ]
         return m
-
-
-def _registered(m, value):
-    """``value`` a cycle later."""
-    register = Signal.like(value)
-    m.d.sync += register.eq(value)
-    return register

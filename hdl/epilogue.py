@@ -6,15 +6,9 @@ from amaranth.utils import ceil_log2
 
 from ..isa import PARAMS_PER_INSTRUCTION, PARAMS_RESET, Epilogue, EpilogueParams, ParamsInstruction
 from .dsp import registered_operands_product
+from .pipeline import pipeline_register
 
-__all__ = ["EpilogueDatapath", "LaneParams", "pipeline_register"]
-
-
-def pipeline_register(m, value, name):
-    """``value`` one stage later: a register of ``m``."""
-    reg = Signal.like(value, name=name)
-    m.d.sync += reg.eq(value)
-    return reg
+__all__ = ["EpilogueDatapath", "LaneParams"]
 
 
 class LaneParams(wiring.Component):

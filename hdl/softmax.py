@@ -94,6 +94,7 @@ from ..config import check_config
 from ..isa import ErrorCode, RowScale, SoftmaxInstruction, SoftmaxMode
 from .carry import add_or_subtract
 from .engine import engine_members
+from .pipeline import delayed, delays
 
 __all__ = ["SoftmaxUnit", "EXP_BITS", "EXP_TABLE", "LF", "OUT_FRAC", "L_MAX", "SHIFT_MAX",
            "STATE_M"]
@@ -175,21 +176,6 @@ _OUT = 32
 """Bits of the lane shifter's output: an O element, or p's table index and n."""
 
 
-def _delays(m, value, cycles):
-    """``value`` 1, 2, ... ``cycles`` cycles later."""
-    stages = []
-    for _ in range(cycles):
-        reg = Signal.like(value)
-        m.d.sync += reg.eq(value)
-        stages.append(value := reg)
-    return stages
-
-
-def _delayed(m, value, cycles):
-    """``value`` ``cycles`` (>= 0) cycles later: itself when 0."""
-    return _delays(m, value, cycles)[-1] if cycles else value
-
-
 def _reduce(m, items, combine, levels=2):
     """Tree reduction, registered after every ``levels`` levels and at the end: (result,
     latency)."""
@@ -199,9 +185,9 @@ def _reduce(m, items, combine, levels=2):
                  for i in range(0, len(items), 2)]
         level += 1
         if level % levels == 0 and len(items) > 1:
-            items = [_delayed(m, item, 1) for item in items]
+            items = [delayed(m, item, 1) for item in items]
             latency += 1
-    return _delayed(m, items[0], 1), latency + 1
+    return delayed(m, items[0], 1), latency + 1
 
 
 def _larger(m, a, b):
@@ -474,7 +460,7 @@ class SoftmaxUnit(wiring.Component):
 
         def at(stage):
             while len(ops) <= stage:
-                ops.extend(_delays(m, ops[-1], 1))
+                ops.extend(delays(m, ops[-1], 1))
             return ops[stage]
 
         # 1: the row read (block RAM output).  2: registered (`read_data`), base + (value << 7
@@ -485,14 +471,14 @@ class SoftmaxUnit(wiring.Component):
         # The lane adder's base: P rows' from m' (pass A's from the stored m, `spec_m`, set
         # as the query's first row was issued), O rows' the rounding bias of their shift
         # (BLOCK's a = 0: ((O << 7) + 64) >> 7 is O).
-        row_1, row_2 = _delayed(m, row, 1), Signal(_ROW)
+        row_1, row_2 = delayed(m, row, 1), Signal(_ROW)
         p_base = Mux(at(1).spec, _p_base(spec_m, ins.frac), row_1.base)
         m.d.sync += [row_2.base.eq(Mux(at(1).kind == _Kind.EXP, p_base, _half(row_1.shift))),
                      row_2.shift.eq(row_1.shift)]
         # The op and the operands at the lane adder (stage 2), then at the shifter and at the
         # write.
         sum_op, sum_row, shift_op, write_op = at(2), row_2, at(3), at(4)
-        shift_row = _delayed(m, sum_row, 1)
+        shift_row = delayed(m, sum_row, 1)
 
         sums = [Signal(_SUM) for _ in range(cols)]
         invert = sum_op.kind == _Kind.EXP
@@ -575,7 +561,7 @@ class SoftmaxUnit(wiring.Component):
             old.valid.eq(stored_m.m_valid & ~ins.first),
             old.x.eq(stored_m.m),
         ]
-        steps = _delays(m, new, 2)
+        steps = delays(m, new, 2)
         m.d.sync += [steps[0].m.eq(_larger(m, old, new.m)), steps[0].old.eq(old)]
         m.d.comb += [
             m_write.en.eq(steps[0].valid),
@@ -637,7 +623,7 @@ class SoftmaxUnit(wiring.Component):
         # comes no earlier.
         hit_latency = max_latency + 5
         lag = max(hit_latency - p_stage - sum_latency, 0)
-        row_sum = _delayed(m, row_sum, lag)
+        row_sum = delayed(m, row_sum, lag)
         sum_latency += lag
         op_sum = at(p_stage + sum_latency)
         is_exp = op_sum.valid & (op_sum.kind == _Kind.EXP)
@@ -650,7 +636,7 @@ class SoftmaxUnit(wiring.Component):
                 m.d.sync += running_sum.eq(totals[-1])
         total = Mux(op_sum.spec, totals[1], totals[0])
         # Whether pass A's query hit, from its max pass's end (`hit`) to its sum's.
-        hit_sum = _delayed(m, hit, p_stage + sum_latency - hit_latency)
+        hit_sum = delayed(m, hit, p_stage + sum_latency - hit_latency)
         # A query's state row is its last P row (`addr`) plus `l_offset`. l is read two stages
         # before its sum and registered as read (a query's l is written once, after its reads).
         before = at(p_stage - 2 + sum_latency)

@@ -8,7 +8,8 @@ from ..isa import (Epilogue, EpilogueParams, ErrorCode, Header, Opcode, ParamsIn
                    RowScale, StoreInstruction, TensorDescriptor)
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_write_signature
 from .engine import check_state, dma_engine_members
-from .epilogue import EpilogueDatapath, LaneParams, pipeline_register
+from .epilogue import EpilogueDatapath, LaneParams
+from .pipeline import pipeline_register
 from ..config import check_config
 from .load import MAX_OUTSTANDING
 from .walker import (BurstPlanner, ElementStage, TileCheck, TileWalker, move_units, select_units,

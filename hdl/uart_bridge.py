@@ -12,6 +12,7 @@ from ..registers import ADDR_WIDTH as CSR_ADDR_WIDTH
 from ..wire import (BUS_TIMEOUT_CYCLES, CRC, FRAME_TIMEOUT_BITS, MAX_WORDS, OP_BITS,
                     REGISTER_SPACE, REPLY_SYNC, REQUEST_SYNC, Header, Op, Status)
 from .axi import AXI_RESP_OKAY, axi_lite_signature, memory_host_signature
+from .pipeline import delayed
 
 __all__ = ["UartBridge", "UartRx", "UartTx", "bit_cycles"]
 
@@ -242,10 +243,7 @@ class UartBridge(wiring.Component):
         # starts): they reach every block RAM of the board memory (the 8x8 board system's
         # critical path ran from the request's header through `select` to their addresses).
         mem_select, mem_read, mem_write = Signal(), Signal(), Signal()
-        read_arrives = mem_read
-        for cycle in range(self.read_latency):
-            read_arrives, was = Signal(name=f"read_arrives_{cycle}"), read_arrives
-            m.d.sync += read_arrives.eq(was)
+        read_arrives = delayed(m, mem_read, self.read_latency)
 
         def answer(code):
             m.d.sync += [status.eq(code), draining.eq(code not in (Status.OK, Status.BUS_ERROR))]
