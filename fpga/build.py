@@ -19,7 +19,7 @@ from ..toolchain import ToolchainError, cache_dir, cached_build, find_tool
 from .boards import board_named
 from .synth import RESOURCE_CELLS, YOSYS_AFTER_SYNTH, YOSYS_BEFORE_SYNTH
 
-__all__ = ["BuildError", "BuildResult", "build", "build_system", "builds_dir", "cached_report",
+__all__ = ["BuildError", "BuildResult", "RouterWatch", "build", "build_system", "builds_dir", "cached_report",
            "critical_paths", "format_report", "last_build", "pll_settings"]
 
 
@@ -213,11 +213,52 @@ _STAGES = (("synthesis", "top.rpt", re.compile("")),
 its tool writes (yosys -l top.rpt, nextpnr --log top.tim); packing follows nextpnr."""
 
 
-def _follow(process, build_dir, progress, timeout, start):
+_ROUTER_ITERATION = re.compile(r"^Info:\s+iter=(\d+) wires=\d+ overused=(\d+)")
+"""router2's line per iteration in nextpnr's log: the iteration and its overused wires."""
+
+
+class RouterWatch:
+    """Whether nextpnr's router2 still converges, from its log lines (`see`): router2 does not
+    give up on a congested placement (the ULX3S 16x16 at stop 44: 1,456 overused wires at
+    iteration 219 after 27 minutes, its best 25 at iteration 99), so a build stops one that
+    diverges and places again at another seed instead.
+
+    It diverges when its best (fewest overused wires) is ``patience`` iterations old, or when
+    from iteration ``settled`` on its overused wires exceed ``rise`` times its best plus
+    ``slack``. The defaults come from the 20 ULX3S builds of stops 43 and 44 (8x8 and 16x16):
+    the 16 that routed went at most 42 iterations without a new best and came at most 5 wires
+    above it (1 -> 6); three of the four that did not rose to 2.8, 8.4 and 58 times their best,
+    and this watch stops them at iterations 42, 76 and 149 (the fourth was stopped at 22)."""
+
+    def __init__(self, patience=50, settled=30, rise=2, slack=50):
+        self.patience, self.settled, self.rise, self.slack = patience, settled, rise, slack
+        self.best = self.best_iteration = None
+
+    def see(self, line):
+        """Take a log line; a sentence saying why routing diverges, else None."""
+        match = _ROUTER_ITERATION.match(line)
+        if match is None:
+            return None
+        iteration, overused = int(match[1]), int(match[2])
+        if self.best is None or overused < self.best:
+            self.best, self.best_iteration = overused, iteration
+            return None
+        if iteration - self.best_iteration >= self.patience:
+            return (f"router2 found no fewer than {self.best} overused wires (iteration "
+                    f"{self.best_iteration}) in {iteration - self.best_iteration} iterations")
+        if iteration >= self.settled and overused > self.rise * self.best + self.slack:
+            return (f"router2's overused wires rose to {overused} at iteration {iteration}, "
+                    f"from {self.best} at iteration {self.best_iteration}")
+        return None
+
+
+def _follow(process, build_dir, progress, timeout, start, watch=None):
     """Wait for ``process``, passing each new line of the tools' logs to ``progress`` as a
-    `BuildEvent`, and stop its process group after ``timeout`` seconds. Returns (stage, timed
-    out)."""
+    `BuildEvent`, and stop its process group after ``timeout`` seconds, or when ``watch`` (a
+    `RouterWatch`) says routing diverges. Returns (stage, timed out, the watch's reason or
+    None)."""
     begun, offsets = 0, {}  # stages begun; bytes of each log read
+    diverged = None
     while True:
         finished = process.poll() is not None
         for log in dict.fromkeys(log for _, log, _ in _STAGES):
@@ -236,14 +277,20 @@ def _follow(process, build_dir, progress, timeout, start):
                 if progress:
                     progress(BuildEvent(_STAGES[max(begun, 1) - 1][0], started,
                                         time.perf_counter() - start, line))
+                if watch is not None and log == "top.tim" and diverged is None:
+                    diverged = watch.see(line)
         stage = _STAGES[max(begun, 1) - 1][0]
         if finished:
-            return stage, False
-        if timeout is not None and time.perf_counter() - start >= timeout:
+            return stage, False, None
+        timed_out = timeout is not None and time.perf_counter() - start >= timeout
+        if timed_out or diverged is not None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-            return stage, True
+            return stage, timed_out, diverged
         time.sleep(0.2)
+
+
+_ANOTHER_SEED = "(another placement may route: try --seed with another number)"
 
 
 def _run_build(board, pll, config, build_dir, script, timeout=None, progress=None):
@@ -257,10 +304,14 @@ def _run_build(board, pll, config, build_dir, script, timeout=None, progress=Non
         process = subprocess.Popen(["sh", f"{script}.sh"], cwd=build_dir, env=env, text=True,
                                    stdout=output, stderr=subprocess.STDOUT,
                                    start_new_session=True)
-        stage, timed_out = _follow(process, build_dir, progress, timeout, start)
+        stage, timed_out, diverged = _follow(process, build_dir, progress, timeout, start,
+                                             RouterWatch())
     if timed_out:
         raise BuildError(f"{board.name} build stopped after {timeout:g} s (--timeout) in "
                          f"{stage}; files in {build_dir}")
+    if diverged is not None:
+        raise BuildError(f"{board.name} build stopped in routing: {diverged}; files in "
+                         f"{build_dir}\n{_ANOTHER_SEED}", unrouted=True)
     seconds = time.perf_counter() - start
     log = (build_dir / "top.tim").read_text() if (build_dir / "top.tim").exists() else ""
     report = _report(board, pll, config, build_dir, log)
@@ -278,7 +329,7 @@ def _run_build(board, pll, config, build_dir, script, timeout=None, progress=Non
         if unrouted:
             # A placement the router cannot finish (seen on the ULX3S 8x8 before stop 43: the
             # datapath reset's DCCA input, unplaced): another placement usually routes.
-            output += "\n(another placement may route: try --seed with another number)"
+            output += "\n" + _ANOTHER_SEED
         raise BuildError(f"{board.name} build failed in {stage} (exit {process.returncode}); "
                          f"files in {build_dir}:\n{output}", unrouted=unrouted)
     (build_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")

@@ -28,9 +28,9 @@ from tpugen.config import PRESETS
 from tpugen.cli import main
 from tpugen.fpga.boards import BOARDS, board_named
 from tpugen.fpga import build as build_module
-from tpugen.fpga.build import (BuildError, _run_build, build, build_system, cached_report,
-                               cell_sources, critical_paths, format_report, last_build,
-                               pll_settings)
+from tpugen.fpga.build import (BuildError, RouterWatch, _run_build, build, build_system,
+                               cached_report, cell_sources, critical_paths, format_report,
+                               last_build, pll_settings)
 from tpugen.fpga.flash import FlashError, flash, flash_command
 from tpugen.hdl.board_top import PllReset
 from tpugen.hdl.core import TpuCore
@@ -352,6 +352,55 @@ def test_a_placement_that_does_not_route_suggests_another_seed(tmp_path):
     with pytest.raises(BuildError, match="no such bel") as failure:
         _run_build(ULX3S, pll, config, tmp_path, "other")
     assert "--seed" not in str(failure.value)
+
+
+def _router_log(overused):
+    """router2's iteration lines for these overused wire counts, from iteration 1."""
+    return [f"Info:     iter={k} wires=1072000 overused={v} overuse={v} archfail=NA"
+            for k, v in enumerate(overused, 1)]
+
+
+def _first_verdict(watch, lines):
+    """(iteration, reason) of the first line ``watch`` stops at, else None."""
+    for k, line in enumerate(lines, 1):
+        reason = watch.see(line)
+        if reason is not None:
+            return k, reason
+    return None
+
+
+def test_router_watch_lets_converging_routing_run():
+    # Like the routed builds: halving at first, then 42 iterations between bests, bouncing to
+    # six times the best of 1 (the ULX3S 8x8 at stop 43 that converged at iteration 145).
+    lines = _router_log([70000, 30000, 9000, 3000, 900, 200, 40, 9, 1] + [6, 2, 1, 3] * 10
+                        + [5, 4] + [0])
+    assert _first_verdict(RouterWatch(), ["Info: Routing..", *lines]) is None
+
+
+def test_router_watch_stops_routing_that_stalls_or_rises():
+    stalled = _router_log([5000, 400, 25] + [26, 60, 99] * 20)
+    assert _first_verdict(RouterWatch(), stalled) == (
+        53, "router2 found no fewer than 25 overused wires (iteration 3) in 50 iterations")
+    # A rise to more than twice the best plus 50 stops it, from iteration 30 on.
+    rising = _router_log([5000, 1000, 145] + [341] * 26 + [340, 341])
+    assert _first_verdict(RouterWatch(), rising) == (
+        31, "router2's overused wires rose to 341 at iteration 31, from 145 at iteration 3")
+    assert _first_verdict(RouterWatch(patience=5), _router_log([9, 9, 9, 9, 9, 9]))[0] == 6
+
+
+def test_a_diverging_router_is_stopped_as_an_unrouted_placement(tmp_path):
+    # nextpnr's router2 does not give up on its own: the build stops it (and the command line
+    # places again at another seed, as when nextpnr fails to route).
+    (tmp_path / "top.json").write_text("{}")
+    lines = "\n".join(_router_log([900, 100] + [99] * 28 + [300]))
+    (tmp_path / "diverging.sh").write_text(f"printf '{lines}\\n' > top.tim; sleep 60\n")
+    config, pll = ULX3S.default_config(2, 2), pll_settings(ULX3S, ULX3S.default_mhz)
+    start = time.perf_counter()
+    reason = "router2's overused wires rose to 300 at iteration 31, from 99 at iteration 3"
+    with pytest.raises(BuildError, match=rf"(?s)in routing: {reason}.*try --seed") as failure:
+        _run_build(ULX3S, pll, config, tmp_path, "diverging")
+    assert failure.value.unrouted
+    assert time.perf_counter() - start < 30  # the tool was stopped, not waited for
 
 
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")

@@ -444,7 +444,7 @@ RETRY_SEEDS = (1, 2, 3)
 """`tpugen build` without --seed places again at these seeds, one after another, while nextpnr's
 placement does not route (the ULX3S 8x8 until its DCCA was placed, `hdl.core.GLOBAL_DCC_BELS`:
 the datapath reset's DCCA input, at both the default seed and seed 1 of stop 42's last
-netlist)."""
+netlist) or its router diverges (`fpga.build.RouterWatch`: the ULX3S 16x16 at stop 44)."""
 
 
 def _build(args):
