@@ -307,6 +307,11 @@ class Controller(wiring.Component):
         back_tokens = [Signal(TOKEN_BITS, name=f"tokens_{i + 1}_{i}")
                        for i in range(len(engines) - 1)]
         token_changes = {id(s): ([], []) for s in tokens + back_tokens}
+        # Whether each counter has a token to pop and room for a push, registers set with it:
+        # the dispatch compares no counter (the routed 8x8's critical path ran from a counter
+        # through these compares, the dispatch and the token adder back into it, 17.0 ns).
+        has_token = {id(s): Signal(name=f"{s.name}_nonzero") for s in tokens + back_tokens}
+        has_room = {id(s): Signal(name=f"{s.name}_room", init=1) for s in tokens + back_tokens}
 
         queues = []
         queue_full = []  # no instruction can be queued for the engine now
@@ -331,15 +336,15 @@ class Controller(wiring.Component):
             ready = Signal(name=f"{name}_tokens_ready")
             checks = [1]
             if pop_prev is not None:
-                checks.append(~flags.pop_prev | (pop_prev != 0))
+                checks.append(~flags.pop_prev | has_token[id(pop_prev)])
             if pop_next is not None:
-                checks.append(~flags.pop_next | (pop_next != 0))
+                checks.append(~flags.pop_next | has_token[id(pop_next)])
             # A push waits while its counter could overflow with the pushes still pending: the
             # watchdog then reports the program instead of the count wrapping to zero.
             if i > 0:
-                checks.append(~flags.push_prev | (back_tokens[i - 1] < TOKEN_LIMIT))
+                checks.append(~flags.push_prev | has_room[id(back_tokens[i - 1])])
             if i < len(engines) - 1:
-                checks.append(~flags.push_next | (tokens[i] < TOKEN_LIMIT))
+                checks.append(~flags.push_next | has_room[id(tokens[i])])
             m.d.comb += ready.eq(Cat(*checks).all())
 
             dispatch = Signal(name=f"{name}_dispatch")
@@ -371,10 +376,10 @@ class Controller(wiring.Component):
         starting = Signal()
         for token in tokens + back_tokens:
             gives, takes = token_changes[id(token)]
-            with m.If(starting):
-                m.d.sync += token.eq(0)
-            with m.Else():
-                m.d.sync += token.eq(token + sum(gives, 0) - sum(takes, 0))
+            following = Signal.like(token, name=f"{token.name}_next")
+            m.d.comb += following.eq(Mux(starting, 0, token + sum(gives, 0) - sum(takes, 0)))
+            m.d.sync += [token.eq(following), has_token[id(token)].eq(following != 0),
+                         has_room[id(token)].eq(following < TOKEN_LIMIT)]
 
         # Fetch: one instruction at a time, as one INCR burst of `beats` beats.
         address = Signal(32)  # program_base + pc * INSTRUCTION_BYTES
