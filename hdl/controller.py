@@ -309,7 +309,9 @@ class Controller(wiring.Component):
         token_changes = {id(s): ([], []) for s in tokens + back_tokens}
         # Whether each counter has a token to pop and room for a push, registers set with it:
         # the dispatch compares no counter (the routed 8x8's critical path ran from a counter
-        # through these compares, the dispatch and the token adder back into it, 17.0 ns).
+        # through these compares, the dispatch and the token adder back into it, 17.0 ns), and
+        # its next value and flags are formed for each step (-1, 0, +1) from the registers, so
+        # that an engine's take or done only selects among them (16.4 ns with the adder).
         has_token = {id(s): Signal(name=f"{s.name}_nonzero") for s in tokens + back_tokens}
         has_room = {id(s): Signal(name=f"{s.name}_room", init=1) for s in tokens + back_tokens}
 
@@ -375,11 +377,17 @@ class Controller(wiring.Component):
         # A program starts with no tokens, whatever the previous one left behind.
         starting = Signal()
         for token in tokens + back_tokens:
-            gives, takes = token_changes[id(token)]
-            following = Signal.like(token, name=f"{token.name}_next")
-            m.d.comb += following.eq(Mux(starting, 0, token + sum(gives, 0) - sum(takes, 0)))
-            m.d.sync += [token.eq(following), has_token[id(token)].eq(following != 0),
-                         has_room[id(token)].eq(following < TOKEN_LIMIT)]
+            (give,), (take,) = token_changes[id(token)]  # one engine gives, one takes
+            steps = {step: Signal.like(token, name=f"{token.name}_{name}")
+                     for step, name in ((-1, "less"), (0, "same"), (1, "more"))}
+            m.d.comb += [value.eq(token + step) for step, value in steps.items()]
+            with m.If(starting):
+                m.d.sync += [token.eq(0), has_token[id(token)].eq(0),
+                             has_room[id(token)].eq(1)]
+            for step, value in steps.items():
+                with m.Elif(give - take == step):
+                    m.d.sync += [token.eq(value), has_token[id(token)].eq(value != 0),
+                                 has_room[id(token)].eq(value < TOKEN_LIMIT)]
 
         # Fetch: one instruction at a time, as one INCR burst of `beats` beats.
         address = Signal(32)  # program_base + pc * INSTRUCTION_BYTES
