@@ -8,6 +8,7 @@ from amaranth.utils import ceil_log2
 from ..isa import ErrorCode, Header, MatmulInstruction, Opcode, RowScale, SoftmaxInstruction
 from .array import SystolicArray
 from .engine import engine_members
+from .pipeline import pipeline_register
 from .softmax import SoftmaxUnit
 
 __all__ = ["ExecuteEngine", "EXECUTE_INSTRUCTION", "accumulator_row", "probability_row",
@@ -228,7 +229,7 @@ class ExecuteEngine(wiring.Component):
                 m.d.sync += [bad.eq(verdict), checked.eq(1)]
 
         # The array and the softmax unit take turns on the accumulator.
-        result_valid = Signal()
+        result_valid = Signal()  # a result on its way to the accumulator
         matmul_idle = ~targets.r_rdy & ~result_valid
         launchable = held & checked & (bad == ErrorCode.NONE) & (self.error == ErrorCode.NONE)
         dispatch = Signal()
@@ -255,9 +256,13 @@ class ExecuteEngine(wiring.Component):
             m.d.sync += held.eq(0)
         with m.If(self.instr.valid & self.instr.ready):
             m.d.sync += [ins.eq(self.instr.payload), held.eq(1), spanned.eq(0), checked.eq(0)]
-        # A MATMUL that accumulates into the row the one before it wrote last waits a cycle
-        # after that one's last vector: its first result then reads that row after it is
-        # written (the accumulator's execute port is not transparent: no bypass of a row).
+        # A row is written two cycles after its result comes (the accumulator's execute port
+        # is not transparent: no bypass of a row). So a MATMUL that accumulates into the last
+        # row the one before it wrote (its first row, or its second) waits two cycles after
+        # that one's last vector: its results then read those rows after they are written.
+        # The vector before that last one is the same MATMUL's (the row before its last, the
+        # second case), or one at least three cycles before the MATMUL's first vector (after
+        # a MATMUL of one vector the next weight tile is taken no sooner: `min_tile_length`).
         last_row = Signal.like(self.acc_write.addr)
         with m.If(softmax.error != ErrorCode.NONE):
             m.d.sync += self.error.eq(softmax.error)
@@ -275,16 +280,17 @@ class ExecuteEngine(wiring.Component):
                 acts.run.payload.row.eq(instr.act_row),
                 acts.run.payload.count.eq(instr.count),
                 acts.run.payload.stride_log2.eq(instr.act_stride_log2),
-                acts.run.payload.gap.eq(instr.header.accumulate & (instr.acc_row == last_row)),
+                acts.run.payload.gap.eq(instr.header.accumulate & (
+                    (instr.acc_row == last_row) | (instr.acc_row + 1 == last_row))),
                 targets.w_en.eq(1),
                 pushed.acc_row.eq(instr.acc_row),
                 pushed.count.eq(instr.count),
                 pushed.accumulate.eq(instr.header.accumulate),
             ]
 
-        took = Signal()  # the array took a vector in the cycle before
-        hold = acts.rows.payload.gap & took
-        m.d.sync += took.eq(self.vector)
+        took = Signal(2)  # the array took a vector one (bit 0) or two (bit 1) cycles before
+        hold = acts.rows.payload.gap & took.any()
+        m.d.sync += took.eq(Cat(self.vector, took[0]))
         m.d.comb += [
             array.weights.valid.eq(weights.rows.valid),
             weights.rows.ready.eq(array.weights.ready),
@@ -302,22 +308,27 @@ class ExecuteEngine(wiring.Component):
             m.d.comb += array.acts.payload.data[lane].eq(
                 Cat(byte, byte[7] & ~acts.rows.payload.source) if cfg.softmax else byte)
 
-        # Results: read the old row (only to accumulate), add or overwrite one cycle later. A
-        # row is never read in the cycle it is written (see ``last_row``).
+        # Results: read the old row (only to accumulate) as the result comes, register the
+        # row read beside the result, add or overwrite two cycles later (the block RAM's output
+        # through the adder into the write was the routed 8x8's critical path, 15.6 ns). A row
+        # is never read before it is written (see ``last_row``).
         current = data.View(target, targets.r_data)
         index = Signal(count_width)
-        result = Signal.like(array.results.payload.data)
-        result_row = Signal.like(self.acc_write.addr)
-        result_accumulate = Signal()
-        result_last = Signal()
+        arrived = data.StructLayout({"valid": 1, "last": 1, "accumulate": 1,
+                                     "row": len(self.acc_write.addr),
+                                     "data": array.results.payload.data.shape()})
+        result = Signal(arrived)  # a cycle after the array's output, as the row is read
         last_of_instr = index + 1 == current.count
         m.d.sync += [
-            result.eq(array.results.payload.data),
-            result_row.eq(current.acc_row + index),
-            result_valid.eq(array.results.valid),
-            result_accumulate.eq(current.accumulate),
-            result_last.eq(array.results.valid & last_of_instr),
+            result.data.eq(array.results.payload.data),
+            result.row.eq(current.acc_row + index),
+            result.valid.eq(array.results.valid),
+            result.accumulate.eq(current.accumulate),
+            result.last.eq(array.results.valid & last_of_instr),
         ]
+        adding = pipeline_register(m, result, "adding")  # ... and with the row read
+        old_row = pipeline_register(m, self.acc_read.data, "old_row")
+        m.d.comb += [result_valid.eq(result.valid | adding.valid)]
         with m.If(array.results.valid):
             m.d.sync += index.eq(Mux(last_of_instr, 0, index + 1))
             m.d.comb += targets.r_en.eq(last_of_instr)
@@ -338,15 +349,15 @@ class ExecuteEngine(wiring.Component):
             m.d.comb += [
                 self.acc_read.addr.eq(current.acc_row + index),
                 self.acc_read.en.eq(array.results.valid & current.accumulate),
-                self.acc_write.addr.eq(result_row),
-                self.acc_write.en.eq(result_valid),
+                self.acc_write.addr.eq(adding.row),
+                self.acc_write.en.eq(adding.valid),
             ]
             for lane in range(cfg.cols):
                 m.d.comb += self.acc_write.data[lane].eq(
-                    Mux(result_accumulate, self.acc_read.data[lane] + result[lane], result[lane]))
+                    Mux(adding.accumulate, old_row[lane] + adding.data[lane], adding.data[lane]))
         m.d.comb += [
             softmax.acc_read.data.eq(self.acc_read.data),
-            self.done.eq(result_last | softmax.done),
+            self.done.eq(adding.last | softmax.done),
             # Busy until the softmax unit's error is the engine's: the controller takes an
             # idle engine without an error as done with its work (a program ending in a
             # failing SOFTMAX ended in done, found by the fuzzer).
