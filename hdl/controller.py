@@ -596,8 +596,14 @@ class Controller(wiring.Component):
         blamed, blamed_index = Signal(), Signal(32)
         m.d.sync += [blamed.eq(Cat(stall for stall, _ in waiting).any()),
                      blamed_index.eq(_oldest(waiting))]
-        with m.If(running & ~stopping & ~was_reset & (self.watchdog_limit != 0)
-                  & (idle_cycles >= self.watchdog_limit)):
+        # Whether the count is at the limit, registered a cycle ahead from the count's next
+        # value (the limit is frozen while the core runs): the compare is not on the way into
+        # the error and the controller's state (the routed 8x8's critical path ran from the
+        # limit through it, 15.4 ns).
+        expired = Signal()
+        m.d.sync += expired.eq((self.watchdog_limit != 0) & Mux(
+            was_reset, self.watchdog_limit == 1, idle_cycles + 1 >= self.watchdog_limit))
+        with m.If(running & ~stopping & ~was_reset & expired):
             m.d.comb += [raise_error.eq(ErrorCode.WATCHDOG),
                          raise_index.eq(Mux(blamed, blamed_index, pc))]
 
