@@ -17,7 +17,7 @@ from ..hdl.board_top import BoardTop, ECP5PllSettings, ICE40PllSettings
 from ..hdl.emitter import memories_start_at_zero
 from ..toolchain import ToolchainError, cache_dir, cached_build, find_tool
 from .boards import board_named
-from .synth import RESOURCE_CELLS, YOSYS_AFTER_SYNTH, YOSYS_BEFORE_SYNTH
+from .synth import RESOURCE_CELLS, YOSYS_AFTER_SYNTH, YOSYS_BEFORE_SYNTH, rtlil_with_no_rw_check
 
 __all__ = ["BuildError", "BuildResult", "RouterWatch", "build", "build_system", "builds_dir", "cached_report",
            "critical_paths", "format_report", "last_build", "pll_settings"]
@@ -165,6 +165,7 @@ def build_system(board, system, pll, *, config=None, out_dir=None, seed=None, ti
             nextpnr_opts=["--report", "nextpnr.json", "--timing-allow-fail",
                           *_PLACE_AND_ROUTE[board.family]]
             + ([] if seed is None else ["--seed", str(seed)]))
+    plan.files["top.il"] = rtlil_with_no_rw_check(plan.files["top.il"])
     key_parts = (plan.digest(), board.name, config.to_json() if config else "", __version__,
                  Path(__file__).read_text())
     with cached_build(_BUILDS, board.name, key_parts) as (build_dir, cached):

@@ -14,7 +14,7 @@ from ..hdl.emitter import memories_start_at_zero
 from ..hdl.generate import generate_verilog
 from ..toolchain import find_tool
 
-__all__ = ["BLOCKS", "RESOURCE_CELLS", "SYNTH_COMMANDS", "YOSYS_BEFORE_SYNTH",
+__all__ = ["BLOCKS", "RESOURCE_CELLS", "SYNTH_COMMANDS", "YOSYS_BEFORE_SYNTH", "rtlil_with_no_rw_check",
            "YOSYS_AFTER_SYNTH", "format_synth_report", "per_block_script",
            "run_tool", "synthesize_in", "synth_cells", "synth_report", "synth_component_cells", "synth_verilog_cells"]
 
@@ -27,6 +27,45 @@ two window registers' bits drove one net and nextpnr stopped with "multiply driv
 setting keeps the first `write_xaiger`, the workaround the issue gives. Board builds run it
 first. The per-block reports do not: with the hierarchy kept the default mapping is correct
 (`YOSYS_AFTER_SYNTH` checks it) and smaller (ECP5 8x8: 36,150 cells, 38,751 with it)."""
+
+_NO_RW_CHECK = "attribute \\no_rw_check 1"
+
+
+def rtlil_with_no_rw_check(text):
+    """RTLIL ``text`` (Amaranth's) in which every read port of a memory with the ``no_rw_check``
+    attribute (`hdl.core.SRAM_ATTRS`) returns an undefined value on a read-write collision, as
+    yosys' `memory_dff` makes it for such a memory read from Verilog. Amaranth's RTLIL has the
+    ports synchronous already (``$memrd_v2`` with ``COLLISION_X_MASK`` 0), so yosys never looks
+    at the attribute there and `memory_libmap` emulates the old value on block RAM with a delayed
+    write and bypass logic: in the ULX3S 16x16 board build, 1,538 flip-flops and 1,627 LUT4 /
+    PFUMX around the accumulator's 30 DP16KD alone, a congested spot of its routing."""
+    lines = text.split("\n")
+    marked, module, attributes = {}, None, []
+    for line in lines:  # the memories with the attribute, per module
+        words = line.split()
+        if words[:1] == ["module"]:
+            module = words[1]
+        elif words[:1] == ["attribute"]:
+            attributes.append(line.strip())
+            continue
+        elif words[:1] == ["memory"] and _NO_RW_CHECK in attributes:
+            marked.setdefault(module, set()).add(words[-1])
+        attributes = []
+    memid = None
+    for k, line in enumerate(lines):
+        words = line.split()
+        if words[:1] == ["module"]:
+            module = words[1]
+        elif words[:1] == ["cell"]:
+            memid = None
+        elif words[:2] == ["parameter", "\\MEMID"]:
+            memid = words[2].strip('"').replace("\\\\", "\\")
+        elif (words[:2] == ["parameter", "\\COLLISION_X_MASK"]
+              and memid in marked.get(module, ())):
+            width = int(words[2].split("'")[0])
+            lines[k] = line.replace(words[2], f"{width}'{'1' * width}")
+    return "\n".join(lines)
+
 
 YOSYS_AFTER_SYNTH = "check -assert"
 """Every synthesis ends with this: a netlist with conflicting drivers stops yosys there, not

