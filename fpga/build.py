@@ -19,8 +19,8 @@ from ..toolchain import ToolchainError, cache_dir, cached_build, find_tool
 from .boards import board_named
 from .synth import RESOURCE_CELLS, YOSYS_AFTER_SYNTH, YOSYS_BEFORE_SYNTH, rtlil_with_no_rw_check
 
-__all__ = ["BuildError", "BuildResult", "RouterWatch", "build", "build_system", "builds_dir", "cached_report",
-           "critical_paths", "format_report", "last_build", "pll_settings"]
+__all__ = ["BuildError", "BuildResult", "RouterWatch", "build", "build_system", "builds_dir",
+           "cached_report", "critical_paths", "format_report", "last_build", "pll_settings"]
 
 
 def _ecp5_pll(input_mhz, output_mhz):

@@ -14,9 +14,10 @@ from ..hdl.emitter import memories_start_at_zero
 from ..hdl.generate import generate_verilog
 from ..toolchain import find_tool
 
-__all__ = ["BLOCKS", "RESOURCE_CELLS", "SYNTH_COMMANDS", "YOSYS_BEFORE_SYNTH", "rtlil_with_no_rw_check",
-           "YOSYS_AFTER_SYNTH", "format_synth_report", "per_block_script",
-           "run_tool", "synthesize_in", "synth_cells", "synth_report", "synth_component_cells", "synth_verilog_cells"]
+__all__ = ["BLOCKS", "RESOURCE_CELLS", "SYNTH_COMMANDS", "YOSYS_BEFORE_SYNTH",
+           "YOSYS_AFTER_SYNTH", "format_synth_report", "per_block_script", "rtlil_with_no_rw_check",
+           "run_tool", "synthesize_in", "synth_cells", "synth_report", "synth_component_cells",
+           "synth_verilog_cells"]
 
 SYNTH_COMMANDS = {"ecp5": "synth_ecp5", "ice40": "synth_ice40"}
 
