@@ -23,7 +23,8 @@ __all__ = ["TpuCore", "run_wiring"]
 SRAM_ATTRS = {"no_rw_check": 1}
 """Attributes of the core's SRAMs. ``no_rw_check``: a read port that is not transparent returns an
 undefined value when it reads the row written in the same cycle (yosys maps the port straight
-to block RAM instead of emulating the old value with a delayed write and bypass registers). The
+to block RAM instead of emulating the old value with a delayed write and bypass registers; board
+builds, which give yosys RTLIL, mark the ports so: `fpga.synth.rtlil_with_no_rw_check`). The
 engines never do that: a row is read only after the token of the engine that wrote it, and
 written only after the token of the engine that read it (`tests/test_sram_pysim.py`), the
 probability buffer is not read while a SOFTMAX runs, and the execute engine reads a row it
