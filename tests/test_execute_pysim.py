@@ -150,15 +150,10 @@ def test_matmuls_at_the_ends_of_the_memories():
     assert np.array_equal(state["acc"], expected)
 
 
-def test_accumulating_into_the_row_just_written():
-    """Each MATMUL accumulates into the row the one before it wrote last, back to back (tiles of
-    at least `min_tile_length` vectors): its first vector waits two cycles, so that row is read
-    after it is written; one that overwrites that row does not wait."""
-    cfg = CoreConfig(rows=2, cols=3, scratchpad_kib=1, accumulator_kib=1)
-    rng = np.random.default_rng(8)
-    sp = rng.integers(-128, 128, (cfg.scratchpad_rows, cfg.lanes))
-    runs = [(0, 20, 0, 6, 0), (2, 30, 5, 6, 1), (4, 40, 10, 4, 1), (0, 50, 13, 5, 0),
-            (2, 60, 17, 1, 1), (4, 61, 17, 1, 1), (0, 62, 17, 4, 1)]
+def _check_runs(cfg, sp, runs):
+    """Run MATMULs ``runs`` (weight row, activation row, accumulator row, count, accumulate)
+    back to back: bit-exact against numpy, no row read as it is written, and reads beside
+    writes seen."""
     instructions = [{"header": {"accumulate": accumulate}, "weight_row": weight_row,
                      "act_row": act_row, "acc_row": acc_row, "count": count}
                     for weight_row, act_row, acc_row, count, accumulate in runs]
@@ -174,11 +169,22 @@ def test_accumulating_into_the_row_just_written():
     assert state["overlaps"] > 0  # the watch saw reads beside writes
 
 
+def test_accumulating_into_the_row_just_written():
+    """Each MATMUL accumulates into the row the one before it wrote last, back to back (tiles of
+    at least `min_tile_length` vectors): its first vector waits two cycles, so that row is read
+    after it is written; one that overwrites that row does not wait."""
+    cfg = CoreConfig(rows=2, cols=3, scratchpad_kib=1, accumulator_kib=1)
+    rng = np.random.default_rng(8)
+    sp = rng.integers(-128, 128, (cfg.scratchpad_rows, cfg.lanes))
+    _check_runs(cfg, sp, [(0, 20, 0, 6, 0), (2, 30, 5, 6, 1), (4, 40, 10, 4, 1),
+                          (0, 50, 13, 5, 0), (2, 60, 17, 1, 1), (4, 61, 17, 1, 1),
+                          (0, 62, 17, 4, 1)])
+
+
 def test_short_matmuls_accumulating_into_the_rows_just_written():
     """MATMULs of 1 to 6 vectors, back to back where the array allows it (4 vectors on this
     array, `min_tile_length`), accumulating into the rows the last vectors before them wrote or
-    near them (a row is written two cycles after its result comes, so such a MATMUL waits):
-    bit-exact against numpy, with no row read as it is written."""
+    near them (a row is written two cycles after its result comes, so such a MATMUL waits)."""
     cfg = CoreConfig(rows=2, cols=3, scratchpad_kib=1, accumulator_kib=1)
     rng = np.random.default_rng(11)
     sp = rng.integers(-128, 128, (cfg.scratchpad_rows, cfg.lanes))
@@ -189,19 +195,7 @@ def test_short_matmuls_accumulating_into_the_rows_just_written():
         runs.append((int(rng.integers(0, 8)) * 2, int(rng.integers(20, 60)), acc_row, count,
                      int(rng.integers(0, 5) > 0)))
         last = acc_row + count - 1
-    instructions = [{"header": {"accumulate": accumulate}, "weight_row": weight_row,
-                     "act_row": act_row, "acc_row": acc_row, "count": count}
-                    for weight_row, act_row, acc_row, count, accumulate in runs]
-    state, done = _run(cfg, sp, instructions)
-    assert state["error"] == ErrorCode.NONE and done == len(instructions)
-    expected = np.zeros((cfg.accumulator_rows, cfg.cols), dtype=np.int64)
-    for weight_row, act_row, acc_row, count, accumulate in runs:
-        product = matmul_int32(sp[act_row:act_row + count, :cfg.rows],
-                               sp[weight_row:weight_row + cfg.rows, :cfg.cols])
-        rows = slice(acc_row, acc_row + count)
-        expected[rows] = expected[rows] * accumulate + product
-    assert np.array_equal(state["acc"], expected)
-    assert state["overlaps"] > 0
+    _check_runs(cfg, sp, runs)
 
 
 def test_bad_matmul_sets_error_and_stops():
