@@ -42,8 +42,11 @@ def test_the_controller_is_built_from_the_contract():
     text = rtlil.convert(controller)
     widths = re.findall(r"wire width (\d+) (?:\S+ )*\\tokens_\d_\d\n", text)
     assert widths and set(widths) == {str(TOKEN_BITS)}
-    limits = re.findall(r"connect \\A \\tokens_\d_\d \[\d+:0\]\n\s*connect \\B \d+'([01]+)", text)
-    assert len(limits) == 2 * (len(Engine) - 1) and {int(bits, 2) for bits in limits} == {TOKEN_LIMIT}
+    # Each counter's room for a push: its next value at each step (-1, 0, +1) below the limit.
+    limits = re.findall(rf"cell \$lt \S+\n(?:\s*parameter .*\n)*\s*connect \\A \S+ "
+                        rf"\[{TOKEN_BITS - 1}:0\]\n\s*connect \\B {TOKEN_BITS}'([01]+)", text)
+    assert len(limits) == 3 * 2 * (len(Engine) - 1)
+    assert {int(bits, 2) for bits in limits} == {TOKEN_LIMIT}
 
 
 def test_the_fuzz_model_uses_the_hardware_limits():
