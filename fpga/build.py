@@ -347,11 +347,21 @@ _CELL_SUFFIX = re.compile(r"_(?:SB|TRELLIS|LUT4|CCU2C|PFUMX|L6MUX21|MULT18X18D|A
 (``system.product_SB_DFFSR_Q_2_D``), or a bit index begins."""
 
 
+def is_design_line(source):
+    """Whether a yosys `src` source is a Python line of the design (Amaranth attributes some
+    cells to the standard library's contextlib: not a line of the design)."""
+    return ".py:" in source and not source.startswith(_STDLIB)
+
+
+def src_sources(cell):
+    """The sources of a yosys JSON cell's `src` attribute (``|``-separated)."""
+    return [source for source in cell.get("attributes", {}).get("src", "").split("|") if source]
+
+
 def cell_sources(netlist):
     """{cell: its `src` sources} of the yosys JSON ``netlist`` (a path)."""
     design = json.loads(Path(netlist).read_text())
-    return {name: [source for source in cell.get("attributes", {}).get("src", "").split("|")
-                   if source]
+    return {name: src_sources(cell)
             for module in design["modules"].values() for name, cell in module["cells"].items()}
 
 
@@ -382,10 +392,7 @@ def critical_paths(nextpnr, cells=None):
             "delay_ns": round(sum(segment["delay"] for segment in segments), 3),
             "start": start, "end": end, "nets": nets,
             "signals": list(dict.fromkeys(_CELL_SUFFIX.split(net["net"], 1)[0] for net in nets)),
-            # (Amaranth attributes some cells to the standard library's contextlib: not a
-            # line of the design.)
-            "python_sources": list(dict.fromkeys(s for s in on_path if ".py:" in s
-                                                 and not s.startswith(_STDLIB)))})
+            "python_sources": list(dict.fromkeys(filter(is_design_line, on_path)))})
     return paths
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..hdl.generate import generate_verilog
 from ..toolchain import find_tool
-from .build import cell_sources, critical_paths
+from .build import cell_sources, critical_paths, is_design_line, src_sources
 from .synth import BLOCKS, per_block_script, run_tool, synthesize_in
 
 __all__ = ["TIMED_FAMILIES", "block_timing", "format_block_timing", "timed_blocks"]
@@ -97,8 +97,7 @@ def _instance_sources(design, module):
         for name, cell in design["modules"][parent]["cells"].items():
             if cell["type"] in design["modules"]:
                 path = prefix + name
-                found[path] = [s for s in cell.get("attributes", {}).get("src", "").split("|")
-                               if s]
+                found[path] = src_sources(cell)
                 walk(cell["type"], path + ".")
     walk(module, "")
     return found
@@ -109,7 +108,7 @@ def _with_instance_sources(cells, instances):
     own, with its nearest enclosing instance's too: a block RAM that yosys mapped from a FIFO's
     memory keeps only its techmap's `src`, the FIFO's instance in the engine names the line."""
     def python(sources):
-        return any(".py:" in source for source in sources)
+        return any(map(is_design_line, sources))
 
     result = dict(cells)
     for name, sources in cells.items():

@@ -28,6 +28,7 @@ from tpugen.config import PRESETS
 from tpugen.cli import main
 from tpugen.fpga.boards import BOARDS, board_named
 from tpugen.fpga import build as build_module
+from tpugen.fpga import timing as timing_module
 from tpugen.fpga.build import (BuildError, RouterWatch, _run_build, build, build_system,
                                cached_report, cell_sources, critical_paths, format_report,
                                last_build, pll_settings)
@@ -337,6 +338,26 @@ def test_a_critical_path_through_mapped_logic_names_its_end_cells_lines(tmp_path
     assert (path["start"], path["end"], path["delay_ns"]) == ("word_FF", "rdata_FF", 3.5)
     assert path["python_sources"] == ["hdl/csr.py:191", "hdl/axi.py:45", "hdl/csr.py:210"]
     assert critical_paths(report)[0]["python_sources"] == []
+
+
+def test_a_cell_without_a_design_line_is_named_by_its_nearest_instance():
+    # A block RAM mapped from a FIFO keeps its techmap's source only; an FSM register inside a
+    # walker has Amaranth's contextlib line only: both take their enclosing instance's line.
+    root = str(Path(build_module.__file__).resolve().parents[1])
+    contextlib = f"{sysconfig.get_paths()['stdlib']}/contextlib.py:144"
+    design = {"modules": {
+        "load": {"cells": {
+            "queue": {"type": "fifo", "attributes": {"src": f"{root}/hdl/load.py:80"}},
+            "walker": {"type": "walker", "attributes": {"src": f"{root}/hdl/load.py:90"}}}},
+        "fifo": {"cells": {}}, "walker": {"cells": {}}}}
+    instances = timing_module._instance_sources(design, "load")
+    cells = {"queue.mem_DP16KD": ["/share/ecp5/brams_map.v:3"],
+             "walker.fsm_state_FF": [contextlib],
+             "walker.i3_FF": [f"{root}/hdl/walker.py:288"], "lone_FF": []}
+    named = timing_module._with_instance_sources(cells, instances)
+    assert named["queue.mem_DP16KD"][-1].endswith("hdl/load.py:80")
+    assert named["walker.fsm_state_FF"] == [contextlib, f"{root}/hdl/load.py:90"]
+    assert named["walker.i3_FF"] == cells["walker.i3_FF"] and named["lone_FF"] == []
 
 
 def test_a_placement_that_does_not_route_suggests_another_seed(tmp_path):
