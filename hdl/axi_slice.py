@@ -1,9 +1,10 @@
 """`AxiRegisterSlice`: a register stage on every channel of an AXI4 link, as interconnects put
 between a master and a slave that are far apart on the die."""
 from amaranth.hdl import Cat, Module
-from amaranth.lib import fifo, wiring
+from amaranth.lib import wiring
 
 from .axi import axi_read_signature, axi_write_signature, flat_ports
+from .pipeline import SkidBuffer
 
 __all__ = ["AxiRegisterSlice"]
 
@@ -19,10 +20,10 @@ _CHANNELS = {
 
 class AxiRegisterSlice(wiring.Component):
     """Passes an AXI4 link from ``s_axi_*`` (a master's ``m_axi_*`` connect here, name by name)
-    to ``m_axi_*`` (the slave's ``s_axi_*``) through a two-entry queue per channel.
+    to ``m_axi_*`` (the slave's ``s_axi_*``) through a `SkidBuffer` per channel.
 
     No output depends combinationally on an input: every VALID, READY and payload leaving it
-    comes from registers, so a path between the master and the slave ends here. Full
+    comes from a flip-flop (no LUT RAM read), so a path between the master and the slave ends here. Full
     throughput (a beat per cycle per channel), a cycle of latency each way; order within each
     channel is kept, and the channels are as independent as AXI4 makes them.
     """
@@ -46,14 +47,13 @@ class AxiRegisterSlice(wiring.Component):
 
             payload_in = Cat(port(source, f) for f in fields)
             payload_out = Cat(port(sink, f) for f in fields)
-            queue = fifo.SyncFIFO(width=len(payload_in), depth=2)
-            m.submodules[f"{channel}_queue"] = queue
+            m.submodules[f"{channel}_slice"] = buffer = SkidBuffer(len(payload_in))
             m.d.comb += [
-                queue.w_data.eq(payload_in),
-                queue.w_en.eq(port(source, "valid")),
-                port(source, "ready").eq(queue.w_rdy),
-                payload_out.eq(queue.r_data),
-                port(sink, "valid").eq(queue.r_rdy),
-                queue.r_en.eq(port(sink, "ready")),
+                buffer.i.payload.eq(payload_in),
+                buffer.i.valid.eq(port(source, "valid")),
+                port(source, "ready").eq(buffer.i.ready),
+                payload_out.eq(buffer.o.payload),
+                port(sink, "valid").eq(buffer.o.valid),
+                buffer.o.ready.eq(port(sink, "ready")),
             ]
         return m

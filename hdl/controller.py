@@ -16,7 +16,7 @@ from .execute import EXECUTE_INSTRUCTION
 from .family import fpga_family
 from .load import LOAD_INSTRUCTION
 from .store import STORE_INSTRUCTION
-from .walker import window_ok
+from .walker import window_ok, windows_copy
 
 __all__ = ["Controller", "ENGINES", "FETCH_ID", "InstructionQueue", "kept_bits",
            "supported_opcodes"]
@@ -406,7 +406,8 @@ class Controller(wiring.Component):
         checking = Signal()
         probe = Signal(32)  # modulo 2**32, as `address` steps
         m.d.comb += probe.eq(Mux(checking, address, address + INSTRUCTION_BYTES))
-        probe_ok = window_ok(m, self.windows, probe, INSTRUCTION_BYTES, "read", aligned=True)
+        probe_ok = window_ok(m, windows_copy(m, self.windows, ~running), probe, INSTRUCTION_BYTES,
+                             "read", aligned=True)
         probe_end = Mux(checking, pc, pc + 1) == self.program_length
         next_ok, next_end, fetch_ok, fetch_end = Signal(), Signal(), Signal(), Signal()
         m.d.sync += [next_ok.eq(probe_ok), next_end.eq(probe_end)]

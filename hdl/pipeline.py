@@ -1,7 +1,10 @@
-"""Delay lines: a value some cycles later, in flip-flops of the module's sync domain."""
-from amaranth.hdl import Signal
+"""Delay lines and register stages: a value some cycles later, in flip-flops of the module's
+sync domain; a stream through a `SkidBuffer`."""
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
 
-__all__ = ["delayed", "delays", "pipeline_register"]
+__all__ = ["SkidBuffer", "delayed", "delays", "pipeline_register"]
 
 
 def delays(m, value, cycles):
@@ -24,3 +27,26 @@ def pipeline_register(m, value, name):
     reg = Signal.like(value, name=name)
     m.d.sync += reg.eq(value)
     return reg
+
+
+class SkidBuffer(wiring.Component):
+    """A stream register stage with a beat of room beside it: ``o``'s payload and valid and
+    ``i``'s ready are flip-flops, a beat a cycle passes with a cycle of latency, and a beat that
+    arrives while ``o`` waits goes to the skid register (so ``i.ready`` need not look at
+    ``o.ready``). A two-entry FIFO with its output read from a register, not from LUT RAM."""
+
+    def __init__(self, shape):
+        super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))})
+
+    def elaborate(self, platform):
+        m = Module()
+        skid = Signal(self.i.payload.shape())
+        skid_valid = Signal()
+        m.d.comb += self.i.ready.eq(~skid_valid)
+        with m.If(self.o.ready | ~self.o.valid):
+            # The output register is free: it takes the skid's beat first, else the input's.
+            m.d.sync += [self.o.payload.eq(Mux(skid_valid, skid, self.i.payload)),
+                         self.o.valid.eq(skid_valid | self.i.valid), skid_valid.eq(0)]
+        with m.Elif(self.i.valid & ~skid_valid):
+            m.d.sync += [skid.eq(self.i.payload), skid_valid.eq(1)]
+        return m

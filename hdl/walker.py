@@ -1,12 +1,14 @@
 """Shared DMA building blocks: descriptor checks, the tile walker and the burst planner."""
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
-from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from ..isa import DIMS, NUM_WINDOWS, ErrorCode, Im2colDescriptor, TensorDescriptor, Window
+from .pipeline import SkidBuffer
 
 __all__ = ["TileCheck", "TileWalker", "Im2colWalker", "ElementStage", "BurstPlanner", "POOLING",
+           "window_ok", "windows_copy",
            "checked_element_layout", "element_layout", "im2col_walker_signature",
            "walker_signature", "step_layout", "burst_layout", "move_units", "select_units",
            "unit_move"]
@@ -650,9 +652,9 @@ class ElementStage(wiring.Component):
     address compare either (the routed 8x8's critical path ran from the stage through those
     compares into the planner's registers, 17.3 ns).
 
-    A two-entry `SyncFIFO`: ``input.ready`` comes from its level and ``output.payload`` from
-    its two entries, so neither the planner's ready nor an element is a combinational path
-    from the one to the other. One element per cycle sustained, one cycle of latency.
+    A `SkidBuffer`: ``input.ready`` and ``output``'s payload and valid are flip-flops, so
+    neither the planner's ready nor an element is a combinational path from the one to the
+    other. One element per cycle sustained, one cycle of latency.
     """
 
     def __init__(self, lanes, rows, beat_bytes, permission, windows=NUM_WINDOWS):
@@ -678,16 +680,24 @@ class ElementStage(wiring.Component):
                      checked.next_beat.eq((beat == previous + 1) & (beat[:12 - shift] != 0))]
         with m.If(self.input.valid & self.input.ready):
             m.d.sync += previous.eq(beat)
-        m.submodules.fifo = queue = fifo.SyncFIFO(width=len(checked.as_value()), depth=2)
-        m.d.comb += [
-            queue.w_data.eq(checked),
-            self.output.payload.eq(queue.r_data),
-            queue.w_en.eq(self.input.valid),
-            self.input.ready.eq(queue.w_rdy),
-            self.output.valid.eq(queue.r_rdy),
-            queue.r_en.eq(self.output.ready),
-        ]
+        m.submodules.buffer = buffer = SkidBuffer(checked.shape())
+        m.d.comb += [buffer.i.payload.eq(checked), buffer.i.valid.eq(self.input.valid),
+                     self.input.ready.eq(buffer.i.ready)]
+        wiring.connect(m, buffer.o, wiring.flipped(self.output))
         return m
+
+
+def windows_copy(m, windows, load):
+    """A copy of ``windows`` in flip-flops of ``m``, taking their value in each cycle that
+    ``load`` is high. Each engine that checks the windows keeps one beside it, loaded while it
+    is idle, so the control registers' windows do not fan out across the die (router2's most
+    congested spot on the 16x16): the windows are frozen from START while the core runs, so
+    a copy equals them whenever its engine checks an address. Each copy has its own ``load``,
+    so synthesis cannot merge the copies back into one."""
+    copy = Signal(windows.shape(), name="windows_copy")
+    with m.If(load):
+        m.d.sync += copy.eq(windows)
+    return copy
 
 
 def window_ok(m, windows, addr, size, permission, aligned=False):
