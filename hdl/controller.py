@@ -406,8 +406,8 @@ class Controller(wiring.Component):
         checking = Signal()
         probe = Signal(32)  # modulo 2**32, as `address` steps
         m.d.comb += probe.eq(Mux(checking, address, address + INSTRUCTION_BYTES))
-        probe_ok = window_ok(m, windows_copy(m, self.windows, ~running), probe, INSTRUCTION_BYTES,
-                             "read", aligned=True)
+        windows = windows_copy(m, self.windows, ~running, platform)
+        probe_ok = window_ok(m, windows, probe, INSTRUCTION_BYTES, "read", aligned=True)
         probe_end = Mux(checking, pc, pc + 1) == self.program_length
         next_ok, next_end, fetch_ok, fetch_end = Signal(), Signal(), Signal(), Signal()
         m.d.sync += [next_ok.eq(probe_ok), next_end.eq(probe_end)]

@@ -151,7 +151,7 @@ class StoreEngine(wiring.Component):
             walker.held_pool.eq(check.held_pool),
             check.pool.enable.eq(epilogue.pool),
             check.pool.pitch.eq(epilogue.pool_pitch),
-            stage.windows.eq(windows_copy(m, self.windows, ~self.busy)),
+            stage.windows.eq(windows_copy(m, self.windows, ~self.busy, platform)),
             stage.input.payload.eq(walker.elements.payload),
             stage.input.valid.eq(walker.elements.valid & running),
             walker.elements.ready.eq(stage.input.ready & running),

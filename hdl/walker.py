@@ -5,6 +5,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from ..isa import DIMS, NUM_WINDOWS, ErrorCode, Im2colDescriptor, TensorDescriptor, Window
+from .family import fpga_family
 from .pipeline import SkidBuffer
 
 __all__ = ["TileCheck", "TileWalker", "Im2colWalker", "ElementStage", "BurstPlanner", "POOLING",
@@ -687,13 +688,17 @@ class ElementStage(wiring.Component):
         return m
 
 
-def windows_copy(m, windows, load):
+def windows_copy(m, windows, load, platform):
     """A copy of ``windows`` in flip-flops of ``m``, taking their value in each cycle that
     ``load`` is high. Each engine that checks the windows keeps one beside it, loaded while it
     is idle, so the control registers' windows do not fan out across the die (router2's most
-    congested spot on the 16x16): the windows are frozen from START while the core runs, so
-    a copy equals them whenever its engine checks an address. Each copy has its own ``load``,
-    so synthesis cannot merge the copies back into one."""
+    congested spot on the ULX3S 16x16): the windows are frozen from START while the core runs,
+    so a copy equals them whenever its engine checks an address. Each copy has its own
+    ``load``, so synthesis cannot merge the copies back into one. On an iCE40 (``platform``,
+    `fpga_family`), whose small die routes and whose logic cells are what it lacks, the
+    windows themselves."""
+    if fpga_family(platform) == "ice40":
+        return windows
     copy = Signal(windows.shape(), name="windows_copy")
     with m.If(load):
         m.d.sync += copy.eq(windows)
