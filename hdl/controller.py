@@ -15,6 +15,7 @@ from .engine import engine_members
 from .execute import EXECUTE_INSTRUCTION
 from .family import fpga_family
 from .load import LOAD_INSTRUCTION
+from .pipeline import pipeline_register
 from .store import STORE_INSTRUCTION
 from .walker import window_ok, windows_copy
 
@@ -367,10 +368,15 @@ class Controller(wiring.Component):
                 token_changes[id(pop_prev)][1].append(dispatch & flags.pop_prev)
             if pop_next is not None:
                 token_changes[id(pop_next)][1].append(dispatch & flags.pop_next)
+            # An engine's done gives its tokens a cycle later, from a register: the done is
+            # late in its cycle (the routed 8x8's critical path ran from the softmax unit's
+            # done through the pending flags into a token counter, 17.3 ns).
+            gives = pipeline_register(m, port.done.replicate(2) & pending.r_data,
+                                      f"{name}_gives")
             if i > 0:
-                token_changes[id(back_tokens[i - 1])][0].append(port.done & pending.r_data[0])
+                token_changes[id(back_tokens[i - 1])][0].append(gives[0])
             if i < len(engines) - 1:
-                token_changes[id(tokens[i])][0].append(port.done & pending.r_data[1])
+                token_changes[id(tokens[i])][0].append(gives[1])
             with m.If(port.error != ErrorCode.NONE):
                 m.d.comb += [raise_error.eq(port.error), raise_index.eq(index)]
 

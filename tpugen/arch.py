@@ -37,7 +37,9 @@ PENDING_DEPTH = 8
 TOKEN_BITS = 8
 """Width of each dependency token counter."""
 TOKEN_LIMIT = 2 ** TOKEN_BITS - 1 - PENDING_DEPTH
-"""A push is dispatched only while its counter is below this (247), so none wraps."""
+"""A push is dispatched only while its counter is below this (247): at most 246, plus the
+``PENDING_DEPTH`` pushes pending and the one the controller registers a cycle before it
+lands, is 255, so none wraps."""
 
 OPCODE_BITS = Header["opcode"].width
 OPCODE_MASK = (1 << OPCODE_BITS) - 1
