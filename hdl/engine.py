@@ -37,20 +37,19 @@ def dma_engine_members(instruction_layout, axi_signature, windows):
     }
 
 
-def check_state(m, engine, check, stopped, also=ErrorCode.NONE, running=None):
+def check_state(m, engine, check, stopped, also=ErrorCode.NONE):
     """A DMA engine's CHECK state (call it inside ``with m.State(...)``): busy, waiting for the
     `TileCheck`'s verdict, then RUN, or ERROR with its code (``stopped`` asserted). ``also``: an
     error the engine finds beside the check (from registers, settled before the check's verdict,
     which comes two cycles after it takes the descriptor at the earliest), reported if the check
-    passes. ``running``: a register of the engine's that is set as it enters RUN."""
+    passes. Returns whether it goes to RUN in this cycle."""
     m.d.comb += [engine.busy.eq(1), check.result.ready.eq(1)]
     verdict = Mux(check.result.payload == ErrorCode.NONE, also, check.result.payload)
-    with m.If(check.result.valid):
-        with m.If(verdict == ErrorCode.NONE):
-            if running is not None:
-                m.d.sync += running.eq(1)
-            m.next = "RUN"
-        with m.Else():
-            m.d.comb += stopped.eq(1)
-            m.d.sync += engine.error.eq(verdict)
-            m.next = "ERROR"
+    passed = check.result.valid & (verdict == ErrorCode.NONE)
+    with m.If(passed):
+        m.next = "RUN"
+    with m.Elif(check.result.valid):
+        m.d.comb += stopped.eq(1)
+        m.d.sync += engine.error.eq(verdict)
+        m.next = "ERROR"
+    return passed

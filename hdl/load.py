@@ -201,7 +201,8 @@ class LoadEngine(wiring.Component):
                     m.d.sync += self.error.eq(im2col_verdict)
                     m.next = "ERROR"
             with m.State("CHECK"):
-                check_state(m, self, check, stopped, running=running)
+                with m.If(check_state(m, self, check, stopped)):
+                    m.d.sync += running.eq(1)
             with m.State("RUN"):
                 m.d.comb += self.busy.eq(1)
                 with m.If((planner.error != ErrorCode.NONE) | bus_error):
