@@ -10,8 +10,9 @@ Policies of every core (pinned by tests/test_limits_verilator.py):
 * Token counters saturate, they never wrap. Each of the four counters (one per neighbour and
   direction) counts pushes completed and not yet popped. An instruction that pushes is
   dispatched only while its counter is below ``arch.TOKEN_LIMIT`` (247: the 8-bit
-  counter's 255 less the 8 pushes that may still be in flight), so 247 unconsumed pushes always
-  complete, a few more already dispatched may land on top (at most 254 in all), and a program
+  counter's 255 less the 8 pushes that may still be pending), so 247 unconsumed pushes always
+  complete, a few more already dispatched may land on top (at most 255 in all: the 8 pending
+  and the one the controller registers a cycle before it counts it), and a program
   that needs more waits until the watchdog stops it with WATCHDOG, blaming the waiting push.
 * Bits an opcode does not define are ignored: the fields named ``reserved``, the bits past the
   opcode's layout up to ``INSTRUCTION_BITS``, and the header flags that do not apply to it:
