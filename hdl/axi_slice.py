@@ -23,8 +23,8 @@ class AxiRegisterSlice(wiring.Component):
     to ``m_axi_*`` (the slave's ``s_axi_*``) through a `SkidBuffer` per channel.
 
     No output depends combinationally on an input: every VALID, READY and payload leaving it
-    comes from a flip-flop (no LUT RAM read), so a path between the master and the slave ends here. Full
-    throughput (a beat per cycle per channel), a cycle of latency each way; order within each
+    comes from a flip-flop (no LUT RAM read), so a path between the master and the slave ends
+    here. Full throughput (a beat per cycle per channel), a cycle of latency each way; order within each
     channel is kept, and the channels are as independent as AXI4 makes them.
     """
 

@@ -691,9 +691,9 @@ class ElementStage(wiring.Component):
 def windows_copy(m, windows, load, platform):
     """A copy of ``windows`` in flip-flops of ``m``, taking their value in each cycle that
     ``load`` is high. Each engine that checks the windows keeps one beside it, loaded while it
-    is idle, so the control registers' windows do not fan out across the die (router2's most
-    congested spot on the ULX3S 16x16): the windows are frozen from START while the core runs,
-    so a copy equals them whenever its engine checks an address. Each copy has its own
+    is idle, so that no path runs from the control registers across the die into its compares:
+    the windows are frozen from START while the core runs, so a copy equals them whenever its
+    engine checks an address. Each copy has its own
     ``load``, so synthesis cannot merge the copies back into one. On an iCE40 (``platform``,
     `fpga_family`), whose small die routes and whose logic cells are what it lacks, the
     windows themselves."""
