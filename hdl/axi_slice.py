@@ -24,8 +24,8 @@ class AxiRegisterSlice(wiring.Component):
 
     No output depends combinationally on an input: every VALID, READY and payload leaving it
     comes from a flip-flop (no LUT RAM read), so a path between the master and the slave ends
-    here. Full throughput (a beat per cycle per channel), a cycle of latency each way; order within each
-    channel is kept, and the channels are as independent as AXI4 makes them.
+    here. Full throughput (a beat per cycle per channel), a cycle of latency each way; order
+    within each channel is kept, and the channels are as independent as AXI4 makes them.
     """
 
     def __init__(self, data_width):
