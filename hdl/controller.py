@@ -17,7 +17,7 @@ from .family import fpga_family
 from .load import LOAD_INSTRUCTION
 from .pipeline import pipeline_register
 from .store import STORE_INSTRUCTION
-from .walker import window_ok, windows_copy
+from .walker import window_ok
 
 __all__ = ["Controller", "ENGINES", "FETCH_ID", "InstructionQueue", "kept_bits",
            "supported_opcodes"]
@@ -412,8 +412,7 @@ class Controller(wiring.Component):
         checking = Signal()
         probe = Signal(32)  # modulo 2**32, as `address` steps
         m.d.comb += probe.eq(Mux(checking, address, address + INSTRUCTION_BYTES))
-        windows = windows_copy(m, self.windows, ~running, platform)
-        probe_ok = window_ok(m, windows, probe, INSTRUCTION_BYTES, "read", aligned=True)
+        probe_ok = window_ok(m, self.windows, probe, INSTRUCTION_BYTES, "read", aligned=True)
         probe_end = Mux(checking, pc, pc + 1) == self.program_length
         next_ok, next_end, fetch_ok, fetch_end = Signal(), Signal(), Signal(), Signal()
         m.d.sync += [next_ok.eq(probe_ok), next_end.eq(probe_end)]

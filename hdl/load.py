@@ -11,8 +11,7 @@ from ..isa import (ErrorCode, Header, LoadIm2colInstruction, LoadInstruction,
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_read_signature
 from .engine import check_state, dma_engine_members
 from .walker import (BurstPlanner, ElementStage, Im2colWalker, TileCheck, TileWalker,
-                     im2col_walker_signature, select_units, step_layout, unit_move,
-                     windows_copy)
+                     im2col_walker_signature, select_units, step_layout, unit_move)
 
 __all__ = ["LoadEngine", "LOAD_INSTRUCTION", "MAX_OUTSTANDING", "PLAN_DEPTH"]
 
@@ -112,7 +111,7 @@ class LoadEngine(wiring.Component):
             im2col_walker.held.eq(im2col_desc),  # instr holds until the LOAD ends
             im2col_code.eq(_im2col_check(im2col_desc, lanes, rows) if config.im2col
                            else ErrorCode.UNKNOWN_OPCODE),
-            stage.windows.eq(windows_copy(m, self.windows, ~self.busy, platform)),
+            stage.windows.eq(self.windows),
             stage.input.payload.eq(source),
             stage.input.valid.eq(source_valid & running),
             walker.elements.ready.eq(stage.input.ready & running & ~im2col),

@@ -13,7 +13,7 @@ from .pipeline import pipeline_register
 from ..config import check_config
 from .load import MAX_OUTSTANDING
 from .walker import (BurstPlanner, ElementStage, TileCheck, TileWalker, move_units, select_units,
-                     step_layout, windows_copy)
+                     step_layout)
 
 __all__ = ["StoreEngine", "STORE_INSTRUCTION", "W_BURST_BEATS", "W_DEPTH"]
 
@@ -151,7 +151,7 @@ class StoreEngine(wiring.Component):
             walker.held_pool.eq(check.held_pool),
             check.pool.enable.eq(epilogue.pool),
             check.pool.pitch.eq(epilogue.pool_pitch),
-            stage.windows.eq(windows_copy(m, self.windows, ~self.busy, platform)),
+            stage.windows.eq(self.windows),
             stage.input.payload.eq(walker.elements.payload),
             stage.input.valid.eq(walker.elements.valid & running),
             walker.elements.ready.eq(stage.input.ready & running),

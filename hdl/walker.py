@@ -5,11 +5,10 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from ..isa import DIMS, NUM_WINDOWS, ErrorCode, Im2colDescriptor, TensorDescriptor, Window
-from .family import fpga_family
 from .pipeline import SkidBuffer
 
 __all__ = ["TileCheck", "TileWalker", "Im2colWalker", "ElementStage", "BurstPlanner", "POOLING",
-           "window_ok", "windows_copy",
+           "window_ok",
            "checked_element_layout", "element_layout", "im2col_walker_signature",
            "walker_signature", "step_layout", "burst_layout", "move_units", "select_units",
            "unit_move"]
@@ -686,23 +685,6 @@ class ElementStage(wiring.Component):
                      self.input.ready.eq(buffer.i.ready)]
         wiring.connect(m, buffer.o, wiring.flipped(self.output))
         return m
-
-
-def windows_copy(m, windows, load, platform):
-    """A copy of ``windows`` in flip-flops of ``m``, taking their value in each cycle that
-    ``load`` is high. Each engine that checks the windows keeps one beside it, loaded while it
-    is idle, so that no path runs from the control registers across the die into its compares:
-    the windows are frozen from START while the core runs, so a copy equals them whenever its
-    engine checks an address. Each copy has its own
-    ``load``, so synthesis cannot merge the copies back into one. On an iCE40 (``platform``,
-    `fpga_family`), whose small die routes and whose logic cells are what it lacks, the
-    windows themselves."""
-    if fpga_family(platform) == "ice40":
-        return windows
-    copy = Signal(windows.shape(), name="windows_copy")
-    with m.If(load):
-        m.d.sync += copy.eq(windows)
-    return copy
 
 
 def window_ok(m, windows, addr, size, permission, aligned=False):
