@@ -79,6 +79,7 @@ BLOCKS = {
     "softmax unit": ("tpu_core.datapath.execute.softmax",),
     "load DMA (+ im2col walker)": ("tpu_core.datapath.load",),
     "store DMA + epilogue": ("tpu_core.datapath.store",),
+    "shared DMA front": ("tpu_core.datapath.dma_front",),
     "execute feeders": ("tpu_core.datapath.execute",),
     "controller + queues": ("tpu_core.datapath.controller",),
     "registers + counters": ("tpu_core.csr", "tpu_core.datapath"),

@@ -259,7 +259,8 @@ class Controller(wiring.Component):
     (``queue_depth`` 1) they are dropped instead and the instruction is fetched again then.
     Either way an instruction is queued once its queue has room and the next fetch starts then,
     as with a staging register. A queue counts as full while its engine is ``holding`` the
-    instruction it took (it runs from the queue's slot, `CoreConfig.store_prefetch`).
+    instruction it took (it runs from the queue's slot, `CoreConfig.store_prefetch` and
+    `CoreConfig.load_prefetch`).
 
     The first error (an engine's, a bad fetch, an unknown opcode, or the watchdog seeing no
     progress for ``watchdog_limit`` cycles) stops fetching and dispatching; once the engines are

@@ -15,8 +15,9 @@ from .controller import ENGINES, FETCH_ID, Controller
 from .csr import ControlRegisters
 from .execute import ExecuteEngine, accumulator_row, probability_row, scratchpad_row
 from .family import fpga_family
-from .load import LoadEngine
-from .store import W_BURST_BEATS, StoreEngine
+from .dma_front import SharedDmaFront
+from .load import LoadEngine, load_front_client
+from .store import W_BURST_BEATS, StoreEngine, store_front_client
 
 __all__ = ["TpuCore", "run_wiring"]
 
@@ -120,6 +121,13 @@ class TpuCore(wiring.Component):
         datapath.submodules.execute = execute
         datapath.submodules.store = store
         engines = dict(zip(ENGINES, (load, execute, store)))
+        if cfg.shared_dma:
+            datapath.submodules.dma_front = front = SharedDmaFront(
+                load_front_client(cfg), store_front_client(cfg), cfg.axi_data_width // 8,
+                cfg.windows, cfg.descriptor_dims)
+            wiring.connect(datapath, front.load, load.front)
+            wiring.connect(datapath, front.store, store.front)
+            m.d.comb += front.windows.eq(csr.windows)
 
         datapath.submodules.scratchpad = scratchpad = memory.Memory(
             shape=scratchpad_row(cfg), depth=cfg.scratchpad_rows, init=[], attrs=SRAM_ATTRS)

@@ -37,9 +37,10 @@ def dma_engine_members(instruction_layout, axi_signature, windows):
     }
 
 
-def check_state(m, engine, check, stopped, also=ErrorCode.NONE):
+def check_state(m, engine, check, stopped, also=ErrorCode.NONE, then="RUN"):
     """A DMA engine's CHECK state (call it inside ``with m.State(...)``): busy, waiting for the
-    `TileCheck`'s verdict, then RUN, or ERROR with its code (``stopped`` asserted). ``also``: an
+    `TileCheck`'s verdict, then state ``then``, or ERROR with its code (``stopped`` asserted).
+    ``also``: an
     error the engine finds beside the check (from registers, settled before the check's verdict,
     which comes two cycles after it takes the descriptor at the earliest), reported if the check
     passes. Returns whether it goes to RUN in this cycle."""
@@ -47,7 +48,7 @@ def check_state(m, engine, check, stopped, also=ErrorCode.NONE):
     verdict = Mux(check.result.payload == ErrorCode.NONE, also, check.result.payload)
     passed = check.result.valid & (verdict == ErrorCode.NONE)
     with m.If(passed):
-        m.next = "RUN"
+        m.next = then
     with m.Elif(check.result.valid):
         m.d.comb += stopped.eq(1)
         m.d.sync += engine.error.eq(verdict)

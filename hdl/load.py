@@ -9,11 +9,13 @@ from ..config import check_config
 from ..isa import (ErrorCode, Header, LoadIm2colInstruction, LoadInstruction,
                    TensorDescriptor)
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_read_signature
+from .dma_front import (DmaFront, FrontClient, front_geometry, front_request,
+                        shared_front_signature)
 from .engine import check_state, dma_engine_members
-from .walker import (BurstPlanner, ElementStage, Im2colWalker, TileCheck, TileWalker,
-                     im2col_walker_signature, select_units, step_layout, unit_move)
+from .walker import (Im2colWalker, TileCheck, im2col_walker_signature, select_units, step_layout,
+                     unit_move)
 
-__all__ = ["LoadEngine", "LOAD_INSTRUCTION", "MAX_OUTSTANDING", "PLAN_DEPTH"]
+__all__ = ["LoadEngine", "LOAD_INSTRUCTION", "MAX_OUTSTANDING", "PLAN_DEPTH", "load_front_client"]
 
 LOAD_INSTRUCTION = data.StructLayout({
     "header": Header,
@@ -23,6 +25,12 @@ LOAD_INSTRUCTION = data.StructLayout({
 """The bits of a LOAD the engine takes: ``LoadInstruction``, extended to cover
 ``LoadIm2colInstruction`` (which it is read as when ``header.im2col`` is set)."""
 
+
+
+def load_front_client(config):
+    """What the load engine needs of its DMA front (`FrontClient`)."""
+    return FrontClient(lanes=config.lanes, rows=config.scratchpad_rows, elem_log2=(0,),
+                       pool=False, permission="read", max_steps=PLAN_DEPTH // 4, max_beats=256)
 
 
 def _im2col_check(desc, lanes, rows):
@@ -44,7 +52,8 @@ class LoadEngine(wiring.Component):
     beat of lanes for contiguous rows (dim-0 stride 1), else one element; up to
     ``MAX_OUTSTANDING`` bursts in flight. On an error nothing more is issued, every outstanding
     burst is drained, then ``error`` is raised and held. An instruction is registered when
-    taken and decoded from that register the next cycle; an im2col LOAD's check is registered
+    taken (or, without `CoreConfig.load_prefetch`, read from the queue's slot, held meanwhile)
+    and decoded the next cycle; an im2col LOAD's check is registered
     then and acted on the cycle after.
     """
 
@@ -57,6 +66,7 @@ class LoadEngine(wiring.Component):
             "sp_write": In(memory.WritePort.Signature(
                 addr_width=ceil_log2(config.scratchpad_rows),
                 shape=data.ArrayLayout(signed(8), config.lanes), granularity=1)),
+            **({"front": In(shared_front_signature(config))} if config.shared_dma else {}),
         })
 
     def elaborate(self, platform):
@@ -67,32 +77,40 @@ class LoadEngine(wiring.Component):
 
         dims = config.descriptor_dims
         m.submodules.check = check = TileCheck(lanes, rows, elem_log2=0, dims=dims, held=True)
-        m.submodules.walker = walker = TileWalker(lanes, rows, elem_log2=0,
-                                                  beat_bytes=beat_bytes, dims=dims, held=True)
+        shared = config.shared_dma
+        if shared:  # the core's `SharedDmaFront`
+            front = wiring.flipped(self.front)
+            acquiring = Signal()
+            front_request(m, self, front, acquiring)
+        else:
+            m.submodules.front = front = DmaFront([load_front_client(config)], beat_bytes,
+                                                  config.windows, dims)
+            m.d.comb += front.windows.eq(self.windows)
+        # The front's elements and steps: rows as wide as the accumulator's when it is shared.
+        _, front_rows = front_geometry(config, load_front_client(config))
         if config.im2col:
-            m.submodules.im2col_walker = im2col_walker = Im2colWalker(lanes, rows)
+            m.submodules.im2col_walker = im2col_walker = Im2colWalker(lanes, front_rows)
         else:  # a walker that never starts: an im2col LOAD stops with UNKNOWN_OPCODE
-            im2col_walker = im2col_walker_signature(lanes, rows).create()
-        m.submodules.stage = stage = ElementStage(lanes, rows, beat_bytes, "read", config.windows)
-        m.submodules.planner = planner = BurstPlanner(
-            lanes, rows, beat_bytes, max_steps=PLAN_DEPTH // 4, max_beats=256,
-            permission="read")
-        wiring.connect(m, stage.output, planner.elements)
+            im2col_walker = im2col_walker_signature(lanes, front_rows).create()
+        wiring.connect(m, im2col_walker.elements, front.extra)
         # A planned step with where its bytes go (`unit_move`), formed as it is queued.
-        layout = data.StructLayout({"step": step_layout(lanes, rows, beat_bytes),
+        layout = data.StructLayout({"step": step_layout(lanes, front_rows, beat_bytes),
                                     "offset": ceil_log2(beat_bytes), "mask": lanes})
         m.submodules.plan = plan = fifo.SyncFIFOBuffered(width=layout.size, depth=PLAN_DEPTH)
         queued = layout(plan.w_data)
-        move_offset, move_mask = unit_move(planner.steps.payload.offset,
-                                           planner.steps.payload.lane,
-                                           planner.steps.payload.count, lanes)
+        move_offset, move_mask = unit_move(front.steps.payload.offset,
+                                           front.steps.payload.lane,
+                                           front.steps.payload.count, lanes)
 
-        instr = Signal(LOAD_INSTRUCTION)  # registered when taken, decoded the next cycle
+        # The running LOAD: registered when taken and decoded the next cycle, or without
+        # prefetch the queue's slot, which holds until it is done.
+        prefetch = config.load_prefetch
+        instr = Signal(LOAD_INSTRUCTION) if prefetch else self.instr.payload
+        if not prefetch:
+            m.d.comb += self.holding.eq(self.busy)
         im2col_desc = data.View(LoadIm2colInstruction, instr.as_value()).im2col
         im2col_code = Signal(ErrorCode)
         im2col = Signal()    # the instruction is an im2col load
-        source = Mux(im2col, im2col_walker.elements.payload, walker.elements.payload)
-        source_valid = Mux(im2col, im2col_walker.elements.valid, walker.elements.valid)
         # Checks passed, elements flow: a register that is 1 exactly in RUN (set as the FSM
         # enters it), so the walkers' ready, and from it the clock enables of their many
         # registers, decode no FSM state (the routed 8x8's critical path ran from the state
@@ -104,37 +122,32 @@ class LoadEngine(wiring.Component):
         im2col_verdict = Signal(ErrorCode)
         m.d.comb += [
             check.descriptor.payload.eq(instr.tensor),
-            walker.descriptor.payload.eq(instr.tensor),
             check.held.eq(instr.tensor),  # instr holds until the LOAD ends
-            walker.held.eq(instr.tensor),
+            front.held.eq(instr.tensor),
             im2col_walker.descriptor.payload.eq(im2col_desc),
             im2col_walker.held.eq(im2col_desc),  # instr holds until the LOAD ends
             im2col_code.eq(_im2col_check(im2col_desc, lanes, rows) if config.im2col
                            else ErrorCode.UNKNOWN_OPCODE),
-            stage.windows.eq(self.windows),
-            stage.input.payload.eq(source),
-            stage.input.valid.eq(source_valid & running),
-            walker.elements.ready.eq(stage.input.ready & running & ~im2col),
-            im2col_walker.elements.ready.eq(stage.input.ready & running & im2col),
-            planner.abort.eq(stopped),
-            walker.abort.eq(stopped),
+            front.external.eq(im2col),
+            front.running.eq(running),
+            front.abort.eq(stopped),
             im2col_walker.abort.eq(stopped),
-            queued.step.eq(planner.steps.payload),
+            queued.step.eq(front.steps.payload),
             queued.offset.eq(move_offset),
             queued.mask.eq(move_mask),
-            plan.w_en.eq(planner.steps.valid),
-            planner.steps.ready.eq(plan.w_rdy),
+            plan.w_en.eq(front.steps.valid),
+            front.steps.ready.eq(plan.w_rdy),
         ]
 
         # AR: the planner's bursts, while fewer than MAX_OUTSTANDING are in flight.
         outstanding = Signal(range(MAX_OUTSTANDING + 1))
         ar_free = outstanding < MAX_OUTSTANDING
         m.d.comb += [
-            axi.arid.eq(0), axi.araddr.eq(planner.bursts.payload.addr),
-            axi.arlen.eq(planner.bursts.payload.len), axi.arsize.eq(ceil_log2(beat_bytes)),
+            axi.arid.eq(0), axi.araddr.eq(front.bursts.payload.addr),
+            axi.arlen.eq(front.bursts.payload.len), axi.arsize.eq(ceil_log2(beat_bytes)),
             axi.arburst.eq(AXI_BURST_INCR),
-            axi.arvalid.eq(planner.bursts.valid & ar_free),
-            planner.bursts.ready.eq(axi.arready & ar_free),
+            axi.arvalid.eq(front.bursts.valid & ar_free),
+            front.bursts.ready.eq(axi.arready & ar_free),
         ]
         ar_done = axi.arvalid & axi.arready
         r_done = axi.rvalid & axi.rready
@@ -174,13 +187,14 @@ class LoadEngine(wiring.Component):
             with m.State("IDLE"):
                 m.d.comb += self.instr.ready.eq(1)
                 with m.If(self.instr.valid):
-                    m.d.sync += instr.eq(self.instr.payload)
+                    if prefetch:
+                        m.d.sync += instr.eq(self.instr.payload)
                     m.next = "DECODE"
             with m.State("DECODE"):
                 plain = ~instr.header.im2col
-                m.d.comb += [self.busy.eq(1),
-                             check.descriptor.valid.eq(plain),
-                             walker.descriptor.valid.eq(plain)]
+                m.d.comb += [self.busy.eq(1), check.descriptor.valid.eq(plain)]
+                if not shared:  # a walk starts with its check (a shared front's once granted)
+                    m.d.comb += front.walk.eq(plain)
                 m.d.sync += [im2col.eq(instr.header.im2col), im2col_verdict.eq(im2col_code)]
                 with m.If(plain):
                     m.next = "CHECK"
@@ -190,22 +204,37 @@ class LoadEngine(wiring.Component):
                 # The im2col check's verdict, registered in DECODE: the walker's many registers
                 # wait for no compare (the routed 8x8's critical path ran from the instruction
                 # through the check into them, 18.4 ns).
-                m.d.comb += [self.busy.eq(1),
-                             im2col_walker.descriptor.valid.eq(
-                                 im2col_verdict == ErrorCode.NONE)]
+                m.d.comb += self.busy.eq(1)
+                if not shared:
+                    m.d.comb += im2col_walker.descriptor.valid.eq(
+                        im2col_verdict == ErrorCode.NONE)
                 with m.If(im2col_verdict == ErrorCode.NONE):
-                    m.d.sync += running.eq(1)
-                    m.next = "RUN"
+                    if shared:
+                        m.next = "ACQUIRE"
+                    else:
+                        m.d.sync += running.eq(1)
+                        m.next = "RUN"
                 with m.Else():
                     m.d.sync += self.error.eq(im2col_verdict)
                     m.next = "ERROR"
             with m.State("CHECK"):
-                with m.If(check_state(m, self, check, stopped)):
-                    m.d.sync += running.eq(1)
+                passed = check_state(m, self, check, stopped,
+                                     then="ACQUIRE" if shared else "RUN")
+                if not shared:
+                    with m.If(passed):
+                        m.d.sync += running.eq(1)
+            if shared:
+                with m.State("ACQUIRE"):  # the checks passed: walk once the front is granted
+                    m.d.comb += [self.busy.eq(1), acquiring.eq(1)]
+                    with m.If(front.granted):
+                        m.d.comb += [front.walk.eq(~im2col),
+                                     im2col_walker.descriptor.valid.eq(im2col)]
+                        m.d.sync += running.eq(1)
+                        m.next = "RUN"
             with m.State("RUN"):
                 m.d.comb += self.busy.eq(1)
-                with m.If((planner.error != ErrorCode.NONE) | bus_error):
-                    m.d.sync += [code.eq(Mux(bus_error, ErrorCode.BUS_ERROR, planner.error)),
+                with m.If((front.error != ErrorCode.NONE) | bus_error):
+                    m.d.sync += [code.eq(Mux(bus_error, ErrorCode.BUS_ERROR, front.error)),
                                  running.eq(0)]
                     m.next = "DRAIN"
                 with m.Elif(take & step.last):
@@ -213,7 +242,7 @@ class LoadEngine(wiring.Component):
                     m.next = "IDLE"
             with m.State("DRAIN"):
                 m.d.comb += [self.busy.eq(1), draining.eq(1), stopped.eq(1)]
-                with m.If(~planner.bursts.valid & (outstanding == 0)):
+                with m.If(~front.bursts.valid & (outstanding == 0)):
                     m.d.sync += self.error.eq(code)
                     m.next = "ERROR"
             with m.State("ERROR"):

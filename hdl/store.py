@@ -7,15 +7,16 @@ from amaranth.utils import ceil_log2
 from ..isa import (Epilogue, EpilogueParams, ErrorCode, Header, Opcode, ParamsInstruction,
                    RowScale, StoreInstruction, TensorDescriptor)
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_write_signature
+from .dma_front import (DmaFront, FrontClient, front_geometry, front_request,
+                        shared_front_signature)
 from .engine import check_state, dma_engine_members
 from .epilogue import EpilogueDatapath, LaneParams
 from .pipeline import pipeline_register
 from ..config import check_config
 from .load import MAX_OUTSTANDING
-from .walker import (BurstPlanner, ElementStage, TileCheck, TileWalker, move_units, select_units,
-                     step_layout)
+from .walker import TileCheck, move_units, select_units, step_layout
 
-__all__ = ["StoreEngine", "STORE_INSTRUCTION", "W_BURST_BEATS", "W_DEPTH"]
+__all__ = ["StoreEngine", "STORE_INSTRUCTION", "W_BURST_BEATS", "W_DEPTH", "store_front_client"]
 
 STORE_INSTRUCTION = data.StructLayout({
     "header": Header,
@@ -30,6 +31,14 @@ W_DEPTH = 16
 """Write beats buffered ahead of the W channel."""
 W_BURST_BEATS = W_DEPTH // 2
 """Beats of the engine's longest burst (AWLEN + 1): half of the W buffer."""
+
+def store_front_client(config):
+    """What the store engine needs of its DMA front (`FrontClient`)."""
+    words = config.axi_data_width // 32
+    return FrontClient(lanes=config.cols, rows=config.accumulator_rows, elem_log2=(0, 2),
+                       pool=True, permission="write", max_steps=256 * words,
+                       max_beats=W_BURST_BEATS)
+
 
 class StoreEngine(wiring.Component):
     """Executes STORE and PARAMS instructions: accumulator rows -> epilogue -> external memory.
@@ -67,6 +76,7 @@ class StoreEngine(wiring.Component):
             **({"scale_read": In(memory.ReadPort.Signature(
                 addr_width=ceil_log2(config.probability_rows), shape=RowScale))}
                if config.softmax else {}),
+            **({"front": In(shared_front_signature(config))} if config.shared_dma else {}),
         })
 
     def elaborate(self, platform):
@@ -80,15 +90,21 @@ class StoreEngine(wiring.Component):
         units = min(cols, max(1, words))
         select = cols > units          # steps' lanes are moved to units 0.. (else unit = lane)
 
-        walked = {"elem_log2": (0, 2), "pool": True, "dims": config.descriptor_dims,
-                  "held": True}
-        m.submodules.check = check = TileCheck(cols, rows, **walked)
-        m.submodules.walker = walker = TileWalker(cols, rows, beat_bytes=beat_bytes, **walked)
-        m.submodules.stage = stage = ElementStage(cols, rows, beat_bytes, "write", config.windows)
-        m.submodules.planner = planner = BurstPlanner(
-            cols, rows, beat_bytes, max_steps=256 * words, max_beats=W_BURST_BEATS,
-            permission="write")
-        wiring.connect(m, stage.output, planner.elements)
+        client = store_front_client(config)
+        m.submodules.check = check = TileCheck(cols, rows, elem_log2=client.elem_log2,
+                                               pool=client.pool, dims=config.descriptor_dims,
+                                               held=True)
+        shared = config.shared_dma
+        if shared:  # the core's `SharedDmaFront`
+            front = wiring.flipped(self.front)
+            acquiring = Signal()
+            front_request(m, self, front, acquiring)
+        else:
+            m.submodules.front = front = DmaFront([client], beat_bytes, config.windows,
+                                                  config.descriptor_dims)
+            m.d.comb += front.windows.eq(self.windows)
+        # The front's steps: as many lanes as the scratchpad's when it is shared.
+        front_lanes, front_rows = front_geometry(config, client)
         beat_layout = data.StructLayout({"data": config.axi_data_width, "strb": beat_bytes,
                                          "last": 1})
         m.submodules.beats = beats = fifo.SyncFIFOBuffered(width=beat_layout.size, depth=W_DEPTH)
@@ -142,21 +158,16 @@ class StoreEngine(wiring.Component):
         m.d.comb += [
             check.descriptor.payload.eq(tensor),
             check.descriptor.valid.eq(walk),
-            walker.descriptor.payload.eq(tensor),
-            walker.descriptor.valid.eq(walk),
+            *([] if shared else [front.walk.eq(walk)]),  # a shared front's once granted
             check.held.eq(tensor),
-            walker.held.eq(tensor),
+            front.held.eq(tensor),
             check.held_pool.enable.eq(epilogue.pool),
             check.held_pool.pitch.eq(epilogue.pool_pitch),
-            walker.held_pool.eq(check.held_pool),
+            front.held_pool.eq(check.held_pool),
             check.pool.enable.eq(epilogue.pool),
             check.pool.pitch.eq(epilogue.pool_pitch),
-            stage.windows.eq(self.windows),
-            stage.input.payload.eq(walker.elements.payload),
-            stage.input.valid.eq(walker.elements.valid & running),
-            walker.elements.ready.eq(stage.input.ready & running),
-            planner.abort.eq(stopped),
-            walker.abort.eq(stopped),
+            front.running.eq(running),
+            front.abort.eq(stopped),
         ]
 
         multiplier = config.epilogue_multiplier
@@ -171,7 +182,7 @@ class StoreEngine(wiring.Component):
         # routed 8x8's critical path ran from the FIFO's level through that stall, 17.9 ns).
         # The room is asked at a part's first read: a pooled part's four reads come on
         # consecutive cycles, as the epilogue's pool maximum needs.
-        planned = planner.steps.payload
+        planned = front.steps.payload
         read = Signal(2)  # which of the four rows of a pooled step
         last_read = ~(epilogue.pool & planned.in_bounds) | (read == 3)
         done_lanes = Signal(range(cols + 1))  # lanes of the step in earlier parts
@@ -191,13 +202,13 @@ class StoreEngine(wiring.Component):
             step.last.eq(planned.last & last_part),
         ]
         d_valid = Signal()
-        d_step = Signal(step_layout(cols, rows, beat_bytes))
+        d_step = Signal(step_layout(front_lanes, front_rows, beat_bytes))
         d_y = data.View(data.ArrayLayout(signed(32), units), datapath.y)
         emit = d_step.in_bounds & d_step.end_of_beat
         reserved = Signal(range(W_DEPTH + 1))  # beats in the W FIFO or on their way to it
-        fetch = planner.steps.valid & ((read != 0) | (reserved != W_DEPTH))
+        fetch = front.steps.valid & ((read != 0) | (reserved != W_DEPTH))
         m.d.comb += [
-            planner.steps.ready.eq(fetch & last_read & last_part),
+            front.steps.ready.eq(fetch & last_read & last_part),
             self.acc_read.en.eq(fetch),
             self.acc_read.addr.eq(step.row + Mux(read[1], epilogue.pool_pitch, 0) + read[0]),
         ]
@@ -280,11 +291,11 @@ class StoreEngine(wiring.Component):
         aw_presented = axi.awvalid & ~aw_waiting  # the first cycle of an AW on the bus
         head = beat_layout(beats.r_data)
         m.d.comb += [
-            axi.awid.eq(0), axi.awaddr.eq(planner.bursts.payload.addr),
-            axi.awlen.eq(planner.bursts.payload.len), axi.awsize.eq(ceil_log2(beat_bytes)),
+            axi.awid.eq(0), axi.awaddr.eq(front.bursts.payload.addr),
+            axi.awlen.eq(front.bursts.payload.len), axi.awsize.eq(ceil_log2(beat_bytes)),
             axi.awburst.eq(AXI_BURST_INCR),
-            axi.awvalid.eq(planner.bursts.valid & aw_free),
-            planner.bursts.ready.eq(axi.awready & aw_free),
+            axi.awvalid.eq(front.bursts.valid & aw_free),
+            front.bursts.ready.eq(axi.awready & aw_free),
             axi.wdata.eq(head.data), axi.wstrb.eq(head.strb), axi.wlast.eq(head.last),
             axi.wvalid.eq(beats.r_rdy & ((released != 0) | aw_presented)),
             beats.r_en.eq(axi.wvalid & axi.wready),
@@ -300,7 +311,7 @@ class StoreEngine(wiring.Component):
         bus_error = b_done & (axi.bresp != AXI_RESP_OKAY)
 
         walked = Signal()  # the last step has left the beat builder
-        idle_bus = ~planner.bursts.valid & (outstanding == 0)
+        idle_bus = ~front.bursts.valid & (outstanding == 0)
         m.d.sync += [self.done.eq(0), walk.eq(0)]
         with m.FSM():
             with m.State("IDLE"):
@@ -323,19 +334,26 @@ class StoreEngine(wiring.Component):
                         m.d.sync += [walked.eq(0), walk.eq(1),
                                      int8.eq(options.requant & (instr.tensor.elem_log2 == 0))]
                         m.next = "CHECK"
+            if shared:
+                with m.State("ACQUIRE"):  # the checks passed: walk once the front is granted
+                    m.d.comb += [self.busy.eq(1), acquiring.eq(1)]
+                    with m.If(front.granted):
+                        m.d.comb += front.walk.eq(1)
+                        m.next = "RUN"
             with m.State("CHECK"):
                 with m.If(dispatch_verdict != ErrorCode.NONE):
                     m.d.comb += [self.busy.eq(1), stopped.eq(1)]
                     m.d.sync += self.error.eq(dispatch_verdict)
                     m.next = "ERROR"
                 with m.Else():
-                    check_state(m, self, check, stopped, also=scale_code)
+                    check_state(m, self, check, stopped, also=scale_code,
+                                then="ACQUIRE" if shared else "RUN")
             with m.State("RUN"):
                 m.d.comb += [self.busy.eq(1), running.eq(1)]
                 with m.If(d_valid & d_step.last):
                     m.d.sync += walked.eq(1)
-                with m.If((planner.error != ErrorCode.NONE) | bus_error):
-                    m.d.sync += code.eq(Mux(bus_error, ErrorCode.BUS_ERROR, planner.error))
+                with m.If((front.error != ErrorCode.NONE) | bus_error):
+                    m.d.sync += code.eq(Mux(bus_error, ErrorCode.BUS_ERROR, front.error))
                     m.next = "DRAIN"
                 with m.Elif(walked & idle_bus):
                     m.d.sync += self.done.eq(1)

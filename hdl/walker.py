@@ -8,7 +8,7 @@ from ..isa import DIMS, NUM_WINDOWS, ErrorCode, Im2colDescriptor, TensorDescript
 from .pipeline import SkidBuffer
 
 __all__ = ["TileCheck", "TileWalker", "Im2colWalker", "ElementStage", "BurstPlanner", "POOLING",
-           "window_ok",
+           "PERMISSIONS", "window_ok",
            "checked_element_layout", "element_layout", "im2col_walker_signature",
            "walker_signature", "step_layout", "burst_layout", "move_units", "select_units",
            "unit_move"]
@@ -23,9 +23,31 @@ def _check_beat_bytes(beat_bytes):
         raise ValueError(f"beat_bytes={beat_bytes!r} is invalid: allowed 4, 8 or 16")
 
 
+PERMISSIONS = ("read", "write", "either")
+"""What an `ElementStage` and a `BurstPlanner` check the windows for: reads, writes, or either
+(a DMA front shared by the load and store engines, `CoreConfig.shared_dma`), chosen by their
+``write`` input."""
+
+
 def _check_permission(permission):
-    if permission not in ("read", "write"):
-        raise ValueError(f'permission={permission!r} is invalid: allowed "read" or "write"')
+    if permission not in PERMISSIONS:
+        raise ValueError(f'permission={permission!r} is invalid: allowed "read", "write" or '
+                         f'"either"')
+
+
+def _permission_members(permission):
+    """The ``write`` input of a component that checks ``permission`` "either"."""
+    return {"write": In(1)} if permission == "either" else {}
+
+
+def _permission_of(component):
+    """What ``component`` checks in this cycle: its permission's name, or its ``write`` input."""
+    return component.write if component.permission == "either" else component.permission
+
+
+def _writes(component):
+    """Whether ``component`` checks for writes in this cycle (a constant unless "either")."""
+    return component.write if component.permission == "either" else component.permission == "write"
 
 
 def _check_int(name, value, low, high):
@@ -641,8 +663,8 @@ class Im2colWalker(wiring.Component):
 
 class ElementStage(wiring.Component):
     """A registered stage for walked elements, between a walker and the `BurstPlanner`, that
-    also checks each element's bus beat against the windows with ``permission`` ("read" /
-    "write"; `window_ok`, ``in_window`` of `checked_element_layout`), so that the planner's
+    also checks each element's bus beat against the windows with ``permission`` (`PERMISSIONS`;
+    `window_ok`, ``in_window`` of `checked_element_layout`), so that the planner's
     take of an element waits on no compare. ``windows``: how many access windows there are
     (`CoreConfig.windows`); they must not change while elements are in the stage (the control
     registers freeze them while the core runs).
@@ -664,7 +686,8 @@ class ElementStage(wiring.Component):
         self.beat_bytes, self.permission = beat_bytes, permission
         super().__init__({"input": In(stream.Signature(element_layout(lanes, rows))),
                           "output": Out(stream.Signature(checked_element_layout(lanes, rows))),
-                          "windows": In(data.ArrayLayout(Window, windows))})
+                          "windows": In(data.ArrayLayout(Window, windows)),
+                          **_permission_members(permission)})
 
     def elaborate(self, platform):
         m = Module()
@@ -675,7 +698,7 @@ class ElementStage(wiring.Component):
         m.d.comb += [checked.eq(self.input.payload.as_value()),  # the same fields first
                      checked.in_window.eq(window_ok(
                          m, self.windows, Cat(Const(0, shift), beat),
-                         self.beat_bytes, self.permission, aligned=True)),
+                         self.beat_bytes, _permission_of(self), aligned=True)),
                      checked.same_beat.eq(beat == previous),
                      checked.next_beat.eq((beat == previous + 1) & (beat[:12 - shift] != 0))]
         with m.If(self.input.valid & self.input.ready):
@@ -688,9 +711,10 @@ class ElementStage(wiring.Component):
 
 
 def window_ok(m, windows, addr, size, permission, aligned=False):
-    """``[addr, addr + size)`` lies inside a window with ``permission`` (helper signals driven in
-    ``m``): per window two compares with its ``base`` and ``end`` (`isa.Window`, whose end the
-    control registers add up when the window is written), one adder for ``addr + size``. With
+    """``[addr, addr + size)`` lies inside a window with ``permission`` ("read", "write", or a
+    1-bit value, 1 for write; helper signals driven in ``m``): per window two compares with its
+    ``base`` and ``end`` (`isa.Window`, whose end the control registers add up when the window
+    is written), one adder for ``addr + size``. With
     ``aligned`` (``size`` a power of two that divides ``addr``) no adder: ``addr + size <= end``
     is ``addr / size < floor(end / size)``."""
     start = Signal.like(addr, name="window_start")
@@ -704,7 +728,9 @@ def window_ok(m, windows, addr, size, permission, aligned=False):
         stop = Signal.like(addr + size, name="window_stop")
         m.d.comb += stop.eq(addr + size)
         fits = [stop <= w.end for w in windows]
-    return Cat(w[permission] & (start >= w.base) & fit for w, fit in zip(windows, fits)).any()
+    def allows(w):
+        return w[permission] if isinstance(permission, str) else Mux(permission, w.write, w.read)
+    return Cat(allows(w) & (start >= w.base) & fit for w, fit in zip(windows, fits)).any()
 
 
 class BurstPlanner(wiring.Component):
@@ -716,17 +742,23 @@ class BurstPlanner(wiring.Component):
     ``bursts``. ``steps`` gives every walked step, in order, one step late: it tells when a beat
     and a burst end. A burst is issued no earlier than the step that closes it. Each beat is
     checked against the windows before it joins a burst (``in_window``, from the `ElementStage`
-    with ``same_beat`` and ``next_beat``, which compare it with the step before; ``permission``,
-    "read" or "write", names the error): on a failing beat ``error`` is set and
-    the planner stops (the open burst is dropped). ``abort`` stops it as well; ``steps`` and
-    ``bursts`` still drain.
+    with ``same_beat`` and ``next_beat``, which compare it with the step before; ``permission``
+    (`PERMISSIONS`) names the error, LOAD_WINDOW or STORE_WINDOW): on a failing beat ``error``
+    is set and the planner stops (the open burst is dropped). ``abort`` stops it as well;
+    ``steps`` and ``bursts`` still drain. With permission "either", ``max_steps`` and
+    ``max_beats`` are pairs (for reads, for writes), chosen with the permission by ``write``.
     """
 
     def __init__(self, lanes, rows, beat_bytes, max_steps, max_beats, permission):
         _check_beat_bytes(beat_bytes)
-        _check_int("max_steps", max_steps, 1, 65535)
-        _check_int("max_beats", max_beats, 1, 256)
         _check_permission(permission)
+        pairs = permission == "either"
+        for name, value, high in (("max_steps", max_steps, 65535), ("max_beats", max_beats, 256)):
+            if pairs and not (isinstance(value, tuple) and len(value) == 2):
+                raise ValueError(f"{name}={value!r} is invalid: allowed a pair (reads, writes) "
+                                 f'with permission "either"')
+            for limit in value if pairs else (value,):
+                _check_int(name, limit, 1, high)
         self.beat_bytes, self.max_steps, self.max_beats = beat_bytes, max_steps, max_beats
         self.permission = permission
         super().__init__({
@@ -735,7 +767,12 @@ class BurstPlanner(wiring.Component):
             "bursts": Out(stream.Signature(burst_layout)),
             "abort": In(1),
             "error": Out(ErrorCode),
+            **_permission_members(permission),
         })
+
+    def _limit(self, value):
+        """``value`` (a limit, or a pair of them with permission "either") in this cycle."""
+        return Mux(self.write, value[1], value[0]) if self.permission == "either" else value
 
     def elaborate(self, platform):
         m = Module()
@@ -745,14 +782,15 @@ class BurstPlanner(wiring.Component):
         pending = Signal(self.steps.payload.shape())  # the previous step, end flags unknown
         pending_valid = Signal()
         first_beat = Signal(32 - shift)
-        burst_steps = Signal(range(self.max_steps + 1))
-        beats = Signal(range(self.max_beats + 1))
+        pairs = self.permission == "either"
+        burst_steps = Signal(range((max(self.max_steps) if pairs else self.max_steps) + 1))
+        beats = Signal(range((max(self.max_beats) if pairs else self.max_beats) + 1))
         flush = Signal()  # the last step is pending: close at the next cycle
 
         is_open = pending_valid & pending.in_bounds
-        room = burst_steps < self.max_steps
+        room = burst_steps < self._limit(self.max_steps)
         share = is_open & elem.same_beat & room
-        extend = is_open & elem.next_beat & room & (beats < self.max_beats)
+        extend = is_open & elem.next_beat & room & (beats < self._limit(self.max_beats))
         joins = ~flush & elem.in_bounds & (share | extend)
         bad = ~flush & elem.in_bounds & ~elem.in_window
         end_of_burst = is_open & ~joins
@@ -782,8 +820,8 @@ class BurstPlanner(wiring.Component):
         with m.If(self.bursts.ready):
             m.d.sync += self.bursts.valid.eq(0)
         with m.If(event & bad):
-            m.d.sync += self.error.eq(ErrorCode.LOAD_WINDOW if self.permission == "read"
-                                      else ErrorCode.STORE_WINDOW)
+            m.d.sync += self.error.eq(Mux(_writes(self), ErrorCode.STORE_WINDOW,
+                                          ErrorCode.LOAD_WINDOW))
         with m.If(advance):
             with m.If(end_of_burst):
                 m.d.sync += [self.bursts.valid.eq(1),

@@ -8,9 +8,8 @@ ADDRESS_OVERFLOW is retired and never predicted).
 The controller is modelled as in-order queues of ``config.queue_depth`` instructions per
 engine fed by an in-order fetcher, and VTA-style tokens between neighbouring engines. (An
 engine runs what it takes to its end without waiting for anything, so whether its queue's slot
-holds while it runs (the store engine's without `CoreConfig.store_prefetch`) changes when the
-next instruction is queued,
-not whether.) With one
+holds while it runs (without `CoreConfig.store_prefetch` or `CoreConfig.load_prefetch`) changes
+when the next instruction is queued, not whether.) With one
 consumer per token counter the model's final state does not depend on timing, so a program that
 errs nowhere must end done, or with WATCHDOG blaming the oldest instruction waiting for a token.
 When some reachable instruction errs, the core must stop with one of those errors (which one

@@ -10,8 +10,9 @@ from amaranth.lib import data, memory, wiring
 from amaranth.sim import Simulator
 
 from tpugen import CoreConfig
-from tpugen.hdl.load import LoadEngine
-from tpugen.hdl.store import StoreEngine
+from tpugen.hdl.dma_front import DmaFront, SharedDmaFront
+from tpugen.hdl.load import LoadEngine, load_front_client
+from tpugen.hdl.store import StoreEngine, store_front_client
 from tpugen.hdl.walker import BurstPlanner, ElementStage, TileCheck, TileWalker, window_ok
 from tpugen.isa import NUM_WINDOWS, ErrorCode, Opcode, RowScale, Window, decode, encode_tile
 from tpugen.firmware.program import Program
@@ -20,6 +21,8 @@ from tpugen.sim.pysim_axi import AxiMemory
 from tpugen.sim.testbench import put_instruction, stream_get, stream_put, stream_take
 
 CONFIG = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1)
+SHARED = replace(CONFIG, shared_dma=True)
+"""`CONFIG` whose engines walk through one `SharedDmaFront` (`CoreConfig.shared_dma`)."""
 MEM_SIZE = 1 << 14
 
 
@@ -65,7 +68,8 @@ def padded_tile(tensor, desc):
 
 class Bench(Elaboratable):
     """An engine with its SRAM (and a store engine's row scales, ``scales``) attached through
-    ``wiring.connect``."""
+    ``wiring.connect``; with `CoreConfig.shared_dma` a `SharedDmaFront` too, whose other port
+    stays idle."""
 
     def __init__(self, engine, sram, scales=None):
         self.engine, self.sram, self.scales = engine, sram, scales
@@ -74,6 +78,14 @@ class Bench(Elaboratable):
         m = Module()
         m.submodules.engine = self.engine
         m.submodules.sram = self.sram
+        config = self.engine.config
+        if config.shared_dma:
+            m.submodules.front = front = SharedDmaFront(
+                load_front_client(config), store_front_client(config),
+                config.axi_data_width // 8, config.windows, config.descriptor_dims)
+            kind = "load" if isinstance(self.engine, LoadEngine) else "store"
+            wiring.connect(m, getattr(front, kind), self.engine.front)
+            m.d.comb += front.windows.eq(self.engine.windows)
         if isinstance(self.engine, LoadEngine):
             wiring.connect(m, self.engine.sp_write, self.sram.write_port(granularity=1))
         else:
@@ -251,6 +263,19 @@ def test_load_sequence_and_broadcast():
     np.testing.assert_array_equal(rows[46:], init[46:])
 
 
+@pytest.mark.parametrize("seed", range(2))
+def test_engines_through_the_shared_front(seed):
+    """Each engine alone through a `SharedDmaFront` (`CoreConfig.shared_dma`): the same tiles,
+    bit-exact, as through its own front (padding, contiguous runs across a 4 KiB boundary,
+    int32 elements clipped on every side)."""
+    load_case(SHARED, descriptor(100 + seed, [(4, -1, 5, 1), (3, -1, 2, 7)], sram_row=3), seed)
+    load_case(SHARED, descriptor(4094, [(4, -1, 3, 1), (2, 0, 2, 9)], sram_row=254), seed)
+    store_case(SHARED, descriptor(400 + 4 * seed, [(4, -1, 3, 4), (3, 2, 4, 12)], sram_row=5,
+                                  elem_log2=2), seed)
+    store_case(SHARED, descriptor(4096 - 8, [(4, 0, 4, 4), (2, -1, 1, 16)], sram_row=60,
+                                  elem_log2=2), seed)
+
+
 def test_load_past_the_address_space_only_in_padding():
     # Row 1 would be at 2**32 but lies outside the tensor: padding, which encode_tile accepts.
     load_case(CONFIG, descriptor(0x100, [(4, 0, 4, 1), (2, 0, 1, 0xFFFFFF00)]), seed=2)
@@ -376,9 +401,10 @@ ERROR_WINDOWS = windows((0, 0xB00, "rw"), (0xB00, 0x500, "w"), (0x2000, 0x1000, 
 ERROR_ALLOWED = [(0, 0x1000), (0x2000, 0x1000), (0x3808, 0xF8)]
 
 
+@pytest.mark.parametrize("config", [CONFIG, SHARED], ids=["own_front", "shared_front"])
 @pytest.mark.parametrize("kind,case", [("load", c) for c in LOAD_ERRORS] +
                                       [("store", c) for c in STORE_ERRORS])
-def test_errors(kind, case):
+def test_errors(kind, case, config):
     desc, code = (LOAD_ERRORS if kind == "load" else STORE_ERRORS)[case]
     rng = np.random.default_rng(7)
     axi_mem = AxiMemory(MEM_SIZE, 64, allowed=ERROR_ALLOWED, error_ranges=[(0x700, 8)], seed=7)
@@ -391,7 +417,7 @@ def test_errors(kind, case):
     # must not be accepted.
     good = (descriptor(0x10, [(4, 0, 4, 1)], sram_row=9) if kind == "load"
             else descriptor(0x10, [(4, 0, 4, 4)], sram_row=9, elem_log2=2))
-    outcomes, rows = run(kind, CONFIG, [good, desc, good], axi_mem, ERROR_WINDOWS, init)
+    outcomes, rows = run(kind, config, [good, desc, good], axi_mem, ERROR_WINDOWS, init)
     assert [o[0] for o in outcomes] == [ErrorCode.NONE, code]
     assert axi_mem.in_flight() == 0
     if kind == "store":  # only the good tile and parts of the failing one inside windows written
@@ -645,6 +671,9 @@ def test_walker_abort():
     (lambda: BurstPlanner(4, 16, 12, 8, 8, "read"), "beat_bytes"),
     (lambda: BurstPlanner(4, 16, 8, 8, 257, "read"), "max_beats"),
     (lambda: BurstPlanner(4, 16, 8, 8, 8, "execute"), "permission"),
+    (lambda: BurstPlanner(4, 16, 8, 8, 8, "either"), "max_steps"),
+    (lambda: BurstPlanner(4, 16, 8, (8, 4), (8, 257), "either"), "max_beats"),
+    (lambda: DmaFront([], 8, 2, 3), "clients"),
     (lambda: ElementStage(4, 16, 12, "read"), "beat_bytes"),
     (lambda: ElementStage(4, 16, 8, "execute"), "permission"),
     (lambda: ElementStage(4, 16, 8, "read", windows=0), "windows"),
@@ -743,18 +772,21 @@ def test_window_ok_is_the_sum_check(size, aligned, count):
     assert min(checked) > 50, checked  # both answers were seen
 
 
-@pytest.mark.parametrize("permission", ["read", "write"])
-def test_element_stage_checks_the_beat(permission):
+@pytest.mark.parametrize("permission,write", [("read", None), ("write", None), ("either", 0),
+                                              ("either", 1)])
+def test_element_stage_checks_the_beat(permission, write):
     """The `ElementStage` passes each element on unchanged, in order, with ``in_window`` set
-    exactly when the element's whole bus beat lies in a window with ``permission``, and
+    exactly when the element's whole bus beat lies in a window with ``permission`` (with
+    "either", the one its ``write`` input chooses), and
     ``same_beat`` / ``next_beat`` when its beat is that of the element before or the next one in
     its 4 KiB page (the statements the burst planner's proof assumes,
     `sim.formal.BurstPlannerHarness`): addresses anywhere in a beat at and around the windows'
     edges and a 4 KiB boundary, with backpressure on both sides."""
     beat_bytes, flags = 8, {"read": "r", "write": "w"}
     rng = np.random.default_rng(7)
-    specs = [(0x1004, 0x40, "rw"), (0x2000, 0x10, flags[permission]),
-             (0x3000, 0x100, "rw".replace(flags[permission], ""))]
+    checked = ("read", "write")[write] if permission == "either" else permission
+    specs = [(0x1004, 0x40, "rw"), (0x2000, 0x10, flags[checked]),
+             (0x3000, 0x100, "rw".replace(flags[checked], ""))]
     dut = ElementStage(lanes=4, rows=16, beat_bytes=beat_bytes, permission=permission, windows=3)
     addrs = [edge + delta for base, size, _ in specs for edge in (base, base + size)
              for delta in range(-12, 13, 3)]  # 0x2000 and 0x3000 start 4 KiB pages
@@ -765,6 +797,8 @@ def test_element_stage_checks_the_beat(permission):
 
     async def put(ctx):
         ctx.set(dut.windows, windows(*specs)[:3])
+        if write is not None:
+            ctx.set(dut.write, write)
         for element in elements:
             await stream_put(ctx, dut.input, element)
             await ctx.tick().repeat(int(rng.integers(1, 3)))
@@ -782,7 +816,7 @@ def test_element_stage_checks_the_beat(permission):
     expected_in, previous, follows = 0, 0, collections.Counter()
     for element, out in zip(elements, seen, strict=True):
         beat = element["addr"] // beat_bytes * beat_bytes
-        in_window = any(flags[permission] in p and base <= beat and beat + beat_bytes <= base + size
+        in_window = any(flags[checked] in p and base <= beat and beat + beat_bytes <= base + size
                         for base, size, p in specs)
         assert {name: out[name] for name in element} == element
         assert out.in_window == in_window, hex(element["addr"])
@@ -795,3 +829,79 @@ def test_element_stage_checks_the_beat(permission):
     # the same beat, the next one, the next one across 4 KiB, and another
     assert set(follows) == {(True, False, False), (False, True, True), (False, False, True),
                             (False, False, False)}, follows
+
+
+async def _walk_through(ctx, port, desc, cycles=150):
+    """Walk the tile ``desc`` on a front's ``port`` (`dma_front.front_signature`), granted
+    already: (steps, bursts, the error at the end), steps and bursts as tuples of ints."""
+    ctx.set(port.held, encode_tile(desc, wrap=True))
+    ctx.set(port.walk, 1)
+    await ctx.tick()
+    ctx.set(port.walk, 0)
+    ctx.set(port.running, 1)
+    ctx.set(port.steps.ready, 1)
+    ctx.set(port.bursts.ready, 1)
+    steps, bursts = [], []
+    for _ in range(cycles):
+        _, _, step_valid, step, burst_valid, burst = await ctx.tick().sample(
+            port.steps.valid, port.steps.payload, port.bursts.valid, port.bursts.payload)
+        if step_valid:
+            steps.append(tuple(int(step[name]) for name in step.shape().members))
+        if burst_valid:
+            bursts.append((int(burst.addr), int(burst.len)))
+    ctx.set(port.running, 0)
+    return steps, bursts, ErrorCode(ctx.get(port.error))
+
+
+def test_the_shared_front_serves_one_engine_at_a_time():
+    """A `SharedDmaFront` (`CoreConfig.shared_dma`) is granted to one port at a time and only on
+    request: the store port, asking while the load port walks, is granted once the load port
+    lets go, and not before. The load port's walk fails (LOAD_WINDOW, seen by it alone); after
+    it the store port's walk gives exactly the steps and bursts of a front of its own (the
+    front was reset between them), with no error."""
+    config = SHARED
+    load, store = load_front_client(config), store_front_client(config)
+    bad_load = descriptor(0x0FF8, [(4, 0, 4, 1), (3, 0, 3, 4)])  # its 3rd row is past 0x1000
+    good_store = descriptor(0x104, [(4, -1, 3, 4), (3, 0, 2, 0x40)], sram_row=2, elem_log2=2)
+    wins = windows((0, 0x1000, "rw"))[:config.windows]
+
+    def simulate(dut, testbench):
+        sim = Simulator(dut)
+        sim.add_clock(1e-6)
+        sim.add_testbench(testbench)
+        sim.run()
+
+    alone = DmaFront([store], config.axi_data_width // 8, config.windows, config.descriptor_dims)
+    reference = []
+
+    async def own_front(ctx):
+        ctx.set(alone.windows, wins)
+        reference.append(await _walk_through(ctx, alone, good_store))
+
+    simulate(alone, own_front)
+    assert reference[0][0] and reference[0][1] and reference[0][2] == ErrorCode.NONE
+
+    dut = SharedDmaFront(load, store, config.axi_data_width // 8, config.windows,
+                         config.descriptor_dims)
+    log = []
+
+    async def testbench(ctx):
+        ctx.set(dut.windows, wins)
+        ctx.set(dut.load.request, 1)
+        await ctx.tick().until(dut.load.granted)
+        ctx.set(dut.store.request, 1)  # waits while the load port walks
+        await ctx.tick()
+        assert not ctx.get(dut.store.granted)
+        log.append(await _walk_through(ctx, dut.load, bad_load))
+        assert ctx.get(dut.store.error) == ErrorCode.NONE and not ctx.get(dut.store.granted)
+        ctx.set(dut.load.abort, 1)
+        ctx.set(dut.load.request, 0)
+        await ctx.tick().until(dut.store.granted)
+        assert not ctx.get(dut.load.granted)
+        log.append(await _walk_through(ctx, dut.store, good_store))
+        assert ctx.get(dut.store.granted) and not ctx.get(dut.load.granted)
+
+    simulate(dut, testbench)
+    (load_steps, _, load_error), shared = log
+    assert load_error == ErrorCode.LOAD_WINDOW and len(load_steps) < 12
+    assert shared == reference[0]

@@ -133,15 +133,16 @@ def test_fuzzed_programs_end_as_the_model_says(run_tb, tmp_path):
 
 def test_a_reduced_core_ends_as_the_model_says(run_tb, tmp_path):
     """Fuzzed cases on a core with micro's profile: two windows (`CoreConfig.windows`), one-deep
-    queues (`CoreConfig.queue_depth`), the store engine's run from (`CoreConfig.store_prefetch`), and
-    3-dim walkers (`CoreConfig.descriptor_dims`). The
+    queues (`CoreConfig.queue_depth`), the store and load engines' run from their queues' slots
+    (`CoreConfig.store_prefetch`, `CoreConfig.load_prefetch`), one DMA front for both
+    (`CoreConfig.shared_dma`), and 3-dim walkers (`CoreConfig.descriptor_dims`). The
     core, the model and the AXI checker take only the first two of the windows a case programs,
     the model queues one instruction per engine and predicts BAD_EXTENT for a 4th dim the
     walkers lack. Valid programs get their windows fitted as the runtime does (`fit_windows`)
     and end done; the others' standard output window (the third) is missing, so their STOREs
     end in STORE_WINDOW."""
     config = dataclasses.replace(SMALL, windows=2, queue_depth=1, store_prefetch=False,
-                                 descriptor_dims=3)
+                                 load_prefetch=False, descriptor_dims=3, shared_dma=True)
     drawn = _with_timing(draw_cases_apart(60, config))
     stats, failures = _fuzz(run_tb, tmp_path, config, drawn)
     assert not failures, "\n".join(failures[:20])

@@ -35,10 +35,21 @@ FULL = dataclasses.replace(MICRO, softmax=True, im2col=True, epilogue_multiplier
                                           ("queue_depth", 0), ("queue_depth", 8),
                                           ("queue_depth", True), ("queue_depth", 2.0),
                                           ("store_prefetch", 0), ("store_prefetch", None),
+                                          ("load_prefetch", 1), ("load_prefetch", "no"),
+                                          ("shared_dma", 1), ("shared_dma", None),
                                           ("weight_prefetch", 1), ("descriptor_dims", 5)])
 def test_bad_profile_fields_name_the_field(field, value):
     with pytest.raises(ValueError, match=f"CoreConfig.{field}="):
         CoreConfig(**{field: value})
+
+
+@pytest.mark.parametrize("engine", ["store", "load"])
+def test_an_engine_without_prefetch_needs_one_instruction_queues(engine):
+    with pytest.raises(ValueError, match=f"CoreConfig.{engine}_prefetch=False is invalid with "
+                                         "queue_depth=2"):
+        CoreConfig(**{f"{engine}_prefetch": False}, queue_depth=2)
+    assert not getattr(CoreConfig(**{f"{engine}_prefetch": False}, queue_depth=1),
+                       f"{engine}_prefetch")
 
 
 def test_micro_core_computes_what_it_has_and_refuses_the_rest():
@@ -161,11 +172,16 @@ def test_the_registers_describe_the_profile():
     # as full.
     for config in (MICRO, FULL, PRESETS["default"],
                    dataclasses.replace(MICRO, queue_depth=7, store_prefetch=True),
+                   dataclasses.replace(MICRO, load_prefetch=False),
+                   dataclasses.replace(MICRO, shared_dma=False),
                    dataclasses.replace(MICRO, weight_prefetch=True)):
         constants = constant_registers(config)
         assert config_from_registers(constants.__getitem__) == config
     assert constant_registers(MICRO)["CONFIG2"] == register("CONFIG2").value(
-        no_store_prefetch=1, no_weight_prefetch=1)
+        no_store_prefetch=1, no_weight_prefetch=1, shared_dma=1)
+    assert constant_registers(dataclasses.replace(MICRO, load_prefetch=False))["CONFIG2"] == \
+        register("CONFIG2").value(no_store_prefetch=1, no_weight_prefetch=1, no_load_prefetch=1,
+                                  shared_dma=1)
     older = constant_registers(PRESETS["default"])  # map 1.1: CONFIG1.queue_depth reads 0
     older["CONFIG1"] &= ~register("CONFIG1").value(queue_depth=7)
     assert config_from_registers(older.__getitem__) == PRESETS["default"]
@@ -173,7 +189,7 @@ def test_the_registers_describe_the_profile():
     before_config2 = {**constant_registers(MICRO), "CONFIG2": None,
                       "VERSION": register("VERSION").value(major=1, minor=2)}
     assert config_from_registers(before_config2.__getitem__) == dataclasses.replace(
-        MICRO, store_prefetch=True, weight_prefetch=True)
+        MICRO, store_prefetch=True, weight_prefetch=True, shared_dma=False)
     fields = register("CONFIG1").fields_of(constant_registers(MICRO)["CONFIG1"])
     assert (fields.shift_only_epilogue, fields.basic_counters) == (1, 1)
     assert counter_names(MICRO) == BASIC_COUNTERS and counter_names(FULL) == tuple(COUNTERS)

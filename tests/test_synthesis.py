@@ -79,7 +79,7 @@ def test_board_builds_map_the_srams_to_block_ram_alone(tmp_path):
 
 # A 2x2 core without the softmax unit and the im2col walker, mapped to LUTs by yosys itself
 # (-noabc) rather than abc9, synthesizes fastest; the attribution to blocks is the same.
-SMALL = replace(PRESETS["tiny"], softmax=False, im2col=False)
+SMALL = replace(PRESETS["tiny"], softmax=False, im2col=False, shared_dma=True)
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +103,10 @@ def test_blocks_hold_every_cell_once(small_report):
     # Elaborated for iCE40 as a board build is: the array's 4 PEs on 2 SB_MAC16, nothing else
     # on one (synth_ice40 without -dsp).
     assert blocks["array"]["by_type"].get("SB_MAC16") == total["dsps"] == 2
+    # The walker's address adders are in the shared DMA front (`CoreConfig.shared_dma`), the
+    # engines keep their checks.
+    assert blocks["shared DMA front"]["carry"] > 100
+    assert blocks["load DMA (+ im2col walker)"]["carry"] > 0
     # The datapath's counters (the only adders there) count with the control registers.
     assert blocks["registers + counters"]["carry"] > 0
     table = synth.format_synth_report(small_report)

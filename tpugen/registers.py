@@ -150,7 +150,14 @@ def _registers():
                                                 "STORE before it is done."),
             BitField("no_weight_prefetch", 1, 1, "Two weight registers a PE: a weight tile "
                                                  "loads once the tile before it has started "
-                                                 "in every PE (a longer minimum MATMUL)."))),
+                                                 "in every PE (a longer minimum MATMUL)."),
+            BitField("no_load_prefetch", 2, 1, "The load engine runs from its queue's one "
+                                               "slot: a LOAD is fetched once the LOAD before "
+                                               "it is done (0 on older cores, which "
+                                               "prefetch)."),
+            BitField("shared_dma", 3, 1, "One DMA front for the load and store engines: a LOAD "
+                                         "and a STORE do not overlap (0 on older cores, which "
+                                         "have one each)."))),
         Register("CONTROL", 0x020, "w1s", "Commands.", (
             BitField("start", 0, 1, "Run the program at PROGRAM_BASE; clears STATUS.done, "
                                     "STATUS.error, ERROR_CODE and ERROR_INDEX."),
@@ -267,7 +274,9 @@ def constant_registers(config):
         "SCRATCHPAD_ROWS": config.scratchpad_rows,
         "ACCUMULATOR_ROWS": config.accumulator_rows,
         "CONFIG2": register("CONFIG2").value(no_store_prefetch=not config.store_prefetch,
-                                             no_weight_prefetch=not config.weight_prefetch),
+                                             no_weight_prefetch=not config.weight_prefetch,
+                                             no_load_prefetch=not config.load_prefetch,
+                                             shared_dma=config.shared_dma),
     }
 
 
