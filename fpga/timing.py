@@ -116,8 +116,9 @@ def _with_instance_sources(cells, instances):
             continue
         parts = name.split(".")
         for end in range(len(parts) - 1, 0, -1):
-            if python(instances.get(".".join(parts[:end]), ())):
-                result[name] = [*sources, *instances[".".join(parts[:end])]]
+            enclosing = instances.get(".".join(parts[:end]), ())
+            if python(enclosing):
+                result[name] = [*sources, *enclosing]
                 break
     return result
 
