@@ -10,7 +10,7 @@ from ..isa import ErrorCode, TensorDescriptor, Window
 from .walker import (POOLING, BurstPlanner, ElementStage, TileWalker, burst_layout,
                      element_layout, step_layout)
 
-__all__ = ["FrontClient", "DmaFront", "SharedDmaFront", "front_geometry", "front_request",
+__all__ = ["FrontClient", "DmaFront", "SharedDmaFront", "engine_front", "front_geometry",
            "front_signature", "shared_front_signature"]
 
 
@@ -31,8 +31,9 @@ class FrontClient:
 def front_signature(lanes, rows, beat_bytes):
     """A front as its engine sees it, written from the front's side.
 
-    ``request``: the engine wants the front (its ``busy``); ``granted``: the front is the
-    engine's (always, unless shared); the engine uses nothing else before it. ``walk``: a pulse
+    ``request``: the engine wants the front (`engine_front`; unused unless shared);
+    ``granted``: the front is the engine's (always, unless shared); the engine uses nothing
+    else before it. ``walk``: a pulse
     that starts the tile walker on ``held`` (and ``held_pool``), which the engine keeps until
     the walk ends; the walker is idle then. ``external``: the elements come from ``extra``
     (the load engine's im2col walker) instead. Elements flow while ``running``; ``abort``
@@ -55,7 +56,7 @@ def front_signature(lanes, rows, beat_bytes):
     })
 
 
-def front_request(m, engine, front, acquiring):
+def _front_request(m, engine, front, acquiring):
     """Drive the ``request`` of ``engine``'s shared ``front``: asked while ``acquiring`` (a
     1-bit value of ``m``), kept until the walk has left the front (its last step taken, no
     burst waiting; the engine finishes the instruction without it) or the engine is no longer
@@ -153,10 +154,10 @@ class DmaFront(wiring.Component):
 class SharedDmaFront(wiring.Component):
     """One `DmaFront` for the load and store engines (``load`` and ``store``, each a
     `front_signature`): the engine whose ``request`` was granted has it until the request
-    falls (the engine is idle, or stopped on an error), then the front is reset for a cycle
-    (an aborted walk leaves nothing behind) and granted again, to the other engine first if it
-    is waiting. An engine runs a granted instruction to its end without waiting for the other,
-    so neither waits for ever; a stopped engine lets go."""
+    falls (`engine_front`: its walk has left the front, or it is idle or stopped on an
+    error), then the front is reset for a cycle (an aborted walk leaves nothing behind) and
+    granted again, to the other engine first if it asks. A granted walk needs nothing from the
+    other engine, so neither waits for ever."""
 
     def __init__(self, load, store, beat_bytes, windows, dims):
         self.load_client, self.store_client = load, store
@@ -209,3 +210,21 @@ class SharedDmaFront(wiring.Component):
                 port.error.eq(Mux(mine, front.error, ErrorCode.NONE)),
             ]
         return m
+
+
+def engine_front(m, engine, client):
+    """``(front, acquiring)``: the DMA front of ``engine`` (a DMA engine, needing ``client``,
+    a `FrontClient`), as the engine sees it. With `CoreConfig.shared_dma` the core's shared
+    front through ``engine.front``, whose ``request`` this drives (`_front_request`), and
+    ``acquiring``, a signal of ``m`` the engine sets while it waits for the front; else a
+    `DmaFront` of its own in ``m``, and None."""
+    config = engine.config
+    if config.shared_dma:
+        front = wiring.flipped(engine.front)
+        acquiring = Signal()
+        _front_request(m, engine, front, acquiring)
+        return front, acquiring
+    m.submodules.front = front = DmaFront([client], config.axi_data_width // 8, config.windows,
+                                          config.descriptor_dims)
+    m.d.comb += front.windows.eq(engine.windows)
+    return front, None

@@ -9,8 +9,7 @@ from ..config import check_config
 from ..isa import (ErrorCode, Header, LoadIm2colInstruction, LoadInstruction,
                    TensorDescriptor)
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_read_signature
-from .dma_front import (DmaFront, FrontClient, front_geometry, front_request,
-                        shared_front_signature)
+from .dma_front import FrontClient, engine_front, front_geometry, shared_front_signature
 from .engine import check_state, dma_engine_members
 from .walker import (Im2colWalker, TileCheck, im2col_walker_signature, select_units, step_layout,
                      unit_move)
@@ -78,16 +77,10 @@ class LoadEngine(wiring.Component):
         dims = config.descriptor_dims
         m.submodules.check = check = TileCheck(lanes, rows, elem_log2=0, dims=dims, held=True)
         shared = config.shared_dma
-        if shared:  # the core's `SharedDmaFront`
-            front = wiring.flipped(self.front)
-            acquiring = Signal()
-            front_request(m, self, front, acquiring)
-        else:
-            m.submodules.front = front = DmaFront([load_front_client(config)], beat_bytes,
-                                                  config.windows, dims)
-            m.d.comb += front.windows.eq(self.windows)
+        client = load_front_client(config)
+        front, acquiring = engine_front(m, self, client)
         # The front's elements and steps: rows as wide as the accumulator's when it is shared.
-        _, front_rows = front_geometry(config, load_front_client(config))
+        _, front_rows = front_geometry(config, client)
         if config.im2col:
             m.submodules.im2col_walker = im2col_walker = Im2colWalker(lanes, front_rows)
         else:  # a walker that never starts: an im2col LOAD stops with UNKNOWN_OPCODE

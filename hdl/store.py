@@ -7,8 +7,7 @@ from amaranth.utils import ceil_log2
 from ..isa import (Epilogue, EpilogueParams, ErrorCode, Header, Opcode, ParamsInstruction,
                    RowScale, StoreInstruction, TensorDescriptor)
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_write_signature
-from .dma_front import (DmaFront, FrontClient, front_geometry, front_request,
-                        shared_front_signature)
+from .dma_front import FrontClient, engine_front, front_geometry, shared_front_signature
 from .engine import check_state, dma_engine_members
 from .epilogue import EpilogueDatapath, LaneParams
 from .pipeline import pipeline_register
@@ -95,14 +94,7 @@ class StoreEngine(wiring.Component):
                                                pool=client.pool, dims=config.descriptor_dims,
                                                held=True)
         shared = config.shared_dma
-        if shared:  # the core's `SharedDmaFront`
-            front = wiring.flipped(self.front)
-            acquiring = Signal()
-            front_request(m, self, front, acquiring)
-        else:
-            m.submodules.front = front = DmaFront([client], beat_bytes, config.windows,
-                                                  config.descriptor_dims)
-            m.d.comb += front.windows.eq(self.windows)
+        front, acquiring = engine_front(m, self, client)
         # The front's steps: as many lanes as the scratchpad's when it is shared.
         front_lanes, front_rows = front_geometry(config, client)
         beat_layout = data.StructLayout({"data": config.axi_data_width, "strb": beat_bytes,
