@@ -453,7 +453,8 @@ def _board_target(board):
     target = f"fits, Fmax >= {board['target_mhz']:.0f} MHz"
     report = board["report"]
     if report is None:
-        return _target_row(what, target, f"not built (tpugen build --board {board['board']} "
+        return _target_row(what, target, f"no finished build: never built, or did not route "
+                                         f"(tpugen build --board {board['board']} "
                                          f"--rows {board['rows']} --cols {board['cols']})")
     if report["overflow"]:
         measured = "does not fit: " + ", ".join(
