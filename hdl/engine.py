@@ -39,11 +39,11 @@ def dma_engine_members(instruction_layout, axi_signature, windows):
 
 def check_state(m, engine, check, stopped, also=ErrorCode.NONE, then="RUN"):
     """A DMA engine's CHECK state (call it inside ``with m.State(...)``): busy, waiting for the
-    `TileCheck`'s verdict, then state ``then``, or ERROR with its code (``stopped`` asserted).
-    ``also``: an
-    error the engine finds beside the check (from registers, settled before the check's verdict,
-    which comes two cycles after it takes the descriptor at the earliest), reported if the check
-    passes. Returns whether it goes to RUN in this cycle."""
+    `TileCheck`'s verdict, then state ``then`` (RUN, or with a shared DMA front ACQUIRE), or
+    ERROR with its code (``stopped`` asserted). ``also``: an error the engine finds beside the
+    check (from registers, settled before the check's verdict, which comes two cycles after it
+    takes the descriptor at the earliest), reported if the check passes. Returns whether it
+    goes to ``then`` in this cycle."""
     m.d.comb += [engine.busy.eq(1), check.result.ready.eq(1)]
     verdict = Mux(check.result.payload == ErrorCode.NONE, also, check.result.payload)
     passed = check.result.valid & (verdict == ErrorCode.NONE)
