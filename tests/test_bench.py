@@ -7,11 +7,11 @@ import re
 import numpy as np
 import pytest
 
-from tpugen.bench import (LARGE_ATTENTIONS, LARGE_CONVS, README_BEGIN, README_END, READ_LATENCY,
-                          BenchCheckError, attention_speculation, bench_markdown,
-                          compulsory_bytes, ideal_attention_utilization, limiting_factor,
-                          measure_workloads, plot_bench, readme_with_targets,
-                          roofline_utilization, run_bench, target_rows)
+from tpugen.bench import (CONFIGS, LARGE_ATTENTIONS, LARGE_CONVS, README_BEGIN, README_END,
+                          READ_LATENCY, BenchCheckError, attention_speculation, bench_markdown,
+                          bench_workloads, compulsory_bytes, ideal_attention_utilization,
+                          limiting_factor, measure_workloads, plot_bench, readme_with_targets,
+                          roofline_utilization, run_bench, runs_on, target_rows)
 from tpugen.cli import main
 from tpugen.config import PRESETS, CoreConfig
 from tpugen.firmware.device import Device, Stats
@@ -290,3 +290,13 @@ def test_bench_command_fails_and_keeps_the_results_on_a_wrong_answer(monkeypatch
     assert json.loads(out.read_text())["workloads"][0]["check_passed"] is False
     err = capsys.readouterr().err
     assert "FAILED: 1 workload(s) gave a wrong answer: 16x16 matmul 5x7x3" in err
+
+
+def test_the_micro_core_runs_the_matmuls_only():
+    """The bench runs each workload on the cores that can: micro (no softmax unit, no im2col
+    walker) the matmuls, the full cores everything."""
+    ops = {op for op, _ in bench_workloads(False)}
+    assert ops == {"matmul", "conv2d", "attention"}
+    assert {op for op in ops if runs_on(CONFIGS["micro"], op)} == {"matmul"}
+    assert all(runs_on(CONFIGS["8x8"], op) and runs_on(CONFIGS["16x16"], op) for op in ops)
+    assert all(runs_on(CONFIGS["16x16"], op) for op in ("conv2d_epilogue", "conv2d_pool"))

@@ -17,7 +17,8 @@ from .demo import useful_macs
 __all__ = ["READ_LATENCY", "attention_speculation", "bench_markdown", "bench_workloads",
            "BenchCheckError", "check_workload", "compulsory_bytes", "ideal_attention_utilization",
            "ideal_gemm_utilization", "limiting_factor", "measure_workloads", "plot_bench",
-           "roofline_utilization", "run_bench", "target_rows", "workload_label", "workload_macs"]
+           "roofline_utilization", "run_bench", "runs_on", "target_rows", "workload_label",
+           "workload_macs"]
 
 MATMULS = [(64, 64, 64), (128, 128, 128), (256, 256, 256), (256, 16, 256), (16, 256, 256),
            (1024, 64, 8)]
@@ -36,7 +37,11 @@ CONV_OPS = ("conv2d", "conv2d_epilogue", "conv2d_pool")
 ATTENTIONS = [(64, 64, 32, False), (128, 128, 64, False), (256, 256, 64, False)]
 """(L, S, d, causal), one head."""
 LARGE_ATTENTIONS = [(512, 512, 64, False), (512, 512, 128, False), (2048, 2048, 64, True)]
-CONFIGS = {"8x8": CoreConfig(rows=8, cols=8), "16x16": PRESETS["large"]}
+CONFIGS = {"8x8": CoreConfig(rows=8, cols=8), "16x16": PRESETS["large"],
+           "micro": PRESETS["micro"]}
+"""The cores the bench runs. Micro (the UP5K's profile) runs the matmuls only: it has no softmax
+unit, and without the im2col walker the bench's convolutions do not fit its 2 KiB scratchpad
+(`runs_on`)."""
 SIM_DEVICE_TARGETS = {"8x8": 100_000, "16x16": 50_000}
 """Cycles per second of `SimDevice` calls (wall time, the host's compile included) per core."""
 SPEED_MATMUL = (256, 256, 256)
@@ -271,6 +276,12 @@ def bench_workloads(large):
             + [("attention", shape) for shape in ATTENTIONS + (LARGE_ATTENTIONS if large else [])])
 
 
+def runs_on(config, op):
+    """Whether the bench runs workloads of ``op`` on the core ``config``: attention needs the
+    softmax unit, the bench's convolutions the im2col walker."""
+    return {"attention": config.softmax, "matmul": True}.get(op, config.im2col)
+
+
 def measure_workloads(dev, label, workloads, rng, progress=None):
     """Run ``workloads`` [(op, shape)] on device ``dev`` (core ``label``) with inputs from
     ``rng``: one entry each, with its ``check`` against the golden model (`check_workload`)
@@ -377,7 +388,9 @@ def run_bench(quick=False, builds=False, configs=CONFIGS):
     results = {}
     _speed(results)
     rng = np.random.default_rng(0)
-    planned = {label: bench_workloads(not quick and config == PRESETS["large"])
+    planned = {label: [(op, shape) for op, shape
+                       in bench_workloads(not quick and config == PRESETS["large"])
+                       if runs_on(config, op)]
                for label, config in configs.items()}
     progress = _Progress([workload_macs(op, shape) for work in planned.values()
                           for op, shape in work])
