@@ -96,8 +96,10 @@ class DmaFront(wiring.Component):
     core's access windows."""
 
     def __init__(self, clients, beat_bytes, windows, dims):
-        if len(clients) not in (1, 2) or not all(isinstance(c, FrontClient) for c in clients):
-            raise ValueError(f"clients={clients!r} is invalid: allowed one or two FrontClients")
+        if (len(clients) not in (1, 2) or not all(isinstance(c, FrontClient) for c in clients)
+                or len(clients) == 2 and [c.permission for c in clients] != ["read", "write"]):
+            raise ValueError(f"clients={clients!r} is invalid: allowed one FrontClient, or two "
+                             f"(reads, then writes)")
         self.clients, self.beat_bytes, self.dims = tuple(clients), beat_bytes, dims
         lanes, rows = _union(clients)
         super().__init__({

@@ -674,6 +674,8 @@ def test_walker_abort():
     (lambda: BurstPlanner(4, 16, 8, 8, 8, "either"), "max_steps"),
     (lambda: BurstPlanner(4, 16, 8, (8, 4), (8, 257), "either"), "max_beats"),
     (lambda: DmaFront([], 8, 2, 3), "clients"),
+    (lambda: DmaFront([store_front_client(SHARED), load_front_client(SHARED)], 8, 2, 3),
+     "clients"),
     (lambda: ElementStage(4, 16, 12, "read"), "beat_bytes"),
     (lambda: ElementStage(4, 16, 8, "execute"), "permission"),
     (lambda: ElementStage(4, 16, 8, "read", windows=0), "windows"),

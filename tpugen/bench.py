@@ -279,7 +279,9 @@ def bench_workloads(large):
 def runs_on(config, op):
     """Whether the bench runs workloads of ``op`` on the core ``config``: attention needs the
     softmax unit, the bench's convolutions the im2col walker."""
-    return {"attention": config.softmax, "matmul": True}.get(op, config.im2col)
+    if op == "attention":
+        return config.softmax
+    return op == "matmul" or config.im2col  # the rest are CONV_OPS
 
 
 def measure_workloads(dev, label, workloads, rng, progress=None):

@@ -75,9 +75,9 @@ class CoreConfig:
     345 flip-flops and 312 UP5K logic cells less, a matmul's cycles +17%; micro keeps it)."""
     shared_dma: bool = False
     """One DMA front (tile walker, element stage and burst planner) for the load and store
-    engines, instead of one each: an engine that wants it waits while the other runs an
-    instruction (an instruction's walk is never interleaved with the other's). A LOAD then does
-    not overlap a STORE, which on one memory port (the UP5K's) hardly overlapped anyway."""
+    engines, instead of one each (`hdl.dma_front.SharedDmaFront`): an engine that wants it
+    waits while the other walks a tile; their checks before a walk and their bus beats after it
+    still overlap. Micro: 822 UP5K logic cells less, a matmul's cycles +2% to +30%."""
     weight_prefetch: bool = True
     """A weight tile loads into the array while the tile before it waits to start: each PE
     keeps three weights (its load chain's, the upcoming and the active one). False: two, the

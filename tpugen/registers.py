@@ -155,9 +155,9 @@ def _registers():
                                                "slot: a LOAD is fetched once the LOAD before "
                                                "it is done (0 on older cores, which "
                                                "prefetch)."),
-            BitField("shared_dma", 3, 1, "One DMA front for the load and store engines: a LOAD "
-                                         "and a STORE do not overlap (0 on older cores, which "
-                                         "have one each)."))),
+            BitField("shared_dma", 3, 1, "One DMA front for the load and store engines: a LOAD's "
+                                         "and a STORE's walks do not overlap (0 on older "
+                                         "cores, which have one each)."))),
         Register("CONTROL", 0x020, "w1s", "Commands.", (
             BitField("start", 0, 1, "Run the program at PROGRAM_BASE; clears STATUS.done, "
                                     "STATUS.error, ERROR_CODE and ERROR_INDEX."),
