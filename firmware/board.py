@@ -38,7 +38,8 @@ def config_from_registers(read_register):
         queue_depth=memory.queue_depth or QUEUE_DEPTH, descriptor_dims=DIMS - memory.missing_dims,
         store_prefetch=not handling.no_store_prefetch,
         load_prefetch=not handling.no_load_prefetch, shared_dma=bool(handling.shared_dma),
-        weight_prefetch=not handling.no_weight_prefetch)
+        weight_prefetch=not handling.no_weight_prefetch,
+        address_width=32 - handling.address_bits_missing)
 
 
 class BoardDevice(Device):

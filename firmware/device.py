@@ -175,7 +175,7 @@ class Device:
 
     def __init__(self, config, memory_size):
         check_config(config)
-        check_option("memory_size", memory_size, 1 << 14, 1 << 31)
+        check_option("memory_size", memory_size, 1 << 14, min(1 << 31, 1 << config.address_width))
         self.config = config
         self.memory_size = memory_size
         self.stats = None

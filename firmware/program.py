@@ -53,23 +53,28 @@ def tensor(base, elem_bytes, sram_row, dims, lane=0):
 
 class Program:
     """A list of encoded instructions, built in order. Tiles (`tensor` fields) are encoded for
-    the walkers of a `CoreConfig` (`isa.encode_tile`), of every dim without one. ``wrap``:
-    tiles whose in-bounds elements leave the 32-bit address space are encoded as the core walks
-    them, modulo 2**32, instead of refused (for tests of that wrap; compilers never need it)."""
+    the walkers and the address space of a `CoreConfig` (`isa.encode_tile`), of every dim and
+    32 bits without one. ``wrap``: tiles whose in-bounds elements leave the address space are
+    encoded as the core walks them, wrapping, instead of refused (for tests of that wrap;
+    compilers never need it)."""
 
     def __init__(self, config=None, wrap=False):
         self.descriptor_dims = DIMS if config is None else config.descriptor_dims
+        self.address_width = 32 if config is None else config.address_width
         self.wrap = wrap
         self.instructions = []
 
+    def _tile(self, descriptor):
+        return encode_tile(descriptor, self.descriptor_dims, self.wrap, self.address_width)
+
     def load(self, descriptor, deps=Deps()):
         return self._add(Opcode.LOAD, header=deps.fields(),
-                         tensor=encode_tile(descriptor, self.descriptor_dims, self.wrap))
+                         tensor=self._tile(descriptor))
 
     def load_im2col(self, descriptor, deps=Deps()):
         """LOAD a tile of the lowered matrix; ``descriptor``: Im2colDescriptor fields."""
         return self._add(Opcode.LOAD, header={**deps.fields(), "im2col": 1},
-                         im2col=encode_im2col(descriptor, self.wrap))
+                         im2col=encode_im2col(descriptor, self.wrap, self.address_width))
 
     def matmul(self, weight_row, act_row, acc_row, count, *, accumulate=False,
                act_probabilities=False, act_stride_log2=0, deps=Deps()):
@@ -81,8 +86,7 @@ class Program:
     def store(self, descriptor, epilogue=None, deps=Deps()):
         """``epilogue``: `isa.Epilogue` fields (bias, requant, relu, pool, pool_pitch)."""
         return self._add(Opcode.STORE, header=deps.fields(),
-                         tensor=encode_tile(descriptor, self.descriptor_dims, self.wrap),
-                         epilogue=epilogue or {})
+                         tensor=self._tile(descriptor), epilogue=epilogue or {})
 
     def params(self, entries, first_lane=0, broadcast=False):
         """Epilogue parameters: ``entries`` of (bias, multiplier, shift) for lanes from

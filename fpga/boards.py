@@ -77,15 +77,21 @@ class Board:
     def total(self, kind):
         return next((r.total for r in self.resources if r.kind == kind), 0)
 
+    @property
+    def address_width(self):
+        """The address bits of the board's memory, the whole address space of a core on it
+        (`CoreConfig.address_width`): `BoardSystem` maps nothing else."""
+        return (self.memory_kib * 1024 - 1).bit_length()
+
     def default_config(self, rows=None, cols=None):
         """The CoreConfig for a ``rows`` x ``cols`` array (default: `default_array`) on this board:
-        memories sized to fit beside the board memory, and as many PEs on DSP blocks as the
-        device has DSPs to spare."""
+        memories sized to fit beside the board memory, addresses as wide as it, and as many PEs
+        on DSP blocks as the device has DSPs to spare."""
         rows = self.default_array[0] if rows is None else rows
         cols = self.default_array[1] if cols is None else cols
         config = replace(CoreConfig.preset(self.profile), rows=rows, cols=cols,
                          scratchpad_kib=self.scratchpad_kib, accumulator_kib=self.accumulator_kib,
-                         axi_data_width=self.axi_data_width)
+                         axi_data_width=self.axi_data_width, address_width=self.address_width)
         return self.with_dsp_pes(config)
 
     def with_dsp_pes(self, config):

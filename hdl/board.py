@@ -35,6 +35,10 @@ class BoardSystem(wiring.Component):
 
     def __init__(self, config, *, clk_freq, baud, memory_bytes, memory_kind="bram",
                  register_slice=False):
+        if isinstance(memory_bytes, int) and memory_bytes > 1 << config.address_width:
+            raise ValueError(f"CoreConfig.address_width={config.address_width} is invalid for "
+                             f"memory_bytes={memory_bytes}: the core would not reach all of it "
+                             f"(allowed {(memory_bytes - 1).bit_length()}..32)")
         self.config = config
         self.clk_freq = round(clk_freq)
         self.core = TpuCore(config)

@@ -8,8 +8,9 @@ from amaranth.utils import exact_log2
 from ..arch import (ENGINE_OPCODES, PENDING_DEPTH, TOKEN_BITS, TOKEN_FLAGS, TOKEN_LIMIT, Engine,
                     token_flag_bit)
 from ..isa import (DIMS, INSTRUCTION_BITS, INSTRUCTION_BYTES, PARAMS_PER_INSTRUCTION, Dim,
-                   Epilogue, EpilogueParams, ErrorCode, Header, Opcode, ParamsInstruction,
-                   TensorDescriptor, Window, defined_bits, instruction_layout)
+                   Epilogue, EpilogueParams, ErrorCode, Header, Im2colDescriptor, Opcode,
+                   ParamsInstruction, TensorDescriptor, defined_bits, instruction_layout,
+                   window_layout)
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_read_signature
 from .engine import engine_members
 from .execute import EXECUTE_INSTRUCTION
@@ -42,12 +43,14 @@ def kept_bits(config, opcodes):
     """The bit offsets an engine's queue keeps of each instruction: those of the defined fields
     (`isa.defined_bits`) of the layouts among ``opcodes`` that a core of ``config`` runs (an
     im2col LOAD only with ``config.im2col``), less the strides of the tensor dims its walkers
-    do not walk (``config.descriptor_dims``), without the softmax unit a STORE's
+    do not walk (``config.descriptor_dims``), the bits of addresses and strides from
+    ``config.address_width`` on (addresses wrap below them), without the softmax unit a STORE's
     ``scale_row``, and the PARAMS entries the epilogue never reads (`_unread_params`). The
     engine reads the others as zero; it ignores them (reserved fields, those fields) or never
     gets an instruction that has them."""
     supported = supported_opcodes(config)
     return frozenset().union(*(defined_bits(layout) - _unwalked_strides(config, layout)
+                               - _high_address_bits(config, layout)
                                - _scale_rows(config, layout) - _unread_params(config, layout)
                                for op in opcodes if op in supported
                                for im2col in {False, op == Opcode.LOAD and config.im2col}
@@ -63,6 +66,23 @@ def _unwalked_strides(config, layout):
     stride = Dim["stride"]
     return {dims + d * Dim.size + stride.offset + bit
             for d in range(config.descriptor_dims, DIMS) for bit in range(stride.width)}
+
+
+def _high_address_bits(config, layout):
+    """The bit offsets of ``layout``'s byte addresses and strides (a ``tensor``'s address and
+    dim strides, an ``im2col``'s base and strides) from ``config.address_width`` on: DMA
+    addresses wrap modulo ``2**address_width``, so no element's address depends on them."""
+    fields = []
+    if "tensor" in layout.members:
+        tensor = layout["tensor"].offset
+        dims = tensor + TensorDescriptor["dims"].offset
+        fields += [tensor + TensorDescriptor["address"].offset,
+                   *(dims + d * Dim.size + Dim["stride"].offset for d in range(DIMS))]
+    if "im2col" in layout.members:
+        im2col = layout["im2col"].offset
+        fields += [im2col + Im2colDescriptor[name].offset
+                   for name in ("base", "stride_n", "stride_c", "stride_h", "stride_w")]
+    return {offset + bit for offset in fields for bit in range(config.address_width, 32)}
 
 
 def _scale_rows(config, layout):
@@ -273,7 +293,7 @@ class Controller(wiring.Component):
             "start": In(1),
             "program_base": In(32),
             "program_length": In(32),
-            "windows": In(data.ArrayLayout(Window, config.windows)),
+            "windows": In(data.ArrayLayout(window_layout(config.address_width), config.windows)),
             "watchdog_limit": In(32),
             "busy": Out(1),
             "done_event": Out(1),
@@ -397,7 +417,8 @@ class Controller(wiring.Component):
                                  has_room[id(token)].eq(value < TOKEN_LIMIT)]
 
         # Fetch: one instruction at a time, as one INCR burst of `beats` beats.
-        address = Signal(32)  # program_base + pc * INSTRUCTION_BYTES
+        # program_base + pc * INSTRUCTION_BYTES, modulo 2**address_width
+        address = Signal(self.config.address_width)
         m.d.comb += [
             self.axi.arid.eq(FETCH_ID),
             self.axi.araddr.eq(address),
@@ -411,7 +432,7 @@ class Controller(wiring.Component):
         # next one as the current one is fetched (`address` holds then), taken at its commit.
         # Used only when the program base is aligned (else MISALIGNED first): no adder.
         checking = Signal()
-        probe = Signal(32)  # modulo 2**32, as `address` steps
+        probe = Signal.like(address)  # wrapping, as `address` steps
         m.d.comb += probe.eq(Mux(checking, address, address + INSTRUCTION_BYTES))
         probe_ok = window_ok(m, self.windows, probe, INSTRUCTION_BYTES, "read", aligned=True)
         probe_end = Mux(checking, pc, pc + 1) == self.program_length

@@ -124,7 +124,7 @@ class TpuCore(wiring.Component):
         if cfg.shared_dma:
             datapath.submodules.dma_front = front = SharedDmaFront(
                 load_front_client(cfg), store_front_client(cfg), cfg.axi_data_width // 8,
-                cfg.windows, cfg.descriptor_dims)
+                cfg.windows, cfg.descriptor_dims, cfg.address_width)
             wiring.connect(datapath, front.load, load.front)
             wiring.connect(datapath, front.store, store.front)
             m.d.comb += front.windows.eq(csr.windows)

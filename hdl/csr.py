@@ -4,7 +4,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import check_config
-from ..isa import ErrorCode, Window
+from ..isa import ErrorCode, window_layout
 from ..registers import (ADDR_WIDTH, COUNTERS, REGISTERS, absent_registers, constant_registers,
                          counter_names, register)
 from .axi import AXI_RESP_OKAY, AXI_RESP_SLVERR, axi_lite_signature
@@ -20,7 +20,8 @@ class ControlRegisters(wiring.Component):
     address is registered, R the cycle after that.
     ``start`` and ``soft_reset`` are one-cycle pulses. Writes to ``locked`` registers answer
     SLVERR and change nothing from ``start`` on while ``busy`` (and in the cycle after ``busy``
-    falls: the lock is a register). ``windows`` are the checked form (`isa.Window`) of the
+    falls: the lock is a register). ``windows`` are the checked form (`isa.window_layout`,
+    within the ``2**config.address_width`` bytes of the address space) of the
     ``config.windows`` windows, registered from their registers; the registers of the others
     (`registers.absent_registers`) read 0 and ignore writes. ``irq`` is a level:
     ``irq_enable & (done or error pending in IRQ_STATUS)``. In the same cycle, an event wins
@@ -38,7 +39,8 @@ class ControlRegisters(wiring.Component):
             "irq_enable": Out(1),
             "program_base": Out(32),
             "program_length": Out(32),
-            "windows": Out(data.ArrayLayout(Window, config.windows)),
+            "windows": Out(data.ArrayLayout(window_layout(config.address_width),
+                                            config.windows)),
             "watchdog_limit": Out(32),
             "irq": Out(1),
             "busy": In(1),
@@ -65,14 +67,19 @@ class ControlRegisters(wiring.Component):
         ]
         # The windows' ends and enabled permissions, registered: current from the cycle after
         # their registers are written, which is no later than the cycle of the next write (it
-        # waits for this write's B), so before any START that follows can take effect.
+        # waits for this write's B), so before any START that follows can take effect. In the
+        # address space of ``width`` bits: not enabled if the base is beyond it, and the end's
+        # top bit set if the window reaches past it (`window_end`).
+        width = self.config.address_width
         for i in range(self.config.windows):
             base, size = store[f"WINDOW{i}_BASE"], store[f"WINDOW{i}_SIZE"]
             flags = register(f"WINDOW{i}_FLAGS").layout(store[f"WINDOW{i}_FLAGS"])
-            end = Signal(33, name=f"window{i}_end")
+            total = base + size  # 33 bits: a window does not wrap
+            end = Signal(width + 1, name=f"window{i}_end")
+            enabled = size.any() & ~base[width:].any()
             read, write = Signal(name=f"window{i}_read"), Signal(name=f"window{i}_write")
-            m.d.sync += [end.eq(base + size), read.eq(flags.read & size.any()),
-                         write.eq(flags.write & size.any())]
+            m.d.sync += [end.eq(Cat(total[:width], total[width:].any())),
+                         read.eq(flags.read & enabled), write.eq(flags.write & enabled)]
             m.d.comb += [self.windows[i].base.eq(base), self.windows[i].end.eq(end),
                          self.windows[i].read.eq(read), self.windows[i].write.eq(write)]
 

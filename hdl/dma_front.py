@@ -6,7 +6,7 @@ from amaranth.hdl import Module, Mux, ResetInserter, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..isa import ErrorCode, TensorDescriptor, Window
+from ..isa import ErrorCode, TensorDescriptor, window_layout
 from .walker import (POOLING, BurstPlanner, ElementStage, TileWalker, burst_layout,
                      element_layout, step_layout)
 
@@ -28,8 +28,9 @@ class FrontClient:
     max_beats: int
 
 
-def front_signature(lanes, rows, beat_bytes):
-    """A front as its engine sees it, written from the front's side.
+def front_signature(lanes, rows, beat_bytes, address_width=32):
+    """A front as its engine sees it, written from the front's side (addresses of
+    ``address_width`` bits, `CoreConfig.address_width`).
 
     ``request``: the engine wants the front (`engine_front`; unused unless shared);
     ``granted``: the front is the engine's (always, unless shared); the engine uses nothing
@@ -47,11 +48,11 @@ def front_signature(lanes, rows, beat_bytes):
         "held": In(TensorDescriptor),
         "held_pool": In(POOLING),
         "external": In(1),
-        "extra": In(stream.Signature(element_layout(lanes, rows))),
+        "extra": In(stream.Signature(element_layout(lanes, rows, address_width))),
         "running": In(1),
         "abort": In(1),
         "steps": Out(stream.Signature(step_layout(lanes, rows, beat_bytes))),
-        "bursts": Out(stream.Signature(burst_layout)),
+        "bursts": Out(stream.Signature(burst_layout(address_width))),
         "error": Out(ErrorCode),
     })
 
@@ -86,25 +87,26 @@ def front_geometry(config, client):
 def shared_front_signature(config):
     """`front_signature` of the shared front of the core ``config``."""
     lanes, rows = front_geometry(config, None)
-    return front_signature(lanes, rows, config.axi_data_width // 8)
+    return front_signature(lanes, rows, config.axi_data_width // 8, config.address_width)
 
 
 class DmaFront(wiring.Component):
     """A `TileWalker` (or the ``extra`` elements) -> `ElementStage` -> `BurstPlanner` for the
     ``clients`` (`FrontClient`): one engine's, or with two (reads, then writes) the shared
     front's, which checks for the permission its ``write`` input chooses. ``windows``: the
-    core's access windows."""
+    core's access windows; ``address_width``: `CoreConfig.address_width`."""
 
-    def __init__(self, clients, beat_bytes, windows, dims):
+    def __init__(self, clients, beat_bytes, windows, dims, address_width=32):
         if (len(clients) not in (1, 2) or not all(isinstance(c, FrontClient) for c in clients)
                 or len(clients) == 2 and [c.permission for c in clients] != ["read", "write"]):
             raise ValueError(f"clients={clients!r} is invalid: allowed one FrontClient, or two "
                              f"(reads, then writes)")
         self.clients, self.beat_bytes, self.dims = tuple(clients), beat_bytes, dims
+        self.address_width = address_width
         lanes, rows = _union(clients)
         super().__init__({
-            **front_signature(lanes, rows, beat_bytes).members,
-            "windows": In(data.ArrayLayout(Window, windows)),
+            **front_signature(lanes, rows, beat_bytes, address_width).members,
+            "windows": In(data.ArrayLayout(window_layout(address_width), windows)),
             **({"write": In(1)} if len(clients) == 2 else {}),
         })
 
@@ -121,12 +123,14 @@ class DmaFront(wiring.Component):
 
         m.submodules.walker = walker = TileWalker(
             lanes, rows, elem_log2=tuple(sorted({e for c in clients for e in c.elem_log2})),
-            beat_bytes=beat_bytes, pool=any(c.pool for c in clients), dims=self.dims, held=True)
+            beat_bytes=beat_bytes, pool=any(c.pool for c in clients), dims=self.dims, held=True,
+            address_width=self.address_width)
         m.submodules.stage = stage = ElementStage(lanes, rows, beat_bytes, permission,
-                                                  len(self.windows))
+                                                  len(self.windows), self.address_width)
         m.submodules.planner = planner = BurstPlanner(
             lanes, rows, beat_bytes, max_steps=limits("max_steps"),
-            max_beats=limits("max_beats"), permission=permission)
+            max_beats=limits("max_beats"), permission=permission,
+            address_width=self.address_width)
         if shared:
             m.d.comb += [stage.write.eq(self.write), planner.write.eq(self.write)]
         if "held_pool" in walker.signature.members:
@@ -161,13 +165,13 @@ class SharedDmaFront(wiring.Component):
     granted again, to the other engine first if it asks. A granted walk needs nothing from the
     other engine, so neither waits for ever."""
 
-    def __init__(self, load, store, beat_bytes, windows, dims):
+    def __init__(self, load, store, beat_bytes, windows, dims, address_width=32):
         self.load_client, self.store_client = load, store
-        self.beat_bytes, self.dims = beat_bytes, dims
+        self.beat_bytes, self.dims, self.address_width = beat_bytes, dims, address_width
         lanes, rows = _union((load, store))
-        port = front_signature(lanes, rows, beat_bytes)
+        port = front_signature(lanes, rows, beat_bytes, address_width)
         super().__init__({"load": Out(port), "store": Out(port),
-                          "windows": In(data.ArrayLayout(Window, windows))})
+                          "windows": In(data.ArrayLayout(window_layout(address_width), windows))})
 
     def elaborate(self, platform):
         m = Module()
@@ -177,7 +181,7 @@ class SharedDmaFront(wiring.Component):
         release = Signal()
         m.d.comb += release.eq(owned & ~Mux(owner, self.store.request, self.load.request))
         front = DmaFront((self.load_client, self.store_client), self.beat_bytes,
-                         len(self.windows), self.dims)
+                         len(self.windows), self.dims, self.address_width)
         m.submodules.front = ResetInserter(release)(front)
 
         with m.If(release):
@@ -227,6 +231,6 @@ def engine_front(m, engine, client):
         _front_request(m, engine, front, acquiring)
         return front, acquiring
     m.submodules.front = front = DmaFront([client], config.axi_data_width // 8, config.windows,
-                                          config.descriptor_dims)
+                                          config.descriptor_dims, config.address_width)
     m.d.comb += front.windows.eq(engine.windows)
     return front, None

@@ -3,7 +3,7 @@ from amaranth.hdl import Mux
 from amaranth.lib import data, stream
 from amaranth.lib.wiring import In, Out
 
-from ..isa import ErrorCode, Window
+from ..isa import ErrorCode, window_layout
 
 __all__ = ["check_state", "dma_engine_members", "engine_members"]
 
@@ -27,12 +27,12 @@ def engine_members(instruction_layout):
     }
 
 
-def dma_engine_members(instruction_layout, axi_signature, windows):
-    """`engine_members` plus what a DMA engine needs: the ``windows`` access windows (the core's
-    `CoreConfig.windows`) and its AXI channels."""
+def dma_engine_members(instruction_layout, axi_signature, config):
+    """`engine_members` plus what a DMA engine of the core ``config`` needs: its access windows
+    (`CoreConfig.windows`, of `CoreConfig.address_width`) and its AXI channels."""
     return {
         **engine_members(instruction_layout),
-        "windows": In(data.ArrayLayout(Window, windows)),
+        "windows": In(data.ArrayLayout(window_layout(config.address_width), config.windows)),
         "axi": Out(axi_signature),
     }
 

@@ -61,7 +61,7 @@ class LoadEngine(wiring.Component):
         self.config = config
         super().__init__({
             **dma_engine_members(LOAD_INSTRUCTION, axi_read_signature(config.axi_data_width),
-                                 config.windows),
+                                 config),
             "sp_write": In(memory.WritePort.Signature(
                 addr_width=ceil_log2(config.scratchpad_rows),
                 shape=data.ArrayLayout(signed(8), config.lanes), granularity=1)),
@@ -82,9 +82,11 @@ class LoadEngine(wiring.Component):
         # The front's elements and steps: rows as wide as the accumulator's when it is shared.
         _, front_rows = front_geometry(config, client)
         if config.im2col:
-            m.submodules.im2col_walker = im2col_walker = Im2colWalker(lanes, front_rows)
+            m.submodules.im2col_walker = im2col_walker = Im2colWalker(lanes, front_rows,
+                                                                      config.address_width)
         else:  # a walker that never starts: an im2col LOAD stops with UNKNOWN_OPCODE
-            im2col_walker = im2col_walker_signature(lanes, front_rows).create()
+            im2col_walker = im2col_walker_signature(lanes, front_rows,
+                                                    config.address_width).create()
         wiring.connect(m, im2col_walker.elements, front.extra)
         # A planned step with where its bytes go (`unit_move`), formed as it is queued.
         layout = data.StructLayout({"step": step_layout(lanes, front_rows, beat_bytes),

@@ -68,7 +68,7 @@ class StoreEngine(wiring.Component):
         self.config = config
         super().__init__({
             **dma_engine_members(STORE_INSTRUCTION, axi_write_signature(config.axi_data_width),
-                                 config.windows),
+                                 config),
             "acc_read": In(memory.ReadPort.Signature(
                 addr_width=ceil_log2(config.accumulator_rows),
                 shape=data.ArrayLayout(signed(32), config.cols))),

@@ -4,7 +4,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from ..isa import DIMS, NUM_WINDOWS, ErrorCode, Im2colDescriptor, TensorDescriptor, Window
+from ..isa import DIMS, NUM_WINDOWS, ErrorCode, Im2colDescriptor, TensorDescriptor, window_layout
 from .pipeline import SkidBuffer
 
 __all__ = ["TileCheck", "TileWalker", "Im2colWalker", "ElementStage", "BurstPlanner", "POOLING",
@@ -105,27 +105,29 @@ def _taken(component, desc_in, pool_in):
                         *([] if "held_pool" in members else [pool.eq(pool_in)])]
 
 
-def walker_signature(descriptor_layout, lanes, rows):
+def walker_signature(descriptor_layout, lanes, rows, address_width=32):
     """What a walker shows the engine: a descriptor in, elements (or steps) out, and abort."""
     return wiring.Signature({
         "descriptor": In(stream.Signature(descriptor_layout)),
-        "elements": Out(stream.Signature(element_layout(lanes, rows))),
+        "elements": Out(stream.Signature(element_layout(lanes, rows, address_width))),
         "abort": In(1),
     })
 
 
-def im2col_walker_signature(lanes, rows):
+def im2col_walker_signature(lanes, rows, address_width=32):
     """An `Im2colWalker`'s: a walker's, with the ``held`` descriptor it works on."""
-    return wiring.Signature({**walker_signature(Im2colDescriptor, lanes, rows).members,
+    return wiring.Signature({**walker_signature(Im2colDescriptor, lanes, rows,
+                                                address_width).members,
                              "held": In(Im2colDescriptor)})
 
 
-def element_layout(lanes, rows):
+def element_layout(lanes, rows, address_width=32):
     """One step of a walk: ``count`` consecutive lanes of a row, all in bounds or all padding,
-    with the address and SRAM position of the first."""
+    with the address (``address_width`` bits, `CoreConfig.address_width`) and SRAM position of
+    the first."""
     return data.StructLayout({
         "in_bounds": 1,   # inside the tensor (else padding)
-        "addr": 32,
+        "addr": address_width,
         "lane": range(lanes),
         "count": range(1, lanes + 1),
         "row": range(rows),
@@ -134,11 +136,11 @@ def element_layout(lanes, rows):
     })
 
 
-def checked_element_layout(lanes, rows):
+def checked_element_layout(lanes, rows, address_width=32):
     """An element of `element_layout` (the same fields at the same offsets), whether its bus
     beat lies in a window with the permission the `ElementStage` checked, and how its beat
     follows the element's before it: the same beat, or the next one in the same 4 KiB page."""
-    return data.StructLayout({**element_layout(lanes, rows).members, "in_window": 1,
+    return data.StructLayout({**element_layout(lanes, rows, address_width).members, "in_window": 1,
                               "same_beat": 1, "next_beat": 1})
 
 
@@ -157,8 +159,9 @@ def step_layout(lanes, rows, beat_bytes):
     })
 
 
-burst_layout = data.StructLayout({"addr": 32, "len": 8})
-"""An INCR burst of ``len + 1`` beats starting at the beat-aligned ``addr``."""
+def burst_layout(address_width=32):
+    """An INCR burst of ``len + 1`` beats starting at the beat-aligned ``addr``."""
+    return data.StructLayout({"addr": address_width, "len": 8})
 
 
 class TileCheck(wiring.Component):
@@ -265,7 +268,8 @@ class TileWalker(wiring.Component):
     A descriptor is accepted when idle and walked from the next cycle, one step per cycle. Each
     walked dim d keeps its index i_d and the address a_d of element (0, .., 0, i_d, ..): the dim
     that advances (the innermost one not at its last index) adds its stride to its a_d in one
-    32-bit adder (modulo 2**32) and copies the sum to the dims inside it, whose indices restart
+    ``address_width``-bit adder (modulo ``2**address_width``, `CoreConfig.address_width`) and
+    copies the sum to the dims inside it, whose indices restart
     at 0. An element is in bounds when ``lo_d <= i_d < hi_d`` for every walked d (compares as
     narrow as the indices, lo and hi clipped to them when the descriptor is taken) and every dim
     past them has ``lo`` 0 and ``hi`` above 0 (checked when
@@ -281,16 +285,20 @@ class TileWalker(wiring.Component):
     stay on the ``held`` (and ``held_pool``) inputs until the walk ends: no copy is kept here.
     """
 
-    def __init__(self, lanes, rows, elem_log2, beat_bytes, pool=False, dims=DIMS, held=False):
+    def __init__(self, lanes, rows, elem_log2, beat_bytes, pool=False, dims=DIMS, held=False,
+                 address_width=32):
         _check_int("lanes", lanes, 1, 65535)
         _check_int("rows", rows, 1, 65536)
+        _check_int("address_width", address_width, 16, 32)
         self.dims = _check_dims(dims)
         self.lanes, self.rows, self.elem_log2s = lanes, rows, _elem_log2s(elem_log2)
         if beat_bytes not in (4, 8, 16) or beat_bytes < 1 << max(self.elem_log2s):
             raise ValueError(f"beat_bytes={beat_bytes!r} is invalid: allowed 4, 8 or 16, at least "
                              f"the element size")
         self.beat_bytes = beat_bytes
-        super().__init__(_members(walker_signature(TensorDescriptor, lanes, rows), pool, held))
+        self.address_width = address_width
+        super().__init__(_members(walker_signature(TensorDescriptor, lanes, rows, address_width),
+                                  pool, held))
 
     def elaborate(self, platform):
         m = Module()
@@ -310,7 +318,7 @@ class TileWalker(wiring.Component):
         lo = [Signal(widths[d], name=f"lo{d}") for d in range(walked)]
         hi = [Signal(widths[d], name=f"hi{d}") for d in range(walked)]
         index = [Signal(range(spans[d]), name=f"i{d}") for d in range(walked)]
-        addr = [Signal(32, name=f"a{d}") for d in range(walked)]
+        addr = [Signal(self.address_width, name=f"a{d}") for d in range(walked)]
         empty = Signal()  # a dim past the walked ones is padding: so is every element
         row = Signal(range(self.rows))
         pool_row = Signal(range(self.rows))  # pooling: the row at i1 = 0
@@ -381,7 +389,7 @@ class TileWalker(wiring.Component):
         # does not end the row): the step picks the one of the dim that advances, after the
         # adders rather than before one shared adder (that choice waits for the run's end test:
         # the ECP5 8x8 walker's critical path, 16.4 ns).
-        stepped = [Signal(32, name=f"a{d}_next") for d in range(walked)]
+        stepped = [Signal(self.address_width, name=f"a{d}_next") for d in range(walked)]
         m.d.comb += [stepped[0].eq(addr[0] + Mux(contiguous, run << elem_log2, dims[0].stride)),
                      *(stepped[d].eq(addr[d] + dims[d].stride) for d in range(1, walked))]
 
@@ -466,31 +474,35 @@ class Im2colWalker(wiring.Component):
     stride, dilation and padding, then the start coordinates; at least one cycle each). Then
     one element per cycle, from registers: mixed-radix counters for the pixel (n, p, q) of the
     row and the kernel position (c, r, s) of the lane, each digit carrying its coordinate and
-    its byte offset (modulo 2**32, as every DMA address), advance by additions only.
+    its byte offset (modulo ``2**address_width``, as every DMA address), advance by additions
+    only.
     The descriptor must have rows, lanes, kernel sizes and stride >= 1
     and its rows must fit ``rows``. ``abort`` returns to idle at once. The descriptor taken
     stays on the ``held`` input until the walk ends (the load engine's instruction register):
     no copy is kept here.
     """
 
-    def __init__(self, lanes, rows):
+    def __init__(self, lanes, rows, address_width=32):
         _check_int("lanes", lanes, 1, 65535)
         _check_int("rows", rows, 1, 65536)
-        self.lanes, self.rows = lanes, rows
-        super().__init__(im2col_walker_signature(lanes, rows))
+        _check_int("address_width", address_width, 16, 32)
+        self.lanes, self.rows, self.address_width = lanes, rows, address_width
+        super().__init__(im2col_walker_signature(lanes, rows, address_width))
 
     def elaborate(self, platform):
         m = Module()
         desc = self.held
 
-        # Step sizes: coordinate steps times byte strides.
-        csw, csh, dsw, dsh = (Signal(32, name=n) for n in ("csw", "csh", "dsw", "dsh"))
+        # Step sizes: coordinate steps times byte strides; like every byte offset, only ever
+        # added, so as wide as an address (modulo 2**address_width).
+        offset = self.address_width
+        csw, csh, dsw, dsh = (Signal(offset, name=n) for n in ("csw", "csh", "dsw", "dsh"))
         # Pixel digits: counter, coordinate contribution (h = hp + hr, w = wq + ws), and the
         # offset with the inner digits at 0 (ro_p: q = 0, ro_n: p = q = 0) or as they are (ro).
         i, q, p, n = (Signal(width, name=name) for width, name in
                       ((16, "i"), (16, "q"), (16, "p"), (17, "n")))
         hp, wq = Signal(signed(26), name="hp"), Signal(signed(26), name="wq")
-        ro, ro_p, ro_n = (Signal(32, name=name) for name in ("ro", "ro_p", "ro_n"))
+        ro, ro_p, ro_n = (Signal(offset, name=name) for name in ("ro", "ro_p", "ro_n"))
         row = Signal(range(self.rows))
         # Kernel digits likewise (lane offsets: lo, lo_r at s = 0, lo_c at r = s = 0), and
         # their values at the first lane of a row.
@@ -498,7 +510,7 @@ class Im2colWalker(wiring.Component):
                       ((16, "j"), (8, "s"), (8, "r"), (17, "c")))
         ws, hr, ws0, hr0 = (Signal(16, name=name) for name in ("ws", "hr", "ws0", "hr0"))
         lo, lo_r, lo_c, lo0, lo_r0, lo_c0 = (
-            Signal(32, name=name) for name in ("lo", "lo_r", "lo_c", "lo0", "lo_r0", "lo_c0"))
+            Signal(offset, name=name) for name in ("lo", "lo_r", "lo_c", "lo0", "lo_r0", "lo_c0"))
 
         # Setup: target = start + multiplier * multiplicand (or minus it), a product at a time;
         # a start of None goes on from the product before.
@@ -547,7 +559,7 @@ class Im2colWalker(wiring.Component):
         w = wq + ws
         in_bounds = ((n < desc.batch) & (c < desc.channels) & (h >= 0) & (h < desc.height) &
                      (w >= 0) & (w < desc.width))
-        addr = Signal(32)
+        addr = Signal(offset)
         m.d.comb += addr.eq(ro + lo)
         # Whether j, i and each limited digit is at its last value: registers set with their
         # counters, so no compare with the held instruction's fields is on the way from the
@@ -679,14 +691,18 @@ class ElementStage(wiring.Component):
     other. One element per cycle sustained, one cycle of latency.
     """
 
-    def __init__(self, lanes, rows, beat_bytes, permission, windows=NUM_WINDOWS):
+    def __init__(self, lanes, rows, beat_bytes, permission, windows=NUM_WINDOWS,
+                 address_width=32):
         _check_beat_bytes(beat_bytes)
         _check_permission(permission)
         _check_int("windows", windows, 1, NUM_WINDOWS)
+        _check_int("address_width", address_width, 16, 32)
         self.beat_bytes, self.permission = beat_bytes, permission
-        super().__init__({"input": In(stream.Signature(element_layout(lanes, rows))),
-                          "output": Out(stream.Signature(checked_element_layout(lanes, rows))),
-                          "windows": In(data.ArrayLayout(Window, windows)),
+        elements = element_layout(lanes, rows, address_width)
+        checked = checked_element_layout(lanes, rows, address_width)
+        super().__init__({"input": In(stream.Signature(elements)),
+                          "output": Out(stream.Signature(checked)),
+                          "windows": In(data.ArrayLayout(window_layout(address_width), windows)),
                           **_permission_members(permission)})
 
     def elaborate(self, platform):
@@ -713,7 +729,7 @@ class ElementStage(wiring.Component):
 def window_ok(m, windows, addr, size, permission, aligned=False):
     """``[addr, addr + size)`` lies inside a window with ``permission`` ("read", "write", or a
     1-bit value, 1 for write; helper signals driven in ``m``): per window two compares with its
-    ``base`` and ``end`` (`isa.Window`, whose end the control registers add up when the window
+    ``base`` and ``end`` (`isa.window_layout`, whose end the control registers add up when the window
     is written), one adder for ``addr + size``. With
     ``aligned`` (``size`` a power of two that divides ``addr``) no adder: ``addr + size <= end``
     is ``addr / size < floor(end / size)``."""
@@ -749,9 +765,11 @@ class BurstPlanner(wiring.Component):
     ``max_beats`` are pairs (for reads, for writes), chosen with the permission by ``write``.
     """
 
-    def __init__(self, lanes, rows, beat_bytes, max_steps, max_beats, permission):
+    def __init__(self, lanes, rows, beat_bytes, max_steps, max_beats, permission,
+                 address_width=32):
         _check_beat_bytes(beat_bytes)
         _check_permission(permission)
+        _check_int("address_width", address_width, 16, 32)
         pairs = permission == "either"
         for name, value, high in (("max_steps", max_steps, 65535), ("max_beats", max_beats, 256)):
             if pairs and not (isinstance(value, tuple) and len(value) == 2):
@@ -762,9 +780,9 @@ class BurstPlanner(wiring.Component):
         self.beat_bytes, self.max_steps, self.max_beats = beat_bytes, max_steps, max_beats
         self.permission = permission
         super().__init__({
-            "elements": In(stream.Signature(checked_element_layout(lanes, rows))),
+            "elements": In(stream.Signature(checked_element_layout(lanes, rows, address_width))),
             "steps": Out(stream.Signature(step_layout(lanes, rows, beat_bytes))),
-            "bursts": Out(stream.Signature(burst_layout)),
+            "bursts": Out(stream.Signature(burst_layout(address_width))),
             "abort": In(1),
             "error": Out(ErrorCode),
             **_permission_members(permission),
@@ -781,7 +799,7 @@ class BurstPlanner(wiring.Component):
         beat = elem.addr[shift:]
         pending = Signal(self.steps.payload.shape())  # the previous step, end flags unknown
         pending_valid = Signal()
-        first_beat = Signal(32 - shift)
+        first_beat = Signal.like(beat)
         pairs = self.permission == "either"
         burst_steps = Signal(range((max(self.max_steps) if pairs else self.max_steps) + 1))
         beats = Signal(range((max(self.max_beats) if pairs else self.max_beats) + 1))

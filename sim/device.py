@@ -5,7 +5,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ..config import CoreConfig
+from ..config import CoreConfig, check_config
 from ..firmware.device import Device, check_option
 from .session import SimTransport, SimulationThread
 from .vcd_window import check_window, window_vcd
@@ -14,7 +14,8 @@ __all__ = ["SimDevice"]
 
 
 class SimDevice(Device):
-    """A `tpu_core` for ``config`` on Verilator, with ``memory_size`` bytes of memory.
+    """A `tpu_core` for ``config`` on Verilator, with ``memory_size`` bytes of memory (default
+    64 MiB, or the core's address space if smaller: `CoreConfig.address_width`).
 
     ``with SimDevice(cfg) as dev:`` builds the model (cached) and starts one simulation that
     serves every call until the block ends. ``memory``: "rtl" (the default), `AxiMemory`
@@ -28,9 +29,12 @@ class SimDevice(Device):
     ``waves_from`` to ``waves_until`` of it (`sim.vcd_window`; cycle 0 starts with the clock).
     """
 
-    def __init__(self, config=CoreConfig(), *, memory="rtl", memory_size=64 << 20,
+    def __init__(self, config=CoreConfig(), *, memory="rtl", memory_size=None,
                  backpressure=False, seed=0, read_latency=0, waves=None, waves_from=None,
                  waves_until=None, start_timeout=600.0):
+        check_config(config)
+        if memory_size is None:
+            memory_size = min(64 << 20, 1 << config.address_width)
         super().__init__(config, memory_size)
         check_window(waves_from, waves_until)
         if waves is None and (waves_from, waves_until) != (None, None):

@@ -160,10 +160,12 @@ def window_outputs(ctx, dut):
              for name in ("base", "end", "read", "write")} for i in range(dut.config.windows)]
 
 
-def windows_of(registers):
-    """The windows ``registers`` (name: value) describe, as `window_outputs` shows them."""
+def windows_of(registers, address_width=32):
+    """The windows ``registers`` (name: value) describe, as `window_outputs` shows them on a
+    core of ``address_width``."""
     return [window(registers[f"WINDOW{i}_BASE"], registers[f"WINDOW{i}_SIZE"],
-                   registers[f"WINDOW{i}_FLAGS"] & 1, registers[f"WINDOW{i}_FLAGS"] >> 1 & 1)
+                   registers[f"WINDOW{i}_FLAGS"] & 1, registers[f"WINDOW{i}_FLAGS"] >> 1 & 1,
+                   address_width)
             for i in range(NUM_WINDOWS)]
 
 
@@ -447,18 +449,22 @@ def test_configuration_is_locked_from_start_until_idle(count):
     simulate(body, config)
 
 
-@pytest.mark.parametrize("count", [2, NUM_WINDOWS])
-def test_random_traffic_against_model(count):
+@pytest.mark.parametrize("count, address_width", [(2, 32), (NUM_WINDOWS, 32), (2, 17)])
+def test_random_traffic_against_model(count, address_width):
     """Random writes and reads of the rw registers; a core with ``count`` windows ignores
-    writes to the others' registers."""
+    writes to the others' registers. The registers keep all 32 bits whatever the core's
+    ``address_width``; its windows are the part inside its address space."""
     rng = random.Random(7)
     model = {reg.name: reg.reset for reg in RW}
+    narrow = (1 << address_width) - 1
 
     async def body(ctx, dut, axi):
-        for _ in range(120):
+        for _ in range(400):
             reg = rng.choice(RW)
             if rng.random() < 0.5:
                 data = rng.getrandbits(32)
+                if reg.name.startswith("WINDOW") and rng.random() < 0.5:
+                    data &= narrow  # a window inside (or reaching past) the address space
                 strb = rng.getrandbits(4)
                 mask = sum(0xFF << 8 * i for i in range(4) if strb >> i & 1)
                 resp = await axi.write(ctx, reg.offset, data, strb=strb,
@@ -467,12 +473,22 @@ def test_random_traffic_against_model(count):
                 assert resp == OKAY
                 if reg.name not in lacked(count):
                     model[reg.name] = (model[reg.name] & ~mask | data & mask) & reg.mask
-                assert window_outputs(ctx, dut) == windows_of(model)[:count]
+                outputs = window_outputs(ctx, dut)
+                assert outputs == windows_of(model, address_width)[:count]
+                for i, w in enumerate(outputs):
+                    if w["read"] or w["write"]:
+                        seen.add("reaching past the top" if w["end"] >> address_width
+                                 else "enabled")
+                    elif model[f"WINDOW{i}_SIZE"] and model[f"WINDOW{i}_FLAGS"]:
+                        seen.add("beyond the address space")
             else:
                 value = await axi.read(ctx, reg.offset, resp_delay=rng.randrange(3))
                 assert value == (model[reg.name], OKAY), reg.name
 
-    simulate(body, CoreConfig(windows=count))
+    seen = set()
+    simulate(body, CoreConfig(windows=count, address_width=address_width))
+    assert seen == {"enabled", "reaching past the top",
+                    *(["beyond the address space"] if address_width < 32 else [])}
 
 
 @pytest.mark.parametrize("count", range(1, NUM_WINDOWS + 1))

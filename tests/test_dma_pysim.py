@@ -14,7 +14,8 @@ from tpugen.hdl.dma_front import DmaFront, SharedDmaFront
 from tpugen.hdl.load import LoadEngine, load_front_client
 from tpugen.hdl.store import StoreEngine, store_front_client
 from tpugen.hdl.walker import BurstPlanner, ElementStage, TileCheck, TileWalker, window_ok
-from tpugen.isa import NUM_WINDOWS, ErrorCode, Opcode, RowScale, Window, decode, encode_tile
+from tpugen.isa import (NUM_WINDOWS, ErrorCode, Opcode, RowScale, Window, decode, encode_tile,
+                        window_end)
 from tpugen.firmware.program import Program
 from tpugen.sim.fuzz_model import DONE, MEMORY_SIZE, predict
 from tpugen.sim.pysim_axi import AxiMemory
@@ -34,10 +35,13 @@ def descriptor(base, dims, sram_row=0, elem_log2=0, lane=0):
             "dims": [dict(zip(("extent", "start", "bound", "stride"), d)) for d in dims]}
 
 
-def window(base, size, read, write):
-    """The `Window` value the control registers derive from a window's registers."""
-    return {"base": base, "end": base + size, "read": bool(size and read),
-            "write": bool(size and write)}
+def window(base, size, read, write, address_width=32):
+    """The `isa.window_layout` value the control registers of a core of ``address_width``
+    derive from a window's registers: enabled if its size is not 0 and its base inside the
+    address space."""
+    enabled = bool(size) and base < 1 << address_width
+    return {"base": base % (1 << address_width), "end": window_end(base, size, address_width),
+            "read": enabled and bool(read), "write": enabled and bool(write)}
 
 
 def windows(*specs):

@@ -7,7 +7,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import asdict, fields
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 
 from . import __version__
@@ -132,9 +132,10 @@ def _config(args, base=None):
 
 
 def _board_config(args, board):
-    """As `_config`, starting from the board's default for --rows/--cols unless --preset names one."""
+    """As `_config`, starting from the board's default for --rows/--cols unless --preset names
+    one, which then takes the board's address width (`Board.address_width`)."""
     if args.preset:
-        return _config(args)
+        return _config(args, base=replace(PRESETS[args.preset], address_width=board.address_width))
     return _config(args, base=board.default_config(args.rows, args.cols))
 
 

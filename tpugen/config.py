@@ -89,6 +89,12 @@ class CoreConfig:
     format keeps ``isa.DIMS``; on a core with fewer a dim from ``descriptor_dims`` on must have
     extent 1 and start 0 (else BAD_EXTENT; bound 0 there pads the whole tile, as on any core):
     the runtime folds such dims into the base and refuses a tile that needs more."""
+    address_width: int = 32
+    """Bits of the byte addresses the core computes, 16..32: its address space is the
+    ``2**address_width`` bytes from 0, where DMA and fetch addresses wrap (the AXI address
+    bits above are 0), and a window beyond it covers nothing. A board build takes its memory's
+    (`fpga.boards.Board.address_width`): narrower walkers, window checks and queued descriptors
+    (micro on the iCEBreaker, 17 bits: see docs/DESIGN.md)."""
 
     def __post_init__(self):
         def check(name, ok, allowed):
@@ -123,6 +129,7 @@ class CoreConfig:
         check("windows", integer_in(1, NUM_WINDOWS), f"an integer in 1..{NUM_WINDOWS}")
         check("queue_depth", integer_in(1, MAX_QUEUE_DEPTH), f"an integer in 1..{MAX_QUEUE_DEPTH}")
         check("descriptor_dims", integer_in(2, DIMS), f"an integer in 2..{DIMS}")
+        check("address_width", integer_in(16, 32), "an integer in 16..32")
         for engine in ("store", "load"):
             if not getattr(self, f"{engine}_prefetch") and self.queue_depth != 1:
                 raise ValueError(f"CoreConfig.{engine}_prefetch=False is invalid with queue_depth="

@@ -23,16 +23,18 @@ Policies of every core (pinned by tests/test_limits_verilator.py):
   version can give them a meaning. (A value that a defined field does not allow is an error
   instead: an opcode outside `Opcode` or a mode outside `SoftmaxMode` is UNKNOWN_OPCODE, and so
   on, see `ErrorCode`.)
-* Instruction ``pc`` is fetched from ``(PROGRAM_BASE + INSTRUCTION_BYTES * pc) mod 2**32``: a
-  program that runs past the top of the address space continues at address 0. Every fetch is
-  checked against the access windows at that wrapped address, and a window does not wrap (it
-  covers ``[base, min(base + size, 2**32))``), so the fetch reads address 0 only if a readable
-  window covers it there, else the core stops with PROGRAM_WINDOW at that ``pc``. DMA element
-  addresses wrap the same way (a tensor descriptor's ``address + sum(i_d * stride_d)``, an
-  im2col element's ``base`` plus its offset, modulo 2**32; each access checked against the
-  windows at the wrapped address); `encode_tile` and `encode_im2col` refuse a tile whose
-  in-bounds elements leave the address space, so wrapping is never what a program built by
-  the runtime asks for.
+* Addresses are ``A = CoreConfig.address_width`` bits (32 unless the core was generated
+  narrower; `CONFIG2.address_bits_missing` is 32 - A) and wrap modulo ``2**A``. Instruction
+  ``pc`` is fetched from ``(PROGRAM_BASE + INSTRUCTION_BYTES * pc) mod 2**A``: a program that
+  runs past the top of the address space continues at address 0. Every fetch is checked
+  against the access windows at that wrapped address, and a window does not wrap (it covers
+  ``[base, min(base + size, 2**A))``, nothing if ``base >= 2**A``), so the fetch reads address
+  0 only if a readable window covers it there, else the core stops with PROGRAM_WINDOW at that
+  ``pc``. DMA element addresses wrap the same way (a tensor descriptor's ``address + sum(i_d *
+  stride_d)``, an im2col element's ``base`` plus its offset, modulo 2**A: the bits of
+  addresses and strides from A on are ignored; each access checked against the windows at the
+  wrapped address); `encode_tile` and `encode_im2col` refuse a tile whose in-bounds elements
+  leave the address space, so wrapping is never what a program built by the runtime asks for.
 * A core walks the first ``CoreConfig.descriptor_dims`` (2..``DIMS``) dims of a tensor
   descriptor; the format keeps ``DIMS``. Each dim past them must have extent 1, else the LOAD
   or STORE is BAD_EXTENT (found before any access, like the other extents); its stride is
@@ -53,7 +55,7 @@ __all__ = [
     "MatmulInstruction", "StoreInstruction", "Epilogue", "EpilogueParams", "ParamsInstruction",
     "PARAMS_PER_INSTRUCTION", "PARAMS_RESET", "RowScale", "SoftmaxMode", "SoftmaxInstruction", "decode", "encode",
     "defined_bits", "encode_im2col", "encode_tile", "instruction_layout", "pack",
-    "NUM_WINDOWS", "Window",
+    "NUM_WINDOWS", "Window", "window_end", "window_layout",
 ]
 
 INSTRUCTION_BITS = 512
@@ -86,7 +88,7 @@ class ErrorCode(enum.Enum, shape=4):
     BUS_ERROR = 9         # SLVERR / DECERR on the memory bus
     BAD_ELEMENT = 10      # unsupported element size for this engine
     ADDRESS_OVERFLOW = 11 # retired with descriptor format 2 (DMA addresses wrap modulo
-                          # 2**32 and are checked there): never raised, its number kept
+                          # 2**address_width and are checked there): never raised, its number kept
 
 
 Header = data.StructLayout({
@@ -117,7 +119,7 @@ TensorDescriptor = data.StructLayout({
                                           # CoreConfig.descriptor_dims (see the policies)
 })
 """A tile in the form the DMA walks (an affine loop nest, as VTA's ``TensorDataCtrl``): element
-(i0, i1, i2, i3) sits at ``(address + sum(i_d * stride_d)) mod 2**32``, is in bounds when ``lo_d
+(i0, i1, i2, i3) sits at ``(address + sum(i_d * stride_d)) mod 2**A`` (the policies), is in bounds when ``lo_d
 <= i_d < hi_d`` for every d, and goes to (LOAD) or comes from (STORE) lane ``lane + i0`` of SRAM
 row ``sram_row + i1 + extent1 * (i2 + extent2 * i3)``; ``lane + extent0`` must not exceed the
 row's lanes (else BAD_EXTENT). A LOAD writes lanes ``lane`` to the end of each row (zero for
@@ -126,13 +128,14 @@ TMA-style (a tensor's base, bounds and strides, the tile's start coordinates) an
 turns that into this form; the hardware has no multiplier and no coordinates."""
 
 
-def encode_tile(tile, walked=DIMS, wrap=False):
+def encode_tile(tile, walked=DIMS, wrap=False, address_width=32):
     """`TensorDescriptor` fields of a TMA-style ``tile``: ``{"base", "elem_log2", "sram_row",
     "lane", "dims": DIMS x {"extent", "start", "bound", "stride"}}``, element (i0..i3) at tensor
     coordinate ``start_d + i_d``, padding outside ``[0, bound_d)``. ``walked``: the dims the
     core walks (`CoreConfig.descriptor_dims`); each one past them must have extent 1 (ValueError
     naming ``descriptor_dims``). ValueError if an in-bounds element's address is outside the
-    32-bit address space, unless ``wrap`` (the hardware's modulo-2**32 addresses, for tests)."""
+    address space of ``address_width`` bits (`CoreConfig.address_width`), unless ``wrap`` (the
+    hardware's wrapping addresses, for tests)."""
     dims = tile["dims"]
     for d in range(walked, DIMS):
         if dims[d]["extent"] != 1:
@@ -143,9 +146,9 @@ def encode_tile(tile, walked=DIMS, wrap=False):
     address = tile["base"] + sum(d["start"] * d["stride"] for d in dims)
     if not wrap and all(lo < hi for lo, hi in ranges):
         last = address + sum((hi - 1) * d["stride"] for (_, hi), d in zip(ranges, dims))
-        if last >= 1 << 32:
+        if last >= 1 << address_width:
             raise ValueError(f"the tile's last in-bounds element, at {last:#x}, is outside the "
-                             f"32-bit address space")
+                             f"{address_width}-bit address space")
     return {"address": address % (1 << 32), "elem_log2": tile["elem_log2"],
             "sram_row": tile["sram_row"], "lane": tile["lane"],
             "dims": [{"extent": d["extent"], "lo": lo, "hi": hi, "stride": d["stride"]}
@@ -186,17 +189,17 @@ position ``k0 + j`` with k = (c, r, s), s fastest. The element is ``x[n, c, h, w
 ``h = p * conv_stride + r * dilation - padding`` and ``w = q * conv_stride + s * dilation -
 padding``, zero outside the tensor (padding) and past the last pixel or kernel position."""
 
-def encode_im2col(descriptor, wrap=False):
+def encode_im2col(descriptor, wrap=False, address_width=32):
     """``descriptor`` (`Im2colDescriptor` fields), checked: ValueError if the tensor's last
-    element, ``x[N-1, C-1, H-1, W-1]``, is outside the 32-bit address space (the core would wrap
-    addresses past it modulo 2**32), unless ``wrap`` (for tests of that wrap)."""
+    element, ``x[N-1, C-1, H-1, W-1]``, is outside the address space of ``address_width``
+    bits (the core would wrap addresses past it), unless ``wrap`` (for tests of that wrap)."""
     d = descriptor
     last = d["base"] + sum(max(d[bound] - 1, 0) * d[stride] for bound, stride in (
         ("batch", "stride_n"), ("channels", "stride_c"), ("height", "stride_h"),
         ("width", "stride_w")))
-    if not wrap and last >= 1 << 32:
-        raise ValueError(f"the im2col tensor's last element, at {last:#x}, is outside the 32-bit "
-                         f"address space")
+    if not wrap and last >= 1 << address_width:
+        raise ValueError(f"the im2col tensor's last element, at {last:#x}, is outside the "
+                         f"{address_width}-bit address space")
     return descriptor
 
 
@@ -373,13 +376,31 @@ NUM_WINDOWS = 4
 """Access windows of the register map; every DMA must fall inside one of them. A core builds
 the first `CoreConfig.windows` of them (the others' registers read 0)."""
 
-Window = data.StructLayout({
-    "base": 32,   # byte address; windows are checked at the granularity of the bus beat
-    "end": 33,    # base + size: one past the last byte (33 bits: a window does not wrap)
-    "read": 1,    # enabled (size not 0) and readable
-    "write": 1,   # enabled and writable
-})
-"""An access window as the DMA engines and the fetch check it: ``[base, end)``. The host writes
-``WINDOWn_BASE``, ``_SIZE`` and ``_FLAGS``; the control registers derive the end and the
-enabled permissions from them when they are written (`hdl.csr.ControlRegisters`), so a check
-is two compares per window and no adder."""
+def window_layout(address_width=32):
+    """An access window as the DMA engines and the fetch check it, on a core of
+    ``address_width``-bit addresses (`CoreConfig.address_width`): ``[base, end)``. The host
+    writes ``WINDOWn_BASE``, ``_SIZE`` and ``_FLAGS``; the control registers derive the end and
+    the enabled permissions from them when they are written (`hdl.csr.ControlRegisters`), so a
+    check is two compares per window and no adder. A window covers
+    ``[base, min(base + size, 2**address_width))``: it does not wrap, and one whose base is
+    beyond the address space is not enabled (`window_end`)."""
+    return data.StructLayout({
+        "base": address_width,     # byte address; checked at the granularity of the bus beat
+        "end": address_width + 1,  # `window_end`
+        "read": 1,                 # enabled (size not 0, base inside) and readable
+        "write": 1,                # enabled and writable
+    })
+
+
+def window_end(base, size, address_width=32):
+    """The ``end`` of `window_layout` for a window's ``base`` and ``size`` registers: ``base +
+    size`` (one past the last byte) in ``address_width + 1`` bits, its top bit set if the window
+    reaches past the address space (``base + size >= 2**address_width``: then no address is past
+    its end). Exact at 32 bits; no multiplexer at any width."""
+    total = base + size
+    low = total & ((1 << address_width) - 1)
+    return low | (1 << address_width) if total >> address_width else low
+
+
+Window = window_layout()
+"""`window_layout` of a core of 32-bit addresses."""

@@ -157,7 +157,11 @@ def _registers():
                                                "prefetch)."),
             BitField("shared_dma", 3, 1, "One DMA front for the load and store engines: a LOAD's "
                                          "and a STORE's walks do not overlap (0 on older "
-                                         "cores, which have one each)."))),
+                                         "cores, which have one each)."),
+            BitField("address_bits_missing", 4, 5, "32 less the core's address bits: its address "
+                                                   "space is the 2**(32 - this) bytes from 0, "
+                                                   "where addresses wrap (0 on older cores, "
+                                                   "which have 32)."))),
         Register("CONTROL", 0x020, "w1s", "Commands.", (
             BitField("start", 0, 1, "Run the program at PROGRAM_BASE; clears STATUS.done, "
                                     "STATUS.error, ERROR_CODE and ERROR_INDEX."),
@@ -276,7 +280,8 @@ def constant_registers(config):
         "CONFIG2": register("CONFIG2").value(no_store_prefetch=not config.store_prefetch,
                                              no_weight_prefetch=not config.weight_prefetch,
                                              no_load_prefetch=not config.load_prefetch,
-                                             shared_dma=config.shared_dma),
+                                             shared_dma=config.shared_dma,
+                                             address_bits_missing=32 - config.address_width),
     }
 
 
