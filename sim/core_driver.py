@@ -113,8 +113,9 @@ class CoreDriver:
 
     async def run(self, program, base, *, timeout_cycles=1_000_000):
         """Run ``program`` (instruction bytes) at ``base`` with the interrupt enabled
-        (`run_protocol.run_program`); its `RunOutcome`."""
-        self.ram.write(base, program)
+        (`run_protocol.run_program`); its `RunOutcome`. The bytes go to ``base`` modulo the
+        memory's size (a PROGRAM_BASE with bits above a narrow core's addresses)."""
+        self.ram.write(base % self.ram.size, program)
         if self.checker is not None:
             self.checker.latch(self.windows)
         return self._finished(await drive_async(self, run_program(

@@ -8,7 +8,8 @@ mutated (tokens flipped, instructions dropped, duplicated, swapped, corrupted, t
 random instructions from the encoder with mostly sensible and sometimes broken fields (tiles
 TMA-style through `isa.encode_tile`, then now and then raw ``lo`` / ``hi`` values it never
 makes), single LOADs and STOREs made to reach the errors that random programs rarely reach
-first, tensor tiles and im2col tiles that wrap past 4 GiB through W = I, and raw random bytes.
+first, tensor tiles and im2col tiles that wrap past the top of the address space (4 GiB, or
+`CoreConfig.address_width`) through W = I, and raw random bytes.
 
 The outcome model, `predict`, is `sim/fuzz_model.py`.
 """
@@ -39,9 +40,20 @@ __all__ = ["KINDS", "cases", "defect_cases", "draw_cases", "draw_cases_apart"]
 PROGRAM, PROGRAM_SPACE = 0x00000, 0x2000
 DATA, DATA_SPACE = 0x10000, 0x8000
 OUTPUT, OUTPUT_SPACE = 0x20000, 0x8000
-TOP, TOP_SPACE = (1 << 32) - 0x10000, 0x10000
-"""The last 64 KiB of the address space: tensor and im2col tiles there run past 4 GiB and wrap
-to address 0 and on (each access checked against the windows there, as every DMA address)."""
+TOP_SPACE = 0x10000
+
+
+def _space(config):
+    """Bytes in the address space of a core of ``config`` (`CoreConfig.address_width`), where
+    DMA and fetch addresses wrap."""
+    return 1 << config.address_width
+
+
+def _top(config):
+    """(base, size) of the last 64 KiB of the address space: tensor and im2col tiles there run
+    past its top and wrap to address 0 and on (each access checked against the windows there,
+    as every DMA address)."""
+    return _space(config) - TOP_SPACE, TOP_SPACE
 WATCHDOGS = (256, 1024)
 MAX_CYCLES = 60_000
 """Cases whose bound is larger are not drawn (they would slow the run down)."""
@@ -75,7 +87,8 @@ def _odds(defect):
 
 def _address(inside_base, inside_size, span, one_in):
     """A byte address: mostly one where ``span`` more bytes stay inside the area, else at its
-    edge, anywhere in 4 GiB, or just below 4 GiB."""
+    edge, anywhere in 4 GiB, or just below 4 GiB (on a core of fewer address bits, the bits
+    above them ignored: the top of its address space)."""
     last = max(inside_base, inside_base + inside_size - span - 1)
     end = inside_base + inside_size
     return _rarely(st.integers(inside_base, min(last, (1 << 32) - 1)), st.one_of(
@@ -216,7 +229,7 @@ def _instruction(draw, config, density):
                                 + ["matmul", "store"] * 4 + ["unknown"]))
     odds = _odds(draw(st.sampled_from([None] * len(DEFECTS) + list(DEFECTS))))
     deps = draw(_deps(density))
-    program = Program(wrap=True)  # every dim encoded, tiles past 4 GiB wrapped as walked
+    program = Program(wrap=True)  # every dim encoded, tiles past the top wrapped as walked
     sp_rows, acc_rows = config.scratchpad_rows, config.accumulator_rows
 
     def rows(limit, used):
@@ -224,7 +237,7 @@ def _instruction(draw, config, density):
 
     if kind == "load":
         elem = draw(_rarely(st.just(1), _ELEMENTS, odds["element"]))
-        area = draw(_rarely(st.just((DATA, DATA_SPACE)), st.just((TOP, TOP_SPACE)), 8))
+        area = draw(_rarely(st.just((DATA, DATA_SPACE)), st.just(_top(config)), 8))
         program.load(draw(_descriptor(config.lanes, sp_rows, area, elem, odds,
                                       config.descriptor_dims)), deps)
         program.instructions[0] = draw(_raw_ranges(program.instructions[0],
@@ -244,7 +257,7 @@ def _instruction(draw, config, density):
     elif kind == "store":
         epilogue = draw(_epilogue_fields(config.softmax))
         elem = draw(_rarely(st.just(1 if epilogue["requant"] else 4), _ELEMENTS, odds["element"]))
-        area = draw(_rarely(st.just((OUTPUT, OUTPUT_SPACE)), st.just((TOP, TOP_SPACE)), 8))
+        area = draw(_rarely(st.just((OUTPUT, OUTPUT_SPACE)), st.just(_top(config)), 8))
         program.store(draw(_descriptor(config.cols, acc_rows, area, elem, odds,
                                        config.descriptor_dims)), epilogue, deps)
         program.instructions[0] = draw(_raw_ranges(program.instructions[0],
@@ -284,9 +297,10 @@ _STANDARD_WINDOWS = [(PROGRAM, PROGRAM_SPACE, True, False), (DATA, DATA_SPACE, T
 
 
 @st.composite
-def _windows(draw):
+def _windows(draw, config):
     """The standard program, data and output windows, sometimes shrunk, disabled, shifted or
-    with other permissions, and sometimes a fourth: random, or ``TOP``."""
+    with other permissions, and sometimes a fourth: random (on a core of fewer address bits
+    than 32 mostly past its address space: enabled for nothing), or `_top`."""
     windows = []
     for base, size, readable, writable in _STANDARD_WINDOWS:
         if draw(_rarely(st.just(False), st.just(True), 6)):
@@ -296,7 +310,7 @@ def _windows(draw):
                                                        (False, False)]))
         windows.append((base, size, readable, writable))
     if draw(_rarely(st.just(False), st.just(True), 4)):
-        base, size = draw(st.one_of(st.just((TOP, TOP_SPACE)),
+        base, size = draw(st.one_of(st.just(_top(config)),
                                     st.tuples(st.one_of(_U32, st.just(0)),
                                               st.one_of(_U32, st.just(0xFFFFFFFF)))))
         windows.append((base, size, draw(st.booleans()), draw(st.booleans())))
@@ -493,7 +507,7 @@ def mutated_cases(draw, config):
               (b_addr, draw(st.binary(min_size=k * n, max_size=k * n)))]
     base, length = draw(_program_registers(len(instructions)))
     return _case(config, f"mutated matmul {m}x{k}x{n} {' '.join(names)}",
-                 program=b"".join(instructions), windows=draw(_windows()), base=base,
+                 program=b"".join(instructions), windows=draw(_windows(config)), base=base,
                  length=length, watchdog=draw(st.sampled_from(WATCHDOGS)), memory=memory,
                  soft_reset=draw(st.booleans()))
 
@@ -510,7 +524,7 @@ def random_cases(draw, config):
     base, length = draw(_program_registers(len(instructions)))
     memory = [(DATA, draw(st.binary(min_size=64, max_size=256)))]
     return _case(config, f"random ({len(instructions)} instructions, token density {density})",
-                 program=b"".join(instructions) + tail, windows=draw(_windows()), base=base,
+                 program=b"".join(instructions) + tail, windows=draw(_windows(config)), base=base,
                  length=length, watchdog=draw(st.sampled_from(WATCHDOGS)), memory=memory,
                  soft_reset=draw(st.booleans()))
 
@@ -520,7 +534,7 @@ def defect_cases(draw, config):
     """One LOAD or STORE made to stop the core with an error that random programs rarely reach
     first (each is checked before most others, or needs a tile placed just so): BAD_ELEMENT, an
     element size the engine does not move; STORE_WINDOW, a STORE into a read-only window. Or
-    tiles that run past 4 GiB and wrap (`_wrap_case`): tensor tiles, or (on a core with the
+    tiles that run past the top and wrap (`_wrap_case`): tensor tiles, or (on a core with the
     im2col walker) an im2col tile (`_wrapped_im2col`). Sizes, places and the rest of the program
     are random."""
     target = draw(st.sampled_from(["element", "store window", "wrap"]
@@ -547,7 +561,7 @@ def defect_cases(draw, config):
     what = f"{'STORE' if store else 'LOAD'} of {elem}-byte elements"
     program.end()
     return _case(config, f"defects {target} ({what} at {base:#x})", program=program.to_bytes(),
-                 windows=_STANDARD_WINDOWS + [(TOP, TOP_SPACE, True, True)], base=PROGRAM,
+                 windows=_STANDARD_WINDOWS + [(*_top(config), True, True)], base=PROGRAM,
                  length=len(program), watchdog=draw(st.sampled_from(WATCHDOGS)),
                  memory=[(DATA, draw(st.binary(min_size=64, max_size=256)))],
                  soft_reset=draw(st.booleans()))
@@ -557,13 +571,15 @@ def defect_cases(draw, config):
 def _wrapped_im2col(draw, config, rows, low, low_space):
     """Im2colDescriptor fields of a ``rows``-row tile (``sram_row`` 0) of a convolution (stride
     and dilation 1, padding 0 or 1) over an (N, C, H, W) int8 tensor in NCHW order whose
-    in-bounds elements run past 4 GiB and wrap (`isa.encode_im2col(wrap=True)`): either two
+    in-bounds elements run past the top of the address space (`_space`) and wrap
+    (`isa.encode_im2col(wrap=True)`): either two
     images, image 0 in the last bytes of the address space and image 1 wrapped to ``low`` (in
     ``[low, low + low_space)``, or now and then elsewhere), the tile's rows from the last pixels
     of image 0 on into image 1 from a random kernel position; or the first tile of a contiguous
-    tensor in the last bytes of the address space that crosses 2**32 (its end at address 0..).
-    At least one in-bounds element of the tile lies past 2**32. Returns (fields, how it
-    wraps)."""
+    tensor in the last bytes of the address space that crosses its top (its end at address
+    0..). At least one in-bounds element of the tile lies past the top. Returns (fields, how
+    it wraps)."""
+    space = _space(config)
     two_images = draw(st.booleans())
     batch, channels, height, width = (2 if two_images else draw(st.integers(1, 2)),
                                       draw(st.integers(1, 3)), draw(st.integers(1, 6)),
@@ -585,18 +601,18 @@ def _wrapped_im2col(draw, config, rows, low, low_space):
               "n0": n0, "p0": p0, "q0": q0, "c0": c0, "r0": r0, "s0": s0,
               "stride_n": image, "stride_c": height * width, "stride_h": width, "stride_w": 1}
     if two_images:
-        top = (1 << 32) - image - draw(_rarely(st.integers(0, 16), st.integers(0, 0x3000), 4))
+        top = space - image - draw(_rarely(st.integers(0, 16), st.integers(0, 0x3000), 4))
         target = draw(_rarely(st.integers(0, low_space - image).map(lambda k: low + k),
                               st.sampled_from([0x80000, OUTPUT, DATA, PROGRAM]), 4))
-        fields.update(base=top, stride_n=(target - top) % (1 << 32))
+        fields.update(base=top, stride_n=(target - top) % space)
         how = f"images at {top:#x} and {target:#x}"
     else:
         furthest = _furthest(fields)
-        assume(furthest > 0)  # else no element can lie past 2**32
-        fields["base"] = (1 << 32) - draw(st.integers(1, furthest))
+        assume(furthest > 0)  # else no element can lie past the top
+        fields["base"] = space - draw(st.integers(1, furthest))
         how = f"contiguous from {fields['base']:#x}"
     # image 1 may be all padding in the tile's rows
-    assume(_furthest(fields) >= 1 << 32)
+    assume(_furthest(fields) >= space)
     return fields, f"im2col {kernel_h}x{kernel_w} pad {padding}, {how}"
 
 
@@ -608,26 +624,27 @@ def _furthest(fields):
 
 
 @st.composite
-def _wrapped_tile(draw, elem, extent, low, low_space, repeats):
+def _wrapped_tile(draw, space, elem, extent, low, low_space, repeats):
     """A TMA-style tile of ``elem``-byte elements, ``extent`` x 2 x ``repeats``, whose
-    in-bounds elements run past 4 GiB and wrap: either its rows i1 = 0 in the last bytes of the
-    address space and its rows i1 = 1 wrapped to ``low`` (in ``[low, low + low_space)``, or
-    elsewhere), or a contiguous tile that crosses 2**32 inside a row (its end at address 0..);
+    in-bounds elements run past the top of the ``space``-byte address space and wrap: either
+    its rows i1 = 0 in the last bytes of the address space and its rows i1 = 1 wrapped to
+    ``low`` (in ``[low, low + low_space)``, or elsewhere), or a contiguous tile that crosses
+    the top inside a row (its end at address 0..);
     sometimes with padding at its edges. Returns (tile fields, how it wraps)."""
     if draw(st.booleans()):  # rows i1 = 0 at the top, rows i1 = 1 low
         row_stride = elem * draw(st.sampled_from([extent, extent + 1, 8, 16]))
         span = extent * elem + (repeats - 1) * row_stride  # of the rows at either end
-        top = (1 << 32) - span - elem * draw(_rarely(st.integers(0, 16),
-                                                     st.integers(0, 0x3000), 4))
+        top = space - span - elem * draw(_rarely(st.integers(0, 16),
+                                                 st.integers(0, 0x3000), 4))
         target = draw(_rarely(st.integers(0, (low_space - span) // elem).map(
             lambda k: low + elem * k), st.sampled_from([0x80000, OUTPUT, DATA, PROGRAM]), 4))
         dims = [Dim(extent=extent, bound=extent, stride=elem),
-                Dim(extent=2, bound=2, stride=(target - top) % (1 << 32)),
+                Dim(extent=2, bound=2, stride=(target - top) % space),
                 Dim(extent=repeats, bound=repeats, stride=row_stride)]
         how = f"rows at {top:#x} and {target:#x}"
-    else:  # contiguous, crossing 2**32 after k elements
+    else:  # contiguous, crossing the top after k elements
         count = extent * 2 * repeats
-        top = (1 << 32) - elem * draw(st.integers(1, count - 1))
+        top = space - elem * draw(st.integers(1, count - 1))
         dims = [Dim(extent=extent, bound=extent, stride=elem),
                 Dim(extent=2, bound=2, stride=extent * elem),
                 Dim(extent=repeats, bound=repeats, stride=2 * extent * elem)]
@@ -638,7 +655,7 @@ def _wrapped_tile(draw, elem, extent, low, low_space, repeats):
         dim = dims[d]
         if draw(st.booleans()):
             dims[d] = Dim(extent=dim.extent, start=-shift, bound=dim.bound, stride=dim.stride)
-            top = (top + shift * dim.stride) % (1 << 32)  # the tile stays where it was
+            top = (top + shift * dim.stride) % space  # the tile stays where it was
         else:
             dims[d] = Dim(extent=dim.extent, bound=max(dim.extent - shift, 0), stride=dim.stride)
         how += f", padded in dim {d}"
@@ -647,8 +664,9 @@ def _wrapped_tile(draw, elem, extent, low, low_space, repeats):
 
 @st.composite
 def _wrap_case(draw, config, im2col=False):
-    """Tiles past 4 GiB (`isa.encode_tile(wrap=True)`, `isa.encode_im2col(wrap=True)`), whose
-    addresses the core wraps modulo 2**32 and checks against the windows there: a LOAD of
+    """Tiles past the top of the address space (`isa.encode_tile(wrap=True)`,
+    `isa.encode_im2col(wrap=True)`), whose addresses the core wraps modulo `_space` and checks
+    against the windows there: a LOAD of
     weights W = I, a LOAD of activations (`_wrapped_tile`, or with ``im2col`` an im2col LOAD,
     `_wrapped_im2col`) and a STORE of the MATMUL's result (`_wrapped_tile`), between the window
     at the top of the address space (readable and writable) and DATA (the LOAD) or OUTPUT (the
@@ -656,16 +674,17 @@ def _wrap_case(draw, config, im2col=False):
     past the bytes a tile wraps to), and now and then to a window without the permission or to
     none. The model decides the outcome; where it expects done, the bytes of and around every
     element of the STORE's tile (padding or not) are checked: numpy's result, or what they were."""
-    rows, cols = config.rows, config.cols
+    rows, cols, space = config.rows, config.cols, _space(config)
     repeats = draw(st.integers(1, 3))
     count = 2 * repeats  # tile rows: i1 + 2 * i2
     weights = DATA + 0x4000
     if im2col:
         act, act_how = draw(_wrapped_im2col(config, count, DATA, 0x1000))
     else:
-        act, act_how = draw(_wrapped_tile(1, draw(st.integers(1, config.lanes)), DATA, 0x1000,
-                                          repeats))
-    out, out_how = draw(_wrapped_tile(4, draw(st.integers(1, cols)), OUTPUT, 0x1000, repeats))
+        act, act_how = draw(_wrapped_tile(space, 1, draw(st.integers(1, config.lanes)), DATA,
+                                          0x1000, repeats))
+    out, out_how = draw(_wrapped_tile(space, 4, draw(st.integers(1, cols)), OUTPUT, 0x1000,
+                                      repeats))
     act["sram_row"] = rows
     program = Program(config, wrap=True)
     program.load(tensor(weights, 1, 0, [Dim(extent=cols, bound=cols, stride=1),
@@ -681,13 +700,13 @@ def _wrap_case(draw, config, im2col=False):
     # Random bytes wherever the activations may be read from: the top of the address space,
     # DATA and the bytes from address 0 on.
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
-    memory = [((1 << 32) - 0x3100, rng.integers(0, 256, 0x3100, dtype=np.uint8).tobytes()),
+    memory = [(space - 0x3100, rng.integers(0, 256, 0x3100, dtype=np.uint8).tobytes()),
               (DATA, rng.integers(0, 256, 0x1000, dtype=np.uint8).tobytes()),
               (PROGRAM, rng.integers(0, 256, 0x100, dtype=np.uint8).tobytes()),
               (weights, np.eye(rows, cols, dtype=np.int8).tobytes())]
     low_writable = draw(st.booleans())
     windows = [(PROGRAM, PROGRAM_SPACE, True, low_writable), *_STANDARD_WINDOWS[1:],
-               (TOP, TOP_SPACE, True, True)]
+               (*_top(config), True, True)]
     case = _case(config, f"defects {'im2col ' if im2col else ''}wrap (LOAD {act_how}; "
                  f"STORE {out_how}; "
                  f"{'writable' if low_writable else 'read-only'} at 0)",
@@ -699,32 +718,34 @@ def _wrap_case(draw, config, im2col=False):
     image, _ = _image([(base, program.to_bytes()), *memory])
     loaded = np.zeros((count, config.lanes), dtype=np.int64)  # zero: padding and past extent0
     if im2col:
-        elements = im2col_elements(SimpleNamespace(**act))  # (row, lane, address)
+        elements = im2col_elements(SimpleNamespace(**act), space)  # (row, lane, address)
     else:
-        elements = ((i1 + 2 * i2, i0, address) for (i0, i1, i2), address in _tile_elements(act))
+        elements = ((i1 + 2 * i2, i0, address)
+                    for (i0, i1, i2), address in _tile_elements(act, space))
     for i, j, address in elements:
         loaded[i, j] = (image[address % MEMORY_SIZE] ^ 0x80) - 0x80  # int8
     result = np.zeros((count, cols), dtype=np.int64)  # through W = I: lanes below min(rows, cols)
     usable = min(rows, cols)
     result[:, :usable] = loaded[:, :usable]
-    for (i0, i1, i2), address in _tile_elements(out):
+    for (i0, i1, i2), address in _tile_elements(out, space):
         at = address % MEMORY_SIZE
         image[at:at + 4] = int(result[i1 + 2 * i2, i0]).to_bytes(4, "little", signed=True)
     checked = []  # [first, end) around each run of the tile's elements, 64 bytes either side
-    for address in sorted(address for _, address in _tile_elements(out, padding=True)):
+    for address in sorted(address for _, address in _tile_elements(out, space, padding=True)):
         if checked and address < checked[-1][1] + 64:
-            checked[-1][1] = min(address + 4 + 64, 1 << 32)
+            checked[-1][1] = min(address + 4 + 64, space)
         else:
-            checked.append([max(address - 64, 0), min(address + 4 + 64, 1 << 32)])
+            checked.append([max(address - 64, 0), min(address + 4 + 64, space)])
     case["check"] = [[first % MEMORY_SIZE,  # the memory's offsets: it wraps
                       bytes(image[first % MEMORY_SIZE:(end - 1) % MEMORY_SIZE + 1]).hex()]
                      for first, end in checked]
     return case
 
 
-def _tile_elements(tile, padding=False):
+def _tile_elements(tile, space, padding=False):
     """((i0, i1, i2), address) of the in-bounds elements (and with ``padding`` the others) of a
-    TMA-style ``tile`` of three dims (the fourth extent 1, start 0), addresses modulo 2**32."""
+    TMA-style ``tile`` of three dims (the fourth extent 1, start 0), addresses modulo
+    ``space``."""
     dims = tile["dims"]
     for i2 in range(dims[2]["extent"]):
         for i1 in range(dims[1]["extent"]):
@@ -732,7 +753,7 @@ def _tile_elements(tile, padding=False):
                 coords = [d["start"] + i for d, i in zip(dims, (i0, i1, i2))]
                 if padding or all(0 <= c < d["bound"] for c, d in zip(coords, dims)):
                     yield (i0, i1, i2), (tile["base"] + sum(
-                        c * d["stride"] for c, d in zip(coords, dims))) % (1 << 32)
+                        c * d["stride"] for c, d in zip(coords, dims))) % space
 
 
 @st.composite
@@ -743,7 +764,7 @@ def raw_cases(draw, config):
     program = draw(st.binary(min_size=size, max_size=size))
     base, length = draw(_program_registers(count))
     return _case(config, f"raw bytes ({count} instructions)", program=program,
-                 windows=draw(_windows()), base=base, length=length,
+                 windows=draw(_windows(config)), base=base, length=length,
                  watchdog=draw(st.sampled_from(WATCHDOGS)), soft_reset=draw(st.booleans()))
 
 

@@ -3,7 +3,8 @@
 `predict` is the model of the outcome. Each instruction's own result is exact: the descriptor
 checks in the hardware's order (``TileCheck``, the MATMUL and SOFTMAX checks, the im2col
 check), then a walk of every in-bounds element, in order, against the windows (every DMA
-address, a tensor descriptor's or an im2col element's, wraps modulo 2**32 and is checked there;
+address, a tensor descriptor's or an im2col element's, wraps modulo 2**`CoreConfig.address_width`
+and is checked there;
 ADDRESS_OVERFLOW is retired and never predicted).
 The controller is modelled as in-order queues of ``config.queue_depth`` instructions per
 engine fed by an in-order fetcher, and VTA-style tokens between neighbouring engines. (An
@@ -74,13 +75,15 @@ def _window_ok(windows, address, size, permission):
                for w in windows)
 
 
-def _walk(addresses, windows, beat_bytes, permission):
+def _walk(config, addresses, windows, permission):
     """The first error of a DMA walk over in-bounds element ``addresses`` (in order, already
-    wrapped modulo 2**32: `_tensor_addresses`, `_im2col_addresses`), and the addresses that pass
-    before it: each element's beat is checked against the windows at its wrapped address."""
+    wrapped modulo ``2**config.address_width``: `_tensor_addresses`, `_im2col_addresses`), and
+    the addresses that pass before it: each element's beat is checked against the windows at
+    its wrapped address (a window past the address space has no address in it)."""
     passed = []
+    beat_bytes = config.axi_data_width // 8
     for address in addresses:
-        assert 0 <= address < 1 << 32, address
+        assert 0 <= address < 1 << config.address_width, address
         if not _window_ok(windows, address - address % beat_bytes, beat_bytes, permission):
             code = ErrorCode.LOAD_WINDOW if permission == "read" else ErrorCode.STORE_WINDOW
             return code, passed
@@ -104,18 +107,19 @@ def _extents(desc):
     return [desc.dims[d].extent for d in range(DIMS)]
 
 
-def _tensor_addresses(desc):
+def _tensor_addresses(config, desc):
     """Addresses of the in-bounds elements of a tensor descriptor, dim 0 fastest: element
     (i0..i3) is in bounds when ``lo_d <= i_d < hi_d`` for every d (the raw 16-bit fields, so
     ``lo >= hi`` or ``lo >= extent`` makes every element padding) and sits at ``(address +
-    sum(i_d * stride_d)) mod 2**32``. A dim past ``CoreConfig.descriptor_dims`` has extent 1
+    sum(i_d * stride_d)) mod 2**config.address_width``. A dim past ``CoreConfig.descriptor_dims`` has extent 1
     (else `_tile_check` refused the descriptor), so its index is 0 and its stride adds nothing:
     its only element is in bounds when ``lo == 0 and hi != 0``, as the walker checks."""
     dims = [desc.dims[d] for d in range(DIMS)]
     for index in itertools.product(*(range(d.extent) for d in reversed(dims))):
         index = index[::-1]  # i0 first
         if all(d.lo <= i < d.hi for d, i in zip(dims, index)):
-            yield (desc.address + sum(i * d.stride for d, i in zip(dims, index))) % (1 << 32)
+            yield ((desc.address + sum(i * d.stride for d, i in zip(dims, index)))
+                   % (1 << config.address_width))
 
 
 def _tile_check(config, desc, max_extent0, rows, elem_log2s, pool=False, pitch=0):
@@ -159,13 +163,12 @@ def im2col_elements(d, wrap=1 << 32):
                    (0, p + 1, n) if p + 1 < d.out_height else (0, 0, n + 1))
 
 
-def _im2col_addresses(d, wrap=1 << 32):
-    """The addresses of `im2col_elements`, in walk order."""
-    return (address for _, _, address in im2col_elements(d, wrap))
+def _im2col_addresses(config, d):
+    """The addresses of `im2col_elements` on a core of ``config``, in walk order."""
+    return (address for _, _, address in im2col_elements(d, 1 << config.address_width))
 
 
 def _load(config, instr, windows):
-    beat = config.axi_data_width // 8
     if instr.header.im2col:
         d = instr.im2col
         if (0 in (d.rows, d.lanes, d.kernel_h, d.kernel_w, d.conv_stride)
@@ -173,14 +176,15 @@ def _load(config, instr, windows):
             return ErrorCode.BAD_EXTENT, 40
         if d.sram_row + d.rows > config.scratchpad_rows:
             return ErrorCode.SRAM_RANGE, 40
-        return _walk(_im2col_addresses(d), windows, beat, "read")[0], 80 + 3 * d.rows * d.lanes
+        return _walk(config, _im2col_addresses(config, d), windows, "read")[0], \
+            80 + 3 * d.rows * d.lanes
     desc = instr.tensor
     code = _tile_check(config, desc, config.lanes, config.scratchpad_rows, (0,))
     if code != ErrorCode.NONE:
         return code, 60
     e = _extents(desc)
     cycles = 60 + 3 * e[0] * e[1] * e[2] * e[3]
-    return _walk(_tensor_addresses(desc), windows, beat, "read")[0], cycles
+    return _walk(config, _tensor_addresses(config, desc), windows, "read")[0], cycles
 
 
 def _store(config, instr, windows):
@@ -202,7 +206,7 @@ def _store(config, instr, windows):
         code = ErrorCode.SRAM_RANGE
     if code != ErrorCode.NONE:
         return code, 60, ()
-    code, passed = _walk(_tensor_addresses(desc), windows, config.axi_data_width // 8, "write")
+    code, passed = _walk(config, _tensor_addresses(config, desc), windows, "write")
     written = _ranges(passed, 1 << desc.elem_log2)
     return code, 60 + 6 * e[0] * e[1] * e[2] * e[3], written
 
@@ -323,7 +327,7 @@ def predict(config, image, windows, program_base, program_length, watchdog):
                 written += step.written
         if not fetching:
             continue
-        address = (program_base + pc * INSTRUCTION_BYTES) % (1 << 32)
+        address = (program_base + pc * INSTRUCTION_BYTES) % (1 << config.address_width)
         fault = None
         if pc == program_length:
             fetching, ended = False, True

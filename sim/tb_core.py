@@ -17,6 +17,7 @@ from ..firmware.conv2d import compile_conv2d, conv2d_weights
 from ..firmware.matmul import compile_matmul
 from ..firmware.program import Deps, Dim, Program
 from ..firmware.program import tensor as tensor_fields
+from .. import isa
 from ..isa import ErrorCode, SoftmaxMode
 from .axi_checker import AxiChecker
 from .core_driver import CoreDriver
@@ -232,6 +233,68 @@ async def errors(dut):
     assert result.done and result.error == ErrorCode.NONE and exact, result
     assert not core.checker.errors, core.checker.errors[:5]
     core.write_stats({"errors": [c.name for c in seen] + ["PROGRAM_WINDOW"]})
+
+
+def _with_high_address_bits(program, rng, address_width):
+    """``program`` (bytes) with random bits from ``address_width`` on in the address and the
+    dim strides of every LOAD and STORE: bits a core of ``address_width`` ignores (addresses
+    wrap below them), so it runs the program as it was."""
+    size, high = isa.INSTRUCTION_BYTES, (1 << 32) - (1 << address_width)
+    descriptor, dim = isa.TensorDescriptor, isa.Dim
+    fields = [descriptor["address"].offset,
+              *(descriptor["dims"].offset + d * dim.size + dim["stride"].offset
+                for d in range(isa.DIMS))]
+    raw = bytearray(program)
+    for start in range(0, len(raw), size):
+        opcode = isa.decode(raw[start:start + size]).header.opcode
+        if opcode not in (isa.Opcode.LOAD, isa.Opcode.STORE):
+            continue
+        tensor_at = isa.instruction_layout(opcode)["tensor"].offset
+        bits = int.from_bytes(raw[start:start + size], "little")
+        for field in fields:
+            bits ^= (int(rng.integers(1, 1 << 32)) & high) << tensor_at + field
+        raw[start:start + size] = bits.to_bytes(size, "little")
+    return bytes(raw)
+
+
+@cocotb.test()
+async def narrow_addresses(dut):
+    """A core of fewer address bits than 32 (`CoreConfig.address_width`, the memory's size):
+    random bits above them in PROGRAM_BASE and in every LOAD's and STORE's address and strides
+    change nothing (the matmul is exact; nothing outside the windows is touched); a readable
+    window that reaches past the address space covers it up to its top; a writable window
+    whose base is past the address space covers nothing (the STORE ends in STORE_WINDOW, even
+    though the base's low bits are C's)."""
+    cfg, params, core, rng = await _start(dut)
+    space = 1 << cfg.address_width
+    assert space == core.ram.size, "the memory is the address space"
+    m, k, n = params["shape"]
+    a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+    b = rng.integers(-128, 128, (k, n), dtype=np.int8)
+    core.ram.write(A, a.tobytes())
+    core.ram.write(B, b.tobytes())
+    core.ram.write(C, bytes(4 * m * n + 64))
+    output = -(-4 * m * n // 64) * 64
+    program = compile_matmul(cfg, m, k, n, a_addr=A, b_addr=B, c_addr=C).to_bytes()
+    moved = _with_high_address_bits(program, rng, cfg.address_width)
+    assert moved != program
+    base = PROGRAM + space * int(rng.integers(1, (1 << 32) // space))
+    await core.set_windows([(PROGRAM, A - PROGRAM, True, False), (A, (1 << 32) - A, True, False),
+                            (C, output, False, True)])
+    result = await core.run(moved, base)
+    assert result.done and result.error == ErrorCode.NONE, result
+    got = np.frombuffer(core.ram.read(C, 4 * m * n), dtype="<i4").reshape(m, n)
+    assert np.array_equal(got, matmul_int32(a, b)), "not exact with the high bits set"
+    assert core.ram.read(C + 4 * m * n, 64) == bytes(64), "wrote past C"
+    core.ram.write(C, bytes(4 * m * n))
+    await core.set_windows([(PROGRAM, A - PROGRAM, True, False), (A, C - A, True, False),
+                            (C + space, output, False, True)])
+    result = await core.run(moved, base)
+    assert result.error == ErrorCode.STORE_WINDOW, result
+    assert core.ram.read(C, 4 * m * n) == bytes(4 * m * n), "a STORE through a window past " \
+        "the address space"
+    assert not core.checker.errors, core.checker.errors[:5]
+    core.write_stats({"base": base})
 
 
 @cocotb.test()

@@ -62,6 +62,16 @@ def test_conv2d_lowerings_are_exact(run_tb, hostile, lowering):
            design="tpu_core", testcase="conv2d")
 
 
+def test_a_narrow_core_ignores_the_address_bits_above_it(run_tb):
+    """`CoreConfig.address_width` 20, the 1 MiB memory of the testbench (sim/tb_core.py)."""
+    config = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1, axi_data_width=32,
+                        address_width=20)
+    stats = run_tb(config, "tpugen.sim.tb_core", {"seed": 13, "shape": [19, 11, 6],
+                                                   "hostile": True},
+                   design="tpu_core", testcase="narrow_addresses")
+    assert stats["base"] >> 20, "PROGRAM_BASE had no bits above the core's"
+
+
 @pytest.mark.parametrize("width", [32, 128])
 def test_other_bus_widths(run_tb, width):
     config = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1, axi_data_width=width)

@@ -47,8 +47,8 @@ def _with_timing(drawn, seed=7):
 
 NOT_FUZZED = {"BUS_ERROR", "ADDRESS_OVERFLOW"}
 """Error codes the fuzz cannot reach: its memory always answers OKAY (tests/test_faults_verilator.py
-has the bus faults), and ADDRESS_OVERFLOW is retired (DMA addresses wrap modulo 2**32; the
-model never predicts it, so a core that raised it would fail its case)."""
+has the bus faults), and ADDRESS_OVERFLOW is retired (DMA addresses wrap modulo
+2**address_width; the model never predicts it, so a core that raised it would fail its case)."""
 
 
 def _minimums(count):
@@ -135,14 +135,17 @@ def test_a_reduced_core_ends_as_the_model_says(run_tb, tmp_path):
     """Fuzzed cases on a core with micro's profile: two windows (`CoreConfig.windows`), one-deep
     queues (`CoreConfig.queue_depth`), the store and load engines' run from their queues' slots
     (`CoreConfig.store_prefetch`, `CoreConfig.load_prefetch`), one DMA front for both
-    (`CoreConfig.shared_dma`), and 3-dim walkers (`CoreConfig.descriptor_dims`). The
+    (`CoreConfig.shared_dma`), 3-dim walkers (`CoreConfig.descriptor_dims`) and 20-bit
+    addresses (`CoreConfig.address_width`: the memory's 1 MiB; tiles and programs wrap at its
+    top, address and stride bits above are ignored, windows past it cover nothing). The
     core, the model and the AXI checker take only the first two of the windows a case programs,
     the model queues one instruction per engine and predicts BAD_EXTENT for a 4th dim the
     walkers lack. Valid programs get their windows fitted as the runtime does (`fit_windows`)
     and end done; the others' standard output window (the third) is missing, so their STOREs
     end in STORE_WINDOW."""
     config = dataclasses.replace(SMALL, windows=2, queue_depth=1, store_prefetch=False,
-                                 load_prefetch=False, descriptor_dims=3, shared_dma=True)
+                                 load_prefetch=False, descriptor_dims=3, shared_dma=True,
+                                 address_width=MEMORY_SIZE.bit_length() - 1)
     drawn = _with_timing(draw_cases_apart(60, config))
     stats, failures = _fuzz(run_tb, tmp_path, config, drawn)
     assert not failures, "\n".join(failures[:20])
