@@ -13,7 +13,8 @@ from tpugen.cli import main
     ("data_width", 4), ("acc_width", 16), ("dataflow", "os"), ("scratchpad_kib", 3),
     ("scratchpad_kib", 2048), ("accumulator_kib", 0), ("axi_data_width", 48),
     ("descriptor_dims", 1), ("descriptor_dims", 5), ("descriptor_dims", True),
-    ("descriptor_dims", 3.0),
+    ("descriptor_dims", 3.0), ("address_width", 15), ("address_width", 33),
+    ("address_width", True), ("address_width", 20.0),
 ])
 def test_bad_values_name_the_field(field, value):
     with pytest.raises(ValueError, match=rf"CoreConfig\.{field}="):

@@ -174,7 +174,8 @@ def test_the_registers_describe_the_profile():
                    dataclasses.replace(MICRO, queue_depth=7, store_prefetch=True),
                    dataclasses.replace(MICRO, load_prefetch=False),
                    dataclasses.replace(MICRO, shared_dma=False),
-                   dataclasses.replace(MICRO, weight_prefetch=True)):
+                   dataclasses.replace(MICRO, weight_prefetch=True),
+                   dataclasses.replace(MICRO, address_width=17)):
         constants = constant_registers(config)
         assert config_from_registers(constants.__getitem__) == config
     assert constant_registers(MICRO)["CONFIG2"] == register("CONFIG2").value(
@@ -193,6 +194,38 @@ def test_the_registers_describe_the_profile():
     fields = register("CONFIG1").fields_of(constant_registers(MICRO)["CONFIG1"])
     assert (fields.shift_only_epilogue, fields.basic_counters) == (1, 1)
     assert counter_names(MICRO) == BASIC_COUNTERS and counter_names(FULL) == tuple(COUNTERS)
+
+
+def test_a_narrow_core_is_refused_what_its_addresses_cannot_reach():
+    """`CoreConfig.address_width`: programs are encoded for the core's address space (a tile
+    past its top is refused, as one past 4 GiB on a 32-bit core), a runtime refuses more memory
+    than the core addresses, a board system more than it reaches, and each board's default
+    core is as wide as the board's memory (the build's --preset too)."""
+    from tpugen.cli import _board_config, parser
+    from tpugen.fpga.boards import BOARDS
+    from tpugen.firmware.device import Device
+    from tpugen.hdl.board import SIMULATED_BOARD, BoardSystem
+
+    narrow = dataclasses.replace(MICRO, address_width=20)
+    dims = [Dim(4, 0, 4, 1), Dim(2, 0, 2, 64)]
+    assert compile_matmul(narrow, 4, 4, 4, a_addr=0, b_addr=0x100, c_addr=0xF_FFC0)
+    with pytest.raises(ValueError, match="outside the 20-bit address space"):
+        encode_tile(tensor(0xF_FFC0, 1, 0, dims), 3, address_width=20)
+    with pytest.raises(ValueError, match="outside the 20-bit address space"):
+        compile_matmul(narrow, 4, 4, 4, a_addr=0, b_addr=0x100, c_addr=0x10_0000)
+    with pytest.raises(ValueError, match=r"memory_size=2097152 is invalid: allowed an integer "
+                                         r"in 16384\.\.1048576"):
+        Device(narrow, 2 << 20)
+    assert SimDevice(narrow, memory="rtl").memory_size == 1 << 20
+    clocking = {k: v for k, v in SIMULATED_BOARD.items() if k != "memory_bytes"}
+    with pytest.raises(ValueError, match=r"CoreConfig.address_width=16 is invalid for "
+                                         r"memory_bytes=131072.*allowed 17\.\.32"):
+        BoardSystem(dataclasses.replace(MICRO, address_width=16), memory_bytes=1 << 17,
+                    **clocking)
+    for board in BOARDS.values():
+        assert board.default_config().address_width == board.address_width == 17, board.name
+        args = parser().parse_args(["build", "--board", board.name, "--preset", "micro"])
+        assert _board_config(args, board).address_width == 17
 
 
 def test_descriptors_are_fitted_to_the_walkers():
