@@ -454,9 +454,10 @@ WALKS = {
 }
 
 
-def walk_steps(desc, elem_log2, beat_bytes):
-    """The steps of a walk: elements by the TensorDescriptor formula, merged into runs of
-    lanes (when contiguous) that end at the row end, the padding edges and (in bounds) beats."""
+def walk_steps(desc, elem_log2, beat_bytes, address_width=32):
+    """The steps of a walk: elements by the TensorDescriptor formula (addresses modulo
+    ``2**address_width``), merged into runs of lanes (when contiguous) that end at the row end,
+    the padding edges and (in bounds) beats."""
     dims = desc["dims"]
     extents = [d["extent"] for d in dims]
     contiguous = dims[0]["stride"] == 1 << elem_log2
@@ -467,7 +468,8 @@ def walk_steps(desc, elem_log2, beat_bytes):
         in_bounds = all(0 <= c < d["bound"] for c, d in zip(coords, dims))
         addr = desc["base"] + sum(c * d["stride"] for c, d in zip(coords, dims))
         element = {
-            "in_bounds": int(in_bounds), "addr": addr % 2**32, "lane": desc["lane"] + i0,
+            "in_bounds": int(in_bounds), "addr": addr % 2**address_width,
+            "lane": desc["lane"] + i0,
             "count": 1,
             "row": desc["sram_row"] + i1 + extents[1] * (i2 + extents[2] * i3),
             "last_in_row": int(i0 == extents[0] - 1),
@@ -521,11 +523,14 @@ def test_walker_elements(walk, held):
     assert walked(walker, desc) == expected
 
 
+@pytest.mark.parametrize("address_width", [32, 20])
 @pytest.mark.parametrize("seed", range(4))
-def test_walker_random_addresses(seed):
+def test_walker_random_addresses(seed, address_width):
     # Tiles with padding on both sides, one stride up to 2**32 and the base placed so that the
-    # in-bounds addresses straddle 2**32: the address modulo 2**32 of every step (padding ones
-    # too) against walk_steps (exact integers).
+    # in-bounds addresses straddle the top of the address space (2**32, or 2**20 on a walker of
+    # 20-bit addresses, with random bits above them in the base): the address modulo its size of
+    # every step (padding ones too) against walk_steps (exact integers).
+    space = 1 << address_width
     rng = np.random.default_rng(100 + seed)
     elem_log2 = [0, 2, 0, 2][seed]
     big = seed  # the dim with a stride of 2**28..2**31
@@ -540,13 +545,17 @@ def test_walker_random_addresses(seed):
         dims[0] = (dims[0][0], dims[0][1], dims[0][2], 1 << elem_log2)  # contiguous rows
     in_bounds = itertools.product(*[range(max(st, 0), min(st + e, b)) for e, st, b, _ in dims])
     offsets = {sum(c * s for c, (_, _, _, s) in zip(coords, dims)) for coords in in_bounds}
-    offsets = sorted(o for o in offsets if 0 < o < 1 << 32)
-    base = ((1 << 32) - offsets[len(offsets) // 2]) >> elem_log2 << elem_log2
+    offsets = sorted({o % space for o in offsets} - {0})
+    base = (space - offsets[len(offsets) // 2]) >> elem_log2 << elem_log2
+    base += space * int(rng.integers(0, (1 << 32) // space))
     desc = descriptor(base, dims)
-    expected = walk_steps(desc, elem_log2, 8)
-    with pytest.raises(ValueError, match="32-bit address space"):  # they straddle 2**32
-        encode_tile(desc)
-    walker = TileWalker(lanes=6, rows=64, elem_log2=elem_log2, beat_bytes=8)
+    expected = walk_steps(desc, elem_log2, 8, address_width)
+    addresses = [step["addr"] for step in expected if step["in_bounds"]]
+    assert min(addresses) < space // 2 <= max(addresses)  # in-bounds elements at both ends
+    with pytest.raises(ValueError, match=f"{address_width}-bit address space"):
+        encode_tile(desc, address_width=address_width)
+    walker = TileWalker(lanes=6, rows=64, elem_log2=elem_log2, beat_bytes=8,
+                        address_width=address_width)
     assert walked(walker, desc, ready_seed=seed, cycles=300) == expected
 
 
