@@ -18,7 +18,9 @@ __all__ = ["FrontClient", "DmaFront", "SharedDmaFront", "engine_front", "front_g
 class FrontClient:
     """What an engine needs of a front: its SRAM's ``lanes`` and ``rows``, the element sizes
     (``elem_log2``, a tuple) and pooling its descriptors may have, the window ``permission``
-    ("read" or "write") and the `BurstPlanner`'s ``max_steps`` and ``max_beats``."""
+    ("read" or "write"), the `BurstPlanner`'s ``max_steps`` and ``max_beats``, and whether the
+    engine ``holds`` the descriptor on ``held`` until its walk ends (else it may change from
+    the cycle after ``walk``: the front's walker keeps what it needs of it)."""
     lanes: int
     rows: int
     elem_log2: tuple
@@ -26,6 +28,7 @@ class FrontClient:
     permission: str
     max_steps: int
     max_beats: int
+    holds: bool = True
 
 
 def front_signature(lanes, rows, beat_bytes, address_width=32):
@@ -36,7 +39,7 @@ def front_signature(lanes, rows, beat_bytes, address_width=32):
     ``granted``: the front is the engine's (always, unless shared); the engine uses nothing
     else before it. ``walk``: a pulse
     that starts the tile walker on ``held`` (and ``held_pool``), which the engine keeps until
-    the walk ends; the walker is idle then. ``external``: the elements come from ``extra``
+    the walk ends if its `FrontClient` ``holds`` it; the walker is idle then. ``external``: the elements come from ``extra``
     (the load engine's im2col walker) instead. Elements flow while ``running``; ``abort``
     stops the walker and the planner. ``steps``, ``bursts`` and ``error``: the
     `BurstPlanner`'s.
@@ -94,7 +97,9 @@ class DmaFront(wiring.Component):
     """A `TileWalker` (or the ``extra`` elements) -> `ElementStage` -> `BurstPlanner` for the
     ``clients`` (`FrontClient`): one engine's, or with two (reads, then writes) the shared
     front's, which checks for the permission its ``write`` input chooses. ``windows``: the
-    core's access windows; ``address_width``: `CoreConfig.address_width`."""
+    core's access windows; ``address_width``: `CoreConfig.address_width`. The walker keeps
+    the fields it walks by (`TileWalker` without ``held``) if a client does not hold its
+    descriptor through the walk."""
 
     def __init__(self, clients, beat_bytes, windows, dims, address_width=32):
         if (len(clients) not in (1, 2) or not all(isinstance(c, FrontClient) for c in clients)
@@ -121,9 +126,10 @@ class DmaFront(wiring.Component):
             values = tuple(getattr(c, name) for c in clients)
             return values if shared else values[0]
 
+        held = all(c.holds for c in clients)
         m.submodules.walker = walker = TileWalker(
             lanes, rows, elem_log2=tuple(sorted({e for c in clients for e in c.elem_log2})),
-            beat_bytes=beat_bytes, pool=any(c.pool for c in clients), dims=self.dims, held=True,
+            beat_bytes=beat_bytes, pool=any(c.pool for c in clients), dims=self.dims, held=held,
             address_width=self.address_width)
         m.submodules.stage = stage = ElementStage(lanes, rows, beat_bytes, permission,
                                                   len(self.windows), self.address_width)
@@ -135,13 +141,16 @@ class DmaFront(wiring.Component):
             m.d.comb += [stage.write.eq(self.write), planner.write.eq(self.write)]
         if "held_pool" in walker.signature.members:
             m.d.comb += walker.held_pool.eq(self.held_pool)
+        elif "pool" in walker.signature.members:
+            m.d.comb += walker.pool.eq(self.held_pool)
+        if held:
+            m.d.comb += walker.held.eq(self.held)
         wiring.connect(m, stage.output, planner.elements)
         external, running = self.external, self.running
         m.d.comb += [
             self.granted.eq(1),
             walker.descriptor.payload.eq(self.held),
             walker.descriptor.valid.eq(self.walk),
-            walker.held.eq(self.held),
             walker.abort.eq(self.abort),
             planner.abort.eq(self.abort),
             stage.windows.eq(self.windows),

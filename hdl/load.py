@@ -29,7 +29,8 @@ LOAD_INSTRUCTION = data.StructLayout({
 def load_front_client(config):
     """What the load engine needs of its DMA front (`FrontClient`)."""
     return FrontClient(lanes=config.lanes, rows=config.scratchpad_rows, elem_log2=(0,),
-                       pool=False, permission="read", max_steps=PLAN_DEPTH // 4, max_beats=256)
+                       pool=False, permission="read", max_steps=PLAN_DEPTH // 4, max_beats=256,
+                       holds=config.load_prefetch)
 
 
 def _im2col_check(desc, lanes, rows):
@@ -98,11 +99,19 @@ class LoadEngine(wiring.Component):
                                            front.steps.payload.count, lanes)
 
         # The running LOAD: registered when taken and decoded the next cycle, or without
-        # prefetch the queue's slot, which holds until it is done.
+        # prefetch the queue's slot, which holds until the walk runs (a tensor LOAD: the
+        # front keeps what it walks by, `FrontClient.holds`, and the engine the first lane) or
+        # until the LOAD is done (an im2col LOAD, whose walker reads the slot throughout).
         prefetch = config.load_prefetch
         instr = Signal(LOAD_INSTRUCTION) if prefetch else self.instr.payload
+        lane = instr.tensor.lane if prefetch else Signal.like(instr.tensor.lane)
+        released = Signal()  # without prefetch: the slot is the controller's again
         if not prefetch:
-            m.d.comb += self.holding.eq(self.busy)
+            m.d.comb += self.holding.eq(self.busy & ~released)
+
+        def release(tensor_load):
+            """Statements that give the slot back once ``tensor_load``'s walk runs."""
+            return [] if prefetch else [released.eq(tensor_load)]
         im2col_desc = data.View(LoadIm2colInstruction, instr.as_value()).im2col
         im2col_code = Signal(ErrorCode)
         im2col = Signal()    # the instruction is an im2col load
@@ -155,7 +164,7 @@ class LoadEngine(wiring.Component):
         row = Signal(data.ArrayLayout(signed(8), lanes))
         moved = select_units(Mux(step.in_bounds, axi.rdata, 0), planned.offset, lanes, 8)
         merged = Signal.like(row)
-        first_lane = Mux(im2col, 0, instr.tensor.lane)
+        first_lane = Mux(im2col, 0, lane)
         kept_lanes = Cat(first_lane <= k for k in range(lanes))  # the lanes a row write enables
         bus_error = axi.rvalid & (axi.rresp != AXI_RESP_OKAY)
         # RREADY is high for a step that ends its beat whether or not RVALID is (AXI allows
@@ -184,6 +193,8 @@ class LoadEngine(wiring.Component):
                 with m.If(self.instr.valid):
                     if prefetch:
                         m.d.sync += instr.eq(self.instr.payload)
+                    else:
+                        m.d.sync += [released.eq(0), lane.eq(self.instr.payload.tensor.lane)]
                     m.next = "DECODE"
             with m.State("DECODE"):
                 plain = ~instr.header.im2col
@@ -217,14 +228,14 @@ class LoadEngine(wiring.Component):
                                      then="ACQUIRE" if shared else "RUN")
                 if not shared:
                     with m.If(passed):
-                        m.d.sync += running.eq(1)
+                        m.d.sync += [running.eq(1), *release(1)]
             if shared:
                 with m.State("ACQUIRE"):  # the checks passed: walk once the front is granted
                     m.d.comb += [self.busy.eq(1), acquiring.eq(1)]
                     with m.If(front.granted):
                         m.d.comb += [front.walk.eq(~im2col),
                                      im2col_walker.descriptor.valid.eq(im2col)]
-                        m.d.sync += running.eq(1)
+                        m.d.sync += [running.eq(1), *release(~im2col)]
                         m.next = "RUN"
             with m.State("RUN"):
                 m.d.comb += self.busy.eq(1)

@@ -171,18 +171,18 @@ def test_the_registers_describe_the_profile():
     # CONFIG1 and CONFIG2 tell the runtime (BoardDevice) what the core has; an older core reads
     # as full.
     for config in (MICRO, FULL, PRESETS["default"],
-                   dataclasses.replace(MICRO, queue_depth=7, store_prefetch=True),
-                   dataclasses.replace(MICRO, load_prefetch=False),
+                   dataclasses.replace(MICRO, queue_depth=7, store_prefetch=True,
+                                       load_prefetch=True),
+                   dataclasses.replace(MICRO, load_prefetch=True),
                    dataclasses.replace(MICRO, shared_dma=False),
                    dataclasses.replace(MICRO, weight_prefetch=True),
                    dataclasses.replace(MICRO, address_width=17)):
         constants = constant_registers(config)
         assert config_from_registers(constants.__getitem__) == config
     assert constant_registers(MICRO)["CONFIG2"] == register("CONFIG2").value(
-        no_store_prefetch=1, no_weight_prefetch=1, shared_dma=1)
-    assert constant_registers(dataclasses.replace(MICRO, load_prefetch=False))["CONFIG2"] == \
-        register("CONFIG2").value(no_store_prefetch=1, no_weight_prefetch=1, no_load_prefetch=1,
-                                  shared_dma=1)
+        no_store_prefetch=1, no_weight_prefetch=1, no_load_prefetch=1, shared_dma=1)
+    assert constant_registers(dataclasses.replace(MICRO, load_prefetch=True))["CONFIG2"] == \
+        register("CONFIG2").value(no_store_prefetch=1, no_weight_prefetch=1, shared_dma=1)
     older = constant_registers(PRESETS["default"])  # map 1.1: CONFIG1.queue_depth reads 0
     older["CONFIG1"] &= ~register("CONFIG1").value(queue_depth=7)
     assert config_from_registers(older.__getitem__) == PRESETS["default"]
@@ -190,7 +190,7 @@ def test_the_registers_describe_the_profile():
     before_config2 = {**constant_registers(MICRO), "CONFIG2": None,
                       "VERSION": register("VERSION").value(major=1, minor=2)}
     assert config_from_registers(before_config2.__getitem__) == dataclasses.replace(
-        MICRO, store_prefetch=True, weight_prefetch=True, shared_dma=False)
+        MICRO, store_prefetch=True, weight_prefetch=True, load_prefetch=True, shared_dma=False)
     fields = register("CONFIG1").fields_of(constant_registers(MICRO)["CONFIG1"])
     assert (fields.shift_only_epilogue, fields.basic_counters) == (1, 1)
     assert counter_names(MICRO) == BASIC_COUNTERS and counter_names(FULL) == tuple(COUNTERS)

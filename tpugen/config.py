@@ -70,9 +70,10 @@ class CoreConfig:
     fetch stalls the array; a STORE seldom does)."""
     load_prefetch: bool = True
     """A LOAD is queued while the load engine runs the LOAD before, which the engine keeps a
-    copy of. False (needs ``queue_depth`` 1): as ``store_prefetch`` False, for the load engine:
-    the next LOAD is fetched once the one before is done, and the array waits for it (micro:
-    345 flip-flops and 312 UP5K logic cells less, a matmul's cycles +17%; micro keeps it)."""
+    copy of. False (needs ``queue_depth`` 1; micro): the load engine runs from its queue's one
+    slot, which it gives back once a tensor LOAD's walk runs (its DMA front keeps what it walks
+    by, `hdl.dma_front.FrontClient.holds`) or an im2col LOAD is done: the next LOAD is fetched
+    and checked meanwhile (micro: 266 UP5K logic cells less, a matmul's cycles +2% to +4%)."""
     shared_dma: bool = False
     """One DMA front (tile walker, element stage and burst planner) for the load and store
     engines, instead of one each (`hdl.dma_front.SharedDmaFront`): an engine that wants it
@@ -204,7 +205,7 @@ PRESETS = {
     "micro": CoreConfig(rows=4, cols=4, scratchpad_kib=2, accumulator_kib=4, axi_data_width=32,
                         softmax=False, im2col=False, epilogue_multiplier=False, counters="basic",
                         windows=2, queue_depth=1, store_prefetch=False, weight_prefetch=False,
-                        descriptor_dims=3, shared_dma=True),
+                        descriptor_dims=3, shared_dma=True, load_prefetch=False),
 }
 
 
