@@ -215,15 +215,18 @@ class TpuCore(wiring.Component):
         def port(name):
             return getattr(self, f"m_axi_{name}")
 
-        # The store engine's bursts are at most W_BURST_BEATS long: AWLEN's bits above are 0.
+        # The store engine's bursts are at most W_BURST_BEATS long: AWLEN's bits above are 0;
+        # and the address bits above the core's (`CoreConfig.address_width`) are 0.
         aw_len_bits = ceil_log2(W_BURST_BEATS)
+        narrow = {"awlen": aw_len_bits, "araddr": self.config.address_width,
+                  "awaddr": self.config.address_width}
         held = {}  # a transfer waiting for READY at the soft reset: kept as it was (AXI4)
         for channel, fields in (("ar", ("id", "addr", "len", "size", "burst")),
                                 ("aw", ("id", "addr", "len", "size", "burst")),
                                 ("w", ("data", "strb"))):
             held[channel] = (Signal(name=f"held_{channel}valid"),
-                             {f: Signal(aw_len_bits if channel + f == "awlen"
-                                        else len(port(channel + f)), name=f"held_{channel}{f}")
+                             {f: Signal(narrow.get(channel + f, len(port(channel + f))),
+                                        name=f"held_{channel}{f}")
                               for f in fields})
             valid, saved = held[channel]
             with m.If(soft_reset & port(f"{channel}valid") & ~port(f"{channel}ready")):
