@@ -132,15 +132,16 @@ class InstructionQueue(wiring.Component):
     must hold, in the first beat) from a register, read a cycle ahead: the dispatch reads no
     memory (the routed 8x8's critical path ran from the load queue's LUT RAM through the
     dispatch into the engine's index register, 17.4 ns). With more than one slot the head's
-    index is read a cycle ahead into a register too.
+    index (``index_width`` bits, `CoreConfig.index_width`) is read a cycle ahead into a
+    register too.
     """
 
-    def __init__(self, layout, kept, beat_bits, depth):
+    def __init__(self, layout, kept, beat_bits, depth, index_width=32):
         self.flag_bits = [token_flag_bit(name) for name in TOKEN_FLAGS]
         if not all(bit in kept and bit < beat_bits for bit in self.flag_bits):
             raise ValueError("an instruction queue keeps the token flags, in the first beat")
         self.runs = _beat_runs(kept, beat_bits)
-        self.beat_bits, self.depth = beat_bits, depth
+        self.beat_bits, self.depth, self.index_width = beat_bits, depth, index_width
         self.beats = max(self.runs) + 1
         """Beats of an instruction up to the last one the queue keeps bits of."""
         super().__init__({
@@ -148,9 +149,10 @@ class InstructionQueue(wiring.Component):
             "beat_data": In(beat_bits),
             "beat_en": In(1),
             "commit": In(1),
-            "commit_index": In(32),
+            "commit_index": In(index_width),
             "full": Out(1),
-            "head": Out(stream.Signature(data.StructLayout({"instr": layout, "index": 32}))),
+            "head": Out(stream.Signature(data.StructLayout({"instr": layout,
+                                                           "index": index_width}))),
             "tokens": Out(data.StructLayout({name: 1 for name in TOKEN_FLAGS})),
         })
 
@@ -171,7 +173,8 @@ class InstructionQueue(wiring.Component):
         # than one slot: the watchdog's compares of the heads' indices take no memory read
         # (the routed 8x8's critical path ran from the store queue's LUT RAM through them,
         # 15.5 ns).
-        m.submodules.indices = indices = memory.Memory(shape=32, depth=self.depth, init=[])
+        m.submodules.indices = indices = memory.Memory(shape=self.index_width, depth=self.depth,
+                                                       init=[])
         index_write = indices.write_port()
         if self.depth > 1:
             index_read = indices.read_port(transparent_for=(index_write,))
@@ -248,10 +251,13 @@ def _oldest(waiting):
     """The index of the oldest waiting instruction (0 if none waits): the watchdog blames it.
     ``waiting`` is (waits, index) per engine; the pairwise compares run side by side, not as a
     chain through the engines (the routed 8x8's critical path at 64b1ecc), and indices of
-    different engines differ."""
-    earlier = {(i, j): waiting[i][1] < waiting[j][1]  # one compare per pair
+    different engines differ. The indices count modulo ``2**width`` (`CoreConfig.index_width`)
+    and the instructions in the queues are far fewer than ``2**(width - 1)``, so an index is
+    earlier than another when their difference modulo ``2**width`` is negative."""
+    width = len(waiting[0][1])
+    earlier = {(i, j): (waiting[i][1] - waiting[j][1])[width - 1]  # one subtraction per pair
                for i in range(len(waiting)) for j in range(i + 1, len(waiting))}
-    oldest = Const(0, 32)
+    oldest = Const(0, width)
     for i, (wait, index) in enumerate(waiting):
         older = [~other_wait | (earlier[i, j] if i < j else ~earlier[j, i])
                  for j, (other_wait, _) in enumerate(waiting) if j != i]
@@ -299,7 +305,7 @@ class Controller(wiring.Component):
             "done_event": Out(1),
             "error_event": Out(1),
             "error_code": Out(ErrorCode),
-            "error_index": Out(32),
+            "error_index": Out(config.index_width),
             "axi": Out(axi_read_signature(config.axi_data_width)),
         }
         members.update({name: Out(engine_signature(layout))
@@ -316,12 +322,13 @@ class Controller(wiring.Component):
 
         running = Signal()
         stopping = Signal()  # an error is latched; waiting for the engines to go idle
-        pc = Signal(32)
+        index_width = self.config.index_width  # instruction indices count modulo its power
+        pc = Signal(index_width)
         error = Signal(ErrorCode)
-        error_index = Signal(32)
+        error_index = Signal(index_width)
         progress = Signal()
         raise_error = Signal(ErrorCode)
-        raise_index = Signal(32)
+        raise_index = Signal(index_width)
 
         # Dependency tokens between neighbours: tokens[i] goes forward (engine i -> i+1),
         # back_tokens[i] goes backward (engine i+1 -> i).
@@ -343,7 +350,7 @@ class Controller(wiring.Component):
         for i, (name, (opcodes, layout)) in enumerate(ENGINES.items()):
             port = engines[i]
             queue = InstructionQueue(layout, kept_bits(self.config, opcodes), beat_bits,
-                                     self.config.queue_depth)
+                                     self.config.queue_depth, index_width)
             pending = SyncFIFO(width=2, depth=PENDING_DEPTH)  # push_prev, push_next
             m.submodules[f"{name}_queue"] = queue
             m.submodules[f"{name}_pending"] = pending
@@ -353,7 +360,7 @@ class Controller(wiring.Component):
             head = queue.head.payload.instr
             flags = queue.tokens  # the head's token flags, registered
             head_index = queue.head.payload.index
-            index = Signal(32, name=f"{name}_index")
+            index = Signal(index_width, name=f"{name}_index")
 
             pop_prev = tokens[i - 1] if i > 0 else None
             pop_next = back_tokens[i] if i < len(engines) - 1 else None
@@ -435,7 +442,10 @@ class Controller(wiring.Component):
         probe = Signal.like(address)  # wrapping, as `address` steps
         m.d.comb += probe.eq(Mux(checking, address, address + INSTRUCTION_BYTES))
         probe_ok = window_ok(m, self.windows, probe, INSTRUCTION_BYTES, "read", aligned=True)
-        probe_end = Mux(checking, pc, pc + 1) == self.program_length
+        # A length the indices cannot count is no limit (`CoreConfig.index_width`).
+        probe_pc = Mux(checking, pc, pc + 1)[:index_width]
+        probe_end = ((probe_pc == self.program_length[:index_width])
+                     & ~self.program_length[index_width:].any())
         next_ok, next_end, fetch_ok, fetch_end = Signal(), Signal(), Signal(), Signal()
         m.d.sync += [next_ok.eq(probe_ok), next_end.eq(probe_end)]
         bus_error = Signal()
@@ -623,7 +633,7 @@ class Controller(wiring.Component):
         # The instruction it blames, registered (a chain of 32-bit compares over the engines'
         # queue heads): the watchdog fires after a cycle without progress, in which no queue,
         # token or stall changed, so last cycle's blame is this cycle's.
-        blamed, blamed_index = Signal(), Signal(32)
+        blamed, blamed_index = Signal(), Signal(index_width)
         m.d.sync += [blamed.eq(Cat(stall for stall, _ in waiting).any()),
                      blamed_index.eq(_oldest(waiting))]
         # Whether the count is at the limit, registered a cycle ahead from the count's next

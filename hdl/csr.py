@@ -47,7 +47,7 @@ class ControlRegisters(wiring.Component):
             "done_event": In(1),
             "error_event": In(1),
             "error_code": In(ErrorCode),
-            "error_index": In(32),
+            "error_index": In(config.index_width),
             **{name: In(config.counter_width) for name in counter_names(config)},
         })
 
@@ -88,7 +88,7 @@ class ControlRegisters(wiring.Component):
         error = Signal()
         pending = Signal(register("IRQ_STATUS").layout)
         error_code = Signal(ErrorCode)
-        error_index = Signal(32)
+        error_index = Signal(self.config.index_width)
         status = Signal(register("STATUS").layout)
         m.d.comb += [
             status.busy.eq(self.busy), status.done.eq(done), status.error.eq(error),

@@ -329,7 +329,7 @@ def predict(config, image, windows, program_base, program_length, watchdog):
             continue
         address = (program_base + pc * INSTRUCTION_BYTES) % (1 << config.address_width)
         fault = None
-        if pc == program_length:
+        if pc == program_length < 1 << config.index_width:  # a longer length is no limit
             fetching, ended = False, True
         elif program_base % INSTRUCTION_BYTES:
             fault = ErrorCode.MISALIGNED
@@ -356,8 +356,8 @@ def predict(config, image, windows, program_base, program_length, watchdog):
         if not fetching:
             moved = True  # one more pass for the engines, without the fetcher
     cycles += FETCH_CYCLES + 500
-    if errors:
-        outcomes = errors
+    if errors:  # at the indices the core counts (none of its runs here reaches the wrap)
+        outcomes = {(name, index % (1 << config.index_width)) for name, index in errors}
     elif ended and not any(queues):
         outcomes = {DONE}
     else:

@@ -260,29 +260,75 @@ def test_the_store_queue_drops_the_params_entries_the_epilogue_never_reads(cols,
     assert defined_bits(StoreInstruction) - set(range(scale_row, scale_row + 16)) <= kept
 
 
-def test_the_watchdog_blames_the_oldest_waiting_instruction():
-    # `_oldest` against Python's min over random waits and distinct 32-bit indices (some
-    # past 2**31, some neighbours), all 8 wait patterns; 0 when none waits.
+@pytest.mark.parametrize("width", [32, 11])
+def test_the_watchdog_blames_the_oldest_waiting_instruction(width):
+    # `_oldest` against Python's min over random waits and distinct indices of ``width`` bits
+    # (`CoreConfig.index_width`), the instructions of a few queues: offsets below 24 from a
+    # random first one, often across the wrap of the count (the oldest is then the largest
+    # value); all 8 wait patterns; 0 when none waits.
     waits = [Signal(name=f"wait{i}") for i in range(3)]
-    indices = [Signal(32, name=f"index{i}") for i in range(3)]
+    indices = [Signal(width, name=f"index{i}") for i in range(3)]
     m = Module()
-    oldest = Signal(32)
+    oldest = Signal(width)
     m.d.comb += oldest.eq(_oldest(list(zip(waits, indices))))
     rng = random.Random(5)
+    wrapped = 0
 
     async def testbench(ctx):
-        for _ in range(200):
-            values = rng.sample([*range(5), *rng.sample(range(2**32), 5)], 3)
+        nonlocal wrapped
+        for _ in range(300):
+            first = rng.choice([0, 2**width - rng.randrange(1, 24), rng.randrange(2**width)])
+            offsets = rng.sample(range(24), 3)
+            values = [(first + offset) % 2**width for offset in offsets]
             pattern = [rng.random() < 0.5 for _ in range(3)]
             for wait, index, value, on in zip(waits, indices, values, pattern):
                 ctx.set(wait, on)
                 ctx.set(index, value)
-            expected = min((v for v, on in zip(values, pattern) if on), default=0)
+            waiting = [(offset, value) for offset, value, on in zip(offsets, values, pattern)
+                       if on]
+            expected = min(waiting)[1] if waiting else 0
             assert ctx.get(oldest) == expected, (values, pattern)
+            wrapped += bool(waiting) and expected != min(value for _, value in waiting)
 
     sim = Simulator(m)
     sim.add_testbench(testbench)
     sim.run()
+    assert wrapped > 10, "no case across the wrap"
+
+
+def test_a_length_the_indices_cannot_count_is_no_limit():
+    # A core of 16 address bits counts instructions in 11 (`CoreConfig.index_width`): a
+    # PROGRAM_LENGTH of 2**11 or more (here with the low bits of 0 and of 1) does not end the
+    # program at an index; it runs to END. Lengths 0 and 1 end it there.
+    config = CoreConfig(rows=2, cols=2, scratchpad_kib=1, accumulator_kib=1, axi_data_width=64,
+                        address_width=16)
+    assert config.index_width == 11
+    dut = Controller(config)
+    memory = AxiMemory(1 << 12, 64, allowed=[(0, 1 << 12)], seed=1, ident=FETCH_ID)
+    memory.mem[:INSTRUCTION_BYTES] = encode(Opcode.END)
+    fetched = []
+
+    async def host(ctx):
+        _fetch_window(ctx, dut)
+        for length in (2**11, 2**11 + 1, 0xFFFF_FFFF, 0, 1):
+            ctx.set(dut.program_length, length)
+            before = memory.ar
+            ctx.set(dut.start, 1)
+            await ctx.tick()
+            ctx.set(dut.start, 0)
+            for _ in range(200):
+                _, _, done, error = await ctx.tick().sample(dut.done_event, dut.error_event)
+                if done or error:
+                    fetched.append((length, done, memory.ar - before))
+                    break
+            await ctx.tick().repeat(5)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(memory.read_process(dut.axi), background=True)
+    sim.add_testbench(host)
+    sim.run()
+    assert fetched == [(2**11, 1, 1), (2**11 + 1, 1, 1), (0xFFFF_FFFF, 1, 1), (0, 1, 0), (1, 1, 1)]
 
 
 def test_a_misaligned_program_base_stops_before_any_fetch_each_start():

@@ -152,6 +152,13 @@ class CoreConfig:
         return self.rows * self.cols
 
     @property
+    def index_width(self):
+        """Bits of the instruction indices (the program counter, ERROR_INDEX, PROGRAM_LENGTH as
+        the core counts it): 32, or on a core of fewer address bits ``address_width - 5``,
+        twice the instructions its address space holds (the policies in `tpugen.isa`)."""
+        return 32 if self.address_width == 32 else self.address_width - 5
+
+    @property
     def lanes(self):
         """int8 lanes in one scratchpad row: an activation vector (rows) or a weight row (cols)."""
         return max(self.rows, self.cols)

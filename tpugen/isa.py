@@ -35,6 +35,11 @@ Policies of every core (pinned by tests/test_limits_verilator.py):
   addresses and strides from A on are ignored; each access checked against the windows at the
   wrapped address); `encode_tile` and `encode_im2col` refuse a tile whose in-bounds elements
   leave the address space, so wrapping is never what a program built by the runtime asks for.
+* Instruction indices (the ``pc``, ERROR_INDEX) are ``CoreConfig.index_width`` bits: 32, or
+  on a core of fewer address bits ``A - 5`` (twice the instructions its address space holds),
+  counting modulo ``2**index_width``. The program ends at ``pc == PROGRAM_LENGTH`` (or at END);
+  a PROGRAM_LENGTH from ``2**index_width`` on is no limit: the program runs to END (or an
+  error).
 * A core walks the first ``CoreConfig.descriptor_dims`` (2..``DIMS``) dims of a tensor
   descriptor; the format keeps ``DIMS``. Each dim past them must have extent 1, else the LOAD
   or STORE is BAD_EXTENT (found before any access, like the other extents); its stride is

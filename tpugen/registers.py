@@ -181,10 +181,13 @@ def _registers():
         Register("ERROR_CODE", 0x030, "ro", "Latched when an error stops the core.", (
             BitField("code", 0, 4, "An `ErrorCode` (0: none)."),)),
         Register("ERROR_INDEX", 0x034, "ro",
-                 "Index of the faulting instruction, latched with ERROR_CODE."),
+                 "Index of the faulting instruction, latched with ERROR_CODE (modulo "
+                 "2**(address bits - 5) on a core of fewer than 32 address bits)."),
         Register("PROGRAM_BASE", 0x040, "rw", "Byte address of the first instruction.",
                  locked=True),
-        Register("PROGRAM_LENGTH", 0x044, "rw", "Program length in instructions.", locked=True),
+        Register("PROGRAM_LENGTH", 0x044, "rw", "Program length in instructions (on a core of "
+                 "fewer than 32 address bits, from 2**(address bits - 5) on no limit: the "
+                 "program runs to END).", locked=True),
         Register("WATCHDOG", 0x048, "rw",
                  "Cycles without progress before the core stops with WATCHDOG.", reset=65536,
                  locked=True),
