@@ -256,8 +256,10 @@ class ExecuteEngine(wiring.Component):
             m.d.sync += held.eq(0)
         with m.If(self.instr.valid & self.instr.ready):
             m.d.sync += [ins.eq(self.instr.payload), held.eq(1), spanned.eq(0), checked.eq(0)]
-        # A row is written two cycles after its result comes (the accumulator's execute port
-        # is not transparent: no bypass of a row). So a MATMUL that accumulates into the last
+        # A row is written two cycles after its result comes (one without
+        # `CoreConfig.registered_accumulate`, where the wait below is a cycle longer than it
+        # needs; the accumulator's execute port is not transparent: no bypass of a row).
+        # So a MATMUL that accumulates into the last
         # row the one before it wrote (its first row, or its second) waits two cycles after
         # that one's last vector: its results then read those rows after they are written.
         # The vector before that last one is the same MATMUL's (the row before its last, the
@@ -310,7 +312,8 @@ class ExecuteEngine(wiring.Component):
 
         # Results: read the old row (only to accumulate) as the result comes, register the
         # row read beside the result, add or overwrite two cycles later (the block RAM's output
-        # through the adder into the write was the routed 8x8's critical path, 15.6 ns). A row
+        # through the adder into the write was the routed 8x8's critical path, 15.6 ns), or
+        # without `CoreConfig.registered_accumulate` a cycle later, as the row is read. A row
         # is never read before it is written (see ``last_row``).
         current = data.View(target, targets.r_data)
         index = Signal(count_width)
@@ -326,8 +329,11 @@ class ExecuteEngine(wiring.Component):
             result.accumulate.eq(current.accumulate),
             result.last.eq(array.results.valid & last_of_instr),
         ]
-        adding = pipeline_register(m, result, "adding")  # ... and with the row read
-        old_row = pipeline_register(m, self.acc_read.data, "old_row")
+        if cfg.registered_accumulate:
+            adding = pipeline_register(m, result, "adding")  # ... and with the row read
+            old_row = pipeline_register(m, self.acc_read.data, "old_row")
+        else:
+            adding, old_row = result, self.acc_read.data
         m.d.comb += [result_valid.eq(result.valid | adding.valid)]
         with m.If(array.results.valid):
             m.d.sync += index.eq(Mux(last_of_instr, 0, index + 1))

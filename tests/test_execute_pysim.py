@@ -1,5 +1,6 @@
 """The execute engine in amaranth.sim: MATMUL instructions against numpy, with accumulation."""
 import numpy as np
+import pytest
 from amaranth.hdl import Module
 from amaranth.lib import memory, wiring
 from amaranth.sim import Simulator
@@ -86,8 +87,12 @@ def _run(cfg, scratchpad, instructions, max_cycles=4000, probabilities=()):
     return state, len(done)
 
 
-def test_matmul_accumulates_like_numpy():
-    cfg = CoreConfig(rows=3, cols=2, scratchpad_kib=1, accumulator_kib=1)
+@pytest.mark.parametrize("registered", [True, False])
+def test_matmul_accumulates_like_numpy(registered):
+    # With `CoreConfig.registered_accumulate` or without: a row added two cycles or one after
+    # its result comes.
+    cfg = CoreConfig(rows=3, cols=2, scratchpad_kib=1, accumulator_kib=1,
+                     registered_accumulate=registered)
     rng = np.random.default_rng(5)
     sp = rng.integers(-128, 128, (cfg.scratchpad_rows, cfg.lanes))
     w1, w2 = sp[0:3, :2], sp[3:6, :2]
@@ -169,11 +174,14 @@ def _check_runs(cfg, sp, runs):
     assert state["overlaps"] > 0  # the watch saw reads beside writes
 
 
-def test_accumulating_into_the_row_just_written():
+@pytest.mark.parametrize("registered", [True, False])
+def test_accumulating_into_the_row_just_written(registered):
     """Each MATMUL accumulates into the row the one before it wrote last, back to back (tiles of
     at least `min_tile_length` vectors): its first vector waits two cycles, so that row is read
-    after it is written; one that overwrites that row does not wait."""
-    cfg = CoreConfig(rows=2, cols=3, scratchpad_kib=1, accumulator_kib=1)
+    after it is written; one that overwrites that row does not wait. With
+    `CoreConfig.registered_accumulate` or without."""
+    cfg = CoreConfig(rows=2, cols=3, scratchpad_kib=1, accumulator_kib=1,
+                     registered_accumulate=registered)
     rng = np.random.default_rng(8)
     sp = rng.integers(-128, 128, (cfg.scratchpad_rows, cfg.lanes))
     _check_runs(cfg, sp, [(0, 20, 0, 6, 0), (2, 30, 5, 6, 1), (4, 40, 10, 4, 1),
@@ -181,11 +189,14 @@ def test_accumulating_into_the_row_just_written():
                           (0, 62, 17, 4, 1)])
 
 
-def test_short_matmuls_accumulating_into_the_rows_just_written():
+@pytest.mark.parametrize("registered", [True, False])
+def test_short_matmuls_accumulating_into_the_rows_just_written(registered):
     """MATMULs of 1 to 6 vectors, back to back where the array allows it (4 vectors on this
     array, `min_tile_length`), accumulating into the rows the last vectors before them wrote or
-    near them (a row is written two cycles after its result comes, so such a MATMUL waits)."""
-    cfg = CoreConfig(rows=2, cols=3, scratchpad_kib=1, accumulator_kib=1)
+    near them (a row is written two cycles after its result comes, one without
+    `CoreConfig.registered_accumulate`, so such a MATMUL waits)."""
+    cfg = CoreConfig(rows=2, cols=3, scratchpad_kib=1, accumulator_kib=1,
+                     registered_accumulate=registered)
     rng = np.random.default_rng(11)
     sp = rng.integers(-128, 128, (cfg.scratchpad_rows, cfg.lanes))
     runs, last = [], 10

@@ -135,7 +135,8 @@ def test_a_reduced_core_ends_as_the_model_says(run_tb, tmp_path):
     """Fuzzed cases on a core with micro's profile: two windows (`CoreConfig.windows`), one-deep
     queues (`CoreConfig.queue_depth`), the store and load engines' run from their queues' slots
     (`CoreConfig.store_prefetch`, `CoreConfig.load_prefetch`), one DMA front for both
-    (`CoreConfig.shared_dma`), 3-dim walkers (`CoreConfig.descriptor_dims`) and 20-bit
+    (`CoreConfig.shared_dma`), 3-dim walkers (`CoreConfig.descriptor_dims`), results added
+    as their rows are read (`CoreConfig.registered_accumulate`) and 20-bit
     addresses (`CoreConfig.address_width`: the memory's 1 MiB; tiles and programs wrap at its
     top, address and stride bits above are ignored, windows past it cover nothing). The
     core, the model and the AXI checker take only the first two of the windows a case programs,
@@ -145,7 +146,8 @@ def test_a_reduced_core_ends_as_the_model_says(run_tb, tmp_path):
     end in STORE_WINDOW."""
     config = dataclasses.replace(SMALL, windows=2, queue_depth=1, store_prefetch=False,
                                  load_prefetch=False, descriptor_dims=3, shared_dma=True,
-                                 address_width=MEMORY_SIZE.bit_length() - 1)
+                                 address_width=MEMORY_SIZE.bit_length() - 1,
+                                 registered_accumulate=False)
     drawn = _with_timing(draw_cases_apart(60, config))
     stats, failures = _fuzz(run_tb, tmp_path, config, drawn)
     assert not failures, "\n".join(failures[:20])

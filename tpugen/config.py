@@ -85,6 +85,12 @@ class CoreConfig:
     load chain's becoming the active one; a tile loads once the one before it has reached every
     PE, so a MATMUL needs more activation vectors to keep the array busy
     (`arch.min_tile_length`): ``rows * cols`` flip-flops less."""
+    registered_accumulate: bool = True
+    """The execute engine registers an accumulator row it reads, and the result beside it,
+    before adding them (a cycle more from a result to its write: the block RAM's output
+    through the adder into the write was the routed ECP5 8x8's critical path). False (micro):
+    it adds them as the row is read: ``cols * 32`` and the result's flip-flops less, for a
+    longer path (the UP5K at 24 MHz has the margin)."""
     descriptor_dims: int = DIMS
     """Tensor descriptor dimensions the DMA walkers handle, 2..``isa.DIMS``. The instruction
     format keeps ``isa.DIMS``; on a core with fewer a dim from ``descriptor_dims`` on must have
@@ -117,7 +123,7 @@ class CoreConfig:
         check("axi_data_width", lambda v: v in (32, 64, 128), "32, 64 or 128")
         check("lut_multipliers", integer_in(0, self.macs), f"an integer in 0..{self.macs} (rows*cols)")
         for name in ("softmax", "im2col", "epilogue_multiplier", "store_prefetch",
-                     "load_prefetch", "shared_dma", "weight_prefetch"):
+                     "load_prefetch", "shared_dma", "weight_prefetch", "registered_accumulate"):
             value = getattr(self, name)
             if not isinstance(value, bool):
                 raise ValueError(f"CoreConfig.{name}={value!r} is invalid: allowed True or False")
@@ -212,7 +218,8 @@ PRESETS = {
     "micro": CoreConfig(rows=4, cols=4, scratchpad_kib=2, accumulator_kib=4, axi_data_width=32,
                         softmax=False, im2col=False, epilogue_multiplier=False, counters="basic",
                         windows=2, queue_depth=1, store_prefetch=False, weight_prefetch=False,
-                        descriptor_dims=3, shared_dma=True, load_prefetch=False),
+                        descriptor_dims=3, shared_dma=True, load_prefetch=False,
+                        registered_accumulate=False),
 }
 
 

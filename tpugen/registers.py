@@ -161,7 +161,10 @@ def _registers():
             BitField("address_bits_missing", 4, 5, "32 less the core's address bits: its address "
                                                    "space is the 2**(32 - this) bytes from 0, "
                                                    "where addresses wrap (0 on older cores, "
-                                                   "which have 32)."))),
+                                                   "which have 32)."),
+            BitField("unregistered_accumulate", 9, 1, "The execute engine adds an accumulator "
+                                                      "row as it is read: a result is written "
+                                                      "a cycle sooner (0 on older cores)."))),
         Register("CONTROL", 0x020, "w1s", "Commands.", (
             BitField("start", 0, 1, "Run the program at PROGRAM_BASE; clears STATUS.done, "
                                     "STATUS.error, ERROR_CODE and ERROR_INDEX."),
@@ -284,7 +287,9 @@ def constant_registers(config):
                                              no_weight_prefetch=not config.weight_prefetch,
                                              no_load_prefetch=not config.load_prefetch,
                                              shared_dma=config.shared_dma,
-                                             address_bits_missing=32 - config.address_width),
+                                             address_bits_missing=32 - config.address_width,
+                                             unregistered_accumulate=not
+                                             config.registered_accumulate),
     }
 
 
