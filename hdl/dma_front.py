@@ -37,10 +37,10 @@ def front_signature(lanes, rows, beat_bytes, address_width=32):
 
     ``request``: the engine wants the front (`engine_front`; unused unless shared);
     ``granted``: the front is the engine's (always, unless shared); the engine uses nothing
-    else before it. ``walk``: a pulse
-    that starts the tile walker on ``held`` (and ``held_pool``), which the engine keeps until
-    the walk ends if its `FrontClient` ``holds`` it; the walker is idle then. ``external``: the elements come from ``extra``
-    (the load engine's im2col walker) instead. Elements flow while ``running``; ``abort``
+    else before it. ``walk``: a pulse that starts the tile walker on ``held`` (and
+    ``held_pool``), which the engine keeps until the walk ends if its `FrontClient` ``holds``
+    it; the walker is idle then. ``external``: the elements come from ``extra`` (the load
+    engine's im2col walker) instead. Elements flow while ``running``; ``abort``
     stops the walker and the planner. ``steps``, ``bursts`` and ``error``: the
     `BurstPlanner`'s.
     """

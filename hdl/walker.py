@@ -729,8 +729,8 @@ class ElementStage(wiring.Component):
 def window_ok(m, windows, addr, size, permission, aligned=False):
     """``[addr, addr + size)`` lies inside a window with ``permission`` ("read", "write", or a
     1-bit value, 1 for write; helper signals driven in ``m``): per window two compares with its
-    ``base`` and ``end`` (`isa.window_layout`, whose end the control registers add up when the window
-    is written), one adder for ``addr + size``. With
+    ``base`` and ``end`` (`isa.window_layout`, whose end the control registers add up when the
+    window is written), one adder for ``addr + size``. With
     ``aligned`` (``size`` a power of two that divides ``addr``) no adder: ``addr + size <= end``
     is ``addr / size < floor(end / size)``."""
     start = Signal.like(addr, name="window_start")

@@ -111,9 +111,10 @@ def _tensor_addresses(config, desc):
     """Addresses of the in-bounds elements of a tensor descriptor, dim 0 fastest: element
     (i0..i3) is in bounds when ``lo_d <= i_d < hi_d`` for every d (the raw 16-bit fields, so
     ``lo >= hi`` or ``lo >= extent`` makes every element padding) and sits at ``(address +
-    sum(i_d * stride_d)) mod 2**config.address_width``. A dim past ``CoreConfig.descriptor_dims`` has extent 1
-    (else `_tile_check` refused the descriptor), so its index is 0 and its stride adds nothing:
-    its only element is in bounds when ``lo == 0 and hi != 0``, as the walker checks."""
+    sum(i_d * stride_d)) mod 2**config.address_width``. A dim past
+    ``CoreConfig.descriptor_dims`` has extent 1 (else `_tile_check` refused the descriptor), so
+    its index is 0 and its stride adds nothing: its only element is in bounds when ``lo == 0
+    and hi != 0``, as the walker checks."""
     dims = [desc.dims[d] for d in range(DIMS)]
     for index in itertools.product(*(range(d.extent) for d in reversed(dims))):
         index = index[::-1]  # i0 first
