@@ -126,11 +126,11 @@ TensorDescriptor = data.StructLayout({
 """A tile in the form the DMA walks (an affine loop nest, as VTA's ``TensorDataCtrl``): element
 (i0, i1, i2, i3) sits at ``(address + sum(i_d * stride_d)) mod 2**A`` (the policies), is in
 bounds when ``lo_d <= i_d < hi_d`` for every d, and goes to (LOAD) or comes from (STORE) lane
-``lane + i0`` of SRAM row ``sram_row + i1 + extent1 * (i2 + extent2 * i3)``; ``lane + extent0`` must not exceed the
-row's lanes (else BAD_EXTENT). A LOAD writes lanes ``lane`` to the end of each row (zero for
-padding and past ``extent0``) and keeps the lanes below ``lane``. Programs describe tiles
-TMA-style (a tensor's base, bounds and strides, the tile's start coordinates) and `encode_tile`
-turns that into this form; the hardware has no multiplier and no coordinates."""
+``lane + i0`` of SRAM row ``sram_row + i1 + extent1 * (i2 + extent2 * i3)``; ``lane + extent0``
+must not exceed the row's lanes (else BAD_EXTENT). A LOAD writes lanes ``lane`` to the end of
+each row (zero for padding and past ``extent0``) and keeps the lanes below ``lane``. Programs
+describe tiles TMA-style (a tensor's base, bounds and strides, the tile's start coordinates) and
+`encode_tile` turns that into this form; the hardware has no multiplier and no coordinates."""
 
 
 def encode_tile(tile, walked=DIMS, wrap=False, address_width=32):
