@@ -57,27 +57,29 @@ def kept_bits(config, opcodes):
                                for layout in [instruction_layout(op, im2col)]))
 
 
+def _strides(layout, dims):
+    """The bit offsets of the strides of ``dims`` in the ``tensor`` of ``layout`` (none if it
+    has none)."""
+    if "tensor" not in layout.members:
+        return []
+    first = layout["tensor"].offset + TensorDescriptor["dims"].offset + Dim["stride"].offset
+    return [first + d * Dim.size for d in dims]
+
+
 def _unwalked_strides(config, layout):
     """The bit offsets of the strides of the dims past ``config.descriptor_dims`` in the
     ``tensor`` of ``layout``, if it has one."""
-    if "tensor" not in layout.members:
-        return set()
-    dims = layout["tensor"].offset + TensorDescriptor["dims"].offset
-    stride = Dim["stride"]
-    return {dims + d * Dim.size + stride.offset + bit
-            for d in range(config.descriptor_dims, DIMS) for bit in range(stride.width)}
+    return {stride + bit for stride in _strides(layout, range(config.descriptor_dims, DIMS))
+            for bit in range(Dim["stride"].width)}
 
 
 def _high_address_bits(config, layout):
     """The bit offsets of ``layout``'s byte addresses and strides (a ``tensor``'s address and
     dim strides, an ``im2col``'s base and strides) from ``config.address_width`` on: DMA
     addresses wrap modulo ``2**address_width``, so no element's address depends on them."""
-    fields = []
+    fields = _strides(layout, range(DIMS))
     if "tensor" in layout.members:
-        tensor = layout["tensor"].offset
-        dims = tensor + TensorDescriptor["dims"].offset
-        fields += [tensor + TensorDescriptor["address"].offset,
-                   *(dims + d * Dim.size + Dim["stride"].offset for d in range(DIMS))]
+        fields.append(layout["tensor"].offset + TensorDescriptor["address"].offset)
     if "im2col" in layout.members:
         im2col = layout["im2col"].offset
         fields += [im2col + Im2colDescriptor[name].offset

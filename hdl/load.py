@@ -105,8 +105,8 @@ class LoadEngine(wiring.Component):
         prefetch = config.load_prefetch
         instr = Signal(LOAD_INSTRUCTION) if prefetch else self.instr.payload
         lane = instr.tensor.lane if prefetch else Signal.like(instr.tensor.lane)
-        released = Signal()  # without prefetch: the slot is the controller's again
         if not prefetch:
+            released = Signal()  # the slot is the controller's again
             m.d.comb += self.holding.eq(self.busy & ~released)
 
         def release(tensor_load):

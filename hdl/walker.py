@@ -4,7 +4,8 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from ..isa import DIMS, NUM_WINDOWS, ErrorCode, Im2colDescriptor, TensorDescriptor, window_layout
+from ..isa import (ADDRESS_WIDTHS, DIMS, NUM_WINDOWS, ErrorCode, Im2colDescriptor,
+                   TensorDescriptor, window_layout)
 from .pipeline import SkidBuffer
 
 __all__ = ["TileCheck", "TileWalker", "Im2colWalker", "ElementStage", "BurstPlanner", "POOLING",
@@ -27,6 +28,10 @@ PERMISSIONS = ("read", "write", "either")
 """What an `ElementStage` and a `BurstPlanner` check the windows for: reads, writes, or either
 (a DMA front shared by the load and store engines, `CoreConfig.shared_dma`), chosen by their
 ``write`` input."""
+
+
+def _check_address_width(value):
+    _check_int("address_width", value, ADDRESS_WIDTHS.start, ADDRESS_WIDTHS.stop - 1)
 
 
 def _check_permission(permission):
@@ -289,7 +294,7 @@ class TileWalker(wiring.Component):
                  address_width=32):
         _check_int("lanes", lanes, 1, 65535)
         _check_int("rows", rows, 1, 65536)
-        _check_int("address_width", address_width, 16, 32)
+        _check_address_width(address_width)
         self.dims = _check_dims(dims)
         self.lanes, self.rows, self.elem_log2s = lanes, rows, _elem_log2s(elem_log2)
         if beat_bytes not in (4, 8, 16) or beat_bytes < 1 << max(self.elem_log2s):
@@ -485,7 +490,7 @@ class Im2colWalker(wiring.Component):
     def __init__(self, lanes, rows, address_width=32):
         _check_int("lanes", lanes, 1, 65535)
         _check_int("rows", rows, 1, 65536)
-        _check_int("address_width", address_width, 16, 32)
+        _check_address_width(address_width)
         self.lanes, self.rows, self.address_width = lanes, rows, address_width
         super().__init__(im2col_walker_signature(lanes, rows, address_width))
 
@@ -696,7 +701,7 @@ class ElementStage(wiring.Component):
         _check_beat_bytes(beat_bytes)
         _check_permission(permission)
         _check_int("windows", windows, 1, NUM_WINDOWS)
-        _check_int("address_width", address_width, 16, 32)
+        _check_address_width(address_width)
         self.beat_bytes, self.permission = beat_bytes, permission
         elements = element_layout(lanes, rows, address_width)
         checked = checked_element_layout(lanes, rows, address_width)
@@ -769,7 +774,7 @@ class BurstPlanner(wiring.Component):
                  address_width=32):
         _check_beat_bytes(beat_bytes)
         _check_permission(permission)
-        _check_int("address_width", address_width, 16, 32)
+        _check_address_width(address_width)
         pairs = permission == "either"
         for name, value, high in (("max_steps", max_steps, 65535), ("max_beats", max_beats, 256)):
             if pairs and not (isinstance(value, tuple) and len(value) == 2):

@@ -31,7 +31,7 @@ from ..firmware.device import fit_windows
 from ..firmware.matmul import compile_matmul
 from ..firmware.program import Deps, Dim, Program, tensor
 from ..isa import (DIMS, INSTRUCTION_BYTES, LoadInstruction, Opcode, SoftmaxInstruction,
-                   SoftmaxMode, StoreInstruction, TensorDescriptor)
+                   SoftmaxMode, StoreInstruction, TensorDescriptor, with_bits)
 from .fuzz_model import DONE, MEMORY_SIZE, im2col_elements, predict
 from .golden import apply_epilogue, conv2d_int32, matmul_int32
 
@@ -191,14 +191,6 @@ def _epilogue_fields(draw, softmax):
             "row_scale": int(row_scale), "scale_row": draw(st.integers(0, 40)) if row_scale else 0}
 
 
-def _with_bits(raw, offset, width, value):
-    """Instruction bytes ``raw`` with bits [offset, offset + width) set to ``value``."""
-    bits = int.from_bytes(raw, "little")
-    mask = ((1 << width) - 1) << offset
-    bits = bits & ~mask | (value << offset) & mask
-    return bits.to_bytes(len(raw), "little")
-
-
 _DIM = TensorDescriptor["dims"].shape.elem_shape
 _RANGE_VALUES = st.one_of(st.integers(0, 9), st.sampled_from(
     sorted({min((1 << k) + o, 0xFFFF) for k in range(1, 17) for o in (-1, 0, 1)})))
@@ -216,7 +208,7 @@ def _raw_ranges(draw, raw, tensor_offset, one_in):
     for d in sorted(draw(st.sets(st.integers(0, DIMS - 1), min_size=1))):
         first = tensor_offset + TensorDescriptor["dims"].offset + d * _DIM.size
         for name in draw(st.sampled_from([("lo",), ("hi",), ("lo", "hi")])):
-            raw = _with_bits(raw, first + _DIM[name].offset, _DIM[name].width,
+            raw = with_bits(raw, first + _DIM[name].offset, _DIM[name].width,
                              draw(_RANGE_VALUES))
     return raw
 
@@ -281,7 +273,7 @@ def _instruction(draw, config, density):
                         frac=draw(st.integers(0, 31)),
                         deps=deps)
         if draw(_rarely(st.just(False), st.just(True), odds["element"])):
-            program.instructions[0] = _with_bits(program.instructions[0],
+            program.instructions[0] = with_bits(program.instructions[0],
                                                  SoftmaxInstruction["mode"].offset, 2,
                                                  draw(st.integers(2, 3)))
     elif kind == "end":
@@ -488,7 +480,7 @@ def mutated_cases(draw, config):
         i = draw(st.integers(0, len(instructions) - 1))
         if kind == "flip":
             bit = token_flag_bit(draw(st.sampled_from(TOKEN_FLAGS)))
-            instructions[i] = _with_bits(instructions[i], bit, 1, instructions[i][0] >> bit ^ 1)
+            instructions[i] = with_bits(instructions[i], bit, 1, instructions[i][0] >> bit ^ 1)
         elif kind == "drop" and len(instructions) > 1:
             del instructions[i]
         elif kind == "duplicate":

@@ -239,22 +239,22 @@ def _with_high_address_bits(program, rng, address_width):
     """``program`` (bytes) with random bits from ``address_width`` on in the address and the
     dim strides of every LOAD and STORE: bits a core of ``address_width`` ignores (addresses
     wrap below them), so it runs the program as it was."""
-    size, high = isa.INSTRUCTION_BYTES, (1 << 32) - (1 << address_width)
+    size = isa.INSTRUCTION_BYTES
     descriptor, dim = isa.TensorDescriptor, isa.Dim
     fields = [descriptor["address"].offset,
               *(descriptor["dims"].offset + d * dim.size + dim["stride"].offset
                 for d in range(isa.DIMS))]
-    raw = bytearray(program)
-    for start in range(0, len(raw), size):
-        opcode = isa.decode(raw[start:start + size]).header.opcode
-        if opcode not in (isa.Opcode.LOAD, isa.Opcode.STORE):
-            continue
-        tensor_at = isa.instruction_layout(opcode)["tensor"].offset
-        bits = int.from_bytes(raw[start:start + size], "little")
-        for field in fields:
-            bits ^= (int(rng.integers(1, 1 << 32)) & high) << tensor_at + field
-        raw[start:start + size] = bits.to_bytes(size, "little")
-    return bytes(raw)
+    moved = []
+    for start in range(0, len(program), size):
+        raw = program[start:start + size]
+        opcode = isa.decode(raw).header.opcode
+        if opcode in (isa.Opcode.LOAD, isa.Opcode.STORE):
+            tensor_at = isa.instruction_layout(opcode)["tensor"].offset
+            for field in fields:
+                raw = isa.with_bits(raw, tensor_at + field + address_width, 32 - address_width,
+                                    int(rng.integers(1, 1 << 32 - address_width)))
+        moved.append(raw)
+    return b"".join(moved)
 
 
 @cocotb.test()

@@ -3,7 +3,7 @@ import json
 from dataclasses import asdict, dataclass, fields
 
 from .arch import MAX_QUEUE_DEPTH, QUEUE_DEPTH
-from .isa import DIMS, NUM_WINDOWS
+from .isa import ADDRESS_WIDTHS, DIMS, NUM_WINDOWS
 
 __all__ = ["CoreConfig", "PRESETS", "check_config", "power_of_two"]
 
@@ -136,7 +136,8 @@ class CoreConfig:
         check("windows", integer_in(1, NUM_WINDOWS), f"an integer in 1..{NUM_WINDOWS}")
         check("queue_depth", integer_in(1, MAX_QUEUE_DEPTH), f"an integer in 1..{MAX_QUEUE_DEPTH}")
         check("descriptor_dims", integer_in(2, DIMS), f"an integer in 2..{DIMS}")
-        check("address_width", integer_in(16, 32), "an integer in 16..32")
+        check("address_width", integer_in(ADDRESS_WIDTHS.start, ADDRESS_WIDTHS.stop - 1),
+              f"an integer in {ADDRESS_WIDTHS.start}..{ADDRESS_WIDTHS.stop - 1}")
         for engine in ("store", "load"):
             if not getattr(self, f"{engine}_prefetch") and self.queue_depth != 1:
                 raise ValueError(f"CoreConfig.{engine}_prefetch=False is invalid with queue_depth="

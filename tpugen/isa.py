@@ -59,8 +59,8 @@ __all__ = [
     "TensorDescriptor", "Im2colDescriptor", "LoadInstruction", "LoadIm2colInstruction",
     "MatmulInstruction", "StoreInstruction", "Epilogue", "EpilogueParams", "ParamsInstruction",
     "PARAMS_PER_INSTRUCTION", "PARAMS_RESET", "RowScale", "SoftmaxMode", "SoftmaxInstruction", "decode", "encode",
-    "defined_bits", "encode_im2col", "encode_tile", "instruction_layout", "pack",
-    "NUM_WINDOWS", "Window", "window_end", "window_layout",
+    "defined_bits", "encode_im2col", "encode_tile", "instruction_layout", "pack", "with_bits",
+    "ADDRESS_WIDTHS", "NUM_WINDOWS", "Window", "window_end", "window_layout",
 ]
 
 INSTRUCTION_BITS = 512
@@ -370,12 +370,24 @@ def defined_bits(layout, offset=0):
     return bits
 
 
+def with_bits(raw, offset, width, value):
+    """Instruction bytes ``raw`` with bits [offset, offset + width) set to ``value`` (for tools
+    and tests that make instructions no encoder would)."""
+    bits = int.from_bytes(raw, "little")
+    mask = ((1 << width) - 1) << offset
+    bits = bits & ~mask | (value << offset) & mask
+    return bits.to_bytes(len(raw), "little")
+
+
 def decode(raw):
     """A view of instruction bytes through the layout of its opcode (for tools and tests)."""
     bits = int.from_bytes(raw[:INSTRUCTION_BYTES], "little")
     header = Header.from_bits(bits & ((1 << Header.size) - 1))
     layout = instruction_layout(header.opcode, header.im2col)
     return layout.from_bits(bits & ((1 << layout.size) - 1))
+
+ADDRESS_WIDTHS = range(16, 33)
+"""The address widths a core may have (`CoreConfig.address_width`, the policies above)."""
 
 NUM_WINDOWS = 4
 """Access windows of the register map; every DMA must fall inside one of them. A core builds
