@@ -40,7 +40,8 @@ def config_from_registers(read_register):
         load_prefetch=not handling.no_load_prefetch, shared_dma=bool(handling.shared_dma),
         weight_prefetch=not handling.no_weight_prefetch,
         address_width=32 - handling.address_bits_missing,
-        registered_accumulate=not handling.unregistered_accumulate)
+        registered_accumulate=not handling.unregistered_accumulate,
+        buffered_feeders=not handling.unbuffered_feeders)
 
 
 class BoardDevice(Device):

@@ -1,5 +1,5 @@
 """Execute engine: MATMUL through the array into the accumulator, and SOFTMAX on the SFU."""
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import C, Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
@@ -45,16 +45,19 @@ class _RowFeeder(wiring.Component):
     through ``reads.source<source>``; the run's last row carries ``last`` and each row its
     ``source``; with ``gaps`` a run's ``gap`` goes with its first row. One run waits behind the
     current one, so runs follow each other without a gap.
-    A small FIFO absorbs the read latency so the output can stall. A row is as wide as the widest
-    port's address, a count ``count_width`` bits.
+    With ``buffered`` a 3-deep FIFO absorbs the read latency so the output can stall (the
+    consumer's ``ready`` reaches no block RAM); without, the row on ``rows`` is the read port's
+    output, which holds while the next read waits for ``ready`` (`CoreConfig.buffered_feeders`).
+    A row is as wide as the widest port's address, a count ``count_width`` bits.
     """
 
-    def __init__(self, width, ports, *, count_width, strided=False, gaps=False):
+    def __init__(self, width, ports, *, count_width, strided=False, gaps=False, buffered=True):
         if not 1 <= len(ports) <= 2:
             raise ValueError(f"ports has {len(ports)} entries: allowed 1 or 2")
         if not isinstance(count_width, int) or count_width < 1:
             raise ValueError(f"count_width={count_width!r} is invalid: allowed an integer >= 1")
         self._ports, self._strided, self._gaps = ports, strided, gaps
+        self._buffered = buffered
         gap = {"gap": 1} if gaps else {}
         super().__init__({
             "run": In(stream.Signature(data.StructLayout({
@@ -70,35 +73,46 @@ class _RowFeeder(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         layout = self.rows.payload.shape()
-        m.submodules.fifo = fifo = SyncFIFO(width=layout.size, depth=3)
-        written = data.View(layout, fifo.w_data)
         row = Signal.like(self.run.payload.row)
         remaining = Signal.like(self.run.payload.count)
         source = Signal()
         stride_log2 = Signal(4)
         queued = Signal.like(self.run.payload)
         queued_valid = Signal()
+        # The row read in the cycle before (`in_flight`), and what goes with it.
         in_flight = Signal()
         in_flight_last = Signal()
         in_flight_source = Signal()
         issue = Signal()
+        written = Signal(layout)
         reads = [getattr(self.reads, f"source{i}") for i in range(len(self._ports))]
         for i, read in enumerate(reads):
             m.d.comb += [read.addr.eq(row), read.en.eq(issue & (source == i))]
             with m.If(in_flight_source == i):
                 m.d.comb += written.data.eq(read.data.as_value())
-        m.d.comb += [
-            self.run.ready.eq(~queued_valid),
-            issue.eq((remaining != 0) & (fifo.w_level + in_flight < fifo.depth)),
-            fifo.w_en.eq(in_flight),
-            written.last.eq(in_flight_last),
-            written.source.eq(in_flight_source),
-            self.rows.payload.eq(fifo.r_data),
-            self.rows.valid.eq(fifo.r_rdy),
-            fifo.r_en.eq(self.rows.ready),
-        ]
-        m.d.sync += [in_flight.eq(issue), in_flight_last.eq(issue & (remaining == 1)),
-                     in_flight_source.eq(source)]
+        m.d.comb += [written.last.eq(in_flight_last), written.source.eq(in_flight_source),
+                     self.run.ready.eq(~queued_valid)]
+        if self._buffered:
+            m.submodules.fifo = fifo = SyncFIFO(width=layout.size, depth=3)
+            advance = C(1)  # the rows read go into the FIFO
+            m.d.comb += [
+                issue.eq((remaining != 0) & (fifo.w_level + in_flight < fifo.depth)),
+                fifo.w_data.eq(written),
+                fifo.w_en.eq(in_flight),
+                self.rows.payload.eq(fifo.r_data),
+                self.rows.valid.eq(fifo.r_rdy),
+                fifo.r_en.eq(self.rows.ready),
+            ]
+        else:  # the row read stays on the port's output until it is taken
+            advance = ~in_flight | self.rows.ready
+            m.d.comb += [
+                issue.eq((remaining != 0) & advance),
+                self.rows.payload.eq(written),
+                self.rows.valid.eq(in_flight),
+            ]
+        with m.If(advance):
+            m.d.sync += [in_flight.eq(issue), in_flight_last.eq(issue & (remaining == 1)),
+                         in_flight_source.eq(source)]
         with m.If(self.run.valid & self.run.ready):
             m.d.sync += [queued.eq(self.run.payload), queued_valid.eq(1)]
         start = queued_valid & ((remaining == 0) | (issue & (remaining == 1)))
@@ -119,7 +133,8 @@ class _RowFeeder(wiring.Component):
                 m.d.sync += [gap.eq(queued.gap), first.eq(1)]
             with m.Elif(issue):
                 m.d.sync += first.eq(0)
-            m.d.sync += in_flight_gap.eq(issue & first & gap)
+            with m.If(advance):
+                m.d.sync += in_flight_gap.eq(issue & first & gap)
             m.d.comb += written.gap.eq(in_flight_gap)
         return m
 
@@ -174,11 +189,13 @@ class ExecuteEngine(wiring.Component):
         count_width = ceil_log2(cfg.accumulator_rows + 1)
         m.submodules.weights = weights = _RowFeeder(scratchpad_row(cfg).size,
                                                     [self.weight_read.signature.flip()],
-                                                    count_width=ceil_log2(cfg.rows + 1))
+                                                    count_width=ceil_log2(cfg.rows + 1),
+                                                    buffered=cfg.buffered_feeders)
         act_sources = [self.act_read] + ([self.prob_read] if cfg.softmax else [])
         m.submodules.acts = acts = _RowFeeder(scratchpad_row(cfg).size,
                                               [port.signature.flip() for port in act_sources],
-                                              count_width=count_width, strided=True, gaps=True)
+                                              count_width=count_width, strided=True, gaps=True,
+                                              buffered=cfg.buffered_feeders)
         wiring.connect(m, wiring.flipped(self.weight_read), weights.reads.source0)
         for i, port in enumerate(act_sources):
             wiring.connect(m, wiring.flipped(port), getattr(acts.reads, f"source{i}"))

@@ -113,9 +113,11 @@ def test_matmul_accumulates_like_numpy(registered):
     assert np.array_equal(state["acc"][30], (matmul_int32(a2[:1], w2) + matmul_int32(a1[:1], w1))[0])
 
 
-def test_strided_activations_follow_back_to_back():
+@pytest.mark.parametrize("buffered", [True, False])
+def test_strided_activations_follow_back_to_back(buffered):
     """act_stride_log2 reads every 2**s-th row; MATMULs of different strides follow each other."""
-    cfg = CoreConfig(rows=3, cols=2, scratchpad_kib=1, accumulator_kib=1)
+    cfg = CoreConfig(rows=3, cols=2, scratchpad_kib=1, accumulator_kib=1,
+                     buffered_feeders=buffered)
     rng = np.random.default_rng(6)
     sp = rng.integers(-128, 128, (cfg.scratchpad_rows, cfg.lanes))
     instructions = [
@@ -190,13 +192,16 @@ def test_accumulating_into_the_row_just_written(registered):
 
 
 @pytest.mark.parametrize("registered", [True, False])
-def test_short_matmuls_accumulating_into_the_rows_just_written(registered):
+@pytest.mark.parametrize("buffered", [True, False])
+def test_short_matmuls_accumulating_into_the_rows_just_written(registered, buffered):
     """MATMULs of 1 to 6 vectors, back to back where the array allows it (4 vectors on this
     array, `min_tile_length`), accumulating into the rows the last vectors before them wrote or
     near them (a row is written two cycles after its result comes, one without
-    `CoreConfig.registered_accumulate`, so such a MATMUL waits)."""
+    `CoreConfig.registered_accumulate`, so such a MATMUL waits). With the row feeders'
+    FIFOs or without (`CoreConfig.buffered_feeders`: the rows wait on the read ports while
+    the array stalls them)."""
     cfg = CoreConfig(rows=2, cols=3, scratchpad_kib=1, accumulator_kib=1,
-                     registered_accumulate=registered)
+                     registered_accumulate=registered, buffered_feeders=buffered)
     rng = np.random.default_rng(11)
     sp = rng.integers(-128, 128, (cfg.scratchpad_rows, cfg.lanes))
     runs, last = [], 10
@@ -225,9 +230,12 @@ def test_bad_matmul_sets_error_and_stops():
         assert done == 0
 
 
-def test_probability_activations_are_unsigned():
-    """act_probabilities reads the probability buffer as uint8: 200 is 200, not -56."""
-    cfg = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1)
+@pytest.mark.parametrize("buffered", [True, False])
+def test_probability_activations_are_unsigned(buffered):
+    """act_probabilities reads the probability buffer as uint8: 200 is 200, not -56; the
+    activation feeder's two ports follow each other."""
+    cfg = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1,
+                     buffered_feeders=buffered)
     rng = np.random.default_rng(7)
     sp = rng.integers(-128, 128, (cfg.scratchpad_rows, cfg.lanes))
     prob = rng.integers(0, 256, (cfg.probability_rows, cfg.lanes))

@@ -91,6 +91,12 @@ class CoreConfig:
     through the adder into the write was the routed ECP5 8x8's critical path). False (micro):
     it adds them as the row is read: ``cols * 32`` and the result's flip-flops less, for a
     longer path (the UP5K at 24 MHz has the margin)."""
+    buffered_feeders: bool = True
+    """The execute engine's row feeders read scratchpad rows ahead into 3-deep FIFOs, so the
+    array's ``ready`` reaches no block RAM. False (micro): a row waits on the read port's
+    output until the array takes it, and the next read waits for that: two FIFOs of ``lanes``
+    bytes less (387 UP5K cells), for a path from the array's ``ready`` into the scratchpad's
+    read enables."""
     descriptor_dims: int = DIMS
     """Tensor descriptor dimensions the DMA walkers handle, 2..``isa.DIMS``. The instruction
     format keeps ``isa.DIMS``; on a core with fewer a dim from ``descriptor_dims`` on must have
@@ -123,7 +129,8 @@ class CoreConfig:
         check("axi_data_width", lambda v: v in (32, 64, 128), "32, 64 or 128")
         check("lut_multipliers", integer_in(0, self.macs), f"an integer in 0..{self.macs} (rows*cols)")
         for name in ("softmax", "im2col", "epilogue_multiplier", "store_prefetch",
-                     "load_prefetch", "shared_dma", "weight_prefetch", "registered_accumulate"):
+                     "load_prefetch", "shared_dma", "weight_prefetch", "registered_accumulate",
+                     "buffered_feeders"):
             value = getattr(self, name)
             if not isinstance(value, bool):
                 raise ValueError(f"CoreConfig.{name}={value!r} is invalid: allowed True or False")
@@ -220,7 +227,7 @@ PRESETS = {
                         softmax=False, im2col=False, epilogue_multiplier=False, counters="basic",
                         windows=2, queue_depth=1, store_prefetch=False, weight_prefetch=False,
                         descriptor_dims=3, shared_dma=True, load_prefetch=False,
-                        registered_accumulate=False),
+                        registered_accumulate=False, buffered_feeders=False),
 }
 
 

@@ -164,7 +164,10 @@ def _registers():
                                                    "which have 32)."),
             BitField("unregistered_accumulate", 9, 1, "The execute engine adds an accumulator "
                                                       "row as it is read: a result is written "
-                                                      "a cycle sooner (0 on older cores)."))),
+                                                      "a cycle sooner (0 on older cores)."),
+            BitField("unbuffered_feeders", 10, 1, "The execute engine reads a scratchpad row "
+                                                  "once the array takes the row before it "
+                                                  "(0 on older cores, which read ahead)."))),
         Register("CONTROL", 0x020, "w1s", "Commands.", (
             BitField("start", 0, 1, "Run the program at PROGRAM_BASE; clears STATUS.done, "
                                     "STATUS.error, ERROR_CODE and ERROR_INDEX."),
@@ -289,7 +292,8 @@ def constant_registers(config):
                                              shared_dma=config.shared_dma,
                                              address_bits_missing=32 - config.address_width,
                                              unregistered_accumulate=not
-                                             config.registered_accumulate),
+                                             config.registered_accumulate,
+                                             unbuffered_feeders=not config.buffered_feeders),
     }
 
 
