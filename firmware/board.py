@@ -41,7 +41,8 @@ def config_from_registers(read_register):
         weight_prefetch=not handling.no_weight_prefetch,
         address_width=32 - handling.address_bits_missing,
         registered_accumulate=not handling.unregistered_accumulate,
-        buffered_feeders=not handling.unbuffered_feeders)
+        buffered_feeders=not handling.unbuffered_feeders,
+        broadcast_activations=bool(handling.broadcast_activations))
 
 
 class BoardDevice(Device):

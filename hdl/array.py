@@ -4,7 +4,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from ..arch import min_tile_length
+from ..arch import min_tile_length, skewed_cols
 from .family import dsp_model, fpga_family
 from .pe import (ICE40_ACT_WIDTHS, ICE40_WEIGHT_WIDTH, PRODUCT_STAGES, ProcessingElement,
                  add_pe, ice40_mac_operands, ice40_mac_pair, pe_outputs, pe_signature, pe_weight)
@@ -52,8 +52,8 @@ def result_layout(config):
 
 def array_latency(config):
     """Cycles from an accepted activation vector to its result vector: a cycle per row and
-    column, and the registered product (`PRODUCT_STAGES`)."""
-    return config.rows + config.cols + PRODUCT_STAGES
+    skewed column (`arch.skewed_cols`), and the registered product (`PRODUCT_STAGES`)."""
+    return config.rows + skewed_cols(config) + PRODUCT_STAGES
 
 
 def lut_multiplier_pes(config):
@@ -126,6 +126,10 @@ class SystolicArray(wiring.Component):
     Partial sums are `psum_width` bits inside the array, sign-extended to ``acc_width`` at the
     bottom edge. Activations are signed ``act_width`` bits (int8 or uint8 from the execute
     engine); every signed 9-bit value computes exactly, on every kind of multiplier.
+
+    With ``CoreConfig.broadcast_activations`` a row's activation reaches all of its PEs in the
+    cycle it leaves the skew: no activation or switch registers between the columns, and the
+    columns' results leave the bottom row together (no de-skew).
     """
 
     def __init__(self, config):
@@ -189,9 +193,10 @@ class SystolicArray(wiring.Component):
         takeable = Signal()   # ... and has reached every column's (a cycle after its commit)
         started = Signal()    # the current tile's first vector was taken: its weights are active
         # Cycles until the current tile's switch has passed every PE (PE(r, c) switches r + c
-        # cycles after the tile's first vector is taken): the upcoming registers (or the
-        # chain) are free again.
-        switching = Signal(range(max(rows + cols - 3, 1)))
+        # cycles after the tile's first vector is taken, c < `skewed_cols`): the upcoming
+        # registers (or the chain) are free again.
+        skewed = skewed_cols(self.config)
+        switching = Signal(range(max(rows + skewed - 3, 1)))
 
         push = Signal()
         commit = Signal()
@@ -218,7 +223,7 @@ class SystolicArray(wiring.Component):
             with m.If(first):
                 m.d.sync += loaded.eq(0)
         with m.If(first):
-            m.d.sync += switching.eq(max(rows + cols - 4, 0))
+            m.d.sync += switching.eq(max(rows + skewed - 4, 0))
         with m.Elif(switching != 0):
             m.d.sync += switching.eq(switching - 1)
         with m.If(take):
@@ -246,7 +251,10 @@ class SystolicArray(wiring.Component):
             for c in range(cols):
                 pe = pes[r][c]
                 m.d.comb += pe.psum_in.eq(0 if r == 0 else pes[r - 1][c].psum_out)
-                if c > 0:
+                if c > 0 and self.config.broadcast_activations:  # the row's, from the skew
+                    m.d.comb += [pe.act_in.eq(pes[r][0].act_in),
+                                 pe.switch_in.eq(pes[r][0].switch_in)]
+                elif c > 0:
                     m.d.comb += [pe.act_in.eq(pes[r][c - 1].act_out),
                                  pe.switch_in.eq(pes[r][c - 1].switch_out)]
 
@@ -263,13 +271,13 @@ class SystolicArray(wiring.Component):
                 act, switch = act_next, switch_next
             m.d.comb += [pes[r][0].act_in.eq(act), pes[r][0].switch_in.eq(switch)]
 
-        # Column c leaves the bottom row c cycles after column 0: delay it by cols - 1 - c
-        # (de-skew), still `psum_width` bits, then sign-extend it to acc_width (.eq of a signed
-        # value). Every PE registers its product (`PRODUCT_STAGES`; a DSP PE on iCE40 and ECP5
+        # Column c leaves the bottom row c cycles after column 0 (c < `skewed_cols`): delay it
+        # by skewed_cols - 1 - c (de-skew), still `psum_width` bits, then sign-extend it to
+        # acc_width (.eq of a signed value). Every PE registers its product (`PRODUCT_STAGES`; a DSP PE on iCE40 and ECP5
         # in its block), so no column takes more (flip-flops are the UP5K's scarcest cells).
         for c in range(cols):
             psum = pes[rows - 1][c].psum_out
-            for stage in range(cols - 1 - c):
+            for stage in range(max(skewed - 1 - c, 0)):
                 psum_next = Signal(signed(psum_width(self.config)), name=f"deskew_{c}_{stage}")
                 m.d.sync += psum_next.eq(psum)
                 psum = psum_next

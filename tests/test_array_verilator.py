@@ -9,14 +9,20 @@ SHAPES = [(1, 1), (1, 8), (8, 1), (3, 5), (8, 8), (16, 16)]
 
 # Without `weight_prefetch` (two weight registers a PE) a tile shifts in once the one before it
 # has switched every PE: `min_tile_length` is longer, and tight (one vector fewer, a bubble).
-CASES = [(r, c, True) for r, c in SHAPES] + [(1, 1, False), (3, 5, False), (4, 4, False),
-                                             (8, 1, False)]
+# With `broadcast_activations` a row's PEs take its activation in the same cycle: a shorter
+# latency and minimum tile.
+CASES = ([(r, c, True, False) for r, c in SHAPES]
+         + [(1, 1, False, False), (3, 5, False, False), (4, 4, False, False), (8, 1, False, False)]
+         + [(3, 5, True, True), (1, 8, True, True), (4, 4, False, True), (5, 3, False, True)])
 
 
-@pytest.mark.parametrize("rows,cols,weight_prefetch", CASES,
-                         ids=[f"{r}x{c}{'' if p else '-two-weights'}" for r, c, p in CASES])
-def test_back_to_back_tiles_are_exact_and_bubble_free(run_tb, rows, cols, weight_prefetch):
-    cfg = CoreConfig(rows=rows, cols=cols, weight_prefetch=weight_prefetch)
+@pytest.mark.parametrize("rows,cols,weight_prefetch,broadcast", CASES,
+                         ids=[f"{r}x{c}{'' if p else '-two-weights'}{'-broadcast' if b else ''}"
+                              for r, c, p, b in CASES])
+def test_back_to_back_tiles_are_exact_and_bubble_free(run_tb, rows, cols, weight_prefetch,
+                                                       broadcast):
+    cfg = CoreConfig(rows=rows, cols=cols, weight_prefetch=weight_prefetch,
+                     broadcast_activations=broadcast)
     tile = min_tile_length(cfg)
     lengths = [tile, tile + 3, tile, 2 * tile + 1]
     stats = run_tb(cfg, "tpugen.sim.tb_array", {"seed": rows * 100 + cols, "tile_lengths": lengths})

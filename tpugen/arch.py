@@ -10,7 +10,7 @@ from .isa import Header, Opcode
 __all__ = ["ENGINE_OPCODES", "Engine", "MAX_OUTSTANDING", "MAX_QUEUE_DEPTH", "OPCODE_BITS",
            "OPCODE_ENGINE", "OPCODE_MASK", "PENDING_DEPTH", "PLAN_DEPTH", "QUEUE_DEPTH",
            "SOFTMAX_DIVIDE_CYCLES", "SOFTMAX_OUT_FRAC", "TOKEN_BITS", "TOKEN_FLAGS", "TOKEN_LIMIT",
-           "block_query_cycles", "min_tile_length", "opcode_of",
+           "block_query_cycles", "min_tile_length", "opcode_of", "skewed_cols",
            "token_flag_bit"]
 
 
@@ -68,15 +68,24 @@ MAX_OUTSTANDING = 8
 """Bursts a DMA engine keeps in flight."""
 
 
+def skewed_cols(config):
+    """Columns of the array an activation crosses a cycle per column: ``cols``, or 1 when
+    ``CoreConfig.broadcast_activations`` gives it to every column of its row in one cycle. A
+    PE switches to a tile's weights ``r + c`` cycles after its first vector is taken, ``c <
+    skewed_cols``."""
+    return 1 if config.broadcast_activations else config.cols
+
+
 def min_tile_length(config):
     """Fewest activation vectors per weight tile that keep the array busy with no bubble
     (``hdl/array.py``): the next tile commits once this one's switch has passed every PE
-    (``rows + cols - 3`` cycles after its first vector, at least one) and is taken two cycles
-    after its commit, having shifted in meanwhile; without ``weight_prefetch`` it starts
+    (``rows + skewed_cols - 3`` cycles after its first vector, at least one) and is taken two
+    cycles after its commit, having shifted in meanwhile; without ``weight_prefetch`` it starts
     shifting in only then, over ``rows`` cycles, and is taken two cycles after its last row."""
+    cols = skewed_cols(config)
     if not config.weight_prefetch:
-        return max(config.rows + config.cols - 3, 1) + config.rows + 1
-    return max(config.rows + max(config.cols - 1, 1), 3)
+        return max(config.rows + cols - 3, 1) + config.rows + 1
+    return max(config.rows + max(cols - 1, 1), 3)
 
 
 SOFTMAX_OUT_FRAC = 8

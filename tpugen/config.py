@@ -97,6 +97,12 @@ class CoreConfig:
     output until the array takes it, and the next read waits for that: two FIFOs of ``lanes``
     bytes less (387 UP5K cells), for a path from the array's ``ready`` into the scratchpad's
     read enables."""
+    broadcast_activations: bool = False
+    """Each activation reaches every PE of its row in the same cycle, instead of crossing the
+    columns a cycle each (`arch.skewed_cols`): no activation registers between the columns and
+    no de-skew of the results, ``cols - 1`` cycles less latency and a shorter
+    `arch.min_tile_length`, for a net of ``cols`` loads per row (micro: True; a wide array's
+    fanout would set its clock)."""
     descriptor_dims: int = DIMS
     """Tensor descriptor dimensions the DMA walkers handle, 2..``isa.DIMS``. The instruction
     format keeps ``isa.DIMS``; on a core with fewer a dim from ``descriptor_dims`` on must have
@@ -130,7 +136,7 @@ class CoreConfig:
         check("lut_multipliers", integer_in(0, self.macs), f"an integer in 0..{self.macs} (rows*cols)")
         for name in ("softmax", "im2col", "epilogue_multiplier", "store_prefetch",
                      "load_prefetch", "shared_dma", "weight_prefetch", "registered_accumulate",
-                     "buffered_feeders"):
+                     "buffered_feeders", "broadcast_activations"):
             value = getattr(self, name)
             if not isinstance(value, bool):
                 raise ValueError(f"CoreConfig.{name}={value!r} is invalid: allowed True or False")
@@ -227,7 +233,8 @@ PRESETS = {
                         softmax=False, im2col=False, epilogue_multiplier=False, counters="basic",
                         windows=2, queue_depth=1, store_prefetch=False, weight_prefetch=False,
                         descriptor_dims=3, shared_dma=True, load_prefetch=False,
-                        registered_accumulate=False, buffered_feeders=False),
+                        registered_accumulate=False, buffered_feeders=False,
+                        broadcast_activations=True),
 }
 
 

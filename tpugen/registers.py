@@ -167,7 +167,11 @@ def _registers():
                                                       "a cycle sooner (0 on older cores)."),
             BitField("unbuffered_feeders", 10, 1, "The execute engine reads a scratchpad row "
                                                   "once the array takes the row before it "
-                                                  "(0 on older cores, which read ahead)."))),
+                                                  "(0 on older cores, which read ahead)."),
+            BitField("broadcast_activations", 11, 1, "Each activation reaches every column of "
+                                                     "its row in one cycle: a shorter array "
+                                                     "latency and minimum tile (0 on older "
+                                                     "cores, which skew them)."))),
         Register("CONTROL", 0x020, "w1s", "Commands.", (
             BitField("start", 0, 1, "Run the program at PROGRAM_BASE; clears STATUS.done, "
                                     "STATUS.error, ERROR_CODE and ERROR_INDEX."),
@@ -293,7 +297,9 @@ def constant_registers(config):
                                              address_bits_missing=32 - config.address_width,
                                              unregistered_accumulate=not
                                              config.registered_accumulate,
-                                             unbuffered_feeders=not config.buffered_feeders),
+                                             unbuffered_feeders=not config.buffered_feeders,
+                                             broadcast_activations=
+                                             config.broadcast_activations),
     }
 
 
