@@ -103,7 +103,7 @@ _SHIFT_ONLY_PARAMS = data.StructLayout({name: shape for name, shape
 
 
 class EpilogueDatapath(wiring.Component):
-    """``units`` lanes of the epilogue, a pipeline of ``LATENCY`` stages that move every cycle.
+    """``units`` lanes of the epilogue, a pipeline of ``latency`` stages that move every cycle.
 
     Stage 1 takes an accumulator value per lane (``acc``) and its `EpilogueParams`: the maximum
     with the values since ``first`` (pooling), and the parameters, registered. Stage 2 adds the
@@ -114,15 +114,15 @@ class EpilogueDatapath(wiring.Component):
     and rounds half to even; stage 6 saturates (to int8 with ``int8``, else int32) and applies
     ReLU. Without
     ``options.requant`` the multiplier is 1 and the shift 0. ``y``: the int32 or int8 (sign
-    extended) results, ``LATENCY`` cycles after their ``acc``. Without ``multiplier`` stage
-    3 only delays ``t`` (the multiplier of ``params`` is ignored, as if 1), and the later stages
-    are sized for ``t``: a bias, shift, ReLU and pool epilogue without a DSP or LUT multiplier.
+    extended) results, ``latency`` cycles after their ``acc``. Without ``multiplier`` there is
+    no stage 3 and stage 4 shifts ``t`` as it is added (the multiplier of ``params`` is
+    ignored, as if 1; ``latency`` 4, not 6), and the later stages are sized for ``t``: a bias,
+    shift, ReLU and pool epilogue without a DSP or LUT multiplier.
     """
-
-    LATENCY = 6
 
     def __init__(self, units, *, multiplier=True):
         self.units, self.multiplier = units, multiplier
+        self.latency = 6 if multiplier else 4
         super().__init__({
             "options": In(Epilogue),
             "int8": In(1),
@@ -158,16 +158,17 @@ class EpilogueDatapath(wiring.Component):
                 multiplier = stage(Mux(scaled, params.multiplier, 1), f"multiplier{u}")
             # 2: t = pooled value + bias.
             t = peak + bias
-            shift = stage(shift, f"shift{u}_2")
-            # 3: t * multiplier, at most 50 bits (33 without the multiplier); on ECP5 t and the
-            # multiplier are registered in the MULT18X18D pair (the routed 8x8's critical path
-            # ran from registers of the fabric into the pair, 20.6 ns).
+            # 3: t * multiplier, at most 50 bits; on ECP5 t and the multiplier are registered in
+            # the MULT18X18D pair (the routed 8x8's critical path ran from registers of the
+            # fabric into the pair, 20.6 ns). Without the multiplier t (33 bits) goes on to 4 in
+            # the cycle it is added.
             if self.multiplier:
+                shift = stage(shift, f"shift{u}_2")
                 product = stage(registered_operands_product(m, t, multiplier, f"mult{u}",
                                                             platform), f"product{u}")
+                shift = stage(shift, f"shift{u}_3")
             else:
-                product = stage(stage(t, f"t{u}"), f"product{u}")
-            shift = stage(shift, f"shift{u}_3")
+                product = t
             # 4: twice = 2 * product, shifted right by 8 * high (the bit below the quotient is
             # the guard bit); sticky: any bit shifted out. The quotient, clamped to 39 bits:
             # after the low shift of at most 7 it still saturates int32 (and int8).

@@ -247,7 +247,7 @@ class StoreEngine(wiring.Component):
         else:
             m.d.comb += datapath.params.eq(lane_params.params)
         valid, late_step = stage(a_valid & a_last, "b_valid"), stage(a_step, "b_step")
-        for n in range(1, EpilogueDatapath.LATENCY):
+        for n in range(1, datapath.latency):
             valid, late_step = stage(valid, f"valid{n}"), stage(late_step, f"step{n}")
         m.d.sync += [d_valid.eq(valid), d_step.eq(late_step)]
 

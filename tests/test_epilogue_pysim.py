@@ -409,13 +409,13 @@ def test_datapath(requant, int8, relu, multiplier, family):
         ctx.set(dut.first, 1)
         ctx.set(dut.int8, int8)
         ctx.set(dut.options, {"bias": 1, "requant": requant, "relu": relu})
-        for n in range(len(cases) + dut.LATENCY):
+        for n in range(len(cases) + dut.latency):
             if n < len(cases):
                 ctx.set(lane_acc, int(acc[n]))
                 ctx.set(lane_params, {"bias": int(bias[n]), "multiplier": int(mult[n]),
                                       "shift": int(shift[n])})
             await ctx.tick()
-            if n >= dut.LATENCY - 1:
+            if n >= dut.latency - 1:
                 got.append(ctx.get(lane_y))
 
     sim = Simulator(dut if family is None else ForFamily(dut, family))
