@@ -6,22 +6,25 @@ from amaranth.utils import ceil_log2
 
 from ..isa import PARAMS_PER_INSTRUCTION, PARAMS_RESET, Epilogue, EpilogueParams, ParamsInstruction
 from .dsp import registered_operands_product
+from .family import fpga_family
 from .pipeline import pipeline_register
 
 __all__ = ["EpilogueDatapath", "LaneParams"]
 
 
 class LaneParams(wiring.Component):
-    """The per-lane `EpilogueParams` in ``units`` memory banks read asynchronously (LUT RAM
-    where the FPGA has it, never block RAM): lane ``l`` is row ``l // units`` of bank
-    ``l % units``, so the ``units`` lanes from any first lane are one row of each bank.
+    """The per-lane `EpilogueParams` in ``units`` memory banks: lane ``l`` is row ``l //
+    units`` of bank ``l % units``, so the ``units`` lanes from any first lane are one row of
+    each bank. Read asynchronously from a registered ``lane`` where the FPGA has LUT RAM; on an
+    iCE40 (none, and flip-flops are its scarcest cells) the banks are block RAMs read at
+    ``lane`` as it is registered.
 
     ``instr``: a PARAMS, taken (``ready``) in the cycle of its last write, one entry a cycle: 8
     cycles, or with ``broadcast`` one cycle per row of the banks. After reset the banks are
     swept to ``PARAMS_RESET`` the same way, ``clearing`` meanwhile: nothing may read them then.
-    ``params``: lanes ``lane .. lane + units - 1`` (those past ``cols`` unspecified), from a
-    registered ``lane`` in the same cycle; with ``same`` (a STORE's ``per_row``), lane
-    ``lane``'s in every unit. Without ``multiplier`` the banks do not keep the
+    ``params``: lanes ``lane .. lane + units - 1`` (those past ``cols`` unspecified) of the
+    ``lane`` of the cycle before; with ``same`` (a STORE's ``per_row``), lane ``lane``'s in
+    every unit. Without ``multiplier`` the banks do not keep the
     multiplier, and ``params`` has multiplier 1.
     """
 
@@ -63,18 +66,26 @@ class LaneParams(wiring.Component):
         lane = instr.first_lane + k  # not truncated: lanes >= cols are not written
 
         # Reads: bank b holds lane `lane` + u for u = (b - lane) % units, in the row of `lane`
-        # or the next; unit u takes bank (lane + u) % units.
+        # or the next; unit u takes bank (lane + u) % units. `read_lane`: the lane of the
+        # cycle before (registered), `address_lane` the one the banks are read at.
+        read_lane = Signal.like(self.lane)
+        m.d.sync += read_lane.eq(self.lane)
+        block_ram = fpga_family(platform) == "ice40"
+        address_lane = self.lane if block_ram else read_lane
         kept = EpilogueParams if self.multiplier else _SHIFT_ONLY_PARAMS
         reset = {name: PARAMS_RESET[name] for name in kept.members}
         outputs = []
         for b in range(units):
-            bank = memory.Memory(shape=kept, depth=rows, init=[reset] * rows)
+            bank = memory.Memory(shape=kept, depth=rows, init=[reset] * rows,
+                                 attrs={"ram_style": "block"} if block_ram else None)
             m.submodules[f"bank{b}"] = bank
-            write, read = bank.write_port(), bank.read_port(domain="comb")
+            write = bank.write_port()
+            read = bank.read_port() if block_ram else bank.read_port(domain="comb")
             if select:
                 ours = (lane[:bank_bits] == b) & (lane < cols)
                 m.d.comb += [write.addr.eq(Mux(every_row, k, lane[bank_bits:])),
-                             read.addr.eq((self.lane >> bank_bits) + (b < self.lane[:bank_bits]))]
+                             read.addr.eq((address_lane >> bank_bits)
+                                          + (b < address_lane[:bank_bits]))]
             else:
                 ours = lane == b
             params = Signal(EpilogueParams, init=PARAMS_RESET, name=f"params{b}")
@@ -88,10 +99,10 @@ class LaneParams(wiring.Component):
             m.d.comb += self.params.eq(banks)
         elif select:  # unit u takes bank (lane + u) % units, or with same bank lane % units
             m.d.comb += self.params.eq(Cat(
-                banks.word_select((self.lane + Mux(self.same, 0, u))[:bank_bits],
+                banks.word_select((read_lane + Mux(self.same, 0, u))[:bank_bits],
                                   EpilogueParams.size) for u in range(units)))
         else:  # a bank a lane: unit u is lane u, or with same lane `lane`
-            mine = banks.word_select(self.lane, EpilogueParams.size)
+            mine = banks.word_select(read_lane, EpilogueParams.size)
             m.d.comb += self.params.eq(Cat(Mux(self.same, mine, outputs[u])
                                            for u in range(units)))
         return m

@@ -225,10 +225,9 @@ class StoreEngine(wiring.Component):
         if select:  # the step's lanes, from unit 0 on
             acc = select_units(acc, a_step.lane, units, 32)
         # B: the accumulator's read data registered (a block RAM output feeds no logic but
-        # the unit select), the parameters read from a registered entry beside it.
-        b_acc, b_entry, b_first = stage(acc, "b_acc"), stage(a_entry, "b_entry"), \
-            stage(a_read == 0, "b_first")
-        m.d.comb += [lane_params.lane.eq(b_entry), lane_params.same.eq(epilogue.per_row),
+        # the unit select), the parameters of the entry read beside it (`LaneParams`).
+        b_acc, b_first = stage(acc, "b_acc"), stage(a_read == 0, "b_first")
+        m.d.comb += [lane_params.lane.eq(a_entry), lane_params.same.eq(epilogue.per_row),
                      datapath.options.eq(epilogue), datapath.int8.eq(int8),
                      datapath.first.eq(b_first), datapath.acc.eq(b_acc)]
         if config.softmax:  # the row scale replaces each unit's multiplier and shift

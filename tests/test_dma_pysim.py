@@ -19,7 +19,7 @@ from tpugen.isa import (NUM_WINDOWS, ErrorCode, Opcode, RowScale, Window, decode
 from tpugen.firmware.program import Program
 from tpugen.sim.fuzz_model import DONE, MEMORY_SIZE, predict
 from tpugen.sim.pysim_axi import AxiMemory
-from tpugen.sim.testbench import put_instruction, stream_get, stream_put, stream_take
+from tpugen.sim.testbench import ForFamily, put_instruction, stream_get, stream_put, stream_take
 
 CONFIG = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1)
 SHARED = replace(CONFIG, shared_dma=True)
@@ -100,10 +100,10 @@ class Bench(Elaboratable):
         return m
 
 
-def run(kind, config, descs, axi_mem, wins, sram_init, timeout=4000, scales=None):
+def run(kind, config, descs, axi_mem, wins, sram_init, timeout=4000, scales=None, family=None):
     """Runs ``descs`` (descriptors, or encoded instructions) one after another; returns
     ([(error, cycles)], final SRAM rows). ``scales``: the store engine's row scales, (multiplier,
-    shift) per row."""
+    shift) per row; ``family``: elaborated as for that FPGA family."""
     if kind == "load":
         engine, opcode = LoadEngine(config), Opcode.LOAD
         shape, depth = data.ArrayLayout(signed(8), config.lanes), config.scratchpad_rows
@@ -156,7 +156,7 @@ def run(kind, config, descs, axi_mem, wins, sram_init, timeout=4000, scales=None
         assert not ctx.get(engine.done)
         rows.append(np.array([[int(v) for v in ctx.get(sram.data[r])] for r in range(depth)]))
 
-    sim = Simulator(bench)
+    sim = Simulator(bench if family is None else ForFamily(bench, family))
     sim.add_clock(1e-6)
     bus = engine.axi
     sim.add_testbench(axi_mem.read_process(bus) if kind == "load" else axi_mem.write_process(bus),

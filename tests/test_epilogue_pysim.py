@@ -122,12 +122,14 @@ def golden_program(config, program, acc, seed, scales=None, **axi):
     return axi_mem, expected, instructions, tiles
 
 
-def program_case(config, program, acc, seed, scales=None, **axi):
-    """Runs ``program`` on ``acc`` (see `golden_program`) and compares memory with the golden
-    model; returns [(error, cycles)] and the golden tiles."""
+def program_case(config, program, acc, seed, scales=None, family=None, **axi):
+    """Runs ``program`` on ``acc`` (see `golden_program`; ``family``: elaborated as for that
+    FPGA family) and compares memory with the golden model; returns [(error, cycles)] and the
+    golden tiles."""
     axi_mem, expected, instructions, tiles = golden_program(config, program, acc, seed, scales,
                                                             **axi)
-    outcomes, _ = run("store", config, instructions, axi_mem, RW_ALL, acc, scales=scales)
+    outcomes, _ = run("store", config, instructions, axi_mem, RW_ALL, acc, scales=scales,
+                      family=family)
     assert [o[0] for o in outcomes] == [ErrorCode.NONE] * len(program)
     np.testing.assert_array_equal(np.frombuffer(axi_mem.mem, dtype=np.uint8), expected)
     return outcomes, tiles
@@ -164,12 +166,12 @@ class WStallBench(Elaboratable):
         return m
 
 
-def back_to_back(config, program, acc, seed, stall=None, timeout=4000):
+def back_to_back(config, program, acc, seed, stall=None, timeout=4000, family=None):
     """Runs ``program`` (see `golden_program`) from reset, each instruction presented in the
     cycle after the one before was taken, and compares memory with the golden model. ``stall``:
     (beats, cycles): once that many W beats were written, no W beat is taken for that many
-    cycles. Returns the cycles each instruction waited for ``ready`` and the cycles the W FIFO
-    was full."""
+    cycles. ``family``: elaborated as for that FPGA family. Returns the cycles each
+    instruction waited for ``ready`` and the cycles the W FIFO was full."""
     axi_mem, expected, instructions, _ = golden_program(config, program, acc, seed, ready=1.0,
                                                         valid=1.0, latency=0)
     engine = WatchedStore(config)
@@ -210,7 +212,7 @@ def back_to_back(config, program, acc, seed, stall=None, timeout=4000):
                 if stalled == stall[1]:
                     ctx.set(bench.stall, 0)
 
-    sim = Simulator(bench)
+    sim = Simulator(bench if family is None else ForFamily(bench, family))
     sim.add_clock(1e-6)
     sim.add_testbench(axi_mem.write_process(bench.bus), background=True)
     sim.add_testbench(monitor, background=True)
@@ -302,12 +304,14 @@ def test_params(width):
     assert len({t.tobytes() for t in tiles[:3]}) == 3
 
 
+@pytest.mark.parametrize("family", [None, "ice40"])
 @pytest.mark.parametrize("width", [32, 64, 128])
-def test_params_then_store(width):
+def test_params_then_store(width, family):
     # From reset: the engine takes nothing while it sets every lane to the reset values; a
     # PARAMS writes an entry a cycle (taken in its 8th cycle; with broadcast, one cycle per row
     # of lanes / units); a STORE presented in the cycle after the last PARAMS was taken uses
-    # every lane's new parameters, on 16 lanes with 1, 2 and 4 units (units start at any lane).
+    # every lane's new parameters, on 16 lanes with 1, 2 and 4 units (units start at any lane);
+    # the same with the parameters in block RAM (iCE40).
     config = with_width(WIDE, width)
     rows = 16 // min(16, width // 32)
     rng = np.random.default_rng(width + 5)
@@ -329,7 +333,7 @@ def test_params_then_store(width):
                params(again[8:], first_lane=8),
                (int8, every),
                (int32, {"bias": 1, "relu": 1})]
-    waits, _ = back_to_back(config, program, acc, seed=width)
+    waits, _ = back_to_back(config, program, acc, seed=width, family=family)
     eight = PARAMS_PER_INSTRUCTION - 1
     assert waits[0] == rows + rows - 1                    # the sweep, then a broadcast
     assert [waits[3], waits[4], waits[7]] == [eight] * 3  # PARAMS after PARAMS
@@ -575,13 +579,15 @@ def test_pool_last_rows():
     program_case(SMALL, [(desc, {"pool": 1, "pool_pitch": 5, "bias": 1})], acc, seed=3)
 
 
+@pytest.mark.parametrize("family", [None, "ice40"])
 @pytest.mark.parametrize("width", [32, 128])
-def test_per_row(width):
+def test_per_row(width, family):
     # Per-row parameters (output channels on the accumulator rows, as conv2d's pixels lowering
     # stores them): every lane of tile row i1 takes entry i1, with bias + requant + ReLU (ties
     # and saturation in every row), int32 with bias; 16 rows (the whole table) and 5 from an
     # odd row; 13 lanes clipped on both sides; channels-first (dim-1 stride a plane); per-lane
-    # STOREs between them and new PARAMS after, on 16 lanes with 1 and 4 epilogue units.
+    # STOREs between them and new PARAMS after, on 16 lanes with 1 and 4 epilogue units; the
+    # same with the parameters in block RAM (iCE40).
     config = with_width(TALL, width)
     rng = np.random.default_rng(width + 11)
     lanes, again = random_lanes(rng, 16), random_lanes(rng, 16)
@@ -601,7 +607,7 @@ def test_per_row(width):
                (int32, {"bias": 1, "per_row": 1}),
                params(again[:8]), params(again[8:], first_lane=8),
                (planes, every)]
-    _, tiles = program_case(config, program, acc, seed=width)
+    _, tiles = program_case(config, program, acc, seed=width, family=family)
     rows = acc[7:23, :16]
     b, mult, shift = (np.array(x)[:, None] for x in zip(*lanes))
     np.testing.assert_array_equal(tiles[0][0, 0], epilogue(rows, b, mult, shift, requant=True,
