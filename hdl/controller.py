@@ -1,9 +1,9 @@
 """Controller: fetches the program, dispatches to the engines under dependency tokens, watches."""
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Shape, Signal
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
-from amaranth.utils import exact_log2
+from amaranth.utils import ceil_log2, exact_log2
 
 from ..arch import (ENGINE_OPCODES, PENDING_DEPTH, TOKEN_BITS, TOKEN_FLAGS, TOKEN_LIMIT, Engine,
                     token_flag_bit)
@@ -15,13 +15,13 @@ from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_read_signature
 from .engine import engine_members
 from .execute import EXECUTE_INSTRUCTION
 from .family import fpga_family
-from .load import LOAD_INSTRUCTION
+from .load import LOAD_INSTRUCTION, load_front_client
 from .pipeline import pipeline_register
-from .store import STORE_INSTRUCTION
+from .store import STORE_INSTRUCTION, store_front_client
 from .walker import window_ok
 
-__all__ = ["Controller", "ENGINES", "FETCH_ID", "InstructionQueue", "kept_bits",
-           "supported_opcodes"]
+__all__ = ["Controller", "ENGINES", "FETCH_ID", "InstructionQueue", "kept_bits", "queued",
+           "saturated_fields", "supported_opcodes"]
 
 FETCH_ID = 1
 """ARID of instruction fetches (the load engine reads with ARID 0)."""
@@ -48,13 +48,106 @@ def kept_bits(config, opcodes):
     ``scale_row``, and the PARAMS entries the epilogue never reads (`_unread_params`). The
     engine reads the others as zero; it ignores them (reserved fields, those fields) or never
     gets an instruction that has them."""
+    dropped = {offset + bit for (offset, width), k in saturated_fields(config, opcodes).items()
+               for bit in range(k + 1, width)}
+    return frozenset().union(*(_defined_bits(config, layout)
+                               for _, layout in _queued_layouts(config, opcodes))) - dropped
+
+
+def _queued_layouts(config, opcodes):
+    """(opcode, layout) of each instruction layout of ``opcodes`` that a core of ``config``
+    runs (an im2col LOAD only with ``config.im2col``)."""
     supported = supported_opcodes(config)
-    return frozenset().union(*(defined_bits(layout) - _unwalked_strides(config, layout)
-                               - _high_address_bits(config, layout)
-                               - _scale_rows(config, layout) - _unread_params(config, layout)
-                               for op in opcodes if op in supported
-                               for im2col in {False, op == Opcode.LOAD and config.im2col}
-                               for layout in [instruction_layout(op, im2col)]))
+    return [(op, instruction_layout(op, im2col)) for op in opcodes if op in supported
+            for im2col in sorted({False, op == Opcode.LOAD and config.im2col})]
+
+
+def _defined_bits(config, layout):
+    """The bit offsets of ``layout`` that a queue of a core of ``config`` keeps, before
+    `saturated_fields`."""
+    return (defined_bits(layout) - _unwalked_strides(config, layout)
+            - _high_address_bits(config, layout) - _scale_rows(config, layout)
+            - _unread_params(config, layout))
+
+
+def saturated_fields(config, opcodes):
+    """{(offset, width): k}: the fields of the instructions of ``opcodes`` that an engine's
+    queue keeps as ``min(value, 2**k)``, in ``k + 1`` bits, of a core of ``config``.
+
+    An engine treats every value from ``2**k`` on as it treats ``2**k`` (`_saturations`: a
+    row, lane, extent or bound past its SRAM is an error, or beyond every index), so an
+    instruction runs as it does on a core with every bit. A field saturates only where no
+    other layout of the queue keeps a bit (a PARAMS entry over a STORE's fields, an im2col
+    LOAD over a LOAD's)."""
+    layouts = _queued_layouts(config, opcodes)
+    fields = {}
+    for op, layout in layouts:
+        others = frozenset().union(*(_defined_bits(config, other)
+                                     for _, other in layouts if other is not layout))
+        for (offset, width), limit in _saturations(config, op, layout).items():
+            k = ceil_log2(limit)
+            if k + 1 < width and not others & set(range(offset, offset + width)):
+                fields[offset, width] = k
+    return fields
+
+
+def _saturations(config, opcode, layout):
+    """{(offset, width): limit}, a power of two, of the fields of ``layout`` (of ``opcode``)
+    whose values from ``limit`` on a core of ``config`` treats as ``limit``: each engine's
+    checks are monotonic in them (a larger value is the same error) and a value that passes
+    is below ``limit``, so ``min(value, limit)`` runs the same.
+
+    * A LOAD's or STORE's tensor (its SRAM's rows and row lanes, `FrontClient`): ``sram_row``
+      past the rows and ``lane`` past the lanes are SRAM_RANGE and BAD_EXTENT; a walked dim's
+      ``extent`` past the lanes (dim 0) or rows is BAD_EXTENT or SRAM_RANGE, and its ``lo``
+      and ``hi`` compare only with indices below its extent (the walker's `narrow` clips them
+      too); a dim past the walked ones is BAD_EXTENT unless its extent is 1, and pads unless
+      ``lo`` is 0 and ``hi`` is not. A STORE's ``pool_pitch`` past the rows is SRAM_RANGE.
+    * A MATMUL's rows past their memories and a count past the accumulator's rows are
+      SRAM_RANGE (a count of 0 stays 0: BAD_EXTENT).
+    """
+    def power(value):
+        return 1 << ceil_log2(value)
+
+    def field(*path):
+        offset, shape = 0, layout
+        for name in path:
+            offset, shape = offset + shape[name].offset, shape[name].shape
+        return offset, Shape.cast(shape).width
+
+    limits = {}
+    if "tensor" in layout.members:
+        client = load_front_client(config) if opcode == Opcode.LOAD else \
+            store_front_client(config)
+        limits[field("tensor", "sram_row")] = power(client.rows)
+        limits[field("tensor", "lane")] = power(client.lanes)
+        for d in range(DIMS):
+            walked = d < config.descriptor_dims
+            span = client.lanes if d == 0 else client.rows
+            for name, limit in (("extent", power(span + 1) if walked else 2),
+                                ("lo", power(span + 1) if walked else 1),
+                                ("hi", power(span + 1) if walked else 1)):
+                limits[field("tensor", "dims", d, name)] = limit
+        if "epilogue" in layout.members:
+            limits[field("epilogue", "pool_pitch")] = power(client.rows)
+    if opcode == Opcode.MATMUL:
+        act_rows = max(config.scratchpad_rows,
+                       config.probability_rows if config.softmax else 1)
+        limits[field("weight_row")] = power(config.scratchpad_rows)
+        limits[field("act_row")] = power(act_rows)
+        limits[field("acc_row")] = power(config.accumulator_rows)
+        limits[field("count")] = power(config.accumulator_rows + 1)
+    return limits
+
+
+def queued(config, opcodes, raw):
+    """What an engine's queue of a core of ``config`` gives of instruction ``raw`` (bytes or
+    an int) of one of ``opcodes``: its `kept_bits`, the `saturated_fields` at their limits."""
+    value = int.from_bytes(raw, "little") if isinstance(raw, bytes) else raw
+    for (offset, width), k in saturated_fields(config, opcodes).items():
+        field = value >> offset & ((1 << width) - 1)
+        value = value & ~(((1 << width) - 1) << offset) | min(field, 1 << k) << offset
+    return value & sum(1 << bit for bit in kept_bits(config, opcodes))
 
 
 def _strides(layout, dims):
@@ -135,13 +228,18 @@ class InstructionQueue(wiring.Component):
     memory (the routed 8x8's critical path ran from the load queue's LUT RAM through the
     dispatch into the engine's index register, 17.4 ns). With more than one slot the head's
     index (``index_width`` bits, `CoreConfig.index_width`) is read a cycle ahead into a
-    register too.
+    register too. ``saturated`` ({(offset, width): k}, `saturated_fields`): fields written as
+    ``min(value, 2**k)``, whose bits from ``k + 1`` on ``kept`` leaves out.
     """
 
-    def __init__(self, layout, kept, beat_bits, depth, index_width=32):
+    def __init__(self, layout, kept, beat_bits, depth, index_width=32, saturated=None):
         self.flag_bits = [token_flag_bit(name) for name in TOKEN_FLAGS]
         if not all(bit in kept and bit < beat_bits for bit in self.flag_bits):
             raise ValueError("an instruction queue keeps the token flags, in the first beat")
+        self.saturated = dict(saturated or {})
+        if any(offset // beat_bits != (offset + width - 1) // beat_bits
+               for offset, width in self.saturated):
+            raise ValueError("an instruction queue saturates fields inside one beat")
         self.runs = _beat_runs(kept, beat_bits)
         self.beat_bits, self.depth, self.index_width = beat_bits, depth, index_width
         self.beats = max(self.runs) + 1
@@ -194,13 +292,21 @@ class InstructionQueue(wiring.Component):
         ]
         for beat, runs in self.runs.items():
             base = beat * self.beat_bits
+            written = Signal(self.beat_bits, name=f"written{beat}")  # the beat, saturated
+            m.d.comb += written.eq(self.beat_data)
+            for (offset, width), k in self.saturated.items():
+                if offset // self.beat_bits == beat:
+                    value = self.beat_data[offset - base:offset - base + width]
+                    high = value[k:].any()
+                    m.d.comb += written[offset - base:offset - base + k + 1].eq(
+                        Mux(high, 1 << k, value[:k]))
             entries = memory.Memory(shape=sum(end - first for first, end in runs),
                                     depth=self.depth, init=[])
             m.submodules[f"beat{beat}"] = entries
             write, read = entries.write_port(), entries.read_port(domain="comb")
             m.d.comb += [
                 write.addr.eq(w_ptr),
-                write.data.eq(Cat(self.beat_data[first - base:end - base] for first, end in runs)),
+                write.data.eq(Cat(written[first - base:end - base] for first, end in runs)),
                 write.en.eq(self.beat_en & (self.beat == beat)),
                 read.addr.eq(r_ptr),
             ]
@@ -352,7 +458,8 @@ class Controller(wiring.Component):
         for i, (name, (opcodes, layout)) in enumerate(ENGINES.items()):
             port = engines[i]
             queue = InstructionQueue(layout, kept_bits(self.config, opcodes), beat_bits,
-                                     self.config.queue_depth, index_width)
+                                     self.config.queue_depth, index_width,
+                                     saturated_fields(self.config, opcodes))
             pending = SyncFIFO(width=2, depth=PENDING_DEPTH)  # push_prev, push_next
             m.submodules[f"{name}_queue"] = queue
             m.submodules[f"{name}_pending"] = pending

@@ -6,11 +6,12 @@ import random
 import pytest
 from amaranth.hdl import Elaboratable, Fragment, Module, Signal
 from amaranth.sim import Simulator
+from amaranth.utils import ceil_log2
 
 from tpugen import CoreConfig
 from tpugen.arch import TOKEN_FLAGS, opcode_of, token_flag_bit
 from tpugen.hdl.controller import (ENGINES, FETCH_ID, Controller, InstructionQueue, _oldest,
-                                   kept_bits)
+                                   kept_bits, queued, saturated_fields)
 from tpugen.isa import (INSTRUCTION_BYTES, NUM_WINDOWS, PARAMS_PER_INSTRUCTION, Dim, Epilogue,
                         EpilogueParams, ErrorCode, Header, LoadInstruction, Opcode,
                         ParamsInstruction, StoreInstruction, TensorDescriptor, defined_bits,
@@ -65,8 +66,7 @@ def _run_program(config, family, seed, busy_cycles=None, holding=()):
     expected = {name: [] for name in ENGINES}
     for raw in program[:-1]:
         name = next(name for name, (ops, _) in ENGINES.items() if opcode_of(raw) in ops)
-        kept = sum(1 << bit for bit in kept_bits(config, ENGINES[name][0]))
-        expected[name].append(int.from_bytes(raw, "little") & kept)
+        expected[name].append(queued(config, ENGINES[name][0], raw))
     received = {name: [] for name in ENGINES}
     fetched_in_hold = []
 
@@ -231,20 +231,96 @@ def test_the_queue_registers_its_heads_token_flags(name, depth, family, width):
 @pytest.mark.parametrize("dims", [2, 3, 4])
 def test_the_load_queue_drops_the_strides_the_walkers_do_not_use(dims):
     # Of a dim past descriptor_dims only extent, lo and hi are kept (the check and the padding
-    # a tile gets where lo != 0 or hi == 0); of a walked dim every field.
-    kept = kept_bits(CoreConfig(im2col=False, descriptor_dims=dims), ENGINES["load"][0])
+    # a tile gets where lo != 0 or hi == 0), as 2, 1 and 1 bits; of a walked dim every field,
+    # extent, lo and hi up to the power of two above the scratchpad's lanes (dim 0) or rows.
+    config = CoreConfig(im2col=False, descriptor_dims=dims)
+    kept = kept_bits(config, ENGINES["load"][0])
+    saturated = saturated_fields(config, ENGINES["load"][0])
     for d in range(4):
         first = LoadInstruction["tensor"].offset + TensorDescriptor["dims"].offset + d * Dim.size
         for name, field in Dim:
             bits = set(range(first + field.offset, first + field.offset + field.width))
-            assert (bits <= kept) == (d < dims or name != "stride"), (d, name)
-            assert bits <= kept or not bits & kept
+            span = config.lanes if d == 0 else config.scratchpad_rows
+            if name == "stride":
+                width = 32 if d < dims else 0
+            elif d < dims:
+                width = ceil_log2(span + 1) + 1
+            else:
+                width = 2 if name == "extent" else 1
+            assert bits & kept == set(range(first + field.offset,
+                                            first + field.offset + width)), (d, name)
+            assert (name != "stride") == ((first + field.offset, field.width) in saturated)
+
+
+def test_a_queue_saturates_only_fields_no_other_layout_keeps():
+    # A load queue with im2col keeps its LOAD's fields whole (the im2col descriptor's are over
+    # them); a store queue's STORE fields under a PARAMS entry the epilogue reads are whole,
+    # the others saturate; the execute queue's MATMUL rows and count saturate without the
+    # softmax unit only.
+    micro = CoreConfig.preset("micro")
+    assert saturated_fields(CoreConfig(im2col=True), ENGINES["load"][0]) == {}
+    store = saturated_fields(micro, ENGINES["store"][0])
+    dims = StoreInstruction["tensor"].offset + TensorDescriptor["dims"].offset
+    pitch = StoreInstruction["epilogue"].offset + Epilogue["pool_pitch"].offset
+    assert store == {(dims, 16): 3, (dims + 2 * Dim.size + 32, 16): 9,
+                     (dims + 3 * Dim.size, 16): 1, (dims + 3 * Dim.size + 16, 16): 0,
+                     (dims + 3 * Dim.size + 32, 16): 0, (pitch, 16): 8}
+    assert len(saturated_fields(micro, ENGINES["execute"][0])) == 4
+    assert saturated_fields(CoreConfig(softmax=True), ENGINES["execute"][0]) == {}
+
+
+@pytest.mark.parametrize("name", ["load", "execute", "store"])
+def test_a_queued_field_is_its_value_up_to_its_limit(name):
+    # `queued` of a random instruction (and of values around each limit) keeps the kept bits
+    # and gives a saturated field min(value, 2**k); the queue's hardware gives the same.
+    config = CoreConfig.preset("micro")
+    opcodes, layout = ENGINES[name]
+    saturated = saturated_fields(config, opcodes)
+    rng = random.Random(len(name))
+    raws = []
+    for _ in range(40):
+        raw = rng.getrandbits(INSTRUCTION_BYTES * 8)
+        raw = raw & ~0xF | opcodes[0].value  # an opcode of the engine
+        for (offset, width), k in saturated.items():
+            value = rng.choice([(1 << k) - 1, 1 << k, (1 << k) + 1, (1 << width) - 1, 0,
+                                rng.getrandbits(width)])
+            raw = raw & ~(((1 << width) - 1) << offset) | value << offset
+        raws.append(raw)
+    for raw in raws:
+        got = queued(config, opcodes, raw)
+        for (offset, width), k in saturated.items():
+            assert got >> offset & ((1 << width) - 1) == min(raw >> offset & ((1 << width) - 1),
+                                                             1 << k)
+    dut = InstructionQueue(layout, kept_bits(config, opcodes), 32, 1, 32, saturated)
+    seen = []
+
+    async def testbench(ctx):
+        for raw in raws:
+            for beat in range(dut.beats):
+                ctx.set(dut.beat, beat)
+                ctx.set(dut.beat_data, raw >> 32 * beat & 0xFFFF_FFFF)
+                ctx.set(dut.beat_en, 1)
+                ctx.set(dut.commit, beat == dut.beats - 1)
+                await ctx.tick()
+            ctx.set(dut.beat_en, 0)
+            ctx.set(dut.commit, 0)
+            seen.append(ctx.get(dut.head.payload.instr.as_value()))
+            ctx.set(dut.head.ready, 1)
+            await ctx.tick()
+            ctx.set(dut.head.ready, 0)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(testbench)
+    sim.run()
+    assert seen == [queued(config, opcodes, raw) for raw in raws]
 
 
 @pytest.mark.parametrize("cols,multiplier", [(4, False), (4, True), (8, True), (16, False)])
 def test_the_store_queue_drops_the_params_entries_the_epilogue_never_reads(cols, multiplier):
     # A PARAMS entry from cols on would set a lane past the last; without the epilogue's
-    # multiplier no entry's multiplier is read. The STORE's bits are all kept.
+    # multiplier no entry's multiplier is read. The STORE's bits are all kept (those of its
+    # saturated fields up to their limits).
     config = CoreConfig(rows=4, cols=cols, softmax=False, im2col=False,
                         epilogue_multiplier=multiplier)
     kept = kept_bits(config, ENGINES["store"][0])
@@ -257,7 +333,11 @@ def test_the_store_queue_drops_the_params_entries_the_epilogue_never_reads(cols,
             assert bits <= kept if read else not bits & kept - defined_bits(StoreInstruction), (
                 e, name)
     scale_row = StoreInstruction["epilogue"].offset + Epilogue["scale_row"].offset
-    assert defined_bits(StoreInstruction) - set(range(scale_row, scale_row + 16)) <= kept
+    dropped = {offset + bit for (offset, width), k
+               in saturated_fields(config, ENGINES["store"][0]).items()
+               for bit in range(k + 1, width)}
+    assert defined_bits(StoreInstruction) - set(range(scale_row, scale_row + 16)) - dropped \
+        <= kept
 
 
 @pytest.mark.parametrize("width", [32, 11])
