@@ -6,7 +6,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
 from ..arch import (ENGINE_OPCODES, PENDING_DEPTH, TOKEN_BITS, TOKEN_FLAGS, TOKEN_LIMIT, Engine,
-                    token_flag_bit)
+                    supported_opcodes, token_flag_bit)
 from ..isa import (DIMS, INSTRUCTION_BITS, INSTRUCTION_BYTES, PARAMS_PER_INSTRUCTION, Dim,
                    Epilogue, EpilogueParams, ErrorCode, Header, Im2colDescriptor, Opcode,
                    ParamsInstruction, TensorDescriptor, defined_bits, instruction_layout,
@@ -21,7 +21,7 @@ from .store import STORE_INSTRUCTION, store_front_client
 from .walker import window_ok
 
 __all__ = ["Controller", "ENGINES", "FETCH_ID", "InstructionQueue", "kept_bits", "queued",
-           "saturated_fields", "supported_opcodes"]
+           "saturated_fields"]
 
 FETCH_ID = 1
 """ARID of instruction fetches (the load engine reads with ARID 0)."""
@@ -31,12 +31,6 @@ _ENGINE_LAYOUTS = {Engine.LOAD: LOAD_INSTRUCTION, Engine.EXECUTE: EXECUTE_INSTRU
 ENGINES = {engine.name.lower(): (ENGINE_OPCODES[engine], _ENGINE_LAYOUTS[engine]) for engine in Engine}
 """Engine ports by name, in chain order (`arch.Engine`), with the opcodes each one runs and the
 instruction layout it takes."""
-
-
-def supported_opcodes(config):
-    """The opcodes a core of ``config`` runs; any other stops it with UNKNOWN_OPCODE."""
-    return {op for opcodes, _ in ENGINES.values() for op in opcodes
-            if op != Opcode.SOFTMAX or config.softmax}
 
 
 def kept_bits(config, opcodes):
@@ -131,10 +125,10 @@ def _saturations(config, opcode, layout):
         if "epilogue" in layout.members:
             limits[field("epilogue", "pool_pitch")] = power(client.rows)
     if opcode == Opcode.MATMUL:
-        act_rows = max(config.scratchpad_rows,
-                       config.probability_rows if config.softmax else 1)
+        # (An act_row of the probability buffer is SRAM_RANGE past it on every core, then
+        # UNKNOWN_OPCODE on one without the softmax unit.)
         limits[field("weight_row")] = power(config.scratchpad_rows)
-        limits[field("act_row")] = power(act_rows)
+        limits[field("act_row")] = power(max(config.scratchpad_rows, config.probability_rows))
         limits[field("acc_row")] = power(config.accumulator_rows)
         limits[field("count")] = power(config.accumulator_rows + 1)
     return limits

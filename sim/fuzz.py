@@ -35,7 +35,7 @@ from ..isa import (DIMS, INSTRUCTION_BYTES, LoadInstruction, Opcode, SoftmaxInst
 from .fuzz_model import DONE, MEMORY_SIZE, im2col_elements, predict
 from .golden import apply_epilogue, conv2d_int32, matmul_int32
 
-__all__ = ["KINDS", "cases", "defect_cases", "draw_cases", "draw_cases_apart"]
+__all__ = ["KINDS", "cases", "defect_cases", "draw_cases", "draw_cases_apart", "limit_cases"]
 
 PROGRAM, PROGRAM_SPACE = 0x00000, 0x2000
 DATA, DATA_SPACE = 0x10000, 0x8000
@@ -217,8 +217,13 @@ def _raw_ranges(draw, raw, tensor_offset, one_in):
 def _instruction(draw, config, density):
     """Encoded bytes of one random instruction: sensible fields, edge values now and then, and
     in half of them one kind of field (`DEFECTS`) often broken."""
-    kind = draw(st.sampled_from(["load"] * 6 + ["im2col", "params", "softmax", "end"] * 2
-                                + ["matmul", "store"] * 4 + ["unknown"]))
+    # A kind the core lacks (an im2col LOAD, a SOFTMAX) is as rare as an unknown opcode.
+    lacks = {"im2col": not config.im2col, "softmax": not config.softmax}
+    kind = draw(st.sampled_from(["load"] * 6
+                                + [k for k in ("im2col", "params", "softmax", "end")
+                                   if not lacks.get(k)] * 2
+                                + ["matmul", "store"] * 4 + ["unknown"]
+                                + [k for k, lacking in lacks.items() if lacking]))
     odds = _odds(draw(st.sampled_from([None] * len(DEFECTS) + list(DEFECTS))))
     deps = draw(_deps(density))
     program = Program(wrap=True)  # every dim encoded, tiles past the top wrapped as walked
@@ -394,6 +399,18 @@ def _epilogue_options(draw, channels, pool_allowed):
     return options
 
 
+def _on_core(config, channels, options):
+    """The `Epilogue` of ``options`` that a core of ``config`` applies, and the options of its
+    golden model: as `Device` runs it (`Epilogue.on_core`), a core without the epilogue's
+    multiplier takes a power-of-two multiplier folded into the shift (the same results) and
+    stores any other requantization's (pooled) accumulators as int32 for the host."""
+    epilogue = Epilogue.from_options(channels, **options)
+    core, host = epilogue.on_core(config) if epilogue is not None else (None, None)
+    if host is not None:
+        options = {"pool": True} if options.get("pool") else {}
+    return core, options
+
+
 def _random_bytes(draw, shape):
     seed = draw(st.integers(0, 2**32 - 1))
     return np.random.default_rng(seed).integers(-128, 128, shape, dtype=np.int8)
@@ -406,7 +423,7 @@ def matmul_cases(draw, config):
     a, b = _random_bytes(draw, (m, k)), _random_bytes(draw, (k, n))
     options = draw(_epilogue_options(n, pool_allowed=False))
     options.pop("pool", None)
-    epilogue = Epilogue.from_options(n, **options)
+    epilogue, options = _on_core(config, n, options)
     b_addr = DATA + -(-a.size // 64) * 64
     program = compile_matmul(config, m, k, n, a_addr=DATA, b_addr=b_addr, c_addr=OUTPUT,
                              epilogue=epilogue)
@@ -430,13 +447,18 @@ def conv2d_cases(draw, config):
     except ValueError:
         return None
     options = draw(_epilogue_options(k, pool_allowed=p >= 2 and q >= 2))
-    epilogue = Epilogue.from_options(k, **options)
-    lowering = draw(st.sampled_from([None, "im2col"])) or conv2d_lowering(config, x_shape, w_shape,
-                                                                        epilogue)
+    epilogue, options = _on_core(config, k, options)
+    lowering = draw(st.sampled_from([None, "im2col"] if config.im2col else [None])) or \
+        conv2d_lowering(config, x_shape, w_shape, epilogue)
     x, w = _random_bytes(draw, x_shape), _random_bytes(draw, w_shape)
     w_addr = DATA + -(-x.size // 64) * 64
-    program = compile_conv2d(config, x_shape, w_shape, **conv, x_addr=DATA, w_addr=w_addr,
-                             y_addr=OUTPUT, epilogue=epilogue, lowering=lowering)
+    try:
+        program = compile_conv2d(config, x_shape, w_shape, **conv, x_addr=DATA, w_addr=w_addr,
+                                 y_addr=OUTPUT, epilogue=epilogue, lowering=lowering)
+    except ValueError:
+        if config.im2col:
+            raise
+        return None  # a convolution a core without the im2col walker does not run
     expected = apply_epilogue(conv2d_int32(x, w, **conv), channel_axis=1, spatial_axes=(2, 3),
                               **options)
     output, check = _output_check(expected)
@@ -758,6 +780,35 @@ def raw_cases(draw, config):
     return _case(config, f"raw bytes ({count} instructions)", program=program,
                  windows=draw(_windows(config)), base=base, length=length,
                  watchdog=draw(st.sampled_from(WATCHDOGS)), soft_reset=draw(st.booleans()))
+
+
+def limit_cases(config):
+    """For each field an engine's queue saturates on a core of ``config``
+    (`hdl.controller.saturated_fields`), one-instruction programs (a valid LOAD, STORE or
+    MATMUL, then END) with that field at values around its limit ``2**k`` and at its largest:
+    the core must end as the model, which reads every bit, says."""
+    from ..hdl.controller import ENGINES, saturated_fields  # the fields this core saturates
+    program = Program(config)
+    lanes, cols = config.lanes, config.cols
+    program.load(tensor(DATA, 1, 0, [Dim(extent=lanes, bound=lanes, stride=1),
+                                     Dim(extent=2, bound=2, stride=lanes)]))
+    program.matmul(0, 0, 0, config.rows)
+    program.store(tensor(OUTPUT, 4, 0, [Dim(extent=cols, bound=cols, stride=4),
+                                        Dim(extent=2, bound=2, stride=4 * cols)]))
+    valid = dict(zip(ENGINES, program.instructions))  # in chain order, as arch.Engine
+    end = Program().end().instructions[0]
+    windows = fit_windows(_STANDARD_WINDOWS, config.windows)
+    cases = []
+    for name, (opcodes, _) in ENGINES.items():
+        for (offset, width), k in sorted(saturated_fields(config, opcodes).items()):
+            for value in sorted({(1 << k) - 1, 1 << k, (1 << k) + 1, (1 << width) - 1}):
+                raw = with_bits(valid[name], offset, width, value)
+                case = _case(config, f"limit {name} bits {offset}+{width} = {value}",
+                             program=raw + end, windows=windows, base=PROGRAM, length=2,
+                             watchdog=WATCHDOGS[-1], memory=[(DATA, bytes(range(256)))])
+                if case is not None:
+                    cases.append(case)
+    return cases
 
 
 KINDS = {"matmul": (matmul_cases, 1), "conv2d": (conv2d_cases, 1), "raw": (raw_cases, 1),

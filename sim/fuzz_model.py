@@ -25,7 +25,8 @@ from types import SimpleNamespace
 from amaranth.hdl import Shape
 from amaranth.lib import data
 
-from ..arch import OPCODE_ENGINE, SOFTMAX_DIVIDE_CYCLES, Engine, block_query_cycles, opcode_of
+from ..arch import (OPCODE_ENGINE, SOFTMAX_DIVIDE_CYCLES, Engine, block_query_cycles, opcode_of,
+                    supported_opcodes)
 from ..isa import DIMS, INSTRUCTION_BYTES, ErrorCode, Header, Opcode, SoftmaxMode, instruction_layout
 
 __all__ = ["DONE", "FETCH_CYCLES", "MEMORY_SIZE", "Prediction", "im2col_elements",
@@ -170,6 +171,8 @@ def _im2col_addresses(config, d):
 
 
 def _load(config, instr, windows):
+    if instr.header.im2col and not config.im2col:
+        return ErrorCode.UNKNOWN_OPCODE, 40
     if instr.header.im2col:
         d = instr.im2col
         if (0 in (d.rows, d.lanes, d.kernel_h, d.kernel_w, d.conv_stride)
@@ -220,6 +223,8 @@ def _matmul(config, instr):
           or instr.act_row + ((instr.count - 1) << instr.act_stride_log2) >= act_rows
           or instr.acc_row + instr.count > config.accumulator_rows):
         code = ErrorCode.SRAM_RANGE
+    elif instr.act_probabilities and not config.softmax:  # no probability buffer
+        code = ErrorCode.UNKNOWN_OPCODE
     else:
         code = ErrorCode.NONE
     return code, 40 + 2 * (instr.count + config.rows + config.cols)
@@ -342,7 +347,7 @@ def predict(config, image, windows, program_base, program_length, watchdog):
             opcode = opcode_of(raw)
             if opcode == Opcode.END:
                 fetching, ended = False, True
-            elif opcode is None:
+            elif opcode not in supported_opcodes(config):  # no opcode, or one it lacks
                 fault = ErrorCode.UNKNOWN_OPCODE
             else:
                 step = _instruction_step(config, raw, windows)

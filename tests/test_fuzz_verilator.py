@@ -20,7 +20,7 @@ from tpugen import CoreConfig
 from tpugen.firmware.program import Dim, Program, tensor
 from tpugen.isa import ErrorCode
 from tpugen.registers import register
-from tpugen.sim.fuzz import draw_cases_apart
+from tpugen.sim.fuzz import draw_cases_apart, limit_cases
 from tpugen.sim.fuzz_model import DONE, MEMORY_SIZE, predict
 
 SMALL = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1, axi_data_width=64)
@@ -132,28 +132,42 @@ def test_fuzzed_programs_end_as_the_model_says(run_tb, tmp_path):
 
 
 def test_a_reduced_core_ends_as_the_model_says(run_tb, tmp_path):
-    """Fuzzed cases on a core with micro's profile: two windows (`CoreConfig.windows`), one-deep
-    queues (`CoreConfig.queue_depth`), the store and load engines' run from their queues' slots
-    (`CoreConfig.store_prefetch`, `CoreConfig.load_prefetch`), one DMA front for both
-    (`CoreConfig.shared_dma`), 3-dim walkers (`CoreConfig.descriptor_dims`), results added
-    as their rows are read (`CoreConfig.registered_accumulate`) and 20-bit
-    addresses (`CoreConfig.address_width`: the memory's 1 MiB; tiles and programs wrap at its
-    top, address and stride bits above are ignored, windows past it cover nothing). The
-    core, the model and the AXI checker take only the first two of the windows a case programs,
-    the model queues one instruction per engine and predicts BAD_EXTENT for a 4th dim the
-    walkers lack. Valid programs get their windows fitted as the runtime does (`fit_windows`)
-    and end done; the others' standard output window (the third) is missing, so their STOREs
-    end in STORE_WINDOW."""
-    config = dataclasses.replace(SMALL, windows=2, queue_depth=1, store_prefetch=False,
-                                 load_prefetch=False, descriptor_dims=3, shared_dma=True,
-                                 address_width=MEMORY_SIZE.bit_length() - 1,
-                                 registered_accumulate=False)
+    """Fuzzed cases on the micro preset with 20-bit addresses (`CoreConfig.address_width`: the
+    memory's 1 MiB; tiles and programs wrap at its top, address and stride bits above are
+    ignored, windows past it cover nothing): two windows, one-deep queues that keep fields
+    only up to the limits the engines tell apart (`saturated_fields`), the store and load
+    engines run from their queues' slots, one DMA front for both, 3-dim walkers, no softmax
+    unit or im2col walker (an im2col LOAD, a SOFTMAX and probability activations are
+    UNKNOWN_OPCODE, drawn as rarely as an unknown opcode), a shift-only epilogue, unbuffered
+    row feeders and broadcast activations. The core, the model and the AXI checker take only
+    the first two of the windows a case programs, the model queues one instruction per engine
+    and predicts BAD_EXTENT for a 4th dim the walkers lack. Valid programs get their windows
+    fitted as the runtime does (`fit_windows`) and end done; the others' standard output
+    window (the third) is missing, so their STOREs end in STORE_WINDOW."""
+    config = dataclasses.replace(CoreConfig.preset("micro"),
+                                 address_width=MEMORY_SIZE.bit_length() - 1)
     drawn = _with_timing(draw_cases_apart(60, config))
     stats, failures = _fuzz(run_tb, tmp_path, config, drawn)
     assert not failures, "\n".join(failures[:20])
     assert stats["programs"] == len(drawn)
     ends = collections.Counter(o["error"] for o in stats["outcomes"])
     assert ends["NONE"] >= 15 and ends["STORE_WINDOW"] >= 2, ends  # 31-35 and 2-7 of 60 drawn
+
+
+def test_fields_past_their_limits_end_as_the_model_says(run_tb, tmp_path):
+    """On micro, a LOAD, STORE or MATMUL with one field its queue keeps only up to a limit
+    (`saturated_fields`: rows, lanes, extents, bounds, the pool pitch, a MATMUL's rows and
+    count) set around that limit and to its largest value (`limit_cases`) ends as the model,
+    which reads every bit, predicts: the core treats the values it does not keep as the
+    limit, and that is the same error, or none."""
+    config = dataclasses.replace(CoreConfig.preset("micro"),
+                                 address_width=MEMORY_SIZE.bit_length() - 1)
+    drawn = _with_timing(limit_cases(config))
+    stats, failures = _fuzz(run_tb, tmp_path, config, drawn)
+    assert not failures, "\n".join(failures[:20])
+    assert stats["programs"] == len(drawn) > 80
+    ends = collections.Counter(o["error"] for o in stats["outcomes"])
+    assert min(ends["NONE"], ends["BAD_EXTENT"], ends["SRAM_RANGE"]) >= 10, ends
 
 
 def test_the_draw_is_the_same_whatever_ran_before():

@@ -10,7 +10,7 @@ from .isa import Header, Opcode
 __all__ = ["ENGINE_OPCODES", "Engine", "MAX_OUTSTANDING", "MAX_QUEUE_DEPTH", "OPCODE_BITS",
            "OPCODE_ENGINE", "OPCODE_MASK", "PENDING_DEPTH", "PLAN_DEPTH", "QUEUE_DEPTH",
            "SOFTMAX_DIVIDE_CYCLES", "SOFTMAX_OUT_FRAC", "TOKEN_BITS", "TOKEN_FLAGS", "TOKEN_LIMIT",
-           "block_query_cycles", "min_tile_length", "opcode_of", "skewed_cols",
+           "block_query_cycles", "min_tile_length", "opcode_of", "skewed_cols", "supported_opcodes",
            "token_flag_bit"]
 
 
@@ -27,6 +27,13 @@ ENGINE_OPCODES = {Engine.LOAD: (Opcode.LOAD,),
 """The opcodes each engine runs (END runs on none: the controller waits for all)."""
 OPCODE_ENGINE = {opcode: engine for engine, opcodes in ENGINE_OPCODES.items() for opcode in opcodes}
 """The engine of each opcode that has one."""
+
+def supported_opcodes(config):
+    """The opcodes a core of ``config`` runs; any other stops it with UNKNOWN_OPCODE when it
+    is fetched."""
+    return {op for opcodes in ENGINE_OPCODES.values() for op in opcodes
+            if op != Opcode.SOFTMAX or config.softmax}
+
 
 QUEUE_DEPTH = 2
 """Instructions the controller queues per engine by default (`CoreConfig.queue_depth`)."""
