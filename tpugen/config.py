@@ -229,7 +229,8 @@ PRESETS = {
     "large": CoreConfig(rows=16, cols=16, scratchpad_kib=256, accumulator_kib=64, axi_data_width=128),
     # The UP5K's 30 SB_RAM40_4K: the scratchpad and accumulator are each read through two
     # copies; 2 KiB of scratchpad is 8 of them, 4 KiB of accumulator (128-bit rows) 16; the
-    # epilogue's lane parameters 3, the load plan 2 and the W beats 3 (29 in the board build).
+    # epilogue's lane parameters 3, the load plan 2 and the W beats 3 (33 in the iCEBreaker
+    # build since stop 49: over by 3). The board's default core has 1 KiB buffers: 29 of 30.
     "micro": CoreConfig(rows=4, cols=4, scratchpad_kib=2, accumulator_kib=4, axi_data_width=32,
                         softmax=False, im2col=False, epilogue_multiplier=False, counters="basic",
                         windows=2, queue_depth=1, store_prefetch=False, weight_prefetch=False,
