@@ -10,8 +10,8 @@ from .pe import (ICE40_ACT_WIDTHS, ICE40_WEIGHT_WIDTH, PRODUCT_STAGES, Processin
                  add_pe, ice40_mac_operands, ice40_mac_pair, pe_outputs, pe_signature, pe_weight)
 
 __all__ = ["SystolicArray", "act_width", "activation_layout", "array_latency",
-           "ice40_mac_pairs", "ice40_weights_in_block", "lut_multiplier_pes", "min_tile_length", "pe_module",
-           "pe_module_name", "psum_width", "result_layout", "weight_layout"]
+           "ice40_mac_pairs", "ice40_weights_in_block", "lut_multiplier_pes", "min_tile_length",
+           "pe_module", "pe_module_name", "psum_width", "result_layout", "weight_layout"]
 
 
 def weight_layout(config):
@@ -291,8 +291,9 @@ class SystolicArray(wiring.Component):
 
         # Column c leaves the bottom row c cycles after column 0 (c < `skewed_cols`): delay it
         # by skewed_cols - 1 - c (de-skew), still `psum_width` bits, then sign-extend it to
-        # acc_width (.eq of a signed value). Every PE registers its product (`PRODUCT_STAGES`; a DSP PE on iCE40 and ECP5
-        # in its block), so no column takes more (flip-flops are the UP5K's scarcest cells).
+        # acc_width (.eq of a signed value). Every PE registers its product (`PRODUCT_STAGES`;
+        # a DSP PE on iCE40 and ECP5 in its block), so no column takes more (flip-flops are the
+        # UP5K's scarcest cells).
         for c in range(cols):
             psum = pes[rows - 1][c].psum_out
             for stage in range(max(skewed - 1 - c, 0)):

@@ -8,9 +8,8 @@ from amaranth.utils import ceil_log2, exact_log2
 from ..arch import (ENGINE_OPCODES, PENDING_DEPTH, TOKEN_BITS, TOKEN_FLAGS, TOKEN_LIMIT, Engine,
                     supported_opcodes, token_flag_bit)
 from ..isa import (DIMS, INSTRUCTION_BITS, INSTRUCTION_BYTES, PARAMS_PER_INSTRUCTION, Dim,
-                   Epilogue, EpilogueParams, ErrorCode, Header, Im2colDescriptor, Opcode,
-                   ParamsInstruction, TensorDescriptor, defined_bits, instruction_layout,
-                   window_layout)
+                   EpilogueParams, ErrorCode, Header, Opcode, ParamsInstruction, defined_bits,
+                   instruction_layout, window_layout)
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_read_signature
 from .engine import engine_members
 from .execute import EXECUTE_INSTRUCTION
@@ -104,10 +103,7 @@ def _saturations(config, opcode, layout):
         return 1 << ceil_log2(value)
 
     def field(*path):
-        offset, shape = 0, layout
-        for name in path:
-            offset, shape = offset + shape[name].offset, shape[name].shape
-        return offset, Shape.cast(shape).width
+        return _field(layout, *path)
 
     limits = {}
     if "tensor" in layout.members:
@@ -144,13 +140,20 @@ def queued(config, opcodes, raw):
     return value & sum(1 << bit for bit in kept_bits(config, opcodes))
 
 
+def _field(layout, *path):
+    """(offset, width) of the field of ``layout`` at ``path`` (names, and indices of arrays)."""
+    offset, shape = 0, layout
+    for name in path:
+        offset, shape = offset + shape[name].offset, shape[name].shape
+    return offset, Shape.cast(shape).width
+
+
 def _strides(layout, dims):
     """The bit offsets of the strides of ``dims`` in the ``tensor`` of ``layout`` (none if it
     has none)."""
     if "tensor" not in layout.members:
         return []
-    first = layout["tensor"].offset + TensorDescriptor["dims"].offset + Dim["stride"].offset
-    return [first + d * Dim.size for d in dims]
+    return [_field(layout, "tensor", "dims", d, "stride")[0] for d in dims]
 
 
 def _unwalked_strides(config, layout):
@@ -166,10 +169,9 @@ def _high_address_bits(config, layout):
     addresses wrap modulo ``2**address_width``, so no element's address depends on them."""
     fields = _strides(layout, range(DIMS))
     if "tensor" in layout.members:
-        fields.append(layout["tensor"].offset + TensorDescriptor["address"].offset)
+        fields.append(_field(layout, "tensor", "address")[0])
     if "im2col" in layout.members:
-        im2col = layout["im2col"].offset
-        fields += [im2col + Im2colDescriptor[name].offset
+        fields += [_field(layout, "im2col", name)[0]
                    for name in ("base", "stride_n", "stride_c", "stride_h", "stride_w")]
     return {offset + bit for offset in fields for bit in range(config.address_width, 32)}
 
@@ -179,8 +181,8 @@ def _scale_rows(config, layout):
     without the softmax unit (whose STORE with ``row_scale`` is UNKNOWN_OPCODE)."""
     if config.softmax or "epilogue" not in layout.members:
         return set()
-    field = layout["epilogue"].offset + Epilogue["scale_row"].offset
-    return set(range(field, field + Epilogue["scale_row"].width))
+    offset, width = _field(layout, "epilogue", "scale_row")
+    return set(range(offset, offset + width))
 
 
 def _unread_params(config, layout):

@@ -153,7 +153,8 @@ ICE40_MAC_PARAMETERS = {
 8x8 mode A_SIGNED and B_SIGNED sign-extend both halves' operands). Registered: each half's
 8x8 product (its pipeline register) and its C or D input, so the block holds the PEs' product
 register (`PRODUCT_STAGES`) as an ECP5 PE's MULT18X18D does (`add_pe`); A, B and the outputs
-are not. The registers take CLK, always enabled, never held or reset."""
+are not (B is, held between weight switches, with `ice40_mac_pair`'s ``weight_load``). The
+registers take CLK, always enabled, never reset, and never held but for B."""
 
 
 def ice40_mac_pair(m, halves, name="mac", *, model=False, weight_load=None):
@@ -195,17 +196,17 @@ def ice40_mac_pair(m, halves, name="mac", *, model=False, weight_load=None):
     zero = (Const(0, 8), Const(0, 8), Const(0, 16), 0)
     (a_top, b_top, c_top, _), (a_bottom, b_bottom, d_bottom, _) = [*halves, zero][:2]
     out = Signal(32, name=f"{name}_out")
-    zeros = {port: Const(0, 1) for port in (
+    controls = {port: Const(0, 1) for port in (
         "AHOLD", "BHOLD", "CHOLD", "DHOLD", "IRSTTOP", "IRSTBOT", "ORSTTOP", "ORSTBOT",
         "OLOADTOP", "OLOADBOT", "ADDSUBTOP", "ADDSUBBOT", "OHOLDTOP", "OHOLDBOT", "CI",
         "ACCUMCI", "SIGNEXTIN")}
     parameters = dict(ICE40_MAC_PARAMETERS)
     if weight_load is not None:
         parameters["B_REG"] = Const(1, 1)
-        zeros["BHOLD"] = ~weight_load
+        controls["BHOLD"] = ~weight_load
     m.submodules[name] = Instance(
         "SB_MAC16", **{f"p_{key}": value for key, value in parameters.items()},
-        **{f"i_{port}": value for port, value in zeros.items()}, i_CLK=ClockSignal(),
+        **{f"i_{port}": value for port, value in controls.items()}, i_CLK=ClockSignal(),
         i_CE=Const(1, 1), i_A=Cat(a_bottom, a_top), i_B=Cat(b_bottom, b_top), i_C=c_top,
         i_D=d_bottom, o_O=out)
     m.d.comb += [result.eq(out[16 * (1 - index):16 * (2 - index)])

@@ -787,7 +787,9 @@ def limit_cases(config):
     (`hdl.controller.saturated_fields`), one-instruction programs (a valid LOAD, STORE or
     MATMUL, then END) with that field at values around its limit ``2**k`` and at its largest:
     the core must end as the model, which reads every bit, says."""
-    from ..hdl.controller import ENGINES, saturated_fields  # the fields this core saturates
+    # Imported here: Hypothesis mixes the constants of every imported module into its draws
+    # (`draw_cases`), and the other kinds' cases stay the same without the HDL's.
+    from ..hdl.controller import ENGINES, saturated_fields
     program = Program(config)
     lanes, cols = config.lanes, config.cols
     program.load(tensor(DATA, 1, 0, [Dim(extent=lanes, bound=lanes, stride=1),

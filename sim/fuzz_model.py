@@ -298,6 +298,7 @@ def predict(config, image, windows, program_base, program_length, watchdog):
     size, readable, writable) and the program registers: a `Prediction`. A core has only the
     first ``config.windows`` windows; the others' registers ignore what the host writes."""
     windows = windows[:config.windows]
+    supported = supported_opcodes(config)
     queues = [deque() for _ in Engine]
     forward = [0] * (len(Engine) - 1)   # forward[i]: tokens from engine i to i + 1
     backward = [0] * (len(Engine) - 1)  # backward[i]: tokens from engine i + 1 to i
@@ -347,7 +348,7 @@ def predict(config, image, windows, program_base, program_length, watchdog):
             opcode = opcode_of(raw)
             if opcode == Opcode.END:
                 fetching, ended = False, True
-            elif opcode not in supported_opcodes(config):  # no opcode, or one it lacks
+            elif opcode not in supported:  # no opcode, or one the core lacks
                 fault = ErrorCode.UNKNOWN_OPCODE
             else:
                 step = _instruction_step(config, raw, windows)
