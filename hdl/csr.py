@@ -6,7 +6,7 @@ from amaranth.lib.wiring import In, Out
 from ..config import check_config
 from ..isa import ErrorCode, window_layout
 from ..registers import (ADDR_WIDTH, COUNTERS, REGISTERS, absent_registers, constant_registers,
-                         counter_names, register)
+                         counter_names, narrow_registers, register)
 from .axi import AXI_RESP_OKAY, AXI_RESP_SLVERR, axi_lite_signature
 
 __all__ = ["ControlRegisters"]
@@ -57,8 +57,10 @@ class ControlRegisters(wiring.Component):
 
         # Configuration registers: storage for every rw register the core has, driving the outputs.
         absent = absent_registers(self.config)
-        store = {reg.name: Signal(32, init=reg.reset, name=reg.name.lower())
-                 for reg in REGISTERS if reg.access == "rw" and reg.name not in absent}
+        narrow = narrow_registers(self.config)
+        storage = {reg.name: _Storage(reg, narrow.get(reg.name, 32))
+                   for reg in REGISTERS if reg.access == "rw" and reg.name not in absent}
+        store = {name: kept.value for name, kept in storage.items()}
         m.d.comb += [
             self.irq_enable.eq(store["IRQ_ENABLE"][0]),
             self.program_base.eq(store["PROGRAM_BASE"]),
@@ -131,13 +133,13 @@ class ControlRegisters(wiring.Component):
                 for reg in REGISTERS:
                     with m.Case(reg.offset // 4):
                         if reg.access == "rw":
-                            target = store.get(reg.name)
+                            target = storage.get(reg.name)
                             if reg.locked:
                                 with m.If(locked):
                                     m.d.sync += bus.bresp.eq(AXI_RESP_SLVERR)
                             if target is not None:
                                 enables = w_strb & ~locked.replicate(4) if reg.locked else w_strb
-                                _write_bytes(m, target, w_data, enables, reg.mask)
+                                target.write(m, w_data, enables)
                         elif reg.name == "CONTROL":
                             control = reg.layout(w_bits)
                             m.d.comb += [start.eq(control.start),
@@ -220,14 +222,30 @@ class ControlRegisters(wiring.Component):
         return m
 
 
-def _write_bytes(m, target, data, strb, mask):
-    """Write the bytes of ``data`` that ``strb`` enables, masked by ``mask``, into ``target``:
-    a flip-flop enable per byte, so no multiplexer per bit."""
-    for i in range(4):
-        byte_mask = mask >> 8 * i & 0xFF
-        if byte_mask:
+class _Storage:
+    """The flip-flops of rw register ``reg``, kept in ``bits`` bits (`registers.kept_value`):
+    ``value`` is ``bits`` wide, or ``bits + 1`` with the bit for any written bit above them
+    (one flip-flop per byte that holds such bits, so a write of some bytes is exact)."""
+
+    def __init__(self, reg, bits):
+        self.reg, self.bits = reg, bits
+        self.low = Signal(bits, init=reg.reset & ((1 << bits) - 1), name=reg.name.lower())
+        self.above = [Signal(name=f"{reg.name.lower()}_above{i}")
+                      for i in range(4) if 8 * i + 8 > bits]
+        self.value = Cat(self.low, Cat(self.above).any()) if self.above else self.low
+
+    def write(self, m, data, strb):
+        """Write the bytes of ``data`` that ``strb`` enables, within the register's mask: a
+        flip-flop enable per byte, so no multiplexer per bit."""
+        data = data & self.reg.mask
+        above = iter(self.above)
+        for i in range(4):
+            split = min(max(8 * i, self.bits), 8 * i + 8)  # the byte's bits from here are above
             with m.If(strb[i]):
-                m.d.sync += target[8 * i:8 * i + 8].eq(data[8 * i:8 * i + 8] & byte_mask)
+                if split > 8 * i:
+                    m.d.sync += self.low[8 * i:split].eq(data[8 * i:split])
+                if split < 8 * i + 8:
+                    m.d.sync += next(above).eq(data[split:8 * i + 8].any())
 
 
 def _or(values):

@@ -1,6 +1,7 @@
 """`RegisterModel`: the control registers of a `tpu_core` as a Python object, for driver tests."""
 from ..isa import ErrorCode
-from ..registers import COUNTERS, REGISTERS, absent_registers, constant_registers, register
+from ..registers import (COUNTERS, REGISTERS, absent_registers, constant_registers, kept_value,
+                         narrow_registers, register)
 
 __all__ = ["RegisterModel"]
 
@@ -21,7 +22,8 @@ class RegisterModel:
     counts busy ticks) may be changed by a test. ``log`` lists every access as
     ``("read" | "write", offset, value)``; ``unmapped`` the offsets that hit no register;
     ``refused`` the locked registers written while the core was starting or busy. The
-    registers of the windows the core lacks (`absent_registers`) read 0 and ignore writes.
+    registers of the windows the core lacks (`absent_registers`) read 0 and ignore writes; those
+    it keeps narrower (`narrow_registers`) read back their `kept_value`.
     """
 
     def __init__(self, config, *, start_latency=0, run_ticks=3, outcome=ErrorCode.NONE,
@@ -38,6 +40,7 @@ class RegisterModel:
         self.constants = constant_registers(config)
         self.stored = {reg.name: reg.reset for reg in REGISTERS if reg.access == "rw"}
         self.absent = absent_registers(config)
+        self.narrow = narrow_registers(config)
         self.counters = dict.fromkeys(COUNTERS, 0)
         self.captured_high = dict.fromkeys(COUNTERS, 0)
         self.log = []
@@ -104,6 +107,8 @@ class RegisterModel:
             return 0
         if reg.name in self.constants:
             return self.constants[reg.name]
+        if reg.name in self.narrow:
+            return kept_value(self.narrow[reg.name], self.stored[reg.name])
         if reg.name in self.stored:
             return self.stored[reg.name]
         if reg.name in _COUNTER_HALVES:

@@ -12,7 +12,8 @@ from tpugen.hdl.axi import AXI_RESP_OKAY, AXI_RESP_SLVERR
 from tpugen.hdl.csr import ControlRegisters
 from tpugen.isa import NUM_WINDOWS, ErrorCode
 from tpugen.registers import (COUNTERS, ID_MAGIC, REGISTERS, Register, absent_registers,
-                              constant_registers, counter_names, register, registers_markdown)
+                              constant_registers, counter_names, kept_value, narrow_registers,
+                              register, registers_markdown)
 from tpugen.sim.pysim_axil import WRITE_ORDERS, AxiLiteMaster
 
 from test_dma_pysim import window
@@ -451,19 +452,25 @@ def test_configuration_is_locked_from_start_until_idle(count):
 
 @pytest.mark.parametrize("count, address_width", [(2, 32), (NUM_WINDOWS, 32), (2, 17)])
 def test_random_traffic_against_model(count, address_width):
-    """Random writes and reads of the rw registers; a core with ``count`` windows ignores
-    writes to the others' registers. The registers keep all 32 bits whatever the core's
-    ``address_width``; its windows are the part inside its address space."""
+    """Random writes (some bytes at a time) and reads of the rw registers; a core with
+    ``count`` windows ignores writes to the others' registers. On a core of fewer than 32
+    address bits the addresses and the program length read back, and reach the core, as their
+    `kept_value`; its windows are the part inside its address space."""
     rng = random.Random(7)
     model = {reg.name: reg.reset for reg in RW}
+    config = CoreConfig(windows=count, address_width=address_width)
+    kept = narrow_registers(config)
     narrow = (1 << address_width) - 1
+
+    def expected(name):
+        return kept_value(kept[name], model[name]) if name in kept else model[name]
 
     async def body(ctx, dut, axi):
         for _ in range(400):
             reg = rng.choice(RW)
             if rng.random() < 0.5:
                 data = rng.getrandbits(32)
-                if reg.name.startswith("WINDOW") and rng.random() < 0.5:
+                if reg.name.startswith(("WINDOW", "PROGRAM")) and rng.random() < 0.5:
                     data &= narrow  # a window inside (or reaching past) the address space
                 strb = rng.getrandbits(4)
                 mask = sum(0xFF << 8 * i for i in range(4) if strb >> i & 1)
@@ -473,6 +480,8 @@ def test_random_traffic_against_model(count, address_width):
                 assert resp == OKAY
                 if reg.name not in lacked(count):
                     model[reg.name] = (model[reg.name] & ~mask | data & mask) & reg.mask
+                assert (ctx.get(dut.program_base), ctx.get(dut.program_length)) == (
+                    expected("PROGRAM_BASE"), expected("PROGRAM_LENGTH"))
                 outputs = window_outputs(ctx, dut)
                 assert outputs == windows_of(model, address_width)[:count]
                 for i, w in enumerate(outputs):
@@ -483,12 +492,15 @@ def test_random_traffic_against_model(count, address_width):
                         seen.add("beyond the address space")
             else:
                 value = await axi.read(ctx, reg.offset, resp_delay=rng.randrange(3))
-                assert value == (model[reg.name], OKAY), reg.name
+                assert value == (expected(reg.name), OKAY), reg.name
+                if value[0] != model[reg.name]:
+                    seen.add("kept narrower")
 
     seen = set()
-    simulate(body, CoreConfig(windows=count, address_width=address_width))
+    simulate(body, config)
     assert seen == {"enabled", "reaching past the top",
-                    *(["beyond the address space"] if address_width < 32 else [])}
+                    *(["beyond the address space", "kept narrower"] if address_width < 32
+                      else [])}
 
 
 @pytest.mark.parametrize("count", range(1, NUM_WINDOWS + 1))

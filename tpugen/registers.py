@@ -9,7 +9,8 @@ from .isa import DIMS, NUM_WINDOWS
 
 __all__ = ["ACCESSES", "ADDR_WIDTH", "BASIC_COUNTERS", "COUNTERS", "CSR_VERSION", "ID_MAGIC",
            "REGISTERS", "BitField", "Register", "absent_registers", "constant_registers",
-           "counter_names", "register", "register_span", "registers_markdown", "window_writes"]
+           "counter_names", "kept_value", "narrow_registers", "register", "register_span",
+           "registers_markdown", "window_writes"]
 
 ADDR_WIDTH = 12
 ID_MAGIC = 0x54505547
@@ -271,6 +272,24 @@ def absent_registers(config):
                  for part in ("BASE", "SIZE", "FLAGS"))
 
 
+def narrow_registers(config):
+    """{name: bits} of the rw registers a core of ``config`` keeps narrower than 32 bits: the
+    addresses (``CoreConfig.address_width``) and the program length (``index_width``). Such a
+    register keeps bits ``bits - 1..0`` as written and, as bit ``bits``, whether any bit above
+    them is set (`kept_value`): the core treats every value from ``2**bits`` on alike (a window
+    or program base beyond the address space, a size reaching past it, no length limit)."""
+    bits = {**{f"WINDOW{i}_{part}": config.address_width
+               for i in range(config.windows) for part in ("BASE", "SIZE")},
+            "PROGRAM_BASE": config.address_width, "PROGRAM_LENGTH": config.index_width}
+    return {name: width for name, width in bits.items() if width < 32}
+
+
+def kept_value(bits, value):
+    """What a register of `narrow_registers` kept in ``bits`` bits holds and reads back for a
+    written ``value``: its bits ``bits - 1..0``, and bit ``bits`` set if any bit above is."""
+    return value & ((1 << bits) - 1) | (value >> bits != 0) << bits
+
+
 def constant_registers(config):
     """Values of the constant (identification and configuration) registers for ``config``."""
     fields = {
@@ -318,6 +337,10 @@ write to one of them in that time answers SLVERR and changes nothing, so a runni
 neither be moved nor given more memory than it was started with.
 A core has `CONFIG1.windows` access windows (`CoreConfig.windows`, up to the map's four):
 the registers of the others read 0 and ignore writes (SLVERR while locked, as the others).
+On a core of A < 32 address bits (`CONFIG2.address_bits_missing` not 0) the windows' BASE and
+SIZE and PROGRAM_BASE keep bits A-1..0 as written and, as bit A, whether any bit above them is
+set (the core treats every such value alike: a base beyond the address space, a size reaching
+past it); PROGRAM_LENGTH likewise at A - 5 bits (from there on no limit).
 Counters are LO/HI pairs: read LO first, then HI returns the upper half captured by that read
 (with 32-bit counters, `CONFIG1.wide_counters` 0, HI reads 0).
 
