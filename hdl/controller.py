@@ -5,7 +5,7 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
-from ..arch import (ENGINE_OPCODES, PENDING_DEPTH, TOKEN_BITS, TOKEN_FLAGS, TOKEN_LIMIT, Engine,
+from ..arch import (ENGINE_OPCODES, TOKEN_BITS, TOKEN_FLAGS, TOKEN_LIMIT, Engine, pending_depth,
                     supported_opcodes, token_flag_bit)
 from ..isa import (DIMS, INSTRUCTION_BITS, INSTRUCTION_BYTES, PARAMS_PER_INSTRUCTION, Dim,
                    EpilogueParams, ErrorCode, Header, Opcode, ParamsInstruction, defined_bits,
@@ -456,7 +456,7 @@ class Controller(wiring.Component):
             queue = InstructionQueue(layout, kept_bits(self.config, opcodes), beat_bits,
                                      self.config.queue_depth, index_width,
                                      saturated_fields(self.config, opcodes))
-            pending = SyncFIFO(width=2, depth=PENDING_DEPTH)  # push_prev, push_next
+            pending = SyncFIFO(width=2, depth=pending_depth(self.config))  # push_prev, push_next
             m.submodules[f"{name}_queue"] = queue
             m.submodules[f"{name}_pending"] = pending
             queues.append(queue)

@@ -9,7 +9,7 @@ from amaranth.sim import Simulator
 from amaranth.utils import ceil_log2
 
 from tpugen import CoreConfig
-from tpugen.arch import TOKEN_FLAGS, opcode_of, token_flag_bit
+from tpugen.arch import QUEUE_DEPTH, TOKEN_FLAGS, opcode_of, pending_depth, token_flag_bit
 from tpugen.hdl.controller import (ENGINES, FETCH_ID, Controller, InstructionQueue, _oldest,
                                    kept_bits, queued, saturated_fields)
 from tpugen.isa import (INSTRUCTION_BYTES, NUM_WINDOWS, PARAMS_PER_INSTRUCTION, Dim, Epilogue,
@@ -162,6 +162,70 @@ def test_a_queue_takes_nothing_while_its_engine_holds_what_it_took(family):
     assert len(received["store"]) > 10 * len(expected["store"])
     assert runs("store") == expected["store"]
     assert runs("load") != expected["load"]  # its engine has a copy: the slot takes the next
+
+
+@pytest.mark.parametrize("depth", [1, QUEUE_DEPTH])
+def test_an_engine_gets_at_most_pending_depth_instructions_ahead_of_its_dones(depth):
+    """Engines that take every instruction at once and are done with each much later (as the
+    execute engine's MATMULs overlap) have at most `pending_depth` dispatched and not done:
+    the controller keeps their token pushes until the dones. The bound is reached, and every
+    instruction still arrives, in order."""
+    config = CoreConfig(rows=2, cols=2, scratchpad_kib=1, accumulator_kib=1, axi_data_width=32,
+                        softmax=False, im2col=False, queue_depth=depth, descriptor_dims=2)
+    rng = random.Random(depth)
+    program = _program(rng, config)
+    program = program[:-1] * 2 + program[-1:]  # 49 instructions: 3 KiB
+    dut = Controller(config)
+    memory = AxiMemory(1 << 12, 32, allowed=[(0, 1 << 12)], seed=depth, ident=FETCH_ID)
+    memory.mem[:len(program) * INSTRUCTION_BYTES] = b"".join(program)
+    expected = {name: [queued(config, ENGINES[name][0], raw) for raw in program[:-1]
+                       if opcode_of(raw) in ENGINES[name][0]] for name in ENGINES}
+    received = {name: [] for name in ENGINES}
+    most = dict.fromkeys(ENGINES, 0)
+
+    def engine(name):
+        port = getattr(dut, name)
+
+        async def process(ctx):
+            ctx.set(port.instr.ready, 1)
+            taken = []  # the cycle each instruction not yet done was taken
+            cycle = 0
+            async for _, _, valid, payload, done in ctx.tick().sample(
+                    port.instr.valid, port.instr.payload.as_value(), port.done):
+                cycle += 1
+                if done:
+                    taken.pop(0)
+                if valid:
+                    received[name].append(payload)
+                    taken.append(cycle)
+                most[name] = max(most[name], len(taken))
+                ctx.set(port.busy, bool(taken))
+                ctx.set(port.done, bool(taken) and cycle - taken[0] >= 500)
+        return process
+
+    async def host(ctx):
+        _fetch_window(ctx, dut)
+        ctx.set(dut.program_length, len(program))
+        ctx.set(dut.start, 1)
+        await ctx.tick()
+        ctx.set(dut.start, 0)
+        for _ in range(50_000):
+            _, _, done, error = await ctx.tick().sample(dut.done_event, dut.error_event)
+            assert not error
+            if done:
+                return
+        raise AssertionError("no END")
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(memory.read_process(dut.axi), background=True)
+    for name in ENGINES:
+        sim.add_testbench(engine(name), background=True)
+    sim.add_testbench(host)
+    sim.run()
+    assert received == expected
+    assert max(most.values()) == pending_depth(config)
+    assert all(count <= pending_depth(config) for count in most.values())
 
 
 @pytest.mark.parametrize("name,depth,family,width", [

@@ -10,8 +10,8 @@ from .isa import Header, Opcode
 __all__ = ["ENGINE_OPCODES", "Engine", "MAX_OUTSTANDING", "MAX_QUEUE_DEPTH", "OPCODE_BITS",
            "OPCODE_ENGINE", "OPCODE_MASK", "PENDING_DEPTH", "PLAN_DEPTH", "QUEUE_DEPTH",
            "SOFTMAX_DIVIDE_CYCLES", "SOFTMAX_OUT_FRAC", "TOKEN_BITS", "TOKEN_FLAGS", "TOKEN_LIMIT",
-           "block_query_cycles", "min_tile_length", "opcode_of", "skewed_cols", "supported_opcodes",
-           "token_flag_bit"]
+           "block_query_cycles", "min_tile_length", "opcode_of", "pending_depth", "skewed_cols",
+           "supported_opcodes", "token_flag_bit"]
 
 
 class Engine(enum.IntEnum, shape=2):
@@ -28,6 +28,14 @@ ENGINE_OPCODES = {Engine.LOAD: (Opcode.LOAD,),
 OPCODE_ENGINE = {opcode: engine for engine, opcodes in ENGINE_OPCODES.items() for opcode in opcodes}
 """The engine of each opcode that has one."""
 
+def pending_depth(config):
+    """Dispatched instructions per engine whose pushes may still be in flight on a core of
+    ``config``: ``PENDING_DEPTH``, or 2 on a core of one-instruction queues, whose engines take
+    at most one instruction ahead of the one they run (micro: a third dispatch would wait for
+    the first's done, which cost none of its matmuls' or conv2d's cycles)."""
+    return PENDING_DEPTH if config.queue_depth > 1 else 2
+
+
 def supported_opcodes(config):
     """The opcodes a core of ``config`` runs; any other stops it with UNKNOWN_OPCODE when it
     is fetched."""
@@ -40,7 +48,8 @@ QUEUE_DEPTH = 2
 MAX_QUEUE_DEPTH = 7
 """The most `CoreConfig.queue_depth` allows (``CONFIG1.queue_depth`` has 3 bits)."""
 PENDING_DEPTH = 8
-"""Dispatched instructions per engine whose pushes may still be in flight."""
+"""Dispatched instructions per engine whose pushes may still be in flight, at most
+(`pending_depth`)."""
 TOKEN_BITS = 8
 """Width of each dependency token counter."""
 TOKEN_LIMIT = 2 ** TOKEN_BITS - 1 - PENDING_DEPTH
