@@ -5,6 +5,7 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
+from ..arch import pending_depth
 from ..isa import ErrorCode, Header, MatmulInstruction, Opcode, RowScale, SoftmaxInstruction
 from .array import SystolicArray
 from .engine import engine_members
@@ -22,7 +23,8 @@ EXECUTE_INSTRUCTION = data.StructLayout({
 SoftmaxInstruction by its opcode."""
 
 _QUEUE_DEPTH = 4
-"""MATMUL instructions in flight: weights loading, streaming, and draining from the array."""
+"""MATMUL instructions in flight: weights loading, streaming, and draining from the array (no
+more than the controller dispatches ahead of their dones, `arch.pending_depth`)."""
 
 
 def scratchpad_row(config):
@@ -209,7 +211,8 @@ class ExecuteEngine(wiring.Component):
         # Result bookkeeping: one entry per accepted MATMUL, consumed as results arrive.
         target = data.StructLayout({"acc_row": len(self.acc_write.addr), "count": count_width,
                                     "accumulate": 1})
-        m.submodules.targets = targets = SyncFIFO(width=target.size, depth=_QUEUE_DEPTH)
+        m.submodules.targets = targets = SyncFIFO(width=target.size,
+                                                  depth=min(_QUEUE_DEPTH, pending_depth(cfg)))
 
         pushed = data.View(target, targets.w_data)
         # Registered decode: an instruction is taken from the queue into `ins`, checked there
