@@ -155,6 +155,7 @@ class SystolicArray(wiring.Component):
             # constant `ready`, which cannot be a Verilog port).
             "results": Out(wiring.Signature({"payload": Out(result_layout(config)),
                                              "valid": Out(1)})),
+            "ahead": Out(1),  # ``results.valid`` of the next cycle
         })
 
 
@@ -308,6 +309,7 @@ class SystolicArray(wiring.Component):
             valid_next = Signal(name=f"valid_{stage}")
             last_next = Signal(name=f"last_{stage}")
             m.d.sync += [valid_next.eq(valid), last_next.eq(last)]
+            m.d.comb += self.ahead.eq(valid)
             valid, last = valid_next, last_next
         m.d.comb += [self.results.valid.eq(valid), self.results.payload.last.eq(last)]
         return m

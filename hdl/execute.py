@@ -332,30 +332,33 @@ class ExecuteEngine(wiring.Component):
 
         # Results: read the old row (only to accumulate) as the result comes, register the
         # row read beside the result, add or overwrite two cycles later (the block RAM's output
-        # through the adder into the write was the routed 8x8's critical path, 15.6 ns), or
-        # without `CoreConfig.registered_accumulate` a cycle later, as the row is read. A row
-        # is never read before it is written (see ``last_row``).
+        # through the adder into the write was the routed 8x8's critical path, 15.6 ns); or
+        # without `CoreConfig.registered_accumulate` read the row a cycle before the result
+        # comes (`SystolicArray.ahead`) and add or overwrite as it comes, from the array's
+        # output registers: no register of the result. A row is never read before it is
+        # written (see ``last_row``).
         current = data.View(target, targets.r_data)
         index = Signal(count_width)
         arrived = data.StructLayout({"valid": 1, "last": 1, "accumulate": 1,
-                                     "row": len(self.acc_write.addr),
-                                     "data": array.results.payload.data.shape()})
-        result = Signal(arrived)  # a cycle after the array's output, as the row is read
+                                     "row": len(self.acc_write.addr)})
+        result = Signal(arrived)  # a cycle after the row is read
+        reading = array.results.valid if cfg.registered_accumulate else array.ahead
         last_of_instr = index + 1 == current.count
         m.d.sync += [
-            result.data.eq(array.results.payload.data),
             result.row.eq(current.acc_row + index),
-            result.valid.eq(array.results.valid),
+            result.valid.eq(reading),
             result.accumulate.eq(current.accumulate),
-            result.last.eq(array.results.valid & last_of_instr),
+            result.last.eq(reading & last_of_instr),
         ]
         if cfg.registered_accumulate:
+            result_data = pipeline_register(m, array.results.payload.data, "result_data")
             adding = pipeline_register(m, result, "adding")  # ... and with the row read
+            adding_data = pipeline_register(m, result_data, "adding_data")
             old_row = pipeline_register(m, self.acc_read.data, "old_row")
         else:
-            adding, old_row = result, self.acc_read.data
+            adding, adding_data, old_row = result, array.results.payload.data, self.acc_read.data
         m.d.comb += [result_valid.eq(result.valid | adding.valid)]
-        with m.If(array.results.valid):
+        with m.If(reading):
             m.d.sync += index.eq(Mux(last_of_instr, 0, index + 1))
             m.d.comb += targets.r_en.eq(last_of_instr)
         # A SOFTMAX taken while MATMULs still write their results gets the ports after them:
@@ -374,13 +377,13 @@ class ExecuteEngine(wiring.Component):
         with m.Else():
             m.d.comb += [
                 self.acc_read.addr.eq(current.acc_row + index),
-                self.acc_read.en.eq(array.results.valid & current.accumulate),
+                self.acc_read.en.eq(reading & current.accumulate),
                 self.acc_write.addr.eq(adding.row),
                 self.acc_write.en.eq(adding.valid),
             ]
             for lane in range(cfg.cols):
                 m.d.comb += self.acc_write.data[lane].eq(
-                    Mux(adding.accumulate, old_row[lane] + adding.data[lane], adding.data[lane]))
+                    Mux(adding.accumulate, old_row[lane] + adding_data[lane], adding_data[lane]))
         m.d.comb += [
             softmax.acc_read.data.eq(self.acc_read.data),
             self.done.eq(adding.last | softmax.done),
