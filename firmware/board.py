@@ -42,7 +42,8 @@ def config_from_registers(read_register):
         address_width=32 - handling.address_bits_missing,
         registered_accumulate=not handling.unregistered_accumulate,
         buffered_feeders=not handling.unbuffered_feeders,
-        broadcast_activations=bool(handling.broadcast_activations))
+        broadcast_activations=bool(handling.broadcast_activations),
+        adder_tree_columns=bool(handling.adder_tree_columns))
 
 
 class BoardDevice(Device):

@@ -4,7 +4,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from ..arch import min_tile_length, skewed_cols
+from ..arch import min_tile_length, skewed_cols, skewed_rows
 from .family import dsp_model, fpga_family
 from .pe import (ICE40_ACT_WIDTHS, ICE40_WEIGHT_WIDTH, PRODUCT_STAGES, ProcessingElement,
                  add_pe, ice40_mac_operands, ice40_mac_pair, pe_outputs, pe_signature, pe_weight)
@@ -51,9 +51,10 @@ def result_layout(config):
 
 
 def array_latency(config):
-    """Cycles from an accepted activation vector to its result vector: a cycle per row and
-    skewed column (`arch.skewed_cols`), and the registered product (`PRODUCT_STAGES`)."""
-    return config.rows + skewed_cols(config) + PRODUCT_STAGES
+    """Cycles from an accepted activation vector to its result vector: a cycle per skewed row
+    and column (`arch.skewed_rows`, `arch.skewed_cols`), and the registered product
+    (`PRODUCT_STAGES`)."""
+    return skewed_rows(config) + skewed_cols(config) + PRODUCT_STAGES
 
 
 def lut_multiplier_pes(config):
@@ -101,7 +102,8 @@ def pe_module(config, lut_multiplier):
     """The component to emit as `pe_module_name` for ``config``."""
     return ProcessingElement(config.data_width, psum_width(config), act_width(config),
                              lut_multiplier=lut_multiplier,
-                             weight_prefetch=config.weight_prefetch)
+                             weight_prefetch=config.weight_prefetch,
+                             chained=not config.adder_tree_columns)
 
 
 def _pe_instance(signature, pe, module_name):
@@ -163,6 +165,7 @@ class SystolicArray(wiring.Component):
         m = Module()
         rows, cols = self.config.rows, self.config.cols
         width = act_width(self.config)
+        chained = not self.config.adder_tree_columns  # else the columns sum in trees
 
         signature = pe_signature(self.config.data_width, psum_width(self.config), width)
         pes = [[signature.flip().create(path=(f"pe_{r}_{c}",)) for c in range(cols)]
@@ -187,7 +190,7 @@ class SystolicArray(wiring.Component):
                 else:
                     add_pe(m, pes[r][c], name=f"pe_{r}_{c}", lut_multiplier=lut,
                            ecp5=family == "ecp5", model=model,
-                           weight_prefetch=self.config.weight_prefetch)
+                           weight_prefetch=self.config.weight_prefetch, chained=chained)
         for index, pair in enumerate(ice40_mac_pairs(self.config) if ice40 else []):
             in_block = ice40_weights_in_block(self.config, pair)
             halves = [ice40_mac_operands(pes[r][c].act_in,
@@ -200,7 +203,7 @@ class SystolicArray(wiring.Component):
                                       weight_load=pes[r][c].switch_in if in_block else None)
             for (r, c), (product, carry) in zip(pair, products):
                 # registered in the block, as an ECP5 DSP PE's (`add_pe`)
-                pe_outputs(m, pes[r][c], product, carry, registered=False)
+                pe_outputs(m, pes[r][c], product, carry, registered=False, chained=chained)
 
         # Weight loading: a shift chain from the bottom row up, a commit into the upcoming
         # registers, and a switch that travels one cycle ahead of the tile's first activation.
@@ -212,10 +215,11 @@ class SystolicArray(wiring.Component):
         takeable = Signal()   # ... and has reached every column's (a cycle after its commit)
         started = Signal()    # the current tile's first vector was taken: its weights are active
         # Cycles until the current tile's switch has passed every PE (PE(r, c) switches r + c
-        # cycles after the tile's first vector is taken, c < `skewed_cols`): the upcoming
-        # registers (or the chain) are free again.
+        # cycles after the tile's first vector is taken, r < `skewed_rows`, c < `skewed_cols`):
+        # the upcoming registers (or the chain) are free again.
         skewed = skewed_cols(self.config)
-        switching = Signal(range(max(rows + skewed - 3, 1)))
+        passed = skewed_rows(self.config) + skewed - 3
+        switching = Signal(range(max(passed, 1)))
 
         push = Signal()
         commit = Signal()
@@ -242,7 +246,7 @@ class SystolicArray(wiring.Component):
             with m.If(first):
                 m.d.sync += loaded.eq(0)
         with m.If(first):
-            m.d.sync += switching.eq(max(rows + skewed - 4, 0))
+            m.d.sync += switching.eq(max(passed - 1, 0))
         with m.Elif(switching != 0):
             m.d.sync += switching.eq(switching - 1)
         with m.If(take):
@@ -269,7 +273,7 @@ class SystolicArray(wiring.Component):
         for r in range(rows):
             for c in range(cols):
                 pe = pes[r][c]
-                m.d.comb += pe.psum_in.eq(0 if r == 0 else pes[r - 1][c].psum_out)
+                m.d.comb += pe.psum_in.eq(0 if r == 0 or not chained else pes[r - 1][c].psum_out)
                 if c > 0 and self.config.broadcast_activations:  # the row's, from the skew
                     m.d.comb += [pe.act_in.eq(pes[r][0].act_in),
                                  pe.switch_in.eq(pes[r][0].switch_in)]
@@ -277,13 +281,14 @@ class SystolicArray(wiring.Component):
                     m.d.comb += [pe.act_in.eq(pes[r][c - 1].act_out),
                                  pe.switch_in.eq(pes[r][c - 1].switch_out)]
 
-        # Input register, then row r delayed by r more cycles (skew); row r's switch by r
-        # cycles: it reaches each PE a cycle before the tile's first activation.
+        # Input register, then row r delayed by r more cycles (skew; none with adder tree
+        # columns); row r's switch by as many: it reaches each PE a cycle before the tile's
+        # first activation.
         for r in range(rows):
             act = Signal(signed(width), name=f"skew_{r}_0")
             m.d.sync += act.eq(Mux(take, self.acts.payload.data[r], 0))
             switch = first
-            for stage in range(1, r + 1):
+            for stage in range(1, (r if chained else 0) + 1):
                 act_next = Signal(signed(width), name=f"skew_{r}_{stage}")
                 switch_next = Signal(name=f"skew_switch_{r}_{stage}")
                 m.d.sync += [act_next.eq(act), switch_next.eq(switch)]
@@ -295,8 +300,15 @@ class SystolicArray(wiring.Component):
         # acc_width (.eq of a signed value). Every PE registers its product (`PRODUCT_STAGES`;
         # a DSP PE on iCE40 and ECP5 in its block), so no column takes more (flip-flops are the
         # UP5K's scarcest cells).
+        # With adder tree columns, each column's products (`pe_outputs`) are summed pairwise
+        # and the sum registered: the register a row of a chain would have.
         for c in range(cols):
-            psum = pes[rows - 1][c].psum_out
+            if chained:
+                psum = pes[rows - 1][c].psum_out
+            else:
+                psum = Signal(signed(psum_width(self.config)), name=f"column_{c}")
+                m.d.sync += psum.eq(_pairwise_sum(m, [pes[r][c].psum_out for r in range(rows)],
+                                                  len(psum), f"column_{c}"))
             for stage in range(max(skewed - 1 - c, 0)):
                 psum_next = Signal(signed(psum_width(self.config)), name=f"deskew_{c}_{stage}")
                 m.d.sync += psum_next.eq(psum)
@@ -313,3 +325,18 @@ class SystolicArray(wiring.Component):
             valid, last = valid_next, last_next
         m.d.comb += [self.results.valid.eq(valid), self.results.payload.last.eq(last)]
         return m
+
+
+def _pairwise_sum(m, terms, width, name):
+    """The sum of ``terms`` (signed) in a balanced tree of ``width``-bit adders, each its own
+    signal (driven in ``m``)."""
+    level = 0
+    while len(terms) > 1:
+        sums = []
+        for index in range(0, len(terms) - 1, 2):
+            total = Signal(signed(width), name=f"{name}_sum{level}_{index // 2}")
+            m.d.comb += total.eq(terms[index] + terms[index + 1])
+            sums.append(total)
+        terms = sums + terms[2 * len(sums):]
+        level += 1
+    return terms[0]

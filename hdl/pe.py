@@ -240,26 +240,28 @@ def pe_weight(m, pe, name="pe", prefetch=True, active=True):
     return weight
 
 
-def pe_outputs(m, pe, product, carry=0, *, registered=True):
+def pe_outputs(m, pe, product, carry=0, *, registered=True, chained=True):
     """The PE's registers: the activation and the weight switch passed on, and ``psum_out <=
     psum_in + product + carry``. With ``registered`` the product and its carry are registered
     first (`PRODUCT_STAGES`): the multiplier and the partial sum's adder are not one path (the
     ECP5 8x8 array's critical path ran from the former weight bank select through both,
-    12.9 ns). Not reset: no valid partial sum takes a product from before a reset."""
+    12.9 ns). Not reset: no valid partial sum takes a product from before a reset. Without
+    ``chained`` (`CoreConfig.adder_tree_columns`) ``psum_out`` is the registered product plus
+    its carry, for the column's adder tree, and ``psum_in`` is not used."""
     if registered:
         product_reg = Signal.like(product, name=f"{pe.psum_out.name}_product", reset_less=True)
         carry_reg = Signal(name=f"{pe.psum_out.name}_carry", reset_less=True)
         m.d.sync += [product_reg.eq(product), carry_reg.eq(carry)]
         product, carry = product_reg, carry_reg
-    m.d.sync += [
-        pe.act_out.eq(pe.act_in),
-        pe.switch_out.eq(pe.switch_in),
-        pe.psum_out.eq(pe.psum_in + product + carry),
-    ]
+    m.d.sync += [pe.act_out.eq(pe.act_in), pe.switch_out.eq(pe.switch_in)]
+    if chained:
+        m.d.sync += pe.psum_out.eq(pe.psum_in + product + carry)
+    else:
+        m.d.comb += pe.psum_out.eq(product + carry)
 
 
 def add_pe(m, pe, name="pe", lut_multiplier=False, *, ecp5=False, model=False,
-           weight_prefetch=True):
+           weight_prefetch=True, chained=True):
     """Add the logic of one PE, with ports ``pe`` (a `pe_signature` interface), to module ``m``.
 
     ``lut_multiplier``: build the multiplier from LUTs (`lut_product`) instead of ``*``, which
@@ -270,7 +272,7 @@ def add_pe(m, pe, name="pe", lut_multiplier=False, *, ecp5=False, model=False,
     faster), except in generated Verilog, where each PE is an instance of one
     `ProcessingElement` module (`SystolicArray`). On iCE40 the array builds its DSP PEs in
     pairs around one SB_MAC16 instead, which registers their products (`ice40_mac_pair`).
-    ``weight_prefetch``: see `pe_weight`.
+    ``weight_prefetch``: see `pe_weight`; ``chained``: see `pe_outputs`.
     """
     weight = pe_weight(m, pe, name, weight_prefetch)
     registered = True
@@ -287,7 +289,7 @@ def add_pe(m, pe, name="pe", lut_multiplier=False, *, ecp5=False, model=False,
         registered = False
     else:
         product, carry = pe.act_in * weight, 0
-    pe_outputs(m, pe, product, carry, registered=registered)
+    pe_outputs(m, pe, product, carry, registered=registered, chained=chained)
 
 
 class ProcessingElement(wiring.Component):
@@ -301,23 +303,26 @@ class ProcessingElement(wiring.Component):
     and ``switch_in``, one cycle ahead of a tile's first activation, makes it active: the switch
     travels with the activations, so a tile switch needs no bubble (`pe_weight`; without
     ``weight_prefetch`` the switch takes the chain's weight and ``commit`` is unused).
-    ``lut_multiplier``: see `add_pe`.
+    ``lut_multiplier``: see `add_pe`. Without ``chained`` ``psum_out`` is the registered
+    product, for a column's adder tree (`pe_outputs`).
     """
 
     def __init__(self, data_width=8, acc_width=32, act_width=None, lut_multiplier=False,
-                 weight_prefetch=True):
+                 weight_prefetch=True, chained=True):
         for name, value in (("lut_multiplier", lut_multiplier),
-                            ("weight_prefetch", weight_prefetch)):
+                            ("weight_prefetch", weight_prefetch), ("chained", chained)):
             if not isinstance(value, bool):
                 raise ValueError(f"{name}={value!r} is invalid: allowed True or False")
         self.data_width = data_width
         self.acc_width = acc_width
         self.lut_multiplier = lut_multiplier
         self.weight_prefetch = weight_prefetch
+        self.chained = chained
         super().__init__(pe_signature(data_width, acc_width, act_width))
 
     def elaborate(self, platform):
         m = Module()
         add_pe(m, self, lut_multiplier=self.lut_multiplier, ecp5=fpga_family(platform) == "ecp5",
-               model=dsp_model(platform), weight_prefetch=self.weight_prefetch)
+               model=dsp_model(platform), weight_prefetch=self.weight_prefetch,
+               chained=self.chained)
         return m

@@ -101,18 +101,23 @@ def run_array(cfg, tiles, acts, multiplier="mul"):
 # With `broadcast_activations` (int8 activations, without the softmax unit) the iCE40 pairs lie
 # along the rows and keep their weights in the SB_MAC16's B register where both are in one row
 # (`ice40_weights_in_block`; 2x3 and 3x3: a pair across two rows keeps them in the fabric).
+# With `adder_tree_columns` ("tree") the columns sum their products in one cycle: every kind of
+# PE, odd and even row counts, with broadcast activations or skewed columns.
 @pytest.mark.parametrize("multiplier", MULTIPLIERS)
-@pytest.mark.parametrize("rows,cols,lut_multipliers,weight_prefetch,broadcast",
-                         [(1, 1, 0, True, False), (2, 3, 0, True, False), (3, 2, 0, True, False),
-                          (1, 1, 1, True, False), (2, 3, 3, True, False), (3, 2, 4, True, False),
-                          (1, 1, 0, False, False), (4, 4, 0, False, False),
-                          (3, 2, 4, False, False), (4, 4, 0, False, True), (2, 3, 0, True, True),
-                          (3, 3, 2, False, True)])
-def test_array_matches_numpy(rows, cols, lut_multipliers, weight_prefetch, broadcast,
+@pytest.mark.parametrize("rows,cols,lut_multipliers,weight_prefetch,broadcast,tree",
+                         [(1, 1, 0, True, False, False), (2, 3, 0, True, False, False),
+                          (3, 2, 0, True, False, False), (1, 1, 1, True, False, False),
+                          (2, 3, 3, True, False, False), (3, 2, 4, True, False, False),
+                          (1, 1, 0, False, False, False), (4, 4, 0, False, False, False),
+                          (3, 2, 4, False, False, False), (4, 4, 0, False, True, False),
+                          (2, 3, 0, True, True, False), (3, 3, 2, False, True, False),
+                          (4, 4, 0, False, True, True), (3, 2, 4, True, True, True),
+                          (5, 3, 0, False, False, True), (1, 2, 1, True, True, True)])
+def test_array_matches_numpy(rows, cols, lut_multipliers, weight_prefetch, broadcast, tree,
                              multiplier):
     cfg = CoreConfig(rows=rows, cols=cols, lut_multipliers=lut_multipliers,
                      weight_prefetch=weight_prefetch, broadcast_activations=broadcast,
-                     softmax=not broadcast)
+                     adder_tree_columns=tree, softmax=not broadcast)
     rng = np.random.default_rng(rows * 10 + cols)
     tiles = [rng.integers(-128, 128, (rows, cols)) for _ in range(3)]
     top = 256 if cfg.softmax else 128  # int8 and uint8, or int8 only

@@ -9,20 +9,25 @@ SHAPES = [(1, 1), (1, 8), (8, 1), (3, 5), (8, 8), (16, 16)]
 
 # Without `weight_prefetch` (two weight registers a PE) a tile shifts in once the one before it
 # has switched every PE: `min_tile_length` is longer, and tight (one vector fewer, a bubble).
-# With `broadcast_activations` a row's PEs take its activation in the same cycle: a shorter
-# latency and minimum tile.
-CASES = ([(r, c, True, False) for r, c in SHAPES]
-         + [(1, 1, False, False), (3, 5, False, False), (4, 4, False, False), (8, 1, False, False)]
-         + [(3, 5, True, True), (1, 8, True, True), (4, 4, False, True), (5, 3, False, True)])
+# With `broadcast_activations` a row's PEs take its activation in the same cycle, and with
+# `adder_tree_columns` every row takes its activation at once: a shorter latency and minimum
+# tile.
+CASES = ([(r, c, True, False, False) for r, c in SHAPES]
+         + [(r, c, False, False, False) for r, c in ((1, 1), (3, 5), (4, 4), (8, 1))]
+         + [(r, c, p, True, False) for r, c, p in ((3, 5, True), (1, 8, True), (4, 4, False),
+                                                   (5, 3, False))]
+         + [(r, c, p, b, True) for r, c, p, b in ((4, 4, False, True), (3, 5, True, True),
+                                                  (8, 8, True, False), (5, 3, False, False),
+                                                  (1, 1, False, True), (16, 4, True, True))])
 
 
-@pytest.mark.parametrize("rows,cols,weight_prefetch,broadcast", CASES,
+@pytest.mark.parametrize("rows,cols,weight_prefetch,broadcast,tree", CASES,
                          ids=[f"{r}x{c}{'' if p else '-two-weights'}{'-broadcast' if b else ''}"
-                              for r, c, p, b in CASES])
+                              f"{'-tree' if t else ''}" for r, c, p, b, t in CASES])
 def test_back_to_back_tiles_are_exact_and_bubble_free(run_tb, rows, cols, weight_prefetch,
-                                                       broadcast):
+                                                       broadcast, tree):
     cfg = CoreConfig(rows=rows, cols=cols, weight_prefetch=weight_prefetch,
-                     broadcast_activations=broadcast)
+                     broadcast_activations=broadcast, adder_tree_columns=tree)
     tile = min_tile_length(cfg)
     lengths = [tile, tile + 3, tile, 2 * tile + 1]
     stats = run_tb(cfg, "tpugen.sim.tb_array", {"seed": rows * 100 + cols, "tile_lengths": lengths})

@@ -11,7 +11,7 @@ __all__ = ["ENGINE_OPCODES", "Engine", "MAX_OUTSTANDING", "MAX_QUEUE_DEPTH", "OP
            "OPCODE_ENGINE", "OPCODE_MASK", "PENDING_DEPTH", "PLAN_DEPTH", "QUEUE_DEPTH",
            "SOFTMAX_DIVIDE_CYCLES", "SOFTMAX_OUT_FRAC", "TOKEN_BITS", "TOKEN_FLAGS", "TOKEN_LIMIT",
            "block_query_cycles", "min_tile_length", "opcode_of", "pending_depth", "skewed_cols",
-           "supported_opcodes", "token_flag_bit"]
+           "skewed_rows", "supported_opcodes", "token_flag_bit"]
 
 
 class Engine(enum.IntEnum, shape=2):
@@ -87,21 +87,29 @@ MAX_OUTSTANDING = 8
 def skewed_cols(config):
     """Columns of the array an activation crosses a cycle per column: ``cols``, or 1 when
     ``CoreConfig.broadcast_activations`` gives it to every column of its row in one cycle. A
-    PE switches to a tile's weights ``r + c`` cycles after its first vector is taken, ``c <
-    skewed_cols``."""
+    PE switches to a tile's weights ``r + c`` cycles after its first vector is taken, ``r <
+    skewed_rows``, ``c < skewed_cols``."""
     return 1 if config.broadcast_activations else config.cols
+
+
+def skewed_rows(config):
+    """Rows of the array a partial sum crosses a cycle per row, each taking its activation a
+    cycle after the one above: ``rows``, or 1 when ``CoreConfig.adder_tree_columns`` sums each
+    column in one cycle and every row takes its activation at once."""
+    return 1 if config.adder_tree_columns else config.rows
 
 
 def min_tile_length(config):
     """Fewest activation vectors per weight tile that keep the array busy with no bubble
     (``hdl/array.py``): the next tile commits once this one's switch has passed every PE
-    (``rows + skewed_cols - 3`` cycles after its first vector, at least one) and is taken two
-    cycles after its commit, having shifted in meanwhile; without ``weight_prefetch`` it starts
-    shifting in only then, over ``rows`` cycles, and is taken two cycles after its last row."""
-    cols = skewed_cols(config)
+    (``skewed_rows + skewed_cols - 3`` cycles after its first vector, at least one) and its
+    ``rows`` weight rows have shifted in, and is taken two cycles after its commit; without
+    ``weight_prefetch`` it starts shifting in only once the switch has passed, over ``rows``
+    cycles, and is taken two cycles after its last row."""
+    passed = skewed_rows(config) + skewed_cols(config) - 3
     if not config.weight_prefetch:
-        return max(config.rows + cols - 3, 1) + config.rows + 1
-    return max(config.rows + max(cols - 1, 1), 3)
+        return max(passed, 1) + config.rows + 1
+    return max(passed, config.rows - 1, 1) + 2
 
 
 SOFTMAX_OUT_FRAC = 8

@@ -104,6 +104,13 @@ class CoreConfig:
     no de-skew of the results, ``cols - 1`` cycles less latency and a shorter
     `arch.min_tile_length`, for a net of ``cols`` loads per row (micro: True; a wide array's
     fanout would set its clock)."""
+    adder_tree_columns: bool = False
+    """Each column adds its rows' registered products in an adder tree and registers the sum,
+    instead of passing a partial sum down a register per row: every row takes its activation
+    in the same cycle (`arch.skewed_rows`), so there is no skew of the rows either, ``rows - 1``
+    cycles less latency and a shorter `arch.min_tile_length`. A column keeps its ``rows - 1``
+    adders and one register of ``rows`` (micro: True; a tall array's tree would set its
+    clock)."""
     descriptor_dims: int = DIMS
     """Tensor descriptor dimensions the DMA walkers handle, 2..``isa.DIMS``. The instruction
     format keeps ``isa.DIMS``; on a core with fewer a dim from ``descriptor_dims`` on must have
@@ -137,7 +144,7 @@ class CoreConfig:
         check("lut_multipliers", integer_in(0, self.macs), f"an integer in 0..{self.macs} (rows*cols)")
         for name in ("softmax", "im2col", "epilogue_multiplier", "store_prefetch",
                      "load_prefetch", "shared_dma", "weight_prefetch", "registered_accumulate",
-                     "buffered_feeders", "broadcast_activations"):
+                     "buffered_feeders", "broadcast_activations", "adder_tree_columns"):
             value = getattr(self, name)
             if not isinstance(value, bool):
                 raise ValueError(f"CoreConfig.{name}={value!r} is invalid: allowed True or False")
@@ -237,7 +244,7 @@ PRESETS = {
                         windows=2, queue_depth=1, store_prefetch=False, weight_prefetch=False,
                         descriptor_dims=3, shared_dma=True, load_prefetch=False,
                         registered_accumulate=False, buffered_feeders=False,
-                        broadcast_activations=True),
+                        broadcast_activations=True, adder_tree_columns=True),
 }
 
 

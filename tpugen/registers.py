@@ -172,7 +172,12 @@ def _registers():
             BitField("broadcast_activations", 11, 1, "Each activation reaches every column of "
                                                      "its row in one cycle: a shorter array "
                                                      "latency and minimum tile (0 on older "
-                                                     "cores, which skew them)."))),
+                                                     "cores, which skew them)."),
+            BitField("adder_tree_columns", 12, 1, "Each column adds its rows' products in one "
+                                                  "cycle, every row taking its activation at "
+                                                  "once: a shorter array latency and minimum "
+                                                  "tile (0 on older cores, which pass partial "
+                                                  "sums down the rows)."))),
         Register("CONTROL", 0x020, "w1s", "Commands.", (
             BitField("start", 0, 1, "Run the program at PROGRAM_BASE; clears STATUS.done, "
                                     "STATUS.error, ERROR_CODE and ERROR_INDEX."),
@@ -318,7 +323,8 @@ def constant_registers(config):
                                              config.registered_accumulate,
                                              unbuffered_feeders=not config.buffered_feeders,
                                              broadcast_activations=
-                                             config.broadcast_activations),
+                                             config.broadcast_activations,
+                                             adder_tree_columns=config.adder_tree_columns),
     }
 
 
