@@ -228,7 +228,10 @@ class ExecuteEngine(wiring.Component):
         instr = data.View(MatmulInstruction, ins.as_value()[:MatmulInstruction.size])
         is_softmax = ins.header.opcode == Opcode.SOFTMAX
         act_rows = Mux(instr.act_probabilities, cfg.probability_rows, cfg.scratchpad_rows)
-        act_span = Signal.like((instr.count - 1) << instr.act_stride_log2)
+        # The span, saturated where it passes every row: the check tells no larger one apart.
+        span = (instr.count - 1) << instr.act_stride_log2
+        span_bits = ceil_log2(max(cfg.scratchpad_rows, cfg.probability_rows))
+        act_span = Signal(span_bits + 1)
         verdict = Signal(ErrorCode)
         with m.If(instr.count == 0):
             m.d.comb += verdict.eq(ErrorCode.BAD_EXTENT)
@@ -243,7 +246,8 @@ class ExecuteEngine(wiring.Component):
             with m.If(is_softmax):  # it goes on unchecked: the softmax unit checks its own
                 m.d.sync += [bad.eq(ErrorCode.NONE), checked.eq(1)]
             with m.Elif(~spanned):
-                m.d.sync += [act_span.eq((instr.count - 1) << instr.act_stride_log2),
+                m.d.sync += [act_span.eq(Mux(span[span_bits:].any(), 1 << span_bits,
+                                             span[:span_bits])),
                              spanned.eq(1)]
             with m.Else():
                 m.d.sync += [bad.eq(verdict), checked.eq(1)]

@@ -230,6 +230,20 @@ def test_bad_matmul_sets_error_and_stops():
         assert done == 0
 
 
+def test_a_strided_span_is_checked_to_the_last_row():
+    """The engine keeps a MATMUL's activation span only up to the scratchpad's rows (a larger
+    one passes no row either): a span that ends on the last row runs, one that passes it by
+    less than half the rows stops with SRAM_RANGE."""
+    cfg = CoreConfig(rows=2, cols=2, scratchpad_kib=1, accumulator_kib=1)
+    assert cfg.scratchpad_rows == 512
+    sp = np.zeros((cfg.scratchpad_rows, cfg.lanes), dtype=np.int64)
+    for act_row, code in ((127, ErrorCode.NONE), (128, ErrorCode.SRAM_RANGE),
+                          (200, ErrorCode.SRAM_RANGE)):
+        fields = {"count": 4, "act_stride_log2": 7, "act_row": act_row}  # a span of 384 rows
+        state, done = _run(cfg, sp, [fields], max_cycles=100)
+        assert (state["error"], done) == (code, int(code == ErrorCode.NONE)), act_row
+
+
 @pytest.mark.parametrize("buffered", [True, False])
 def test_probability_activations_are_unsigned(buffered):
     """act_probabilities reads the probability buffer as uint8: 200 is 200, not -56; the
