@@ -113,7 +113,7 @@ class AxiMemory(wiring.Component):
 
     One burst per direction at a time, answered in order, the next AR and AW accepted while it
     runs (`AxiBurst`), so bursts go back to back; a read beat per cycle while RREADY is held
-    (3-entry output queue, so backpressure loses nothing), a write beat per cycle (WLAST is not
+    (2-entry output queue, so backpressure loses nothing), a write beat per cycle (WLAST is not
     checked: AWLEN counts; up to two B responses wait for BREADY). Reads and writes share a
     single port, alternating when both are busy; the host owns the ports in every cycle it is
     selected. With ``dual_port`` every block RAM input is a register (they are spread over the
@@ -173,12 +173,15 @@ class AxiMemory(wiring.Component):
             for field in BURST_REQUEST.members:
                 m.d.comb += getattr(burst.request.payload, field).eq(axi(f"{channel}{field}"))
 
-        # Read beats: issued one cycle, data the next, then queued for the R channel.
+        # Read beats: issued one cycle, data the next, then queued for the R channel. A beat is
+        # issued while the queue has room for it beside the one on its way, counting the R
+        # handshake of the cycle: two entries keep a beat a cycle going.
         beat_layout = data.StructLayout({"info": _BEAT_INFO, "data": width})
-        m.submodules.r_queue = r_queue = fifo.SyncFIFO(width=beat_layout.size, depth=3)
+        m.submodules.r_queue = r_queue = fifo.SyncFIFO(width=beat_layout.size, depth=2)
         pending, pending_info = Signal(), Signal(_BEAT_INFO)
         queued, out = beat_layout(r_queue.w_data), beat_layout(r_queue.r_data)
-        read_wants = reads.active & (r_queue.level + pending < r_queue.depth)
+        taken = r_queue.r_rdy & axi("rready")
+        read_wants = reads.active & (r_queue.level + pending - taken < r_queue.depth)
 
         # Write responses (the worst beat's response, once the last beat is written) wait in
         # a queue, so that the next burst's beats go on while one waits for BREADY.
