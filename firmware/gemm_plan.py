@@ -23,7 +23,10 @@ def plan_gemm(config, m, k, n, *, m_tile_limit=None, b_contiguous=False, split_e
     largest = min(m, m_tile_limit or m, half, 0xFFFF)
     fewest = -(-m // max(largest, 1))
     m_tiles = {-(-m // b) for b in [*range(fewest, fewest + 4), *(fewest << i for i in range(5))]}
-    k_chunks = {min(1 << i, k_tiles) for i in range(k_tiles.bit_length() + 1)}
+    # A LOAD of A takes a K chunk of tiles as a 3-D tile: a core that walks 2 dims loads a
+    # tile at a time (more would be a LOAD per row of A, `program.split_tile`).
+    k_chunks = ({min(1 << i, k_tiles) for i in range(k_tiles.bit_length() + 1)}
+                if config.descriptor_dims > 2 else {1})
     plans = [GemmPlan(m=m, k=k, n=n, rows=rows, cols=cols, m_tile=m_tile, group=group,
                       k_chunk=k_chunk, a_resident=resident)
              for m_tile in sorted(m_tiles) if m_tile <= largest

@@ -1,13 +1,14 @@
 """Instruction encoding for programs: thin, checked wrappers over `tpugen.isa`."""
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import product
 
 from ..arch import Engine
 from ..isa import (DIMS, INSTRUCTION_BYTES, PARAMS_PER_INSTRUCTION, Opcode, SoftmaxMode,
                    TensorDescriptor, encode, encode_im2col, encode_tile)
 
 __all__ = ["LEAD", "Deps", "Dim", "Op", "Program", "dependency_tokens", "schedule",
-           "tensor"]
+           "split_tile", "tensor"]
 
 
 @dataclass(frozen=True)
@@ -51,10 +52,38 @@ def tensor(base, elem_bytes, sram_row, dims, lane=0):
             "lane": lane, "dims": [d.fields() for d in dims]}
 
 
+def split_tile(descriptor, walked, pool_pitch=None):
+    """``descriptor`` (`tensor` fields) as tiles of ``walked`` dims or fewer, in the order a
+    walker takes its elements: itself, or one per index of the dims past ``walked`` whose
+    extent is above 1 (the outermost slowest), with that dim's extent 1 and the index added to
+    its start; its SRAM row moves by the rows an index of the dim spans (``extent1 *
+    extent2`` per index of dim 3, ``extent1`` of dim 2, or ``2 * pool_pitch`` per index of
+    dim 2 of a pooled STORE)."""
+    dims = descriptor["dims"]
+    outer = [d for d in range(walked, DIMS) if dims[d]["extent"] != 1]
+    if not outer:
+        return [descriptor]
+    if pool_pitch is None:
+        spans = {2: dims[1]["extent"], 3: dims[1]["extent"] * dims[2]["extent"]}
+    else:
+        spans = {2: 2 * pool_pitch}
+    tiles = []
+    for index in product(*(range(dims[d]["extent"]) for d in reversed(outer))):
+        at = dict(zip(reversed(outer), index))
+        tiles.append({**descriptor,
+                      "sram_row": descriptor["sram_row"] + sum(spans[d] * i
+                                                               for d, i in at.items()),
+                      "dims": [{**dim, "extent": 1, "start": dim["start"] + at[d]} if d in at
+                               else dim for d, dim in enumerate(dims)]})
+    return tiles
+
+
 class Program:
     """A list of encoded instructions, built in order. Tiles (`tensor` fields) are encoded for
     the walkers and the address space of a `CoreConfig` (`isa.encode_tile`), of every dim and
-    32 bits without one. ``wrap``: tiles whose in-bounds elements leave the address space are
+    32 bits without one; a tile that needs more dims than the core walks
+    (`CoreConfig.descriptor_dims`) becomes one LOAD or STORE per index of those past them
+    (`split_tile`). ``wrap``: tiles whose in-bounds elements leave the address space are
     encoded as the core walks them, wrapping, instead of refused (for tests of that wrap;
     compilers never need it)."""
 
@@ -68,8 +97,20 @@ class Program:
         return encode_tile(descriptor, self.descriptor_dims, self.wrap, self.address_width)
 
     def load(self, descriptor, deps=Deps()):
-        return self._add(Opcode.LOAD, header=deps.fields(),
-                         tensor=self._tile(descriptor))
+        for tile, header in self._split(descriptor, deps):
+            self._add(Opcode.LOAD, header=header, tensor=self._tile(tile))
+        return self
+
+    def _split(self, descriptor, deps, pool_pitch=None):
+        """(tile, header) of each instruction of ``descriptor`` (`split_tile`): the first
+        waits for the tokens ``deps`` pops, the last pushes those it pushes."""
+        tiles = split_tile(descriptor, self.descriptor_dims, pool_pitch)
+        fields = deps.fields()
+        pops = {name: value for name, value in fields.items() if name.startswith("pop")}
+        pushes = {name: value for name, value in fields.items() if name.startswith("push")}
+        return [(tile, {**dict.fromkeys(fields, 0), **(pops if i == 0 else {}),
+                        **(pushes if i == len(tiles) - 1 else {})})
+                for i, tile in enumerate(tiles)]
 
     def load_im2col(self, descriptor, deps=Deps()):
         """LOAD a tile of the lowered matrix; ``descriptor``: Im2colDescriptor fields."""
@@ -85,8 +126,11 @@ class Program:
 
     def store(self, descriptor, epilogue=None, deps=Deps()):
         """``epilogue``: `isa.Epilogue` fields (bias, requant, relu, pool, pool_pitch)."""
-        return self._add(Opcode.STORE, header=deps.fields(),
-                         tensor=self._tile(descriptor), epilogue=epilogue or {})
+        epilogue = epilogue or {}
+        pitch = epilogue.get("pool_pitch") if epilogue.get("pool") else None
+        for tile, header in self._split(descriptor, deps, pitch):
+            self._add(Opcode.STORE, header=header, tensor=self._tile(tile), epilogue=epilogue)
+        return self
 
     def params(self, entries, first_lane=0, broadcast=False):
         """Epilogue parameters: ``entries`` of (bias, multiplier, shift) for lanes from

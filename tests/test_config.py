@@ -39,7 +39,7 @@ def test_presets():
     assert (PRESETS["tiny"].rows, PRESETS["tiny"].cols) == (2, 2)
     assert (PRESETS["default"].rows, PRESETS["default"].cols) == (8, 8)
     assert (PRESETS["large"].rows, PRESETS["large"].cols) == (16, 16)
-    assert (PRESETS["default"].descriptor_dims, PRESETS["micro"].descriptor_dims) == (4, 3)
+    assert (PRESETS["default"].descriptor_dims, PRESETS["micro"].descriptor_dims) == (4, 2)
     with pytest.raises(ValueError, match="unknown preset 'huge'"):
         CoreConfig.preset("huge")
 

@@ -1,6 +1,7 @@
 """Feature profiles: a core generated without the softmax unit or the im2col walker computes
 what it has bit-exactly, and the runtime and the hardware refuse what it lacks."""
 import dataclasses
+from itertools import product
 
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ from tpugen.firmware.device import DeviceError, fit_windows
 from tpugen.firmware.conv2d import compile_conv2d
 from tpugen.firmware.epilogue import Epilogue
 from tpugen.firmware.matmul import compile_matmul
-from tpugen.firmware.program import Dim, tensor
+from tpugen.firmware.program import Deps, Dim, Program, split_tile, tensor
 from tpugen.arch import opcode_of
 from tpugen.isa import DIMS, Opcode, decode, encode_tile
 from tpugen.firmware.board import config_from_registers
@@ -245,10 +246,11 @@ def test_a_narrow_core_is_refused_what_its_addresses_cannot_reach():
 
 
 def test_descriptors_are_fitted_to_the_walkers():
-    """`Program(config)` encodes tiles for the core's walkers (`isa.encode_tile`): the starts of
-    the extent-1 dims past `descriptor_dims` go into the address (an out-of-bounds one makes the
-    tile padding, as it was) and a tile that needs those dims is refused; every program the
-    micro core runs fits its walkers."""
+    """`encode_tile` folds the starts of the extent-1 dims past `descriptor_dims` into the
+    address (an out-of-bounds one makes the tile padding, as it was) and refuses a tile that
+    needs those dims; `Program(config)` splits such a tile into one per index of them
+    (`split_tile`), so every program the micro core (2 dims) runs fits its walkers, as a
+    LOAD or STORE more per index."""
     dims = [Dim(4, -1, 9, 1), Dim(3, 0, 5, 100), Dim(1, 2, 4, 1000), Dim(1, 3, 3, 7)]
     encoded = encode_tile(tensor(0x100, 1, 0, dims), 2)
     assert encoded["address"] == 0x100 - 1 + 2 * 1000 + 3 * 7
@@ -271,20 +273,64 @@ def test_descriptors_are_fitted_to_the_walkers():
         "pooled": lambda c: compile_conv2d(c, x_shape, w_shape, padding=1, x_addr=0,
                                            w_addr=1 << 12, y_addr=2 << 12, epilogue=pooled,
                                            scratch_addr=3 << 12)}
-    four = dataclasses.replace(MICRO, descriptor_dims=4)
+    three = dataclasses.replace(MICRO, descriptor_dims=3)
     for name, compile_ in programs.items():
-        tiles = [_tensor_dims(raw) for raw in compile_(MICRO).instructions]
-        used = max(len(t) - t[::-1].index(False) for t in tiles if t)
-        assert used == 3, name  # dims that are not extent 1
-        with pytest.raises(ValueError, match="CoreConfig.descriptor_dims=2"):
-            compile_(dataclasses.replace(MICRO, descriptor_dims=2))
-    # The pooled lowering's second pass: a 4-D LOAD per channel group, or a 3-D one a channel.
-    full = [decode(raw) for raw in programs["pooled"](four).instructions]
-    four_d = [i.tensor.dims[3].extent for i in full
-              if i.header.opcode == Opcode.LOAD and i.tensor.dims[3].extent > 1]
-    assert four_d and sum(opcode_of(raw) == Opcode.LOAD
-                          for raw in programs["pooled"](MICRO).instructions) == (
-        sum(i.header.opcode == Opcode.LOAD for i in full) + sum(e - 1 for e in four_d))
+        for config, most in ((MICRO, 2), (three, 3)):
+            tiles = [_tensor_dims(raw) for raw in compile_(config).instructions]
+            used = max(len(t) - t[::-1].index(False) for t in tiles if t)
+            assert used == most, name  # dims that are not extent 1
+    # conv2d's pixel LOADs are 3-D (pixels, filter rows, channels): one per channel on micro.
+    micro, wider = (programs["conv2d"](c).instructions for c in (MICRO, three))
+    loads = [decode(raw) for raw in wider if opcode_of(raw) == Opcode.LOAD]
+    assert sum(opcode_of(raw) == Opcode.LOAD for raw in micro) == sum(
+        i.tensor.dims[2].extent for i in loads) > len(loads)
+
+
+@pytest.mark.parametrize("pooled", [False, True])
+def test_a_split_tile_moves_every_element_as_the_whole_tile(pooled):
+    """`split_tile` of random 4-D tiles (padding on every side, a pooled STORE's rows) to 2 and
+    3 walked dims: the tiles' elements, each (SRAM row, lane, address or padding), are the
+    whole tile's, in the same order; the first tile takes the tokens it waits for, the last
+    those it gives (`Program`)."""
+    rng = np.random.default_rng(3 + pooled)
+    for _ in range(40):
+        extents = [int(rng.integers(1, 5)) for _ in range(3)] + [1 if pooled else
+                                                                 int(rng.integers(1, 4))]
+        dims = [Dim(e, int(rng.integers(-2, 3)), int(rng.integers(0, 6)),
+                    int(rng.integers(1, 50))) for e in extents]
+        tile = tensor(int(rng.integers(0, 1 << 12)), 1, int(rng.integers(0, 9)), dims,
+                      lane=int(rng.integers(0, 3)))
+        pitch = int(rng.integers(1, 6)) if pooled else None
+        whole = _elements(tile, pitch)
+        for walked in (2, 3):
+            parts = split_tile(tile, walked, pitch)
+            assert all(d["extent"] == 1 for part in parts for d in part["dims"][walked:])
+            assert [e for part in parts for e in _elements(part, pitch)] == whole
+    program = Program(MICRO).load(tensor(0, 1, 0, [Dim(4, 0, 4, 1), Dim(2, 0, 2, 4),
+                                                   Dim(3, 0, 3, 8)]),
+                                  Deps(pop_prev=True, push_next=True))
+    headers = [decode(raw).header for raw in program.instructions]
+    assert [(h.pop_prev, h.push_next) for h in headers] == [(1, 0), (0, 0), (0, 1)]
+
+
+def _elements(tile, pitch):
+    """Each element of `tensor` fields ``tile`` as the walkers take it: (SRAM row, lane, its
+    address or None for padding), dim 0 fastest; with a pool ``pitch`` a pooled STORE's row."""
+    dims = tile["dims"]
+    extents = [d["extent"] for d in dims]
+    elements = []
+    for index in product(*(range(e) for e in reversed(extents))):
+        i = index[::-1]
+        if pitch is None:
+            row = i[1] + extents[1] * (i[2] + extents[2] * i[3])
+        else:
+            row = 2 * i[1] + 2 * pitch * i[2]
+        coords = [d["start"] + k for d, k in zip(dims, i)]
+        inside = all(0 <= c < d["bound"] for c, d in zip(coords, dims))
+        address = tile["base"] + sum(c * d["stride"] for c, d in zip(coords, dims))
+        elements.append((tile["sram_row"] + row, tile["lane"] + i[0],
+                         address if inside else None))
+    return elements
 
 
 def _tensor_dims(raw):

@@ -242,7 +242,7 @@ PRESETS = {
     "micro": CoreConfig(rows=4, cols=4, scratchpad_kib=2, accumulator_kib=4, axi_data_width=32,
                         softmax=False, im2col=False, epilogue_multiplier=False, counters="basic",
                         windows=2, queue_depth=1, store_prefetch=False, weight_prefetch=False,
-                        descriptor_dims=3, shared_dma=True, load_prefetch=False,
+                        descriptor_dims=2, shared_dma=True, load_prefetch=False,
                         registered_accumulate=False, buffered_feeders=False,
                         broadcast_activations=True, adder_tree_columns=True),
 }
