@@ -326,7 +326,7 @@ def test_a_queue_saturates_only_fields_no_other_layout_keeps():
     store = saturated_fields(micro, ENGINES["store"][0])
     dims = StoreInstruction["tensor"].offset + TensorDescriptor["dims"].offset
     pitch = StoreInstruction["epilogue"].offset + Epilogue["pool_pitch"].offset
-    assert store == {(dims, 16): 3, (dims + 2 * Dim.size + 32, 16): 9,
+    assert store == {(dims, 16): 3, (dims + 2 * Dim.size + 32, 16): 0,  # unwalked: 0, 1, more
                      (dims + 3 * Dim.size, 16): 1, (dims + 3 * Dim.size + 16, 16): 0,
                      (dims + 3 * Dim.size + 32, 16): 0, (pitch, 16): 8}
     assert len(saturated_fields(micro, ENGINES["execute"][0])) == 4
