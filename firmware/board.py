@@ -43,7 +43,8 @@ def config_from_registers(read_register):
         registered_accumulate=not handling.unregistered_accumulate,
         buffered_feeders=not handling.unbuffered_feeders,
         broadcast_activations=bool(handling.broadcast_activations),
-        adder_tree_columns=bool(handling.adder_tree_columns))
+        adder_tree_columns=bool(handling.adder_tree_columns),
+        counters_in_ram=bool(handling.counters_in_ram))
 
 
 class BoardDevice(Device):

@@ -11,6 +11,7 @@ from ..isa import RowScale
 from ..registers import ADDR_WIDTH, counter_names
 from .axi import (axi_lite_signature, axi_read_signature, axi_write_signature, connect_by_name,
                   flat_ports)
+from .counters import CounterMemory
 from .controller import ENGINES, FETCH_ID, Controller
 from .csr import ControlRegisters
 from .execute import ExecuteEngine, accumulator_row, probability_row, scratchpad_row
@@ -300,6 +301,21 @@ class TpuCore(wiring.Component):
         for name, engine in engines.items():
             events[f"{name}_busy_cycles"] = (engine.busy, 1)
             events[f"{name}_stall_cycles"] = (getattr(controller, name).stall, 1)
+        if cfg.counters_in_ram:
+            names = counter_names(cfg)
+            largest = {"macs": cfg.macs, "bytes_read": beat_bytes, "bytes_written": beat_bytes}
+            m.submodules.counters = counters = CounterMemory(
+                [largest.get(name, 1) for name in names], cfg.counter_width)
+            m.d.comb += [
+                counters.clear.eq(controller.start),
+                counters.read_index.eq(csr.counter_index),
+                counters.read.eq(csr.counter_read),
+                csr.counter_done.eq(counters.done),
+                csr.counter_value.eq(counters.value),
+                *(counters.amounts[k].eq(Mux(events[name][0], events[name][1], 0))
+                  for k, name in enumerate(names)),
+            ]
+            return
         for name in counter_names(cfg):
             event, amount = events[name]
             counter = Signal(cfg.counter_width, name=f"counter_{name}")

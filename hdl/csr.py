@@ -48,7 +48,11 @@ class ControlRegisters(wiring.Component):
             "error_event": In(1),
             "error_code": In(ErrorCode),
             "error_index": In(config.index_width),
-            **{name: In(config.counter_width) for name in counter_names(config)},
+            **({"counter_index": Out(range(len(counter_names(config)))),
+                "counter_read": Out(1),
+                "counter_done": In(1),
+                "counter_value": In(config.counter_width)} if config.counters_in_ram else
+               {name: In(config.counter_width) for name in counter_names(config)}),
         })
 
     def elaborate(self, platform):
@@ -177,14 +181,16 @@ class ControlRegisters(wiring.Component):
         }
         captures = {}
         present = counter_names(self.config)
+        in_ram = self.config.counters_in_ram
         for name in COUNTERS:
             if name not in present:
                 values[f"{name.upper()}_LO"] = values[f"{name.upper()}_HI"] = Const(0, 32)
                 continue
-            values[f"{name.upper()}_LO"] = getattr(self, name)[:32]
+            counter = self.counter_value if in_ram else getattr(self, name)
+            values[f"{name.upper()}_LO"] = counter[:32]
             if self.config.counter_width == 64:
                 high = Signal(32, name=f"{name}_hi")
-                captures[f"{name.upper()}_LO"] = (high, getattr(self, name)[32:])
+                captures[f"{name.upper()}_LO"] = (high, counter[32:])
                 values[f"{name.upper()}_HI"] = high
             else:
                 values[f"{name.upper()}_HI"] = Const(0, 32)
@@ -197,8 +203,12 @@ class ControlRegisters(wiring.Component):
         # saves ~25 flip-flops, but then abc folds the decode into the bits: 871 to 1,917 ECP5
         # LUTs by the netlist's order (818 with the select), and a deeper path (the 8x8 board's
         # critical one at stop 42).
+        # With `CoreConfig.counters_in_ram` the counters' _LO registers are one source, the
+        # counter memory's value, and R waits for it (`CounterMemory`).
+        lows = [f"{name.upper()}_LO" for name in present] if in_ram else []
         sources = [reg for reg in REGISTERS if not (isinstance(values[reg.name], Const)
-                                                    and values[reg.name].value == 0)]
+                                                    and values[reg.name].value == 0)
+                   and reg.name not in lows[1:]]
         word = bus.araddr[2:]
         selected = Signal(len(sources))
         decoded = Signal()  # an AR taken: RDATA from ``selected`` next
@@ -207,18 +217,28 @@ class ControlRegisters(wiring.Component):
             m.d.sync += bus.rvalid.eq(0)
         with m.If(bus.arvalid & bus.arready):
             hit = {reg.name: word == reg.offset // 4 for reg in REGISTERS}
+            if lows:
+                hit[lows[0]] = _or(hit[name] for name in lows)
+                m.d.sync += [self.counter_read.eq(hit[lows[0]]),
+                             self.counter_index.eq(_or(Mux(hit[name], k, 0)
+                                                       for k, name in enumerate(lows)))]
             m.d.sync += [decoded.eq(1),
                          selected.eq(Cat(hit[reg.name] for reg in sources)),
                          bus.rresp.eq(Mux(_or(hit.values()), AXI_RESP_OKAY, AXI_RESP_SLVERR))]
-        with m.If(decoded):
+        waiting = self.counter_read & ~self.counter_done if lows else Const(0, 1)
+        with m.If(decoded & ~waiting):
             m.d.sync += [decoded.eq(0), bus.rvalid.eq(1),
                          bus.rdata.eq(_or(selected[i].replicate(32) & values[reg.name]
                                           for i, reg in enumerate(sources)))]
+            if lows:
+                m.d.sync += self.counter_read.eq(0)
             for i, reg in enumerate(sources):
-                if reg.name in captures:
-                    high, source = captures[reg.name]
-                    with m.If(selected[i]):
-                        m.d.sync += high.eq(source)
+                # (the counter memory's: the one read)
+                for k, name in enumerate(lows if reg.name in lows else [reg.name]):
+                    if name in captures:
+                        high, source = captures[name]
+                        with m.If(selected[i] & (self.counter_index == k if lows else 1)):
+                            m.d.sync += high.eq(source)
         return m
 
 

@@ -30,11 +30,28 @@ def offset(name):
     return register(name).offset
 
 
-def simulate(body, config=CoreConfig(), trace=None):
+def simulate(body, config=CoreConfig(), trace=None, counters=None):
     """Run ``body(ctx, dut, axi)`` (failing after ``MAX_CYCLES``); with ``trace``, append
-    (start, soft_reset) every cycle."""
+    (start, soft_reset) every cycle. With `CoreConfig.counters_in_ram` a stand-in for the
+    counter memory answers each read after 1 to 30 cycles with the value in ``counters`` (by
+    name) at that time; else ``counters`` drives the counter inputs."""
     dut = ControlRegisters(config)
     axi = AxiLiteMaster(dut.bus)
+    counters = {} if counters is None else counters
+    names = counter_names(config)
+
+    async def counter_memory(ctx):
+        rng = random.Random(5)
+        async for _, _, read, index in ctx.tick().sample(dut.counter_read, dut.counter_index):
+            ctx.set(dut.counter_done, 0)
+            if read and rng.random() < 0.1:
+                ctx.set(dut.counter_value, counters.get(names[index], 0))
+                ctx.set(dut.counter_done, 1)
+
+    async def counter_inputs(ctx):
+        async for _ in ctx.tick():
+            for name in names:
+                ctx.set(getattr(dut, name), counters.get(name, 0))
 
     async def testbench(ctx):
         await body(ctx, dut, axi)
@@ -52,6 +69,8 @@ def simulate(body, config=CoreConfig(), trace=None):
     sim.add_clock(1e-6)
     sim.add_testbench(testbench)
     sim.add_testbench(watchdog, background=True)
+    sim.add_testbench(counter_memory if config.counters_in_ram else counter_inputs,
+                      background=True)
     if trace is not None:
         sim.add_testbench(monitor, background=True)
     sim.run()
@@ -116,8 +135,6 @@ def test_reset_values_and_access(preset, counter_width):
                       if name in present else 0 for i, name in enumerate(COUNTERS)}
 
     async def body(ctx, dut, axi):
-        for name in present:
-            ctx.set(getattr(dut, name), counter_values[name])
         expected = {}
         for reg in REGISTERS:
             if reg.name in constants:
@@ -143,7 +160,7 @@ def test_reset_values_and_access(preset, counter_width):
             assert await axi.write(ctx, reg.offset, 0) == OKAY
             assert await read_ok(ctx, axi, reg.name) == 0, reg.name
 
-    simulate(body, config)
+    simulate(body, config, counters={name: counter_values[name] for name in present})
     assert constants["ID"] == ID_MAGIC
     assert constants["CONFIG0"] & 0xFF == config.rows
     assert constants["CONFIG1"] >> 8 & 0xFF == config.lanes
@@ -401,24 +418,26 @@ def test_error_latch_start_and_soft_reset():
     simulate(body)
 
 
-def test_counters_read_as_lo_hi_pairs():
+@pytest.mark.parametrize("in_ram", [False, True])
+def test_counters_read_as_lo_hi_pairs(in_ram):
+    """Each counter's LO then HI; with `CoreConfig.counters_in_ram` the values come from the
+    counter memory (a stand-in answering late), one of them for every counter's LO."""
     values = {name: 0x0123_4567_89AB_CDEF ^ (i << 40) ^ i for i, name in enumerate(COUNTERS)}
+    counters = dict(values)
 
     async def body(ctx, dut, axi):
-        for name, value in values.items():
-            ctx.set(getattr(dut, name), value)
         for name, value in values.items():
             low = await read_ok(ctx, axi, f"{name.upper()}_LO")
             high = await read_ok(ctx, axi, f"{name.upper()}_HI")
             assert high << 32 | low == value, name
         # HI returns the upper half as it was when LO was read: no torn carry.
-        ctx.set(dut.cycles, 0x1_FFFF_FFFF)
+        counters["cycles"] = 0x1_FFFF_FFFF
         assert await read_ok(ctx, axi, "CYCLES_LO") == 0xFFFF_FFFF
-        ctx.set(dut.cycles, 0x2_0000_0000)
+        counters["cycles"] = 0x2_0000_0000
         assert await read_ok(ctx, axi, "CYCLES_HI") == 1
         assert await read_ok(ctx, axi, "MACS_HI") == values["macs"] >> 32
 
-    simulate(body, CoreConfig(counter_width=64))
+    simulate(body, CoreConfig(counter_width=64, counters_in_ram=in_ram), counters=counters)
 
 
 @pytest.mark.parametrize("count", [1, NUM_WINDOWS])

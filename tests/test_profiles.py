@@ -42,7 +42,8 @@ FULL = dataclasses.replace(MICRO, softmax=True, im2col=True, epilogue_multiplier
                                           ("registered_accumulate", 0),
                                           ("buffered_feeders", None),
                                           ("broadcast_activations", 1),
-                                          ("adder_tree_columns", "yes")])
+                                          ("adder_tree_columns", "yes"),
+                                          ("counters_in_ram", 1)])
 def test_bad_profile_fields_name_the_field(field, value):
     with pytest.raises(ValueError, match=f"CoreConfig.{field}="):
         CoreConfig(**{field: value})
@@ -185,18 +186,20 @@ def test_the_registers_describe_the_profile():
                    dataclasses.replace(MICRO, registered_accumulate=True),
                    dataclasses.replace(MICRO, buffered_feeders=True),
                    dataclasses.replace(MICRO, broadcast_activations=False),
-                   dataclasses.replace(MICRO, adder_tree_columns=False)):
+                   dataclasses.replace(MICRO, adder_tree_columns=False),
+                   dataclasses.replace(MICRO, counters_in_ram=False)):
         constants = constant_registers(config)
         assert config_from_registers(constants.__getitem__) == config
     assert constant_registers(MICRO)["CONFIG2"] == register("CONFIG2").value(
         no_store_prefetch=1, no_weight_prefetch=1, no_load_prefetch=1, shared_dma=1,
         unregistered_accumulate=1, unbuffered_feeders=1, broadcast_activations=1,
-        adder_tree_columns=1)
+        adder_tree_columns=1, counters_in_ram=1)
     assert constant_registers(dataclasses.replace(MICRO, load_prefetch=True,
                                                   registered_accumulate=True,
                                                   buffered_feeders=True,
                                                   broadcast_activations=False,
-                                                  adder_tree_columns=False))["CONFIG2"] == \
+                                                  adder_tree_columns=False,
+                                                  counters_in_ram=False))["CONFIG2"] == \
         register("CONFIG2").value(no_store_prefetch=1, no_weight_prefetch=1, shared_dma=1)
     older = constant_registers(PRESETS["default"])  # map 1.1: CONFIG1.queue_depth reads 0
     older["CONFIG1"] &= ~register("CONFIG1").value(queue_depth=7)
@@ -207,7 +210,7 @@ def test_the_registers_describe_the_profile():
     assert config_from_registers(before_config2.__getitem__) == dataclasses.replace(
         MICRO, store_prefetch=True, weight_prefetch=True, load_prefetch=True, shared_dma=False,
         registered_accumulate=True, buffered_feeders=True,
-        broadcast_activations=False, adder_tree_columns=False)
+        broadcast_activations=False, adder_tree_columns=False, counters_in_ram=False)
     fields = register("CONFIG1").fields_of(constant_registers(MICRO)["CONFIG1"])
     assert (fields.shift_only_epilogue, fields.basic_counters) == (1, 1)
     assert counter_names(MICRO) == BASIC_COUNTERS and counter_names(FULL) == tuple(COUNTERS)

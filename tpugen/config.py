@@ -111,6 +111,11 @@ class CoreConfig:
     cycles less latency and a shorter `arch.min_tile_length`. A column keeps its ``rows - 1``
     adders and one register of ``rows`` (micro: True; a tall array's tree would set its
     clock)."""
+    counters_in_ram: bool = False
+    """The performance counters live in a block RAM of 16-bit words, updated a word a cycle
+    in turn (`hdl.counters.CounterMemory`), instead of flip-flops: a read of a counter waits
+    for its next update, at most two rounds of ``counters * counter_width / 16`` cycles (micro:
+    True, 28 cycles; an iCE40 has no LUT RAM and few logic cells)."""
     descriptor_dims: int = DIMS
     """Tensor descriptor dimensions the DMA walkers handle, 2..``isa.DIMS``. The instruction
     format keeps ``isa.DIMS``; on a core with fewer a dim from ``descriptor_dims`` on must have
@@ -144,7 +149,8 @@ class CoreConfig:
         check("lut_multipliers", integer_in(0, self.macs), f"an integer in 0..{self.macs} (rows*cols)")
         for name in ("softmax", "im2col", "epilogue_multiplier", "store_prefetch",
                      "load_prefetch", "shared_dma", "weight_prefetch", "registered_accumulate",
-                     "buffered_feeders", "broadcast_activations", "adder_tree_columns"):
+                     "buffered_feeders", "broadcast_activations", "adder_tree_columns",
+                     "counters_in_ram"):
             value = getattr(self, name)
             if not isinstance(value, bool):
                 raise ValueError(f"CoreConfig.{name}={value!r} is invalid: allowed True or False")
@@ -244,7 +250,8 @@ PRESETS = {
                         windows=2, queue_depth=1, store_prefetch=False, weight_prefetch=False,
                         descriptor_dims=2, shared_dma=True, load_prefetch=False,
                         registered_accumulate=False, buffered_feeders=False,
-                        broadcast_activations=True, adder_tree_columns=True),
+                        broadcast_activations=True, adder_tree_columns=True,
+                        counters_in_ram=True),
 }
 
 

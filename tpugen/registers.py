@@ -177,7 +177,11 @@ def _registers():
                                                   "cycle, every row taking its activation at "
                                                   "once: a shorter array latency and minimum "
                                                   "tile (0 on older cores, which pass partial "
-                                                  "sums down the rows)."))),
+                                                  "sums down the rows)."),
+            BitField("counters_in_ram", 13, 1, "The counters are kept in block RAM: a read "
+                                               "of a counter's _LO waits for its next update "
+                                               "(0 on older cores, whose counters are "
+                                               "flip-flops)."))),
         Register("CONTROL", 0x020, "w1s", "Commands.", (
             BitField("start", 0, 1, "Run the program at PROGRAM_BASE; clears STATUS.done, "
                                     "STATUS.error, ERROR_CODE and ERROR_INDEX."),
@@ -324,7 +328,8 @@ def constant_registers(config):
                                              unbuffered_feeders=not config.buffered_feeders,
                                              broadcast_activations=
                                              config.broadcast_activations,
-                                             adder_tree_columns=config.adder_tree_columns),
+                                             adder_tree_columns=config.adder_tree_columns,
+                                             counters_in_ram=config.counters_in_ram),
     }
 
 
