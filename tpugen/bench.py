@@ -40,7 +40,7 @@ LARGE_ATTENTIONS = [(512, 512, 64, False), (512, 512, 128, False), (2048, 2048, 
 CONFIGS = {"8x8": CoreConfig(rows=8, cols=8), "16x16": PRESETS["large"],
            "micro": PRESETS["micro"]}
 """The cores the bench runs. Micro (the UP5K's profile) runs the matmuls only: it has no softmax
-unit, and without the im2col walker the bench's convolutions do not fit its 2 KiB scratchpad
+unit, and without the im2col walker the bench's convolutions do not fit its 1 KiB scratchpad
 (`runs_on`)."""
 SIM_DEVICE_TARGETS = {"8x8": 100_000, "16x16": 50_000}
 """Cycles per second of `SimDevice` calls (wall time, the host's compile included) per core."""

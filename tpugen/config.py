@@ -241,11 +241,12 @@ PRESETS = {
     "tiny": CoreConfig(rows=2, cols=2, scratchpad_kib=4, accumulator_kib=4, axi_data_width=32),
     "default": CoreConfig(),
     "large": CoreConfig(rows=16, cols=16, scratchpad_kib=256, accumulator_kib=64, axi_data_width=128),
-    # The UP5K's 30 SB_RAM40_4K: the scratchpad and accumulator are each read through two
-    # copies; 2 KiB of scratchpad is 8 of them, 4 KiB of accumulator (128-bit rows) 16; the
-    # epilogue's lane parameters 3, the load plan 2 and the W beats 3 (33 in the iCEBreaker
-    # build since stop 49: over by 3). The board's default core has 1 KiB buffers: 29 of 30.
-    "micro": CoreConfig(rows=4, cols=4, scratchpad_kib=2, accumulator_kib=4, axi_data_width=32,
+    # The UP5K's 30 SB_RAM40_4K (256 x 16): the scratchpad and accumulator are each read
+    # through two copies; 1 KiB of scratchpad is 4 of them, 4 KiB of accumulator (128-bit rows,
+    # 256 of them) 16, as 1 KiB would be; the epilogue's lane parameters 3, the load plan 2,
+    # the W beats 3, the counters 1 and the UART bridge's buffer 1: 30. (2 KiB of scratchpad
+    # made 34; the board's default core has a 1 KiB accumulator, 95 logic cells less.)
+    "micro": CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=4, axi_data_width=32,
                         softmax=False, im2col=False, epilogue_multiplier=False, counters="basic",
                         windows=2, queue_depth=1, store_prefetch=False, weight_prefetch=False,
                         descriptor_dims=2, shared_dma=True, load_prefetch=False,
