@@ -14,6 +14,7 @@ from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_read_signature
 from .engine import engine_members
 from .execute import EXECUTE_INSTRUCTION
 from .family import fpga_family
+from .family import fpga_family
 from .load import LOAD_INSTRUCTION, load_front_client
 from .pipeline import pipeline_register
 from .store import STORE_INSTRUCTION, store_front_client
@@ -725,30 +726,39 @@ class Controller(wiring.Component):
                     m.d.sync += running.eq(0)
                     m.next = "IDLE"
 
-        # Watchdog: cycles without any progress while running, counted down from the limit.
-        # Whether the last cycle restarted the count is registered (`was_reset`), which takes
-        # the engines' progress pulses off the counter's path; the count then restarts a cycle
-        # later, so wherever the watchdog can fire (the last cycle did not restart it) `left` is
-        # exactly the limit less the cycles since, plus 1.
-        left = Signal(32)
+        # Watchdog: cycles without any progress while running. Whether the last cycle restarted
+        # the count is registered (`was_reset`), which takes the engines' progress pulses off
+        # the counter's path; the count then restarts a cycle later, so wherever the watchdog
+        # can fire (the last cycle did not restart it) the count is exact. On iCE40 it counts
+        # down from the limit (`left`, the limit less the cycles since, plus 1), with no compare
+        # against the limit (30 logic cells on micro); elsewhere up (`idle_cycles`), as the
+        # count-down's load multiplexer beside the carry chain costs ECP5 91 cells on the 8x8.
         was_reset = Signal(init=1)
         any_progress = progress | Cat(p.progress | p.done | p.instr.valid & p.instr.ready
                                       for p in engines).any()
         m.d.sync += was_reset.eq(~running | any_progress)
-        m.d.sync += left.eq(Mux(was_reset, self.watchdog_limit, left - 1))
         # The instruction it blames, registered (a chain of 32-bit compares over the engines'
         # queue heads): the watchdog fires after a cycle without progress, in which no queue,
         # token or stall changed, so last cycle's blame is this cycle's.
         blamed, blamed_index = Signal(), Signal(index_width)
         m.d.sync += [blamed.eq(Cat(stall for stall, _ in waiting).any()),
                      blamed_index.eq(_oldest(waiting))]
-        # Whether the limit is reached (`left` at most 1), registered a cycle ahead from the
-        # count's next value: no compare on the way into the error and the controller's state
-        # (the routed 8x8's critical path ran from the limit through one, 15.4 ns). `left` may
-        # wrap only once the watchdog has fired or another error stops the program.
+        # Whether the limit is reached, registered a cycle ahead from the count's next value
+        # (the limit is frozen while the core runs): no compare on the way into the error and
+        # the controller's state (the routed 8x8's critical path ran from the limit through
+        # it, 15.4 ns).
         expired = Signal()
-        m.d.sync += expired.eq(self.watchdog_limit.any() & Mux(
-            was_reset, ~self.watchdog_limit[1:].any(), ~left[2:].any() & ~left[:2].all()))
+        limit = self.watchdog_limit
+        if fpga_family(platform) == "ice40":
+            left = Signal(32)  # may wrap only once the watchdog has fired or an error stops
+            m.d.sync += [left.eq(Mux(was_reset, limit, left - 1)),
+                         expired.eq(limit.any() & Mux(was_reset, ~limit[1:].any(),
+                                                      ~left[2:].any() & ~left[:2].all()))]
+        else:
+            idle_cycles = Signal(32)
+            m.d.sync += [idle_cycles.eq(Mux(was_reset, 1, idle_cycles + 1)),
+                         expired.eq(limit.any() & Mux(was_reset, limit == 1,
+                                                      idle_cycles + 1 >= limit))]
         with m.If(running & ~stopping & ~was_reset & expired):
             m.d.comb += [raise_error.eq(ErrorCode.WATCHDOG),
                          raise_index.eq(Mux(blamed, blamed_index, pc))]

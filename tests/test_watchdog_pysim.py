@@ -9,6 +9,7 @@ from tpugen import CoreConfig
 from tpugen.hdl.controller import ENGINES, FETCH_ID, Controller
 from tpugen.isa import INSTRUCTION_BYTES, ErrorCode, Opcode, encode
 from tpugen.sim.pysim_axi import AxiMemory
+from tpugen.sim.testbench import ForFamily
 
 SETTLE = 200
 """Cycles for the fetcher to fill the load queue and stall (its last progress)."""
@@ -24,8 +25,9 @@ def _schedule(rng, limit):
     return schedule + [0] * (limit + 4)
 
 
+@pytest.mark.parametrize("family", [None, "ice40"])  # counting up; counting down
 @pytest.mark.parametrize("limit", [1, 2, 3, 17])
-def test_watchdog_fires_exactly_limit_cycles_after_the_last_progress(limit):
+def test_watchdog_fires_exactly_limit_cycles_after_the_last_progress(limit, family):
     schedule = _schedule(random.Random(limit), limit)
     config = CoreConfig(rows=2, cols=2, scratchpad_kib=1, accumulator_kib=1, axi_data_width=32,
                         softmax=False, im2col=False)
@@ -53,7 +55,7 @@ def test_watchdog_fires_exactly_limit_cycles_after_the_last_progress(limit):
             await ctx.tick()
             codes.append(ErrorCode(ctx.get(dut.error_code)))
 
-    sim = Simulator(dut)
+    sim = Simulator(ForFamily(dut, family))
     sim.add_clock(1e-6)
     sim.add_testbench(memory.read_process(dut.axi), background=True)
     sim.add_testbench(host)
