@@ -51,6 +51,32 @@ def _fetch_window(ctx, dut):
         ctx.set(dut.windows[i], {"base": 0, "end": 0, "read": 0, "write": 0})
 
 
+def _run_to_end(dut, memory, length, engine, family=None):
+    """Start `Controller` ``dut`` on the ``length`` instructions at 0 of ``memory``, with the
+    fake engine process ``engine(name)`` of each engine, and run until END (failing on an
+    error): elaborated for FPGA ``family``."""
+    async def host(ctx):
+        _fetch_window(ctx, dut)
+        ctx.set(dut.program_length, length)
+        ctx.set(dut.start, 1)
+        await ctx.tick()
+        ctx.set(dut.start, 0)
+        for _ in range(50_000):
+            _, _, done, error = await ctx.tick().sample(dut.done_event, dut.error_event)
+            assert not error
+            if done:
+                return
+        raise AssertionError("no END")
+
+    sim = Simulator(_ForFamily(dut, family))
+    sim.add_clock(1e-6)
+    sim.add_testbench(memory.read_process(dut.axi), background=True)
+    for name in ENGINES:
+        sim.add_testbench(engine(name), background=True)
+    sim.add_testbench(host)
+    sim.run()
+
+
 def _run_program(config, family, seed, busy_cycles=None, holding=()):
     """Run a random `_program` through a `Controller` of ``config`` with fake engines taking
     instructions at random; ``busy_cycles(rng)``: how long an engine stays busy after each take
@@ -96,26 +122,7 @@ def _run_program(config, family, seed, busy_cycles=None, holding=()):
                     ctx.set(port.done, 0)
         return process
 
-    async def host(ctx):
-        _fetch_window(ctx, dut)
-        ctx.set(dut.program_length, len(program))
-        ctx.set(dut.start, 1)
-        await ctx.tick()
-        ctx.set(dut.start, 0)
-        for _ in range(50_000):
-            _, _, done, error = await ctx.tick().sample(dut.done_event, dut.error_event)
-            assert not error
-            if done:
-                return
-        raise AssertionError("no END")
-
-    sim = Simulator(_ForFamily(dut, family))
-    sim.add_clock(1e-6)
-    sim.add_testbench(memory.read_process(dut.axi), background=True)
-    for name in ENGINES:
-        sim.add_testbench(engine(name), background=True)
-    sim.add_testbench(host)
-    sim.run()
+    _run_to_end(dut, memory, len(program), engine, family)
     return received, fetched_in_hold, memory.ar, expected, len(program)
 
 
@@ -203,26 +210,7 @@ def test_an_engine_gets_at_most_pending_depth_instructions_ahead_of_its_dones(de
                 ctx.set(port.done, bool(taken) and cycle - taken[0] >= 500)
         return process
 
-    async def host(ctx):
-        _fetch_window(ctx, dut)
-        ctx.set(dut.program_length, len(program))
-        ctx.set(dut.start, 1)
-        await ctx.tick()
-        ctx.set(dut.start, 0)
-        for _ in range(50_000):
-            _, _, done, error = await ctx.tick().sample(dut.done_event, dut.error_event)
-            assert not error
-            if done:
-                return
-        raise AssertionError("no END")
-
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    sim.add_testbench(memory.read_process(dut.axi), background=True)
-    for name in ENGINES:
-        sim.add_testbench(engine(name), background=True)
-    sim.add_testbench(host)
-    sim.run()
+    _run_to_end(dut, memory, len(program), engine)
     assert received == expected
     assert max(most.values()) == pending_depth(config)
     assert all(count <= pending_depth(config) for count in most.values())
