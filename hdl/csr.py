@@ -25,7 +25,9 @@ class ControlRegisters(wiring.Component):
     ``config.windows`` windows, registered from their registers; the registers of the others
     (`registers.absent_registers`) read 0 and ignore writes. ``irq`` is a level:
     ``irq_enable & (done or error pending in IRQ_STATUS)``. In the same cycle, an event wins
-    over an acknowledge or ``start``, and ``soft_reset`` wins over an event.
+    over an acknowledge or ``start``, and ``soft_reset`` wins over an event. The counters are
+    inputs, or with ``config.counters_in_ram`` read from a `CounterMemory` (``counter_read``
+    and ``counter_index`` held until ``counter_done``, ``counter_value`` then): R waits.
     """
 
     def __init__(self, config):
