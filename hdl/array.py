@@ -145,7 +145,10 @@ class SystolicArray(wiring.Component):
 
     With ``CoreConfig.broadcast_activations`` a row's activation reaches all of its PEs in the
     cycle it leaves the skew: no activation or switch registers between the columns, and the
-    columns' results leave the bottom row together (no de-skew).
+    columns' results leave the bottom row together (no de-skew). With
+    ``CoreConfig.adder_tree_columns`` every row takes its activation in the same cycle and
+    each column adds its PEs' registered products in a tree, registering the sum: no row skew
+    and no partial-sum chain. ``ahead`` is ``results.valid`` a cycle early.
     """
 
     def __init__(self, config):
