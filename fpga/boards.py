@@ -150,7 +150,7 @@ BOARDS = {board.name: board for board in (
         # takes all 8. synth_ice40 runs without -dsp: the core's other multipliers (more than 8)
         # are LUTs.
         # The micro profile: no softmax unit, no im2col walker, two windows, one-instruction
-        # queues (the store engine runs from its slot), 3-dim walkers.
+        # queues (the store engine runs from its slot), 2-dim walkers, the counters in block RAM.
         scratchpad_kib=1, accumulator_kib=1, axi_data_width=32, pes_per_dsp=2, profile="micro"),
 )}
 """Boards by name."""

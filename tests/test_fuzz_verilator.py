@@ -136,12 +136,13 @@ def test_a_reduced_core_ends_as_the_model_says(run_tb, tmp_path):
     memory's 1 MiB; tiles and programs wrap at its top, address and stride bits above are
     ignored, windows past it cover nothing): two windows, one-deep queues that keep fields
     only up to the limits the engines tell apart (`saturated_fields`), the store and load
-    engines run from their queues' slots, one DMA front for both, 3-dim walkers, no softmax
+    engines run from their queues' slots, one DMA front for both, 2-dim walkers, no softmax
     unit or im2col walker (an im2col LOAD, a SOFTMAX and probability activations are
     UNKNOWN_OPCODE, drawn as rarely as an unknown opcode), a shift-only epilogue, unbuffered
-    row feeders and broadcast activations. The core, the model and the AXI checker take only
-    the first two of the windows a case programs, the model queues one instruction per engine
-    and predicts BAD_EXTENT for a 4th dim the walkers lack. Valid programs get their windows
+    row feeders, broadcast activations, adder tree columns and the counters in block RAM. The
+    core, the model and the AXI checker take only the first two of the windows a case
+    programs, the model queues one instruction per engine and predicts BAD_EXTENT for a dim
+    past the two the walkers walk. Valid programs get their windows
     fitted as the runtime does (`fit_windows`) and end done; the others' standard output
     window (the third) is missing, so their STOREs end in STORE_WINDOW."""
     config = dataclasses.replace(CoreConfig.preset("micro"),
