@@ -14,7 +14,6 @@ from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_read_signature
 from .engine import engine_members
 from .execute import EXECUTE_INSTRUCTION
 from .family import fpga_family
-from .family import fpga_family
 from .load import LOAD_INSTRUCTION, load_front_client
 from .pipeline import pipeline_register
 from .store import STORE_INSTRUCTION, store_front_client

@@ -235,12 +235,16 @@ class ControlRegisters(wiring.Component):
             if lows:
                 m.d.sync += self.counter_read.eq(0)
             for i, reg in enumerate(sources):
-                # (the counter memory's: the one read)
-                for k, name in enumerate(lows if reg.name in lows else [reg.name]):
-                    if name in captures:
-                        high, source = captures[name]
-                        with m.If(selected[i] & (self.counter_index == k if lows else 1)):
-                            m.d.sync += high.eq(source)
+                if lows and reg.name == lows[0]:  # the counter memory's: the counter read
+                    for k, name in enumerate(lows):
+                        if name in captures:
+                            high, source = captures[name]
+                            with m.If(selected[i] & (self.counter_index == k)):
+                                m.d.sync += high.eq(source)
+                elif reg.name in captures:
+                    high, source = captures[reg.name]
+                    with m.If(selected[i]):
+                        m.d.sync += high.eq(source)
         return m
 
 
@@ -263,6 +267,8 @@ class _Storage:
         above = iter(self.above)
         for i in range(4):
             split = min(max(8 * i, self.bits), 8 * i + 8)  # the byte's bits from here are above
+            if not self.reg.mask >> 8 * i & 0xFF and split == 8 * i + 8:
+                continue  # no field and no flag in this byte
             with m.If(strb[i]):
                 if split > 8 * i:
                     m.d.sync += self.low[8 * i:split].eq(data[8 * i:split])
