@@ -1,5 +1,5 @@
 """`tpu_core`: the array with its memories, DMA engines, controller and control registers."""
-from amaranth.hdl import (ClockDomain, ClockSignal, DomainRenamer, Instance, Module, Mux,
+from amaranth.hdl import (Cat, ClockDomain, ClockSignal, DomainRenamer, Instance, Module, Mux,
                           ResetSignal, Signal)
 from amaranth.lib import memory, wiring
 from amaranth.lib.fifo import SyncFIFO
@@ -92,11 +92,12 @@ class TpuCore(wiring.Component):
         cfg = self.config
 
         m.submodules.csr = csr = ControlRegisters(cfg)
-        # A soft reset resets the datapath from the next cycle (`registered_global`); from the
-        # same one, `resetting` holds the bus until the bursts it left there are finished
-        # (`_quiesce`) and drops the events of the datapath's last cycle; a start in that time
-        # waits for it.
+        # A soft reset resets the datapath once the transfers it left waiting at the ports are
+        # accepted (`_quiesce`'s ``release``, registered: `registered_global`); from the cycle
+        # after the soft reset, `resetting` holds the bus until the bursts the datapath left
+        # there are finished and drops the datapath's events; a start in that time waits.
         resetting = Signal()
+        release = Signal()
         start_waiting = Signal()
         start = Signal()
         m.d.comb += start.eq((csr.start | start_waiting) & ~resetting)
@@ -110,7 +111,7 @@ class TpuCore(wiring.Component):
         # the execute engine), so on an ECP5 it takes a global network instead of the fabric.
         m.domains.datapath = ClockDomain(local=True)
         m.d.comb += ClockSignal("datapath").eq(ClockSignal())
-        reset = ResetSignal(allow_reset_less=True) | csr.soft_reset
+        reset = ResetSignal(allow_reset_less=True) | release
         m.d.comb += ResetSignal("datapath").eq(
             registered_global(m, platform, reset, "datapath_reset"))
         datapath = Module()
@@ -175,7 +176,7 @@ class TpuCore(wiring.Component):
                                 **flat_ports("m_axi", axi_write_signature(width))}).create()
         self._read_arbiter(datapath, bus, controller.axi, load.axi)
         connect_by_name(datapath, store.axi, "", bus, "m_axi_", store.axi.signature)
-        self._quiesce(m, bus, csr.soft_reset, resetting)
+        self._quiesce(m, bus, csr.soft_reset, resetting, release)
         self._counters(datapath, csr, controller, engines)
         return m
 
@@ -206,34 +207,45 @@ class TpuCore(wiring.Component):
         m.d.sync += [held.eq(bus.m_axi_arvalid & ~bus.m_axi_arready),
                      grant_load.eq(choose_load)]
 
-    def _quiesce(self, m, bus, soft_reset, resetting):
-        """Connect the datapath's AXI master ``bus`` to the ports. After ``soft_reset`` (the
-        datapath is reset the cycle after, and cut off from the bus from then) and while
-        ``resetting``, finish for it what it left on the bus: hold a request that was waiting,
-        take the read beats and write responses still owed, and send the W beats still owed (of
-        every burst whose AW was presented): a beat that was waiting for WREADY as it was, the
-        rest with WSTRB 0 (they write nothing)."""
+    def _quiesce(self, m, bus, soft_reset, resetting, release):
+        """Connect the datapath's AXI master ``bus`` to the ports, and after ``soft_reset`` (and
+        while ``resetting``) leave the bus as AXI4 wants it. First the requests and the W beat
+        that were waiting for READY at the soft reset stay, the datapath's own (it is not reset
+        yet, so it holds them as they were), until they are accepted; nothing new goes out.
+        Then ``release`` (the datapath is reset the cycle after) and the quiescer finishes what
+        the datapath left: it takes the read beats and write responses still owed and sends the
+        W beats still owed (of every burst whose AW was presented) with WSTRB 0 (they write
+        nothing). No payload is copied: a request waits as the datapath drives it."""
         def port(name):
             return getattr(self, f"m_axi_{name}")
 
-        # The store engine's bursts are at most W_BURST_BEATS long: AWLEN's bits above are 0;
-        # and the address bits above the core's (`CoreConfig.address_width`) are 0.
+        def inner(name):
+            return getattr(bus, f"m_axi_{name}")
+
+        # The store engine's bursts are at most W_BURST_BEATS long: AWLEN's bits above are 0.
         aw_len_bits = ceil_log2(W_BURST_BEATS)
-        narrow = {"awlen": aw_len_bits, "araddr": self.config.address_width,
-                  "awaddr": self.config.address_width}
-        held = {}  # a transfer waiting for READY at the soft reset: kept as it was (AXI4)
-        for channel, fields in (("ar", ("id", "addr", "len", "size", "burst")),
-                                ("aw", ("id", "addr", "len", "size", "burst")),
-                                ("w", ("data", "strb"))):
-            held[channel] = (Signal(name=f"held_{channel}valid"),
-                             {f: Signal(narrow.get(channel + f, len(port(channel + f))),
-                                        name=f"held_{channel}{f}")
-                              for f in fields})
-            valid, saved = held[channel]
-            with m.If(soft_reset & port(f"{channel}valid") & ~port(f"{channel}ready")):
-                m.d.sync += [valid.eq(1), *(saved[f].eq(port(channel + f)) for f in fields)]
+        waiting = {channel: port(f"{channel}valid") & ~port(f"{channel}ready")
+                   for channel in ("ar", "aw", "w")}
+        draining = Signal()  # the datapath not reset yet: its waiting transfers finish
+        scrubbing = Signal()  # the datapath reset: the quiescer finishes its bursts
+        held = {channel: Signal(name=f"held_{channel}valid") for channel in ("ar", "aw")}
+        # A soft reset while resetting changes nothing here: the datapath is reset at the
+        # release, or was and is idle (no START until the quiescer lets go).
+        resets = soft_reset & ~resetting
+        # Waiting for READY after this cycle: a request left waiting, or a W beat.
+        still = [*(Mux(resets, waiting[channel], held[channel] & ~port(f"{channel}ready"))
+                   for channel in held), waiting["w"]]
+        m.d.comb += [resetting.eq(draining | scrubbing),
+                     release.eq((resets | draining) & ~Cat(still).any())]
+        for channel, signal in held.items():
+            with m.If(resets):
+                m.d.sync += signal.eq(waiting[channel])
             with m.Elif(port(f"{channel}ready")):
-                m.d.sync += valid.eq(0)
+                m.d.sync += signal.eq(0)
+        with m.If(release):
+            m.d.sync += draining.eq(0)
+        with m.Elif(resets):
+            m.d.sync += draining.eq(1)
 
         ar_done = port("arvalid") & port("arready")
         r_last = port("rvalid") & port("rready") & port("rlast")
@@ -241,7 +253,7 @@ class TpuCore(wiring.Component):
         w_done = port("wvalid") & port("wready")
         b_done = port("bvalid") & port("bready")
         # Bursts in flight at the ports: the load engine's MAX_OUTSTANDING and a fetch (writes:
-        # the store engine's); a soft reset adds none, as the datapath issues none until quiet.
+        # the store engine's); none are added once the datapath is released.
         reads = Signal(range(MAX_OUTSTANDING + 2))  # accepted, last beat not yet taken
         writes = Signal(range(MAX_OUTSTANDING + 1))  # accepted, response not yet taken
         m.d.sync += [reads.eq(reads + ar_done - r_last), writes.eq(writes + aw_done - b_done)]
@@ -249,9 +261,9 @@ class TpuCore(wiring.Component):
         # owes its W beats from the first cycle its AW is on the bus.
         aw_waiting = Signal()
         aw_presented = port("awvalid") & ~aw_waiting
-        m.d.sync += aw_waiting.eq(port("awvalid") & ~port("awready"))
+        m.d.sync += aw_waiting.eq(waiting["aw"])
         # AWLEN of the bursts with W beats owed: each has its AW presented and no B yet, so the
-        # store engine's MAX_OUTSTANDING at most (none are added while ``resetting``).
+        # store engine's MAX_OUTSTANDING at most.
         m.submodules.w_owed = w_owed = SyncFIFO(width=aw_len_bits, depth=MAX_OUTSTANDING)
         w_beat = Signal(aw_len_bits)
         # A one-beat burst whose W beat goes in the cycle its AW appears owes nothing: with no
@@ -263,30 +275,38 @@ class TpuCore(wiring.Component):
         with m.If(w_done):
             m.d.sync += w_beat.eq(Mux(port("wlast"), 0, w_beat + 1))
 
-        quiet = ~held["ar"][0] & ~held["aw"][0] & (reads == 0) & (writes == 0) & ~w_owed.r_rdy
-        with m.If(soft_reset):
-            m.d.sync += resetting.eq(1)
+        quiet = (reads == 0) & (writes == 0) & ~w_owed.r_rdy
+        with m.If(release):
+            m.d.sync += scrubbing.eq(1)
         with m.Elif(quiet):
-            m.d.sync += resetting.eq(0)
+            m.d.sync += scrubbing.eq(0)
 
-        w_held, w_saved = held["w"]
+        # What passes: the datapath's transfers while not resetting; while draining the
+        # requests it left waiting (until accepted), its R beats and B responses, and its W
+        # beats while a burst whose AW was presented owes them (its next beat is that burst's:
+        # its W beats go in order, and its later AWs were not presented). Once scrubbing the
+        # quiescer takes R and B and sends the W beats owed.
+        passes = {"ar": ~resetting | held["ar"], "aw": ~resetting | held["aw"],
+                  "w": ~resetting | (draining & w_owed.r_rdy)}
         scrub = {"rready": 1, "bready": 1, "wvalid": w_owed.r_rdy,
-                 "wlast": w_beat == w_owed.r_data,
-                 "wdata": Mux(w_held, w_saved["data"], 0), "wstrb": Mux(w_held, w_saved["strb"], 0)}
-        for channel in ("ar", "aw"):
-            valid, saved = held[channel]
-            scrub[f"{channel}valid"] = valid
-            scrub.update({channel + f: value for f, value in saved.items()})
+                 "wlast": w_beat == w_owed.r_data, "wdata": 0, "wstrb": 0}
         width = self.config.axi_data_width
         for signature in (axi_read_signature(width), axi_write_signature(width)):
             for name, member in signature.members.items():
-                inner = getattr(bus, f"m_axi_{name}")
+                channel = next((c for c in passes if name.startswith(c)), None)
                 if member.flow == Out:
-                    m.d.comb += port(name).eq(Mux(resetting, scrub[name], inner))
-                elif name in ("arready", "rvalid", "awready", "wready", "bvalid"):
-                    m.d.comb += inner.eq(port(name) & ~resetting)
+                    value = inner(name)
+                    if name.endswith("valid"):
+                        value = value & passes[channel]
+                    if name in scrub:
+                        value = Mux(scrubbing, scrub[name], value)
+                    m.d.comb += port(name).eq(value)
+                elif name.endswith("ready"):
+                    m.d.comb += inner(name).eq(port(name) & passes[channel])
+                elif name in ("rvalid", "bvalid"):
+                    m.d.comb += inner(name).eq(port(name) & ~scrubbing)
                 else:
-                    m.d.comb += inner.eq(port(name))
+                    m.d.comb += inner(name).eq(port(name))
 
     def _counters(self, m, csr, controller, engines):
         cfg = self.config

@@ -709,20 +709,21 @@ def _core_bus(data_width):
 class _Quiescer(wiring.Component):
     """The soft-reset quiescer of `TpuCore` (its ``_quiesce``, run on this component's ports)
     between the datapath's AXI4 master bus ``inner`` and the core's ports ``m_axi_*``;
-    ``soft_reset`` is the pulse that resets the datapath, ``resetting`` the core's signal."""
+    ``soft_reset`` is the host's pulse, ``release`` the one that resets the datapath (a cycle
+    later in the core), ``resetting`` the core's signal."""
 
     def __init__(self, config):
         self.config = config
         bus = _core_bus(config.axi_data_width)
         super().__init__({**bus.members, "inner": In(bus), "soft_reset": In(1),
-                          "resetting": Out(1)})
+                          "resetting": Out(1), "release": Out(1)})
 
     def elaborate(self, platform):
         m = Module()
         bus = _core_bus(self.config.axi_data_width)
         ports = {name: getattr(self, name) for name in bus.members}
         TpuCore._quiesce(SimpleNamespace(config=self.config, **ports), m, self.inner,
-                         self.soft_reset, self.resetting)
+                         self.soft_reset, self.resetting, self.release)
         return m
 
 
@@ -734,11 +735,13 @@ QUIESCE_STATES = ("an AR waiting", "an R burst owed", "an AW waiting",
 class QuiescerHarness(Harness):
     """The soft-reset quiescer at the core's ports (`_Quiescer`).
 
-    The datapath is a free AXI4 master (one ID, at most ``max_bursts`` bursts each way) that a
-    free ``soft_reset`` pulse resets: `AxiReadRules` and `AxiWriteRules` in the slave role
-    assume that it keeps the AXI4 rules, and `WAfterAwPresented` that it sends no W beat before
-    its AW is presented (what the store engine guarantees), each from nothing again after
-    every soft reset; they assert that what reaches it is right for the bursts it issued since.
+    The datapath is a free AXI4 master (one ID, at most ``max_bursts`` bursts each way) that
+    the quiescer's ``release`` resets after a free ``soft_reset`` pulse: `AxiReadRules` and
+    `AxiWriteRules` in the slave role assume that it keeps the AXI4 rules (until the release
+    too: a request it left waiting goes on), and `WAfterAwPresented` that it sends no W beat
+    before its AW is presented (what the store engine guarantees), each from nothing again
+    after every release; they assert that what reaches it is right for the bursts it issued
+    since.
     At the ports the same rules in the master role assert the AXI4 rules across soft resets
     (a waiting AR or AW held, the W beats owed sent with WLAST on beat AWLEN + 1, ...) and
     assume a slave that keeps them. Asserted as well: when the quiescer lets go the bus is
@@ -750,9 +753,10 @@ class QuiescerHarness(Harness):
         check_config(config)
         width = config.axi_data_width
         self.max_len = max_len
-        # A request the datapath left waiting (beyond its own limit) may be accepted after it.
-        self.outer = (AxiReadRules(width, max_bursts + 1, check_windows=False),
-                      AxiWriteRules(width, max_bursts + 1, check_windows=False),
+        # No more bursts in flight at the ports than the datapath keeps: a request it left
+        # waiting is its own until the release, and new ones wait for the quiescer to let go.
+        self.outer = (AxiReadRules(width, max_bursts, check_windows=False),
+                      AxiWriteRules(width, max_bursts, check_windows=False),
                       WAfterAwPresented())
         self.inner = (AxiReadRules(width, max_bursts, check_windows=False, role="slave"),
                       AxiWriteRules(width, max_bursts, check_windows=False, role="slave"),
@@ -768,8 +772,8 @@ class QuiescerHarness(Harness):
                                  ("inner_read", inner_read, dut.inner),
                                  ("inner_write", inner_write, dut.inner),
                                  ("inner_order", inner_order, dut.inner)):
-            # The datapath's rules start again with it at each soft reset.
-            m.submodules[name] = ResetInserter(dut.soft_reset)(rules) if bus is dut.inner else rules
+            # The datapath's rules start again with it at each release.
+            m.submodules[name] = ResetInserter(dut.release)(rules) if bus is dut.inner else rules
             m.d.comb += [getattr(rules, member).eq(getattr(bus, f"m_axi_{member}"))
                          for member in rules.signature.members
                          if member not in ("windows", "pick")]

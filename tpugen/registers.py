@@ -188,7 +188,9 @@ def _registers():
             BitField("soft_reset", 1, 1, "Reset the core; clears STATUS, IRQ_STATUS, ERROR_CODE "
                                          "and ERROR_INDEX, keeps the configuration registers. "
                                          "Bursts in flight are finished first (STATUS.busy; "
-                                         "owed W beats go out with WSTRB 0); a start waits."))),
+                                         "a request or W beat offered is sent as it was, "
+                                         "the W beats of its presented bursts may follow, "
+                                         "the rest go out with WSTRB 0); a start waits."))),
         Register("STATUS", 0x024, "ro", "Core state.", (
             BitField("busy", 0, 1, "A program is running, or a soft reset is finishing."),
             BitField("done", 1, 1, "The last program reached END."),
