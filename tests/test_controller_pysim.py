@@ -482,3 +482,106 @@ def test_a_misaligned_program_base_stops_before_any_fetch_each_start():
     config = CoreConfig(rows=2, cols=2, scratchpad_kib=1, accumulator_kib=1, axi_data_width=64)
     assert _starts(config, [(base, 1) for base in (8, INSTRUCTION_BYTES // 2, 0)]) == [
         (ErrorCode.MISALIGNED, 0, 0), (ErrorCode.MISALIGNED, 0, 0), ("done", 1)]
+
+
+def _token_trace(config, family, program, seed):
+    """Run ``program`` (instruction bytes) on a `Controller` of ``config`` elaborated for FPGA
+    ``family``, fake engines taking at random and done after a random 0-3 cycles (``seed``), a
+    watchdog of 300 cycles: every dispatch as (cycle, engine) and the outcome (cycle, "done" or
+    (error code, index))."""
+    rng = random.Random(seed)
+    dut = Controller(config)
+    memory = AxiMemory(1 << 16, config.axi_data_width, allowed=[(0, 1 << 16)], seed=seed,
+                       ident=FETCH_ID)
+    memory.mem[:len(program) * INSTRUCTION_BYTES] = b"".join(program)
+    dispatches, outcome = [], []
+
+    def engine(name):
+        port = getattr(dut, name)
+
+        async def process(ctx):
+            cycle = 0
+            while True:
+                ctx.set(port.instr.ready, rng.random() < 0.6)
+                _, _, valid, ready = await ctx.tick().sample(port.instr.valid, port.instr.ready)
+                cycle += 1
+                if valid and ready:
+                    dispatches.append((cycle, name))
+                    ctx.set(port.instr.ready, 0)
+                    ctx.set(port.busy, 1)
+                    for _ in range(rng.randrange(4)):
+                        await ctx.tick()
+                        cycle += 1
+                    ctx.set(port.busy, 0)
+                    ctx.set(port.done, 1)
+                    await ctx.tick()
+                    cycle += 1
+                    ctx.set(port.done, 0)
+        return process
+
+    async def host(ctx):
+        _fetch_window(ctx, dut)
+        ctx.set(dut.windows[0].end, 1 << 16)
+        ctx.set(dut.program_length, len(program))
+        ctx.set(dut.watchdog_limit, 300)
+        ctx.set(dut.start, 1)
+        await ctx.tick()
+        ctx.set(dut.start, 0)
+        for cycle in range(1, 100_000):
+            _, _, done, error, code, index = await ctx.tick().sample(
+                dut.done_event, dut.error_event, dut.error_code, dut.error_index)
+            if done or error:
+                outcome.extend([cycle, "done" if done else (code, index)])
+                return
+        raise AssertionError("neither done nor an error")
+
+    sim = Simulator(_ForFamily(dut, family))
+    sim.add_clock(1e-6)
+    sim.add_testbench(memory.read_process(dut.axi), background=True)
+    for name in ENGINES:
+        sim.add_testbench(engine(name), background=True)
+    sim.add_testbench(host)
+    sim.run()
+    return dispatches, tuple(outcome)
+
+
+def test_the_token_counters_count_alike_on_every_family():
+    """The iCE40's token counters (their flags compared from the count) against the others'
+    (flags registered with each step), cycle for cycle: random token flags, some programs
+    ending in a wait the watchdog stops, and pushes with no pops up to the counters' limit."""
+    config = CoreConfig(rows=2, cols=2, scratchpad_kib=1, accumulator_kib=1, axi_data_width=32,
+                        queue_depth=1, descriptor_dims=2)
+    rng = random.Random(11)
+    flags = {Opcode.LOAD: ("pop_next", "push_next"),
+             Opcode.MATMUL: ("pop_prev", "pop_next", "push_prev", "push_next"),
+             Opcode.STORE: ("pop_prev", "push_prev")}
+    programs = []
+    for valid in (True, True, False):
+        # Valid: a pop only where pushes earlier in the program have left a token on its link
+        # (no deadlock); else any flags (a wait the watchdog ends).
+        program, tokens = [], {}
+        for _ in range(60):
+            op = rng.choice(list(flags))
+            engine = {Opcode.LOAD: 0, Opcode.MATMUL: 1, Opcode.STORE: 2}[op]
+            header = {}
+            for flag in flags[op]:
+                other = engine + (1 if flag.endswith("next") else -1)
+                link = (other, engine) if flag.startswith("pop") else (engine, other)
+                set_it = rng.random() < 0.5 and (
+                    not valid or flag.startswith("push") or tokens.get(link, 0) > 0)
+                header[flag] = set_it
+                if set_it:
+                    tokens[link] = tokens.get(link, 0) + (1 if flag.startswith("push") else -1)
+            program.append(encode(op, header=header))
+        programs.append(program + [encode(Opcode.END)])
+    over = 2 ** 8 + 2  # more pushes than an 8-bit counter holds, none popped
+    programs.append([encode(Opcode.LOAD, header={"push_next": 1})] * over + [encode(Opcode.END)])
+    outcomes = []
+    for seed, program in enumerate(programs):
+        traces = [_token_trace(config, family, program, seed) for family in (None, "ice40")]
+        assert traces[0] == traces[1], seed
+        outcomes.append(traces[0][1][1])
+    # The last program stops with WATCHDOG at a push the counter had no room for.
+    code, index = outcomes[-1]
+    assert code == ErrorCode.WATCHDOG and 247 <= index < over, outcomes[-1]
+    assert outcomes[:2] == ["done", "done"] and outcomes[2] != "done", outcomes
