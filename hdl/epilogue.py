@@ -121,10 +121,9 @@ class EpilogueDatapath(wiring.Component):
     bias. Stage 3 multiplies (registered inputs and output; on ECP5 the inputs in a MULT18X18D
     pair's own registers, `dsp.registered_operands_product`). Stage 4 shifts by the high three
     bits of the shift (by bytes), keeping a guard bit and a sticky bit, and clamps the quotient
-    to what can still come back into range (`_WINDOW`). Stage 5 shifts by the low three bits
-    and rounds half to even; stage 6 saturates (to int8 with ``int8``, else int32) and applies
-    ReLU. Without
-    ``options.requant`` the multiplier is 1 and the shift 0. ``y``: the int32 or int8 (sign
+    to what can still come back into range (`_WINDOW`; without the multiplier t fits it).
+    Stage 5 shifts by the low three bits and rounds half to even; stage 6 saturates (to int8
+    with ``int8``, else int32) and applies ReLU. Without ``options.requant`` the multiplier is 1 and the shift 0. ``y``: the int32 or int8 (sign
     extended) results, ``latency`` cycles after their ``acc``. Without ``multiplier`` there is
     no stage 3 and stage 4 shifts ``t`` as it is added (the multiplier of ``params`` is
     ignored, as if 1; ``latency`` 4, not 6), and the later stages are sized for ``t``: a bias,
@@ -183,20 +182,22 @@ class EpilogueDatapath(wiring.Component):
             # 4: twice = 2 * product, shifted right by 8 * high (the bit below the quotient is
             # the guard bit); sticky: any bit shifted out. The quotient, clamped to 39 bits:
             # after the low shift of at most 7 it still saturates int32 (and int8).
+            # (Without the multiplier `twice` fits the window: no clamp.)
             twice = Cat(0, product).as_signed()
+            window = min(_WINDOW, len(twice))
             high, low = shift[3:], shift[:3]
             sign = twice[-1]
-            padded = Cat(twice, sign.replicate(max(8 * 7 + _WINDOW - len(twice), 0)))
-            shifted = Cat(padded[8 * g:8 * g + _WINDOW] for g in range(8)).word_select(
-                high, _WINDOW)
+            padded = Cat(twice, sign.replicate(max(8 * 7 + window - len(twice), 0)))
+            shifted = Cat(padded[8 * g:8 * g + window] for g in range(8)).word_select(
+                high, window)
             below = [Cat(twice[:8 * g]).any() for g in range(8)]
             sticky = Cat(below).bit_select(high, 1)
-            fits = Cat(_same_bits(twice[8 * g + _WINDOW - 1:])
-                       if 8 * g + _WINDOW - 1 < len(twice) else 1
+            fits = Cat(_same_bits(twice[8 * g + window - 1:])
+                       if 8 * g + window - 1 < len(twice) else 1
                        for g in range(8)).bit_select(high, 1)
-            clamped = Signal(signed(_WINDOW), name=f"clamped{u}")  # guard bit and quotient
+            clamped = Signal(signed(window), name=f"clamped{u}")  # guard bit and quotient
             m.d.comb += clamped.eq(Mux(fits, shifted.as_signed(),
-                                       Mux(sign, -2**(_WINDOW - 1), 2**(_WINDOW - 1) - 2)))
+                                       Mux(sign, -2**(window - 1), 2**(window - 1) - 2)))
             clamped, sticky = stage(clamped, f"clamped{u}"), stage(sticky, f"sticky{u}")
             low = stage(low, f"low{u}")
             # 5: shift right by low, round half to even.
