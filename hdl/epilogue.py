@@ -123,8 +123,9 @@ class EpilogueDatapath(wiring.Component):
     bits of the shift (by bytes), keeping a guard bit and a sticky bit, and clamps the quotient
     to what can still come back into range (`_WINDOW`; without the multiplier t fits it).
     Stage 5 shifts by the low three bits and rounds half to even; stage 6 saturates (to int8
-    with ``int8``, else int32) and applies ReLU. Without ``options.requant`` the multiplier is 1 and the shift 0. ``y``: the int32 or int8 (sign
-    extended) results, ``latency`` cycles after their ``acc``. Without ``multiplier`` there is
+    with ``int8``, else int32) and applies ReLU. Without ``options.requant`` the multiplier is
+    1 and the shift 0. ``y``: the int32 or int8 (sign extended) results, ``latency`` cycles
+    after their ``acc``. Without ``multiplier`` there is
     no stage 3 and stage 4 shifts ``t`` as it is added (the multiplier of ``params`` is
     ignored, as if 1; ``latency`` 4, not 6), and the later stages are sized for ``t``: a bias,
     shift, ReLU and pool epilogue without a DSP or LUT multiplier.
