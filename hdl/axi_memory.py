@@ -113,7 +113,7 @@ class AxiMemory(wiring.Component):
 
     One burst per direction at a time, answered in order, the next AR and AW accepted while it
     runs (`AxiBurst`), so bursts go back to back; a read beat per cycle while RREADY is held
-    (2-entry output queue, so backpressure loses nothing), a write beat per cycle (WLAST is not
+    (two output registers, so backpressure loses nothing), a write beat per cycle (WLAST is not
     checked: AWLEN counts; up to two B responses wait for BREADY). Reads and writes share a
     single port, alternating when both are busy; the host owns the ports in every cycle it is
     selected. With ``dual_port`` every block RAM input is a register (they are spread over the
@@ -173,15 +173,20 @@ class AxiMemory(wiring.Component):
             for field in BURST_REQUEST.members:
                 m.d.comb += getattr(burst.request.payload, field).eq(axi(f"{channel}{field}"))
 
-        # Read beats: issued one cycle, data the next, then queued for the R channel. A beat is
-        # issued while the queue has room for it beside the one on its way, counting the R
-        # handshake of the cycle: two entries keep a beat a cycle going.
+        # Read beats: issued one cycle, data the next (`pending`), then the R channel's register
+        # `out`, or `skid` behind it while `out` waits for RREADY. A beat is issued while they
+        # have room for it beside the one on its way, counting the R handshake of the cycle:
+        # a beat a cycle goes on. (Two registers: no read multiplexer, as a FIFO would have.)
         beat_layout = data.StructLayout({"info": _BEAT_INFO, "data": width})
-        m.submodules.r_queue = r_queue = fifo.SyncFIFO(width=beat_layout.size, depth=2)
         pending, pending_info = Signal(), Signal(_BEAT_INFO)
-        queued, out = beat_layout(r_queue.w_data), beat_layout(r_queue.r_data)
-        taken = r_queue.r_rdy & axi("rready")
-        read_wants = reads.active & (r_queue.level + pending - taken < r_queue.depth)
+        incoming, out, skid = Signal(beat_layout), Signal(beat_layout), Signal(beat_layout)
+        out_valid, skid_valid = Signal(), Signal()
+        taken = out_valid & axi("rready")
+        owed = out_valid + skid_valid + pending  # issued, not yet sent: at most 2
+        read_wants = reads.active & (owed - taken < 2)
+        # Without the cycle's handshake, for the single port's turns: WREADY depends on no AXI
+        # input (AXI4: no combinatorial path from RREADY).
+        read_could = reads.active & (owed < 2)
 
         # Write responses (the worst beat's response, once the last beat is written) wait in
         # a queue, so that the next burst's beats go on while one waits for BREADY.
@@ -198,7 +203,7 @@ class AxiMemory(wiring.Component):
             read_issue = ~host_was_selected & read_wants
         else:
             write_turn = Signal()
-            write_slot = ~host.select & writing & (write_turn | ~read_wants)
+            write_slot = ~host.select & writing & (write_turn | ~read_could)
             write_beat = write_slot & axi("wvalid")
             read_issue = ~host.select & read_wants & ~write_beat
             with m.If(read_issue):
@@ -218,16 +223,21 @@ class AxiMemory(wiring.Component):
             pending_info.id.eq(reads.id),
         ]
         m.d.comb += [
-            r_queue.w_en.eq(pending),
-            queued.info.eq(pending_info),
-            queued.data.eq(Mux(pending_info.resp == AXI_RESP_OKAY, read_port.data, 0)),
-            axi("rvalid").eq(r_queue.r_rdy),
+            incoming.info.eq(pending_info),
+            incoming.data.eq(Mux(pending_info.resp == AXI_RESP_OKAY, read_port.data, 0)),
+            axi("rvalid").eq(out_valid),
             axi("rdata").eq(out.data),
             axi("rresp").eq(out.info.resp),
             axi("rlast").eq(out.info.last),
             axi("rid").eq(out.info.id),
-            r_queue.r_en.eq(axi("rready")),
         ]
+        with m.If(pending):
+            m.d.sync += skid.eq(incoming)
+        with m.If(taken | ~out_valid):
+            m.d.sync += [out.eq(Mux(skid_valid, skid, incoming)),
+                         out_valid.eq(skid_valid | pending), skid_valid.eq(skid_valid & pending)]
+        with m.Elif(pending):
+            m.d.sync += skid_valid.eq(1)
 
         worst = Signal(2)  # of the running burst's beats so far
         response, answer = _BEAT_INFO(b_queue.w_data), _BEAT_INFO(b_queue.r_data)
