@@ -27,9 +27,10 @@ class AxiBurst(wiring.Component):
     """The beats of AXI4 bursts, one after another: ``request`` takes an AR/AW, ``advance`` steps
     a beat.
 
-    A request taken while a burst runs waits in a one-entry slot (``request.ready`` is low while
-    it is full) and starts in the cycle the running burst's last beat advances: bursts follow
-    each other with no idle cycle. ``resp`` is the current beat's response: SLVERR for every
+    With ``slot`` a request taken while a burst runs waits in a one-entry slot
+    (``request.ready`` is low while it is full) and starts in the cycle the running burst's last
+    beat advances: bursts follow each other with no idle cycle. Without, a request is taken only
+    while no burst runs (``request.ready`` is ``~active``): a cycle between bursts. ``resp`` is the current beat's response: SLVERR for every
     beat of a FIXED or WRAP burst or of a size wider than the bus; DECERR for a beat at or
     beyond ``size_bytes``; OKAY otherwise. ``word`` is the beat's memory word. Narrow INCR
     bursts step by their size from the aligned address.
@@ -40,7 +41,8 @@ class AxiBurst(wiring.Component):
     ``word`` of the next cycle (for a register of it beside the memory).
     """
 
-    def __init__(self, data_width, size_bytes):
+    def __init__(self, data_width, size_bytes, *, slot=True):
+        self.slot = slot
         self._offset_bits = exact_log2(data_width // 8)
         self._size_bits = exact_log2(size_bytes)
         super().__init__({
@@ -79,14 +81,18 @@ class AxiBurst(wiring.Component):
             self.resp.eq(Mux(burst.unsupported, AXI_RESP_SLVERR,
                              Mux(burst.beyond, AXI_RESP_DECERR, AXI_RESP_OKAY))),
         ]
-        waiting = Signal(kept)  # the request in the slot, while ``waiting_valid``
-        waiting_valid = Signal()
-        free = ~self.active | (self.advance & self.last)
-        m.d.comb += self.request.ready.eq(~waiting_valid)
-        with m.If(self.request.valid & ~waiting_valid & ~free):
-            m.d.sync += [waiting.eq(taken), waiting_valid.eq(1)]
-        with m.If(waiting_valid & free):
-            m.d.sync += waiting_valid.eq(0)
+        if self.slot:
+            waiting = Signal(kept)  # the request in the slot, while ``waiting_valid``
+            waiting_valid = Signal()
+            free = ~self.active | (self.advance & self.last)
+            m.d.comb += self.request.ready.eq(~waiting_valid)
+            with m.If(self.request.valid & ~waiting_valid & ~free):
+                m.d.sync += [waiting.eq(taken), waiting_valid.eq(1)]
+            with m.If(waiting_valid & free):
+                m.d.sync += waiting_valid.eq(0)
+        else:
+            waiting, waiting_valid, free = taken, Const(0), ~self.active
+            m.d.comb += self.request.ready.eq(free)
         with m.If(self.advance):
             m.d.sync += [
                 burst.addr.eq(stepped.addr),
@@ -111,8 +117,9 @@ class AxiMemory(wiring.Component):
     Ports: an AXI4 slave ``s_axi_*`` (the core's ``m_axi_*`` flipped, so a top connects them name
     by name) and ``host`` (``memory_host_signature()``, the UART bridge's side flipped).
 
-    One burst per direction at a time, answered in order, the next AR and AW accepted while it
-    runs (`AxiBurst`), so bursts go back to back; a read beat per cycle while RREADY is held
+    One burst per direction at a time, answered in order; with ``dual_port`` the next AR and AW
+    are accepted while it runs (`AxiBurst`), so bursts go back to back, else a cycle after its
+    last beat; a read beat per cycle while RREADY is held
     (two output registers, so backpressure loses nothing), a write beat per cycle (WLAST is not
     checked: AWLEN counts; up to two B responses wait for BREADY). Reads and writes share a
     single port, alternating when both are busy; the host owns the ports in every cycle it is
@@ -165,8 +172,11 @@ class AxiMemory(wiring.Component):
         write_port = storage.write_port(granularity=8)
         read_port = storage.read_port()
 
-        m.submodules.reads = reads = AxiBurst(width, self.size_bytes)
-        m.submodules.writes = writes = AxiBurst(width, self.size_bytes)
+        # A single port's bursts take turns and pause for the host: a cycle between bursts costs
+        # it less than two request slots (52 iCE40 flip-flops at 32 bits and 128 KiB).
+        slot = self.dual_port
+        m.submodules.reads = reads = AxiBurst(width, self.size_bytes, slot=slot)
+        m.submodules.writes = writes = AxiBurst(width, self.size_bytes, slot=slot)
         for burst, channel in ((reads, "ar"), (writes, "aw")):
             m.d.comb += [burst.request.valid.eq(axi(f"{channel}valid")),
                          axi(f"{channel}ready").eq(burst.request.ready)]
