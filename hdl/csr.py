@@ -94,7 +94,7 @@ class ControlRegisters(wiring.Component):
         # Run state.
         done = Signal()
         error = Signal()
-        pending = Signal(register("IRQ_STATUS").layout)
+        pending = Signal(register("IRQ_STATUS").stored_layout)
         error_code = Signal(ErrorCode)
         error_index = Signal(self.config.index_width)
         status = Signal(register("STATUS").layout)

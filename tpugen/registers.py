@@ -104,6 +104,13 @@ class Register:
         """A 32-bit ``data.FlexibleLayout`` of the fields (``layout.from_bits(word).busy``)."""
         return data.FlexibleLayout(32, {f.name: data.Field(f.width, f.lsb) for f in self.fields})
 
+    @property
+    def stored_layout(self):
+        """The fields in as few bits as reach the highest (``layout`` without the bits above):
+        the flip-flops of a register that keeps them."""
+        return data.FlexibleLayout(self.mask.bit_length(),
+                                   {f.name: data.Field(f.width, f.lsb) for f in self.fields})
+
     def value(self, **fields):
         """The word with ``fields`` set and the others 0: ``register("CONTROL").value(start=1)``."""
         return self.layout.const(fields).as_value().value
