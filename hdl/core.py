@@ -6,7 +6,7 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import Out
 from amaranth.utils import ceil_log2
 
-from ..arch import MAX_OUTSTANDING
+from ..arch import MAX_OUTSTANDING, write_bursts
 from ..isa import RowScale
 from ..registers import ADDR_WIDTH, counter_names
 from .axi import (axi_lite_signature, axi_read_signature, axi_write_signature, connect_by_name,
@@ -253,9 +253,10 @@ class TpuCore(wiring.Component):
         w_done = port("wvalid") & port("wready")
         b_done = port("bvalid") & port("bready")
         # Bursts in flight at the ports: the load engine's MAX_OUTSTANDING and a fetch (writes:
-        # the store engine's); none are added once the datapath is released.
+        # the store engine's `write_bursts`); none are added once the datapath is released.
+        bursts = write_bursts(self.config)
         reads = Signal(range(MAX_OUTSTANDING + 2))  # accepted, last beat not yet taken
-        writes = Signal(range(MAX_OUTSTANDING + 1))  # accepted, response not yet taken
+        writes = Signal(range(bursts + 1))  # accepted, response not yet taken
         m.d.sync += [reads.eq(reads + ar_done - r_last), writes.eq(writes + aw_done - b_done)]
         # W beats may go before their AW is accepted, but not before it is presented: a burst
         # owes its W beats from the first cycle its AW is on the bus.
@@ -263,8 +264,8 @@ class TpuCore(wiring.Component):
         aw_presented = port("awvalid") & ~aw_waiting
         m.d.sync += aw_waiting.eq(waiting["aw"])
         # AWLEN of the bursts with W beats owed: each has its AW presented and no B yet, so the
-        # store engine's MAX_OUTSTANDING at most.
-        m.submodules.w_owed = w_owed = SyncFIFO(width=aw_len_bits, depth=MAX_OUTSTANDING)
+        # store engine's `write_bursts` at most.
+        m.submodules.w_owed = w_owed = SyncFIFO(width=aw_len_bits, depth=bursts)
         w_beat = Signal(aw_len_bits)
         # A one-beat burst whose W beat goes in the cycle its AW appears owes nothing: with no
         # older burst queued, that beat is its own (a FIFO would ignore the pop when empty).

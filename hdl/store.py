@@ -4,6 +4,7 @@ from amaranth.lib import data, fifo, memory, wiring
 from amaranth.lib.wiring import In
 from amaranth.utils import ceil_log2
 
+from ..arch import write_bursts
 from ..isa import (Epilogue, EpilogueParams, ErrorCode, Header, Opcode, ParamsInstruction,
                    RowScale, StoreInstruction, TensorDescriptor)
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_write_signature
@@ -12,7 +13,6 @@ from .engine import check_state, dma_engine_members
 from .epilogue import EpilogueDatapath, LaneParams
 from .pipeline import pipeline_register
 from ..config import check_config
-from .load import MAX_OUTSTANDING
 from .walker import TileCheck, move_units, select_units, step_layout
 
 __all__ = ["StoreEngine", "STORE_INSTRUCTION", "W_BURST_BEATS", "W_DEPTH", "store_front_client"]
@@ -272,13 +272,14 @@ class StoreEngine(wiring.Component):
         with m.If(d_valid):
             m.d.sync += beat.eq(Mux(emit, 0, merged))
 
-        # AW while fewer than MAX_OUTSTANDING bursts wait for B. W for bursts whose AW is on the
+        # AW while fewer than `write_bursts` bursts wait for B. W for bursts whose AW is on the
         # bus or was accepted: never waiting for AWREADY (AXI4 lets a slave wait for WVALID
         # before it raises AWREADY), never ahead of the AW it belongs to.
-        outstanding = Signal(range(MAX_OUTSTANDING + 1))
-        released = Signal(range(MAX_OUTSTANDING + 2))
+        bursts = write_bursts(config)
+        outstanding = Signal(range(bursts + 1))
+        released = Signal(range(bursts + 2))
         aw_waiting = Signal()
-        aw_free = outstanding < MAX_OUTSTANDING
+        aw_free = outstanding < bursts
         aw_presented = axi.awvalid & ~aw_waiting  # the first cycle of an AW on the bus
         head = beat_layout(beats.r_data)
         m.d.comb += [

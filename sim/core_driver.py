@@ -7,6 +7,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge, SimTimeoutError, with_timeout
 from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam
 
+from ..arch import write_bursts
 from ..isa import INSTRUCTION_BYTES
 from ..registers import register, window_writes
 from ..run_protocol import drive_async, finish_program, prepare_program, run_program, start
@@ -35,7 +36,8 @@ class CoreDriver:
         self.ram = ram_class(AxiBus.from_prefix(dut, "m_axi"), dut.clk, dut.rst, size=memory_size)
         self.lite = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), dut.clk, dut.rst)
         self.windows = []
-        self.checker = checker(dut, count=config.windows) if checker else None
+        self.checker = (checker(dut, count=config.windows, max_writes=write_bursts(config))
+                        if checker else None)
         for log in (self.ram.write_if.log, self.ram.read_if.log, self.lite.write_if.log,
                     self.lite.read_if.log):
             log.setLevel("WARNING")

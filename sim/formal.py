@@ -26,7 +26,7 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
-from ..arch import MAX_OUTSTANDING, TOKEN_BITS
+from ..arch import MAX_OUTSTANDING, TOKEN_BITS, write_bursts
 from ..config import check_config
 from ..hdl.axi import (AXI_BURST_INCR, AXI_RESP_SLVERR, axi_lite_signature, axi_read_signature,
                        axi_write_signature, flat_ports)
@@ -519,7 +519,7 @@ class LoadEngineHarness(Harness):
 
 
 class StoreEngineHarness(Harness):
-    """The store engine's AXI4 write master under `AxiWriteRules` (``MAX_OUTSTANDING`` bursts)
+    """The store engine's AXI4 write master under `AxiWriteRules` (`write_bursts` bursts)
     and `WAfterAwPresented`. Without ``windows`` the beats are not checked against the windows
     (`BurstPlannerHarness` proves that part for every depth): the rest goes deeper. With
     ``w_first`` the slave raises AWREADY only once the burst's W has been offered (AXI4 lets it
@@ -528,7 +528,8 @@ class StoreEngineHarness(Harness):
     def __init__(self, config, *, soft_reset=False, windows=True, w_first=False):
         check_config(config)
         self.w_first = w_first
-        self.rules = AxiWriteRules(config.axi_data_width, MAX_OUTSTANDING, check_windows=windows)
+        self.rules = AxiWriteRules(config.axi_data_width, write_bursts(config),
+                                   check_windows=windows)
         self.bus = axi_write_signature(config.axi_data_width)
         super().__init__(StoreEngine(config), {"pick": self.rules.pick}, soft_reset=soft_reset)
 

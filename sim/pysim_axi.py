@@ -20,7 +20,8 @@ class AxiMemory:
 
     ``ready`` and ``valid`` are the probabilities that a ready/valid is offered in a cycle;
     ``latency`` is the largest number of extra cycles before read data or a write response.
-    ``reads``/``writes`` count beats, ``ar``/``aw`` bursts; ``ident``: the ID of every burst.
+    ``reads``/``writes`` count beats, ``ar``/``aw`` bursts; ``ident``: the ID of every burst;
+    ``peak_writes``: the most write bursts in flight (AW taken, B not yet) at once.
     """
 
     def __init__(self, size, data_width, *, allowed, error_ranges=(), seed=0, ready=0.7,
@@ -33,6 +34,7 @@ class AxiMemory:
         self.ready, self.valid, self.latency, self.ident = ready, valid, latency, ident
         self.ar = self.aw = self.reads = self.writes = 0
         self._open_reads = self._open_writes = 0
+        self.peak_writes = 0
 
     def in_flight(self):
         """Bursts accepted whose last R beat or whose B response has not been accepted."""
@@ -143,6 +145,7 @@ class AxiMemory:
                     error = self._check_burst("AW", awaddr, awlen, awsize, awburst, awid)
                     self.aw += 1
                     self._open_writes += 1
+                    self.peak_writes = max(self.peak_writes, self._open_writes)
                     bursts.append([awaddr & ~(self.beat_bytes - 1), awlen + 1, error])
                 if response is not None and bready:
                     self._open_writes -= 1

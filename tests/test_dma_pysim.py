@@ -10,6 +10,7 @@ from amaranth.lib import data, memory, wiring
 from amaranth.sim import Simulator
 
 from tpugen import CoreConfig
+from tpugen.arch import MAX_OUTSTANDING
 from tpugen.hdl.dma_front import DmaFront, SharedDmaFront
 from tpugen.hdl.load import LoadEngine, load_front_client
 from tpugen.hdl.store import StoreEngine, store_front_client
@@ -735,6 +736,17 @@ def test_store_short_bursts_back_to_back():
     _, cycles, axi_mem = store_case(config, desc, seed=2, ready=1.0, valid=1.0, latency=0)
     assert (axi_mem.aw, axi_mem.writes) == (16, 64)
     assert cycles <= 64 + 24, cycles  # 82: 15 cycles to the first beat, 3 after the last
+
+
+@pytest.mark.parametrize("queue_depth", [1, 2])
+def test_store_keeps_write_bursts_in_flight_up_to_its_limit(queue_depth):
+    """With slow write responses the store engine keeps `write_bursts` bursts waiting for B
+    (2 on a core of one-instruction queues, else MAX_OUTSTANDING), never more."""
+    config = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1, axi_data_width=32,
+                        queue_depth=queue_depth)
+    desc = descriptor(0, [(4, 0, 4, 4), (16, 0, 16, 256)], elem_log2=2)  # a burst a row
+    _, _, axi_mem = store_case(config, desc, seed=3, ready=1.0, valid=1.0, latency=80)
+    assert (axi_mem.aw, axi_mem.peak_writes) == (16, {1: 2, 2: MAX_OUTSTANDING}[queue_depth])
 
 
 class _WindowCheck(Elaboratable):

@@ -207,7 +207,7 @@ def test_controller_fetch_holds_arvalid_through_errors(tmp_path):
 
 @pytest.mark.xfail(raises=KnownFinding, strict=True,
                    reason="a reset engine drops its ARVALID: on the core, the quiescer at the "
-                          "ports (hdl/core.py `_quiesce`) holds the request for it")
+                          "ports (hdl/core.py `_quiesce`) resets it once the request is taken")
 def test_load_engine_soft_reset_keeps_the_bus(tmp_path):
     check_known(prove(LoadEngineHarness(ENGINES, soft_reset=True), "load_reset", tmp_path,
                       depth=depth(12)),
@@ -216,7 +216,7 @@ def test_load_engine_soft_reset_keeps_the_bus(tmp_path):
 
 @pytest.mark.xfail(raises=KnownFinding, strict=True,
                    reason="a reset engine drops its AWVALID: on the core, the quiescer at the "
-                          "ports (hdl/core.py `_quiesce`) holds the request for it")
+                          "ports (hdl/core.py `_quiesce`) resets it once the request is taken")
 def test_store_engine_soft_reset_keeps_the_bus(tmp_path):
     check_known(prove(StoreEngineHarness(ENGINES, soft_reset=True), "store_reset", tmp_path,
                       depth=depth(14)),
