@@ -7,7 +7,7 @@ from amaranth.utils import exact_log2
 from .axi import (ADDR_WIDTH, AXI_BURST_INCR, AXI_RESP_DECERR, AXI_RESP_OKAY, AXI_RESP_SLVERR,
                   ID_WIDTH, axi_read_signature, axi_write_signature, flat_ports,
                   memory_host_signature)
-from .pipeline import delayed
+from .pipeline import SkidBuffer, delayed
 
 __all__ = ["AxiBurst", "AxiMemory"]
 
@@ -183,16 +183,16 @@ class AxiMemory(wiring.Component):
             for field in BURST_REQUEST.members:
                 m.d.comb += getattr(burst.request.payload, field).eq(axi(f"{channel}{field}"))
 
-        # Read beats: issued one cycle, data the next (`pending`), then the R channel's register
-        # `out`, or `skid` behind it while `out` waits for RREADY. A beat is issued while they
-        # have room for it beside the one on its way, counting the R handshake of the cycle:
-        # a beat a cycle goes on. (Two registers: no read multiplexer, as a FIFO would have.)
+        # Read beats: issued one cycle, data the next (`pending`), then a `SkidBuffer` to the R
+        # channel (two registers, no read multiplexer as a FIFO's). A beat is issued while it has
+        # room for it beside the one on its way, counting the R handshake of the cycle: a beat a
+        # cycle goes on.
         beat_layout = data.StructLayout({"info": _BEAT_INFO, "data": width})
         pending, pending_info = Signal(), Signal(_BEAT_INFO)
-        incoming, out, skid = Signal(beat_layout), Signal(beat_layout), Signal(beat_layout)
-        out_valid, skid_valid = Signal(), Signal()
-        taken = out_valid & axi("rready")
-        owed = out_valid + skid_valid + pending  # issued, not yet sent: at most 2
+        m.submodules.r_buffer = r_buffer = SkidBuffer(beat_layout)
+        incoming, out = r_buffer.i.payload, r_buffer.o.payload
+        taken = r_buffer.o.valid & axi("rready")
+        owed = r_buffer.o.valid + ~r_buffer.i.ready + pending  # issued, not sent: at most 2
         read_wants = reads.active & (owed - taken < 2)
         # Without the cycle's handshake, for the single port's turns: WREADY depends on no AXI
         # input (AXI4: no combinatorial path from RREADY).
@@ -233,21 +233,16 @@ class AxiMemory(wiring.Component):
             pending_info.id.eq(reads.id),
         ]
         m.d.comb += [
+            r_buffer.i.valid.eq(pending),
             incoming.info.eq(pending_info),
             incoming.data.eq(Mux(pending_info.resp == AXI_RESP_OKAY, read_port.data, 0)),
-            axi("rvalid").eq(out_valid),
+            axi("rvalid").eq(r_buffer.o.valid),
+            r_buffer.o.ready.eq(axi("rready")),
             axi("rdata").eq(out.data),
             axi("rresp").eq(out.info.resp),
             axi("rlast").eq(out.info.last),
             axi("rid").eq(out.info.id),
         ]
-        with m.If(pending):
-            m.d.sync += skid.eq(incoming)
-        with m.If(taken | ~out_valid):
-            m.d.sync += [out.eq(Mux(skid_valid, skid, incoming)),
-                         out_valid.eq(skid_valid | pending), skid_valid.eq(skid_valid & pending)]
-        with m.Elif(pending):
-            m.d.sync += skid_valid.eq(1)
 
         worst = Signal(2)  # of the running burst's beats so far
         response, answer = _BEAT_INFO(b_queue.w_data), _BEAT_INFO(b_queue.r_data)
