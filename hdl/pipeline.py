@@ -1,10 +1,10 @@
 """Delay lines and register stages: a value some cycles later, in flip-flops of the module's
-sync domain; a stream through a `SkidBuffer`."""
+sync domain; a stream through a `SkidBuffer` or a `StreamRegister`."""
 from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["SkidBuffer", "delayed", "delays", "pipeline_register"]
+__all__ = ["SkidBuffer", "StreamRegister", "delayed", "delays", "pipeline_register"]
 
 
 def delays(m, value, cycles):
@@ -49,4 +49,20 @@ class SkidBuffer(wiring.Component):
                          self.o.valid.eq(skid_valid | self.i.valid), skid_valid.eq(0)]
         with m.Elif(self.i.valid & ~skid_valid):
             m.d.sync += [skid.eq(self.i.payload), skid_valid.eq(1)]
+        return m
+
+
+class StreamRegister(wiring.Component):
+    """A stream register stage: ``o``'s payload and valid are flip-flops, a beat a cycle passes
+    with a cycle of latency, and ``i.ready`` is ``o.ready`` or ``o`` empty (a combinational
+    path back, unlike a `SkidBuffer`'s: for a clock with time to spare, half the flip-flops)."""
+
+    def __init__(self, shape):
+        super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += self.i.ready.eq(self.o.ready | ~self.o.valid)
+        with m.If(self.i.ready):
+            m.d.sync += [self.o.payload.eq(self.i.payload), self.o.valid.eq(self.i.valid)]
         return m

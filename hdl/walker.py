@@ -6,7 +6,8 @@ from amaranth.utils import ceil_log2
 
 from ..isa import (ADDRESS_WIDTHS, DIMS, NUM_WINDOWS, ErrorCode, Im2colDescriptor,
                    TensorDescriptor, window_layout)
-from .pipeline import SkidBuffer
+from .family import fpga_family
+from .pipeline import SkidBuffer, StreamRegister
 
 __all__ = ["TileCheck", "TileWalker", "Im2colWalker", "ElementStage", "BurstPlanner", "POOLING",
            "PERMISSIONS", "window_ok",
@@ -724,7 +725,9 @@ class ElementStage(wiring.Component):
                      checked.next_beat.eq((beat == previous + 1) & (beat[:12 - shift] != 0))]
         with m.If(self.input.valid & self.input.ready):
             m.d.sync += previous.eq(beat)
-        m.submodules.buffer = buffer = SkidBuffer(checked.shape())
+        # (On an iCE40, whose boards' clocks leave time to spare, a plain register stage.)
+        register = StreamRegister if fpga_family(platform) == "ice40" else SkidBuffer
+        m.submodules.buffer = buffer = register(checked.shape())
         m.d.comb += [buffer.i.payload.eq(checked), buffer.i.valid.eq(self.input.valid),
                      self.input.ready.eq(buffer.i.ready)]
         wiring.connect(m, buffer.o, wiring.flipped(self.output))

@@ -167,8 +167,9 @@ def run(kind, config, descs, axi_mem, wins, sram_init, timeout=4000, scales=None
     return outcomes, rows[0]
 
 
-def load_case(config, desc, seed, width=None, **axi):
-    """Random int8 tensor laid out by ``desc`` in memory; LOAD it and compare with numpy."""
+def load_case(config, desc, seed, width=None, family=None, **axi):
+    """Random int8 tensor laid out by ``desc`` in memory; LOAD it and compare with numpy (the
+    engine elaborated for FPGA ``family``)."""
     rng = np.random.default_rng(seed)
     config = config if width is None else CoreConfig(**{**config.__dict__, "axi_data_width": width})
     axi_mem = AxiMemory(MEM_SIZE, config.axi_data_width, allowed=[(0, MEM_SIZE)], seed=seed, **axi)
@@ -176,7 +177,7 @@ def load_case(config, desc, seed, width=None, **axi):
     addrs = tensor_addresses(desc)
     tensor = np.frombuffer(axi_mem.mem, dtype=np.int8)[addrs]
     init = rng.integers(-128, 128, (config.scratchpad_rows, config.lanes))
-    outcomes, rows = run("load", config, [desc], axi_mem, RW_ALL, init)
+    outcomes, rows = run("load", config, [desc], axi_mem, RW_ALL, init, family=family)
     assert outcomes[0][0] == ErrorCode.NONE
     tile = padded_tile(tensor, desc)
     e = [d["extent"] for d in desc["dims"]]
@@ -268,17 +269,19 @@ def test_load_sequence_and_broadcast():
     np.testing.assert_array_equal(rows[46:], init[46:])
 
 
-@pytest.mark.parametrize("seed", range(2))
-def test_engines_through_the_shared_front(seed):
+@pytest.mark.parametrize("seed, family", [(0, None), (1, None), (0, "ice40"), (1, "ice40")])
+def test_engines_through_the_shared_front(seed, family):
     """Each engine alone through a `SharedDmaFront` (`CoreConfig.shared_dma`): the same tiles,
     bit-exact, as through its own front (padding, contiguous runs across a 4 KiB boundary,
-    int32 elements clipped on every side)."""
-    load_case(SHARED, descriptor(100 + seed, [(4, -1, 5, 1), (3, -1, 2, 7)], sram_row=3), seed)
-    load_case(SHARED, descriptor(4094, [(4, -1, 3, 1), (2, 0, 2, 9)], sram_row=254), seed)
+    int32 elements clipped on every side); on an iCE40 through its plain register stage."""
+    load_case(SHARED, descriptor(100 + seed, [(4, -1, 5, 1), (3, -1, 2, 7)], sram_row=3), seed,
+              family=family)
+    load_case(SHARED, descriptor(4094, [(4, -1, 3, 1), (2, 0, 2, 9)], sram_row=254), seed,
+              family=family)
     store_case(SHARED, descriptor(400 + 4 * seed, [(4, -1, 3, 4), (3, 2, 4, 12)], sram_row=5,
-                                  elem_log2=2), seed)
+                                  elem_log2=2), seed, family=family)
     store_case(SHARED, descriptor(4096 - 8, [(4, 0, 4, 4), (2, -1, 1, 16)], sram_row=60,
-                                  elem_log2=2), seed)
+                                  elem_log2=2), seed, family=family)
 
 
 def test_load_past_the_address_space_only_in_padding():
@@ -286,15 +289,17 @@ def test_load_past_the_address_space_only_in_padding():
     load_case(CONFIG, descriptor(0x100, [(4, 0, 4, 1), (2, 0, 1, 0xFFFFFF00)]), seed=2)
 
 
-def store_case(config, desc, seed, width=None, wins=RW_ALL, allowed=((0, MEM_SIZE),), **axi):
-    """Random accumulator rows; STORE a tile and compare memory with a numpy model."""
+def store_case(config, desc, seed, width=None, wins=RW_ALL, allowed=((0, MEM_SIZE),),
+               family=None, **axi):
+    """Random accumulator rows; STORE a tile and compare memory with a numpy model (the engine
+    elaborated for FPGA ``family``)."""
     rng = np.random.default_rng(seed)
     config = config if width is None else CoreConfig(**{**config.__dict__, "axi_data_width": width})
     axi_mem = AxiMemory(MEM_SIZE, config.axi_data_width, allowed=allowed, seed=seed, **axi)
     axi_mem.mem[:] = rng.integers(0, 256, MEM_SIZE, dtype=np.uint8).tobytes()
     before = bytes(axi_mem.mem)
     acc = rng.integers(-2**31, 2**31, (config.accumulator_rows, config.cols))
-    outcomes, _ = run("store", config, [desc], axi_mem, wins, acc)
+    outcomes, _ = run("store", config, [desc], axi_mem, wins, acc, family=family)
     error, cycles = outcomes[0]
     if error != ErrorCode.NONE:
         return error, before, axi_mem
