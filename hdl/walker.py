@@ -180,7 +180,8 @@ class TileCheck(wiring.Component):
     sampled with the descriptor, there when built with ``pool=True``) ``e3`` must be 1 and the
     pitch non-zero, and the rows read, ``pitch * (2 * e2 - 1) + 2 * e1`` from ``sram_row`` on,
     must fit. The products are formed by two shift-add loops (one cycle per significant bit of
-    the multipliers), saturating at the power of two above ``rows``. A walker of ``dims``
+    the multipliers), saturating at the power of two above ``rows``; with ``dims`` 2 there are
+    none (one adder, the verdict two cycles after the descriptor). A walker of ``dims``
     dimensions (2..4) needs every dim from ``dims`` on to have extent 1 (else BAD_EXTENT);
     their strides are not checked. With ``held`` the descriptor (and pooling)
     taken stay on the ``held`` (and ``held_pool``) inputs until the result is taken: no copy
@@ -204,17 +205,10 @@ class TileCheck(wiring.Component):
         sat = 1 << ceil_log2(self.rows + 1)
         d, p = self.descriptor.payload, _pool_input(self)
         desc, pool, take = _taken(self, d, p)
-        x = Signal(range(sat + 1))
-        y = Signal(17)
         acc = Signal(range(sat + 1))
 
         def saturated(value):
             return Mux(value > sat, sat, value)
-
-        def shift_add():
-            acc_next = acc + Mux(y[0], x, 0)
-            m.d.sync += [acc.eq(Mux(acc_next > sat, sat, acc_next)),
-                         x.eq(Mux(x >= sat // 2, sat, x << 1)), y.eq(y >> 1)]
 
         dims, walked = desc.dims, range(self.dims)
 
@@ -240,6 +234,33 @@ class TileCheck(wiring.Component):
 
         with m.If(self.result.ready):
             m.d.sync += self.result.valid.eq(0)
+        if self.dims == 2:
+            # e2 and e3 are 1 (else BAD_EXTENT): the rows are e1, or pooled 2 * e1 + pitch,
+            # one adder, the verdict the next cycle.
+            with m.FSM():
+                with m.State("IDLE"):
+                    m.d.comb += self.descriptor.ready.eq(1)
+                    with m.If(self.descriptor.valid):
+                        e1 = d.dims[1].extent
+                        m.d.sync += [*take, acc.eq(saturated(
+                            Mux(p.enable, Cat(0, e1) + p.pitch, e1)))]
+                        m.next = "CHECK"
+                with m.State("CHECK"):
+                    m.d.sync += [self.result.valid.eq(1), self.result.payload.eq(code)]
+                    m.next = "RESULT"
+                with m.State("RESULT"):
+                    with m.If(self.result.ready):
+                        m.next = "IDLE"
+            return m
+
+        x = Signal(range(sat + 1))
+        y = Signal(17)
+
+        def shift_add():
+            acc_next = acc + Mux(y[0], x, 0)
+            m.d.sync += [acc.eq(Mux(acc_next > sat, sat, acc_next)),
+                         x.eq(Mux(x >= sat // 2, sat, x << 1)), y.eq(y >> 1)]
+
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += self.descriptor.ready.eq(1)

@@ -1,6 +1,7 @@
 """amaranth.sim tests of the tile walker and the LOAD/STORE engines: numpy vs. a random AXI memory."""
 import collections
 import itertools
+import random
 from dataclasses import replace
 
 import numpy as np
@@ -616,6 +617,55 @@ def test_engines_of_fewer_dims(dims):
         error, _, axi_mem = store_case(
             config, fewer_dims_descriptor(rng, dims, 2, config.cols, empty), seed=seed)
         assert error == ErrorCode.NONE and (axi_mem.aw == 0) == empty
+
+
+def test_a_2d_tile_check_agrees_with_the_4d_one():
+    """`TileCheck` of 2 dims (no shift-add loops) against the 4-dim one on random descriptors,
+    pooled or not, their rows around the SRAM's end: the same verdict where e2 and e3 are 1,
+    else BAD_EXTENT (after BAD_ELEMENT)."""
+    rows, lanes = 16, 4
+    checks = [TileCheck(lanes, rows, elem_log2=(0, 2), pool=True, dims=dims) for dims in (2, 4)]
+    m = Module()
+    m.submodules.two, m.submodules.four = checks
+    rng = random.Random(12)
+    verdicts = collections.Counter()
+
+    async def testbench(ctx):
+        for _ in range(400):
+            e = [rng.randrange(1, lanes + 1), rng.choice([0, *range(1, rows + 3)]),
+                 rng.choice([1, 1, 1, 2]), rng.choice([1, 1, 1, 3])]
+            fields = {"address": rng.choice([0, 0x40, 0x41]), "elem_log2": rng.choice([0, 2, 1]),
+                      "sram_row": rng.randrange(rows + 2), "lane": rng.randrange(2),
+                      "dims": [{"extent": x, "lo": 0, "hi": x, "stride": 4} for x in e]}
+            pool = {"enable": rng.random() < 0.5, "pitch": rng.choice([0, 1, 2, 5])}
+            for check in checks:
+                ctx.set(check.descriptor.payload, fields)
+                ctx.set(check.descriptor.valid, 1)
+                ctx.set(check.pool, pool)
+                ctx.set(check.result.ready, 1)
+            await ctx.tick()
+            for check in checks:
+                ctx.set(check.descriptor.valid, 0)
+            results = [None, None]
+            while None in results:
+                for i, check in enumerate(checks):
+                    if results[i] is None and ctx.get(check.result.valid):
+                        results[i] = ctx.get(check.result.payload)
+                await ctx.tick()
+            two, four = results
+            if e[2] == e[3] == 1 or four == ErrorCode.BAD_ELEMENT:
+                assert two == four, (fields, pool, results)
+            else:
+                assert two == ErrorCode.BAD_EXTENT, (fields, pool, results)
+            verdicts[two] += 1
+            await ctx.tick()
+
+    sim = Simulator(m)
+    sim.add_clock(1e-6)
+    sim.add_testbench(testbench)
+    sim.run()
+    assert {ErrorCode.NONE, ErrorCode.SRAM_RANGE, ErrorCode.BAD_EXTENT, ErrorCode.MISALIGNED,
+            ErrorCode.BAD_ELEMENT} <= set(verdicts), verdicts
 
 
 @pytest.mark.parametrize("dims", [2, 3])
