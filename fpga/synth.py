@@ -34,7 +34,7 @@ _NO_RW_CHECK = "attribute \\no_rw_check 1"
 
 def rtlil_with_no_rw_check(text):
     """RTLIL ``text`` (Amaranth's) in which every read port of a memory with the ``no_rw_check``
-    attribute (`hdl.core.SRAM_ATTRS`) returns an undefined value on a read-write collision, as
+    attribute (`hdl.pipeline.SRAM_ATTRS`) returns an undefined value on a read-write collision, as
     yosys' `memory_dff` makes it for such a memory read from Verilog. Amaranth's RTLIL has the
     ports synchronous already (``$memrd_v2`` with ``COLLISION_X_MASK`` 0), so yosys never looks
     at the attribute there and `memory_libmap` emulates the old value on block RAM with a delayed

@@ -18,20 +18,16 @@ from .execute import ExecuteEngine, accumulator_row, probability_row, scratchpad
 from .family import fpga_family
 from .dma_front import SharedDmaFront
 from .load import LoadEngine, load_front_client
+from .pipeline import SRAM_ATTRS
 from .store import W_BURST_BEATS, StoreEngine, store_front_client
 
 __all__ = ["TpuCore", "run_wiring"]
 
-SRAM_ATTRS = {"no_rw_check": 1}
-"""Attributes of the core's SRAMs. ``no_rw_check``: a read port that is not transparent returns an
-undefined value when it reads the row written in the same cycle (yosys maps the port straight
-to block RAM instead of emulating the old value with a delayed write and bypass registers; board
-builds, which give yosys RTLIL, mark the ports so: `fpga.synth.rtlil_with_no_rw_check`). The
-engines never do that: a row is read only after the token of the engine that wrote it, and
-written only after the token of the engine that read it (`tests/test_sram_pysim.py`), the
-probability buffer is not read while a SOFTMAX runs, and the execute engine reads a row it
-accumulates into a cycle after writing it at the earliest (`ExecuteEngine`: no bypass of a row
-beside the block RAM)."""
+# The core's SRAMs have `SRAM_ATTRS`: the engines never read a row as it is written. A row is
+# read only after the token of the engine that wrote it, and written only after the token of
+# the engine that read it (`tests/test_sram_pysim.py`), the probability buffer is not read while
+# a SOFTMAX runs, and the execute engine reads a row it accumulates into a cycle after writing
+# it at the earliest (`ExecuteEngine`: no bypass of a row beside the block RAM).
 
 
 GLOBAL_DCC_BELS = {"LFE5U-85F": "X3/Y46/LDCC0"}

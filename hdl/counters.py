@@ -4,6 +4,8 @@ from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
+from .pipeline import SRAM_ATTRS
+
 __all__ = ["CounterMemory", "WORD_BITS"]
 
 WORD_BITS = 16
@@ -57,13 +59,14 @@ class CounterMemory(wiring.Component):
         word_bits = ceil_log2(words)
         m.submodules.words = words_memory = memory.Memory(
             shape=WORD_BITS, depth=count << word_bits, init=[],
-            attrs={"ram_style": "block"})
+            attrs={"ram_style": "block", **SRAM_ATTRS})  # it writes the slot read before
         read_port = words_memory.read_port()
         write_port = words_memory.write_port()
 
-        # The slot read this cycle (counter, word), and the one written: read the cycle before.
+        # The slot read this cycle (counter, word), and the one written: read the cycle before
+        # (from reset the last slot, taken as 0: never the slot read, `SRAM_ATTRS`).
         slot = Signal(data.StructLayout({"word": word_bits, "counter": range(count)}))
-        visit = Signal.like(slot)
+        visit = Signal.like(slot, init={"word": words - 1, "counter": count - 1})
         last_word = slot.word == words - 1
         m.d.sync += [
             slot.word.eq(Mux(last_word, 0, slot.word + 1)),
@@ -76,7 +79,7 @@ class CounterMemory(wiring.Component):
         pending = Array(Signal(bits, name=f"pending{k}")
                         for k, bits in enumerate(self.pending_bits))
         clearing = Signal(count, init=(1 << count) - 1)  # taken as 0 at the next visit
-        zeroing = Signal()  # this visit's counter is taken as 0 (its words after the first)
+        zeroing = Signal(init=1)  # this visit's counter is taken as 0 (its words after the first)
         carry = Signal()
         first = visit.word == 0
         zero = Mux(first, clearing.bit_select(visit.counter, 1), zeroing)

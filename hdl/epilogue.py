@@ -7,7 +7,7 @@ from amaranth.utils import ceil_log2
 from ..isa import PARAMS_PER_INSTRUCTION, PARAMS_RESET, Epilogue, EpilogueParams, ParamsInstruction
 from .dsp import registered_operands_product
 from .family import fpga_family
-from .pipeline import pipeline_register
+from .pipeline import SRAM_ATTRS, pipeline_register
 
 __all__ = ["EpilogueDatapath", "LaneParams"]
 
@@ -76,11 +76,15 @@ class LaneParams(wiring.Component):
         reset = {name: PARAMS_RESET[name] for name in kept.members}
         outputs = []
         for b in range(units):
+            # (A block RAM bank reads nothing while written: `SRAM_ATTRS`.)
             bank = memory.Memory(shape=kept, depth=rows, init=[reset] * rows,
-                                 attrs={"ram_style": "block"} if block_ram else None)
+                                 attrs={"ram_style": "block", **SRAM_ATTRS} if block_ram
+                                 else None)
             m.submodules[f"bank{b}"] = bank
             write = bank.write_port()
             read = bank.read_port() if block_ram else bank.read_port(domain="comb")
+            if block_ram:
+                m.d.comb += read.en.eq(~writing)
             if select:
                 ours = (lane[:bank_bits] == b) & (lane < cols)
                 m.d.comb += [write.addr.eq(Mux(every_row, k, lane[bank_bits:])),

@@ -1,6 +1,6 @@
 """LOAD engine: int8 tiles from external memory into scratchpad rows over AXI4 reads."""
 from amaranth.hdl import Cat, Module, Mux, Signal, signed
-from amaranth.lib import data, fifo, memory, wiring
+from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In
 from amaranth.utils import ceil_log2
 
@@ -11,6 +11,7 @@ from ..isa import (ErrorCode, Header, LoadIm2colInstruction, LoadInstruction,
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_read_signature
 from .dma_front import FrontClient, engine_front, front_geometry, shared_front_signature
 from .engine import check_state, dma_engine_members
+from .pipeline import BufferedFifo
 from .walker import (Im2colWalker, TileCheck, im2col_walker_signature, select_units, step_layout,
                      unit_move)
 
@@ -92,7 +93,7 @@ class LoadEngine(wiring.Component):
         # A planned step with where its bytes go (`unit_move`), formed as it is queued.
         layout = data.StructLayout({"step": step_layout(lanes, front_rows, beat_bytes),
                                     "offset": ceil_log2(beat_bytes), "mask": lanes})
-        m.submodules.plan = plan = fifo.SyncFIFOBuffered(width=layout.size, depth=PLAN_DEPTH)
+        m.submodules.plan = plan = BufferedFifo(width=layout.size, depth=PLAN_DEPTH)
         queued = layout(plan.w_data)
         move_offset, move_mask = unit_move(front.steps.payload.offset,
                                            front.steps.payload.lane,

@@ -1,10 +1,20 @@
 """Delay lines and register stages: a value some cycles later, in flip-flops of the module's
-sync domain; a stream through a `SkidBuffer` or a `StreamRegister`."""
+sync domain; a stream through a `SkidBuffer` or a `StreamRegister`; a `BufferedFifo`."""
 from amaranth.hdl import Module, Mux, Signal
-from amaranth.lib import stream, wiring
+from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["SkidBuffer", "StreamRegister", "delayed", "delays", "pipeline_register"]
+__all__ = ["BufferedFifo", "SRAM_ATTRS", "SkidBuffer", "StreamRegister", "delayed", "delays",
+           "pipeline_register"]
+
+
+SRAM_ATTRS = {"no_rw_check": 1}
+"""Attributes of a memory none of whose read ports that is not transparent reads the row written
+in the same cycle. ``no_rw_check``: such a read returns an undefined value (yosys maps the port
+straight to block RAM instead of emulating the old value with a delayed write and bypass
+registers; board builds, which give yosys RTLIL, mark the ports so:
+`fpga.synth.rtlil_with_no_rw_check`). `tests/test_sram_pysim.py` watches every such memory of
+the core while it runs programs."""
 
 
 def delays(m, value, cycles):
@@ -65,4 +75,17 @@ class StreamRegister(wiring.Component):
         m.d.comb += self.i.ready.eq(self.o.ready | ~self.o.valid)
         with m.If(self.i.ready):
             m.d.sync += [self.o.payload.eq(self.i.payload), self.o.valid.eq(self.i.valid)]
+        return m
+
+
+class BufferedFifo(fifo.SyncFIFOBuffered):
+    """`amaranth.lib.fifo.SyncFIFOBuffered` whose memory has `SRAM_ATTRS`: it reads an entry
+    only when it has one and writes only when it has room, so its read and write addresses
+    differ whenever it does both (on an iCE40 the bypass cost 74 flip-flops for the store
+    engine's W beats alone)."""
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        if self.depth > 1:  # (one entry is a register, no memory)
+            m.submodules.storage.attrs.update(SRAM_ATTRS)
         return m

@@ -1,6 +1,6 @@
 """STORE engine: accumulator tiles through the fused epilogue into external memory over AXI4."""
 from amaranth.hdl import C, Cat, Module, Mux, Signal, signed
-from amaranth.lib import data, fifo, memory, wiring
+from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In
 from amaranth.utils import ceil_log2
 
@@ -11,7 +11,7 @@ from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_write_signature
 from .dma_front import FrontClient, engine_front, front_geometry, shared_front_signature
 from .engine import check_state, dma_engine_members
 from .epilogue import EpilogueDatapath, LaneParams
-from .pipeline import pipeline_register
+from .pipeline import BufferedFifo, pipeline_register
 from ..config import check_config
 from .walker import TileCheck, move_units, select_units, step_layout
 
@@ -99,7 +99,7 @@ class StoreEngine(wiring.Component):
         front_lanes, front_rows = front_geometry(config, client)
         beat_layout = data.StructLayout({"data": config.axi_data_width, "strb": beat_bytes,
                                          "last": 1})
-        m.submodules.beats = beats = fifo.SyncFIFOBuffered(width=beat_layout.size, depth=W_DEPTH)
+        m.submodules.beats = beats = BufferedFifo(width=beat_layout.size, depth=W_DEPTH)
 
         instr = self.instr.payload
         params_instr = data.View(ParamsInstruction, instr.as_value())

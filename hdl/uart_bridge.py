@@ -12,7 +12,7 @@ from ..registers import ADDR_WIDTH as CSR_ADDR_WIDTH
 from ..wire import (BUS_TIMEOUT_CYCLES, CRC, FRAME_TIMEOUT_BITS, MAX_WORDS, OP_BITS,
                     REGISTER_SPACE, REPLY_SYNC, REQUEST_SYNC, Header, Op, Status)
 from .axi import AXI_RESP_OKAY, axi_lite_signature, memory_host_signature
-from .pipeline import delayed
+from .pipeline import SRAM_ATTRS, delayed
 
 __all__ = ["UartBridge", "UartRx", "UartTx", "bit_cycles"]
 
@@ -161,7 +161,9 @@ class UartBridge(wiring.Component):
         got, byte = receiver.data.valid, receiver.data.payload
         reply = transmitter.data
 
-        m.submodules.buffer = buffer = memory.Memory(shape=8, depth=4 * MAX_WORDS, init=[])
+        # It writes at `pointer` only as the pointer steps, reading at the next: `SRAM_ATTRS`.
+        m.submodules.buffer = buffer = memory.Memory(shape=8, depth=4 * MAX_WORDS, init=[],
+                                                     attrs=SRAM_ATTRS)
         buffer_write = buffer.write_port()
         buffer_read = buffer.read_port()
         # Byte pointer into the buffer; the read port is addressed with the next value, so

@@ -17,7 +17,7 @@ from tpugen.fpga import synth
 from tpugen.fpga.boards import board_named
 from tpugen.fpga.synth import (BLOCKS, RESOURCE_CELLS, YOSYS_BEFORE_SYNTH,
                                rtlil_with_no_rw_check, run_tool, synth_cells, synth_report)
-from tpugen.hdl.core import SRAM_ATTRS
+from tpugen.hdl.pipeline import SRAM_ATTRS
 from tpugen.toolchain import find_tool
 from tpugen.fpga.timing import block_timing, format_block_timing, timed_blocks
 
