@@ -7,6 +7,7 @@ Verification only: the simulation backend of `SimDevice` does not import this mo
 """
 import numpy as np
 from amaranth.hdl import Elaboratable, Fragment, Shape
+from amaranth.sim import Simulator
 
 from ..arch import OPCODE_BITS
 from ..firmware.matmul import compile_matmul
@@ -14,7 +15,8 @@ from ..isa import INSTRUCTION_BYTES, Opcode
 from .golden import matmul_int32
 
 __all__ = ["UNKNOWN_INSTRUCTION", "ForFamily", "ReadWriteWatch", "exact_matmul",
-           "instruction_payload", "put_instruction", "stream_get", "stream_put", "stream_take"]
+           "instruction_payload", "put_instruction", "run_testbench", "stream_get", "stream_put",
+           "stream_take"]
 
 
 class ForFamily(Elaboratable):
@@ -52,6 +54,15 @@ class ReadWriteWatch:
                 self.overlaps += bool(read_en and write_en)
                 if read_en and write_en and read_addr == write_addr:
                     self.collisions.append((cycle, label, read_addr))
+
+
+def run_testbench(dut, testbench):
+    """Simulate ``dut`` on a 1 MHz clock until the amaranth.sim testbench ``testbench``
+    returns."""
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(testbench)
+    sim.run()
 
 
 async def stream_put(ctx, stream, payload):

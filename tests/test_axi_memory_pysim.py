@@ -10,6 +10,7 @@ from amaranth.sim import Simulator
 from tpugen.fpga.synth import synth_component_cells
 from tpugen.hdl.axi import AXI_BURST_INCR, AXI_RESP_DECERR, AXI_RESP_OKAY, AXI_RESP_SLVERR
 from tpugen.hdl.axi_memory import AxiMemory
+from tpugen.sim.testbench import run_testbench
 
 OKAY, SLVERR, DECERR = AXI_RESP_OKAY, AXI_RESP_SLVERR, AXI_RESP_DECERR
 FIXED, WRAP = 0b00, 0b10
@@ -391,8 +392,5 @@ def test_no_axi_output_depends_combinationally_on_an_axi_input(kind, dual_port):
                 flips[name] += 1
             await ctx.tick()
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    sim.add_testbench(testbench)
-    sim.run()
+    run_testbench(dut, testbench)
     assert set(flips) >= {"s_axi_rready", "s_axi_wvalid", "s_axi_arvalid", "s_axi_bready"}

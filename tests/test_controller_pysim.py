@@ -68,6 +68,12 @@ def _run_to_end(dut, memory, length, engine, family=None):
                 return
         raise AssertionError("no END")
 
+    _simulate(dut, memory, engine, host, family)
+
+
+def _simulate(dut, memory, engine, host, family):
+    """Simulate `Controller` ``dut`` elaborated for FPGA ``family``: ``memory`` answering its
+    fetches, the fake engine process ``engine(name)`` of each engine, until ``host`` returns."""
     sim = Simulator(_ForFamily(dut, family))
     sim.add_clock(1e-6)
     sim.add_testbench(memory.read_process(dut.axi), background=True)
@@ -535,13 +541,7 @@ def _token_trace(config, family, program, seed):
                 return
         raise AssertionError("neither done nor an error")
 
-    sim = Simulator(_ForFamily(dut, family))
-    sim.add_clock(1e-6)
-    sim.add_testbench(memory.read_process(dut.axi), background=True)
-    for name in ENGINES:
-        sim.add_testbench(engine(name), background=True)
-    sim.add_testbench(host)
-    sim.run()
+    _simulate(dut, memory, engine, host, family)
     return dispatches, tuple(outcome)
 
 

@@ -21,7 +21,8 @@ from tpugen.isa import (NUM_WINDOWS, ErrorCode, Opcode, RowScale, Window, decode
 from tpugen.firmware.program import Program
 from tpugen.sim.fuzz_model import DONE, MEMORY_SIZE, predict
 from tpugen.sim.pysim_axi import AxiMemory
-from tpugen.sim.testbench import ForFamily, put_instruction, stream_get, stream_put, stream_take
+from tpugen.sim.testbench import (ForFamily, put_instruction, run_testbench, stream_get,
+                                  stream_put, stream_take)
 
 CONFIG = CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=1)
 SHARED = replace(CONFIG, shared_dma=True)
@@ -660,10 +661,7 @@ def test_a_2d_tile_check_agrees_with_the_4d_one():
             verdicts[two] += 1
             await ctx.tick()
 
-    sim = Simulator(m)
-    sim.add_clock(1e-6)
-    sim.add_testbench(testbench)
-    sim.run()
+    run_testbench(m, testbench)
     assert {ErrorCode.NONE, ErrorCode.SRAM_RANGE, ErrorCode.BAD_EXTENT, ErrorCode.MISALIGNED,
             ErrorCode.BAD_ELEMENT} <= set(verdicts), verdicts
 
