@@ -30,9 +30,9 @@ class AxiBurst(wiring.Component):
     With ``slot`` a request taken while a burst runs waits in a one-entry slot
     (``request.ready`` is low while it is full) and starts in the cycle the running burst's last
     beat advances: bursts follow each other with no idle cycle. Without, a request is taken only
-    while no burst runs (``request.ready`` is ``~active``): a cycle between bursts. ``resp`` is the current beat's response: SLVERR for every
-    beat of a FIXED or WRAP burst or of a size wider than the bus; DECERR for a beat at or
-    beyond ``size_bytes``; OKAY otherwise. ``word`` is the beat's memory word. Narrow INCR
+    while no burst runs (``request.ready`` is ``~active``): a cycle between bursts. ``resp`` is
+    the current beat's response: SLVERR for every beat of a FIXED or WRAP burst or of a size
+    wider than the bus; DECERR for a beat at or beyond ``size_bytes``; OKAY otherwise. ``word`` is the beat's memory word. Narrow INCR
     bursts step by their size from the aligned address.
 
     A request is kept (in the slot and while it runs) as its address bits below ``size_bytes``

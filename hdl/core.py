@@ -205,13 +205,14 @@ class TpuCore(wiring.Component):
 
     def _quiesce(self, m, bus, soft_reset, resetting, release):
         """Connect the datapath's AXI master ``bus`` to the ports, and after ``soft_reset`` (and
-        while ``resetting``) leave the bus as AXI4 wants it. First the requests and the W beat
-        that were waiting for READY at the soft reset stay, the datapath's own (it is not reset
-        yet, so it holds them as they were), until they are accepted; nothing new goes out.
-        Then ``release`` (the datapath is reset the cycle after) and the quiescer finishes what
-        the datapath left: it takes the read beats and write responses still owed and sends the
-        W beats still owed (of every burst whose AW was presented) with WSTRB 0 (they write
-        nothing). No payload is copied: a request waits as the datapath drives it."""
+        while ``resetting``) leave the bus as AXI4 wants it. First it drains: an AR or AW the
+        datapath left waiting for READY stays its own (not reset yet, it holds the request as
+        it was) until accepted, and its W beats of bursts whose AW was presented, its R beats
+        and B responses go on; no new request goes out. In the first cycle with no request and
+        no W beat waiting, ``release`` (the datapath is reset the cycle after), and the
+        quiescer finishes what the datapath left: it takes the read beats and write responses
+        still owed and sends the W beats still owed (of every burst whose AW was presented) with
+        WSTRB 0 (they write nothing). No payload is copied."""
         def port(name):
             return getattr(self, f"m_axi_{name}")
 
