@@ -1,8 +1,8 @@
 """The host link of a board: an 8N1 UART and a bridge from framed requests to the board's memory
 and the core's registers. The protocol is described in ``docs/uart-protocol.md``; its constants
 and layouts are `tpugen.wire`."""
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
-from amaranth.lib import memory, stream, wiring
+from amaranth.hdl import Cat, Const, Module, Mux, Shape, Signal
+from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.cdc import FFSynchronizer
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
@@ -176,7 +176,14 @@ class UartBridge(wiring.Component):
         m.d.comb += [buffer_read.addr.eq(pointer_next), buffer_write.addr.eq(pointer)]
         m.d.sync += pointer.eq(pointer_next)
 
-        header = Signal(Header)
+        # The header as kept: the op; the address up to the larger limit's bit, and whether a
+        # bit above it is set; the count up to MAX_WORDS's bit, and whether one above it is set
+        # (the checks need no more); not the CRC byte (the CRC checks itself as it comes).
+        count_bits = exact_log2(MAX_WORDS)
+        address_bits = max(REGISTER_SPACE, self.memory_bytes).bit_length()
+        header = Signal(data.StructLayout({
+            "op": OP_BITS, "address": address_bits, "address_above": 1,
+            "count": count_bits + 1, "count_above": 1}))
         status = Signal(range(max(Status) + 1))
         word = Signal(32)
 
@@ -189,13 +196,12 @@ class UartBridge(wiring.Component):
                      crc.data.eq(crc_byte)]
 
         # The header's checks, in order. `is_read` and `is_register` hold for a known op.
-        op = OP_BITS(header.op)
+        op = header.op
         known_op = op.kind == Op.MEM_WRITE >> 2
         is_read, is_register = op.read, op.register
-        # COUNT is 1..MAX_WORDS, a power of two; past that check, its bits above `count` are 0.
-        count_bits = exact_log2(MAX_WORDS)
-        count = header.count[:count_bits + 1]
-        count_ok = (header.count != 0) & (header.count <= MAX_WORDS)
+        # COUNT is 1..MAX_WORDS, a power of two.
+        count = header.count
+        count_ok = ~header.count_above & (count != 0) & (count <= MAX_WORDS)
         data_end = Cat(Const(0, 2), count)
         # ADDRESS + 4 * COUNT <= limit, for a limit of 2**n words: the word address W < 2**n
         # (no bit at or above the limit's set), and W + COUNT <= 2**n, which only the last
@@ -206,14 +212,14 @@ class UartBridge(wiring.Component):
 
         def in_range(limit):
             bits = exact_log2(limit)
-            return ((header.address[bits:] == 0)
+            return ((header.address[bits:] == 0) & ~header.address_above
                     & (~header.address[2 + count_bits:bits].all() | tail_fits))
 
         address_ok = ((header.address[:2] == 0)
                       & Mux(is_register, in_range(REGISTER_SPACE), in_range(self.memory_bytes)))
         # An access in range steps its address up to ADDRESS + 4 * COUNT <= limit: only the
         # bits up to the larger limit's one change (with 4 GiB of memory, all of them).
-        word_address = header.address[2:max(REGISTER_SPACE, self.memory_bytes).bit_length()]
+        word_address = header.address[2:]
 
         # Silence on the line: ends a stalled frame, and the quiet period after an error.
         timeout = FRAME_TIMEOUT_BITS * self.divisor
@@ -265,8 +271,8 @@ class UartBridge(wiring.Component):
                 with m.If(receiver.frame_error):
                     answer(Status.FRAME)
                 with m.Elif(got):
-                    m.d.sync += header.eq(Cat(header.as_value()[8:], byte))
                     m.d.comb += [crc_add.eq(1), step.eq(1)]
+                    _keep_header_byte(m, header, pointer, byte)
                     with m.If(pointer == Header.size // 8 - 1):
                         m.next = "CHECK_HEADER"
                 with m.Elif(quiet):
@@ -391,3 +397,24 @@ class UartBridge(wiring.Component):
         m.d.comb += [self.mem.select.eq(mem_select), self.mem.read.eq(mem_read),
                      self.mem.write.eq(mem_write)]
         return m
+
+
+def _keep_header_byte(m, header, index, byte):
+    """Statements that keep byte ``index`` of a request's `Header` (wire order) in ``header``,
+    the bridge's kept form (`UartBridge`): the bits it has, and of the others whether any is
+    set."""
+    fields = {"op": (Header["op"].offset, header.op.as_value(), None),
+              "address": (Header["address"].offset, header.address, header.address_above),
+              "count": (Header["count"].offset, header.count, header.count_above)}
+    with m.Switch(index):
+        for name, (offset, kept, above) in fields.items():
+            width = Shape.cast(Header[name].shape).width
+            for first in range(offset, offset + width, 8):
+                with m.Case(first // 8):
+                    low = first - offset  # the field's bit of this byte's bit 0
+                    keeps = max(0, min(8, len(kept) - low))
+                    if keeps:
+                        m.d.sync += kept[low:low + keeps].eq(byte[:keeps])
+                    if above is not None:  # set by this byte's bits past the kept ones
+                        more = byte[keeps:].any() if keeps < 8 else 0
+                        m.d.sync += above.eq(more if low == 0 else above | more)

@@ -278,6 +278,7 @@ def test_bad_frames_are_refused_and_the_bridge_recovers():
         (encode_request(0x14, 8, 2, inner[:8]), Status.BAD_OP),
         (encode_request(Op.MEM_READ, 8, 0), Status.BAD_LENGTH),
         (encode_request(Op.REG_READ, 0, MAX_WORDS + 1), Status.BAD_LENGTH),
+        (encode_request(Op.MEM_READ, 8, 0x104), Status.BAD_LENGTH),  # 4 in the low byte
         (encode_request(Op.MEM_READ, 6, 1), Status.BAD_ADDRESS),
         (encode_request(Op.MEM_WRITE, MEMORY_BYTES - 4, 2, good), Status.BAD_ADDRESS),
         (encode_request(Op.REG_READ, 0xFFC, 2), Status.BAD_ADDRESS),
