@@ -715,7 +715,8 @@ class ElementStage(wiring.Component):
 
     A `SkidBuffer`: ``input.ready`` and ``output``'s payload and valid are flip-flops, so
     neither the planner's ready nor an element is a combinational path from the one to the
-    other. One element per cycle sustained, one cycle of latency.
+    other; on an iCE40 a `StreamRegister` (the planner's ready reaches ``input.ready``, at the
+    24 MHz of its boards). One element per cycle sustained, one cycle of latency.
     """
 
     def __init__(self, lanes, rows, beat_bytes, permission, windows=NUM_WINDOWS,
