@@ -32,8 +32,8 @@ class AxiBurst(wiring.Component):
     beat advances: bursts follow each other with no idle cycle. Without, a request is taken only
     while no burst runs (``request.ready`` is ``~active``): a cycle between bursts. ``resp`` is
     the current beat's response: SLVERR for every beat of a FIXED or WRAP burst or of a size
-    wider than the bus; DECERR for a beat at or beyond ``size_bytes``; OKAY otherwise. ``word`` is the beat's memory word. Narrow INCR
-    bursts step by their size from the aligned address.
+    wider than the bus; DECERR for a beat at or beyond ``size_bytes``; OKAY otherwise. ``word``
+    is the beat's memory word. Narrow INCR bursts step by their size from the aligned address.
 
     A request is kept (in the slot and while it runs) as its address bits below ``size_bytes``
     and ``beyond``, set by any address bit above them or by a step carrying out of them and never
@@ -119,8 +119,8 @@ class AxiMemory(wiring.Component):
 
     One burst per direction at a time, answered in order; with ``dual_port`` the next AR and AW
     are accepted while it runs (`AxiBurst`), so bursts go back to back, else a cycle after its
-    last beat; a read beat per cycle while RREADY is held
-    (two output registers, so backpressure loses nothing), a write beat per cycle (WLAST is not
+    last beat; a read beat per cycle while RREADY is held (two output registers, so
+    backpressure loses nothing), a write beat per cycle (WLAST is not
     checked: AWLEN counts; up to two B responses wait for BREADY). Reads and writes share a
     single port, alternating when both are busy; the host owns the ports in every cycle it is
     selected. With ``dual_port`` every block RAM input is a register (they are spread over the

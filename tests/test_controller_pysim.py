@@ -9,7 +9,8 @@ from amaranth.sim import Simulator
 from amaranth.utils import ceil_log2
 
 from tpugen import CoreConfig
-from tpugen.arch import QUEUE_DEPTH, TOKEN_FLAGS, opcode_of, pending_depth, token_flag_bit
+from tpugen.arch import (OPCODE_ENGINE, QUEUE_DEPTH, TOKEN_BITS, TOKEN_FLAGS, TOKEN_LIMIT,
+                         opcode_of, pending_depth, token_flag_bit)
 from tpugen.hdl.controller import (ENGINES, FETCH_ID, Controller, InstructionQueue, _oldest,
                                    kept_bits, queued, saturated_fields)
 from tpugen.isa import (INSTRUCTION_BYTES, NUM_WINDOWS, PARAMS_PER_INSTRUCTION, Dim, Epilogue,
@@ -562,7 +563,7 @@ def test_the_token_counters_count_alike_on_every_family():
         program, tokens = [], {}
         for _ in range(60):
             op = rng.choice(list(flags))
-            engine = {Opcode.LOAD: 0, Opcode.MATMUL: 1, Opcode.STORE: 2}[op]
+            engine = OPCODE_ENGINE[op]
             header = {}
             for flag in flags[op]:
                 other = engine + (1 if flag.endswith("next") else -1)
@@ -574,7 +575,7 @@ def test_the_token_counters_count_alike_on_every_family():
                     tokens[link] = tokens.get(link, 0) + (1 if flag.startswith("push") else -1)
             program.append(encode(op, header=header))
         programs.append(program + [encode(Opcode.END)])
-    over = 2 ** 8 + 2  # more pushes than an 8-bit counter holds, none popped
+    over = 2 ** TOKEN_BITS + 2  # more pushes than a counter holds, none popped
     programs.append([encode(Opcode.LOAD, header={"push_next": 1})] * over + [encode(Opcode.END)])
     outcomes = []
     for seed, program in enumerate(programs):
@@ -583,5 +584,5 @@ def test_the_token_counters_count_alike_on_every_family():
         outcomes.append(traces[0][1][1])
     # The last program stops with WATCHDOG at a push the counter had no room for.
     code, index = outcomes[-1]
-    assert code == ErrorCode.WATCHDOG and 247 <= index < over, outcomes[-1]
+    assert code == ErrorCode.WATCHDOG and TOKEN_LIMIT <= index < over, outcomes[-1]
     assert outcomes[:2] == ["done", "done"] and outcomes[2] != "done", outcomes

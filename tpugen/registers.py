@@ -102,14 +102,16 @@ class Register:
     @property
     def layout(self):
         """A 32-bit ``data.FlexibleLayout`` of the fields (``layout.from_bits(word).busy``)."""
-        return data.FlexibleLayout(32, {f.name: data.Field(f.width, f.lsb) for f in self.fields})
+        return self._fields_layout(32)
 
     @property
     def stored_layout(self):
         """The fields in as few bits as reach the highest (``layout`` without the bits above):
         the flip-flops of a register that keeps them."""
-        return data.FlexibleLayout(self.mask.bit_length(),
-                                   {f.name: data.Field(f.width, f.lsb) for f in self.fields})
+        return self._fields_layout(self.mask.bit_length())
+
+    def _fields_layout(self, size):
+        return data.FlexibleLayout(size, {f.name: data.Field(f.width, f.lsb) for f in self.fields})
 
     def value(self, **fields):
         """The word with ``fields`` set and the others 0: ``register("CONTROL").value(start=1)``."""
