@@ -175,6 +175,9 @@ def compile_conv2d(config, x_shape, w_shape, *, stride=1, padding=0, dilation=1,
             raise ValueError(f"{name}={value!r} is invalid: allowed 1..255")
     if not 0 <= padding <= 255:
         raise ValueError(f"padding={padding!r} is invalid: allowed 0..255")
+    if epilogue is not None and epilogue.pool and not config.epilogue_pool:
+        raise ValueError("pool needs the epilogue's pooling, and the core was generated without "
+                         "it (CoreConfig.epilogue_pool=False): Device.conv2d pools on the host")
     conv = {"stride": stride, "padding": padding, "dilation": dilation}
     chosen = conv2d_lowering(config, x_shape, w_shape, epilogue, **conv,
                              scratch=scratch_addr is not None)

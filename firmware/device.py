@@ -41,8 +41,9 @@ class Stats:
     execute_busy_cycles: int
     store_busy_cycles: int
     host_epilogue: bool = False
-    """The requantization ran on the host (a core without the epilogue multiplier,
-    `Epilogue.on_core`): the core stored int32."""
+    """Part of the epilogue ran on the host (`Epilogue.on_core`): the requantization on a core
+    without the epilogue multiplier (the core stored int32), or the pooling on one without
+    it (the core stored every pixel)."""
 
     @property
     def mac_utilization(self):
@@ -276,7 +277,8 @@ class Device:
         check_option("dilation", dilation, 1, 255)
         epilogue, host = self._epilogue(Epilogue.from_options(
             w.shape[0], bias=bias, requant=requant, relu=relu, pool=pool))
-        out_shape = conv2d_output_shape(x_shape, w.shape, stride, padding, dilation, pool)
+        out_shape = conv2d_output_shape(x_shape, w.shape, stride, padding, dilation,
+                                        epilogue is not None and epilogue.pool)
         conv = {"stride": stride, "padding": padding, "dilation": dilation}
         lowering = conv2d_lowering(self.config, x_shape, w.shape, epilogue, **conv,
                                    scratch=True)
@@ -311,11 +313,14 @@ class Device:
 
     def _prepare(self, input_shape, input, weights, shape, dtype, compile_, host, macs,
                  scratch=0):
-        if host is not None:
+        if host is not None and host.requant:
             raise ValueError(f"requant multipliers {host.multiplier} need the host epilogue on "
                              "this core (CoreConfig.epilogue_multiplier=False), which a "
                              "resident call cannot apply: use powers of two, or matmul / "
                              "conv2d")
+        if host is not None:
+            raise ValueError("pool needs the host on this core (CoreConfig.epilogue_pool=False), "
+                             "which a resident call cannot apply: use conv2d")
         input_bytes = int(np.prod(input_shape))
         if input is None:
             input = self._allocate(input_bytes)

@@ -74,29 +74,49 @@ class Epilogue:
         """(the epilogue a core of ``config`` applies or None, the one the host applies to its
         results or None). A core without the epilogue multiplier takes a power-of-two
         multiplier (at most 2**shift) folded into the shift; any other requantization is left
-        to the host: the core stores the (pooled) accumulators as int32 (pooling them first is
-        the same, as the epilogue is monotonic)."""
-        if config.epilogue_multiplier or not self.requant or set(self.multiplier) == {1}:
-            return self, None
+        to the host: the core stores the (pooled) accumulators as int32. A core without pooling
+        leaves it to the host. Either is the same: pooling commutes with the epilogue, which is
+        monotonic and the same for the four values a pool takes (one channel)."""
+        pooled_on_host = self.pool and not config.epilogue_pool
+        core = replace(self, pool=False) if pooled_on_host else self
         powers = [m.bit_length() - 1 for m in self.multiplier]
-        if all(m == 1 << k and k <= s for m, k, s in zip(self.multiplier, powers, self.shift)):
-            return replace(self, multiplier=(1,) * len(self.shift),
-                           shift=tuple(s - k for s, k in zip(self.shift, powers))), None
-        core = Epilogue.from_options(len(self.bias), pool=self.pool)
-        return core, replace(self, pool=False)
+        if config.epilogue_multiplier or not self.requant or set(self.multiplier) == {1}:
+            host = None
+        elif all(m > 0 and m == 1 << k and k <= s for m, k, s in zip(self.multiplier, powers,
+                                                                    self.shift)):
+            core = replace(core, multiplier=(1,) * len(self.shift),
+                           shift=tuple(s - k for s, k in zip(self.shift, powers)))
+            host = None
+        else:
+            core = Epilogue.from_options(len(self.bias), pool=core.pool)
+            host = replace(self, pool=pooled_on_host)
+        if pooled_on_host and host is None:
+            host = _POOL_ONLY
+        if core is not None and not (core.use_bias or core.requant or core.relu or core.pool):
+            core = None
+        return core, host
 
-    def apply(self, acc, channel_axis):
-        """This epilogue (without pooling) on the host, on int32 ``acc`` with its channels
-        along ``channel_axis``: the golden model the core is checked against."""
-        return apply_epilogue(acc, channel_axis, bias=self.bias if self.use_bias else None,
+    def apply(self, acc, channel_axis, spatial_axes=(2, 3)):
+        """This epilogue on the host, on int32 ``acc`` with its channels along
+        ``channel_axis`` (and with ``pool`` its height and width along ``spatial_axes``): the
+        golden model the core is checked against. Pooling alone keeps ``acc``'s elements."""
+        if self == _POOL_ONLY:
+            return maxpool2x2(acc, spatial_axes)
+        return apply_epilogue(acc, channel_axis, spatial_axes,
+                              bias=self.bias if self.use_bias else None,
                               requant=(self.multiplier, self.shift) if self.requant else None,
-                              relu=self.relu)
+                              relu=self.relu, pool=self.pool)
 
     def fields(self, pool_pitch=0, per_row=False):
         """The STORE instruction's `isa.Epilogue` fields; ``per_row``: channels on the
         accumulator rows (parameter entry i1), not on the lanes."""
         return {"bias": int(self.use_bias), "requant": int(self.requant), "relu": int(self.relu),
                 "pool": int(self.pool), "pool_pitch": pool_pitch, "per_row": int(per_row)}
+
+
+_POOL_ONLY = Epilogue(bias=(), multiplier=(), shift=(), use_bias=False, requant=False,
+                     relu=False, pool=True)
+"""The host's part of an epilogue that the core applies but for pooling (`Epilogue.on_core`)."""
 
 
 def output_dtype(epilogue):

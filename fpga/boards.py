@@ -149,8 +149,9 @@ BOARDS = {board.name: board for board in (
         # small. The array instantiates its SB_MAC16s, two PEs to each (hdl/array.py), so a 4x4
         # takes all 8. synth_ice40 runs without -dsp: the core's other multipliers (more than 8)
         # are LUTs.
-        # The micro profile: no softmax unit, no im2col walker, two windows, one-instruction
-        # queues (the store engine runs from its slot), 2-dim walkers, the counters in block RAM.
+        # The micro profile: no softmax unit, no im2col walker, no pooling, one window,
+        # one-instruction queues (the store engine runs from its slot), 2-dim walkers, the
+        # counters in block RAM.
         scratchpad_kib=1, accumulator_kib=1, axi_data_width=32, pes_per_dsp=2, profile="micro"),
 )}
 """Boards by name."""

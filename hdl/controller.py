@@ -16,7 +16,7 @@ from .execute import EXECUTE_INSTRUCTION
 from .family import fpga_family
 from .load import LOAD_INSTRUCTION, load_front_client
 from .pipeline import pipeline_register
-from .store import STORE_INSTRUCTION, store_front_client
+from .store import STORE_INSTRUCTION, params_shift, store_front_client
 from .walker import window_ok
 
 __all__ = ["Controller", "ENGINES", "FETCH_ID", "InstructionQueue", "kept_bits", "queued",
@@ -38,9 +38,9 @@ def kept_bits(config, opcodes):
     im2col LOAD only with ``config.im2col``), less the strides of the tensor dims its walkers
     do not walk (``config.descriptor_dims``), the bits of addresses and strides from
     ``config.address_width`` on (addresses wrap below them), without the softmax unit a STORE's
-    ``scale_row``, and the PARAMS entries the epilogue never reads (`_unread_params`). The
-    engine reads the others as zero; it ignores them (reserved fields, those fields) or never
-    gets an instruction that has them."""
+    ``scale_row`` and without pooling its ``pool_pitch``, and the PARAMS entries the epilogue
+    never reads (`_unread_params`). The engine reads the others as zero; it ignores them
+    (reserved fields, those fields) or never gets an instruction that has them."""
     dropped = {offset + bit for (offset, width), k in saturated_fields(config, opcodes).items()
                for bit in range(k + 1, width)}
     return frozenset().union(*(_defined_bits(config, layout)
@@ -59,7 +59,7 @@ def _defined_bits(config, layout):
     """The bit offsets of ``layout`` that a queue of a core of ``config`` keeps, before
     `saturated_fields`."""
     return (defined_bits(layout) - _unwalked_strides(config, layout)
-            - _high_address_bits(config, layout) - _scale_rows(config, layout)
+            - _high_address_bits(config, layout) - _unused_epilogue_fields(config, layout)
             - _unread_params(config, layout))
 
 
@@ -118,7 +118,7 @@ def _saturations(config, opcode, layout):
                                 ("lo", power(span + 1) if walked else 1),
                                 ("hi", power(span + 1) if walked else 1)):
                 limits[field("tensor", "dims", d, name)] = limit
-        if "epilogue" in layout.members:
+        if "epilogue" in layout.members and config.epilogue_pool:
             limits[field("epilogue", "pool_pitch")] = power(client.rows)
     if opcode == Opcode.MATMUL:
         # (An act_row of the probability buffer is SRAM_RANGE past it on every core, then
@@ -176,13 +176,16 @@ def _high_address_bits(config, layout):
     return {offset + bit for offset in fields for bit in range(config.address_width, 32)}
 
 
-def _scale_rows(config, layout):
+def _unused_epilogue_fields(config, layout):
     """The bit offsets of the ``epilogue.scale_row`` of ``layout``, if it has one, on a core
-    without the softmax unit (whose STORE with ``row_scale`` is UNKNOWN_OPCODE)."""
-    if config.softmax or "epilogue" not in layout.members:
+    without the softmax unit (whose STORE with ``row_scale`` is UNKNOWN_OPCODE), and of its
+    ``epilogue.pool_pitch`` on a core without pooling (likewise with ``pool``)."""
+    if "epilogue" not in layout.members:
         return set()
-    offset, width = _field(layout, "epilogue", "scale_row")
-    return set(range(offset, offset + width))
+    unused = [name for name, present in (("scale_row", config.softmax),
+                                         ("pool_pitch", config.epilogue_pool)) if not present]
+    return {offset + bit for offset, width in (_field(layout, "epilogue", name)
+                                               for name in unused) for bit in range(width)}
 
 
 def _unread_params(config, layout):
@@ -226,9 +229,15 @@ class InstructionQueue(wiring.Component):
     index (``index_width`` bits, `CoreConfig.index_width`) is read a cycle ahead into a
     register too. ``saturated`` ({(offset, width): k}, `saturated_fields`): fields written as
     ``min(value, 2**k)``, whose bits from ``k + 1`` on ``kept`` leaves out.
+
+    One slot is flip-flops. With ``shift`` ``(offset, stride, count)`` (one slot only) an
+    input ``shift`` moves the ``count`` entries of ``stride`` bits from ``offset`` down by one
+    entry for the next cycle (each kept bit takes the bit ``stride`` above it, or 0 past the
+    last entry): `store.params_shift`.
     """
 
-    def __init__(self, layout, kept, beat_bits, depth, index_width=32, saturated=None):
+    def __init__(self, layout, kept, beat_bits, depth, index_width=32, saturated=None,
+                 shift=None):
         self.flag_bits = [token_flag_bit(name) for name in TOKEN_FLAGS]
         if not all(bit in kept and bit < beat_bits for bit in self.flag_bits):
             raise ValueError("an instruction queue keeps the token flags, in the first beat")
@@ -236,6 +245,9 @@ class InstructionQueue(wiring.Component):
         if any(offset // beat_bits != (offset + width - 1) // beat_bits
                for offset, width in self.saturated):
             raise ValueError("an instruction queue saturates fields inside one beat")
+        if shift is not None and depth != 1:
+            raise ValueError(f"shift={shift!r} is invalid with depth={depth!r}: allowed with 1")
+        self.kept, self.shift_entries = frozenset(kept), shift
         self.runs = _beat_runs(kept, beat_bits)
         self.beat_bits, self.depth, self.index_width = beat_bits, depth, index_width
         self.beats = max(self.runs) + 1
@@ -250,6 +262,7 @@ class InstructionQueue(wiring.Component):
             "head": Out(stream.Signature(data.StructLayout({"instr": layout,
                                                            "index": index_width}))),
             "tokens": Out(data.StructLayout({name: 1 for name in TOKEN_FLAGS})),
+            **({"shift": In(1)} if shift is not None else {}),
         })
 
     def elaborate(self, platform):
@@ -286,6 +299,7 @@ class InstructionQueue(wiring.Component):
             self.head.valid.eq(level != 0),
             self.full.eq(level == self.depth),
         ]
+        slot = Signal(len(instr)) if self.depth == 1 else None  # its kept bits: flip-flops
         for beat, runs in self.runs.items():
             base = beat * self.beat_bits
             written = Signal(self.beat_bits, name=f"written{beat}")  # the beat, saturated
@@ -296,6 +310,11 @@ class InstructionQueue(wiring.Component):
                     high = value[k:].any()
                     m.d.comb += written[offset - base:offset - base + k + 1].eq(
                         Mux(high, 1 << k, value[:k]))
+            if slot is not None:
+                with m.If(self.beat_en & (self.beat == beat)):
+                    m.d.sync += [slot[first:end].eq(written[first - base:end - base])
+                                 for first, end in runs]
+                continue
             entries = memory.Memory(shape=sum(end - first for first, end in runs),
                                     depth=self.depth, init=[])
             m.submodules[f"beat{beat}"] = entries
@@ -310,6 +329,14 @@ class InstructionQueue(wiring.Component):
             for first, end in runs:
                 m.d.comb += instr[first:end].eq(read.data[offset:offset + end - first])
                 offset += end - first
+        if slot is not None:
+            m.d.comb += instr.eq(slot)
+        if self.shift_entries is not None:
+            start, stride, count = self.shift_entries
+            with m.If(self.shift):
+                m.d.sync += [slot[bit].eq(slot[bit + stride] if bit + stride in self.kept and
+                                          bit + stride < start + stride * count else 0)
+                             for bit in sorted(self.kept) if start <= bit < start + stride * count]
 
         # The token flags (all in the first beat) read at the head the next cycle will have. The
         # read sees a write in the same cycle: a queue that keeps one beat of an instruction
@@ -369,10 +396,10 @@ def _oldest(waiting):
     return oldest
 
 
-def engine_signature(layout):
+def engine_signature(layout, shifting=False):
     """The controller's side of one engine, plus ``stall``: the next instruction waits for a
     dependency token (a performance counter)."""
-    members = {name: member.flip() for name, member in engine_members(layout).items()}
+    members = {name: member.flip() for name, member in engine_members(layout, shifting).items()}
     return wiring.Signature({**members, "stall": Out(1)})
 
 
@@ -412,7 +439,8 @@ class Controller(wiring.Component):
             "error_index": Out(config.index_width),
             "axi": Out(axi_read_signature(config.axi_data_width)),
         }
-        members.update({name: Out(engine_signature(layout))
+        members.update({name: Out(engine_signature(layout, name == "store"
+                                                     and params_shift(config) is not None))
                         for name, (_, layout) in ENGINES.items()})
         super().__init__(members)
 
@@ -453,9 +481,12 @@ class Controller(wiring.Component):
         waiting = []  # (stall, queue head's index) of each engine, for the watchdog's blame
         for i, (name, (opcodes, layout)) in enumerate(ENGINES.items()):
             port = engines[i]
+            shift = params_shift(self.config) if name == "store" else None
             queue = InstructionQueue(layout, kept_bits(self.config, opcodes), beat_bits,
                                      self.config.queue_depth, index_width,
-                                     saturated_fields(self.config, opcodes))
+                                     saturated_fields(self.config, opcodes), shift)
+            if shift is not None:
+                m.d.comb += queue.shift.eq(port.shift)
             pending = SyncFIFO(width=2, depth=pending_depth(self.config))  # push_prev, push_next
             m.submodules[f"{name}_queue"] = queue
             m.submodules[f"{name}_pending"] = pending

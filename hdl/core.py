@@ -166,6 +166,8 @@ class TpuCore(wiring.Component):
                 port.error.eq(engine.error),
                 port.progress.eq(engine.progress),
             ]
+            if "shift" in engine.signature.members:
+                m.d.comb += port.shift.eq(engine.shift)
 
         width = cfg.axi_data_width
         bus = wiring.Signature({**flat_ports("m_axi", axi_read_signature(width)),

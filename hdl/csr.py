@@ -15,9 +15,10 @@ __all__ = ["ControlRegisters"]
 class ControlRegisters(wiring.Component):
     """The register map of ``REGISTERS`` behind an AXI4-Lite slave ``bus``.
 
-    AW and W are accepted independently (one of each buffered); the write happens once both are
-    in and the previous B has been taken. One read at a time: the cycle after AR the decoded
-    address is registered, R the cycle after that.
+    AW and W are accepted together, the cycle after both are offered and the previous B has
+    been taken, and the write happens then, from the bus: no copy of either (AXI4 lets a slave
+    wait for both). One read at a time: the cycle after AR the decoded address is registered,
+    R the cycle after that.
     ``start`` and ``soft_reset`` are one-cycle pulses. Writes to ``locked`` registers answer
     SLVERR and change nothing from ``start`` on while ``busy`` (and in the cycle after ``busy``
     falls: the lock is a register). ``windows`` are the checked form (`isa.window_layout`,
@@ -103,22 +104,14 @@ class ControlRegisters(wiring.Component):
             self.irq.eq(self.irq_enable & (pending.done | pending.error)),
         ]
 
-        # Write channel.
-        aw_full = Signal()
-        aw_word = Signal(ADDR_WIDTH - 2)
-        w_full = Signal()
-        w_data = Signal(32)
-        w_strb = Signal(4)
+        # Write channel: AW and W taken together, a cycle after both are valid (AXI4 lets a
+        # slave wait for both; VALID stays high until its handshake), so their payloads are
+        # used as they are on the bus: no copy of the address or the data.
+        accept = Signal()
         write = Signal()
-        m.d.comb += [
-            bus.awready.eq(~aw_full),
-            bus.wready.eq(~w_full),
-            write.eq(aw_full & w_full & ~bus.bvalid),
-        ]
-        with m.If(bus.awvalid & bus.awready):
-            m.d.sync += [aw_full.eq(1), aw_word.eq(bus.awaddr[2:])]
-        with m.If(bus.wvalid & bus.wready):
-            m.d.sync += [w_full.eq(1), w_data.eq(bus.wdata), w_strb.eq(bus.wstrb)]
+        m.d.sync += accept.eq(bus.awvalid & bus.wvalid & ~accept & ~bus.bvalid)
+        m.d.comb += [bus.awready.eq(accept), bus.wready.eq(accept), write.eq(accept)]
+        aw_word, w_data, w_strb = bus.awaddr[2:], bus.wdata, bus.wstrb
         with m.If(bus.bvalid & bus.bready):
             m.d.sync += bus.bvalid.eq(0)
 
@@ -134,7 +127,7 @@ class ControlRegisters(wiring.Component):
         locked = Signal()
         m.d.sync += locked.eq(start | self.start | self.busy)
         with m.If(write):
-            m.d.sync += [aw_full.eq(0), w_full.eq(0), bus.bvalid.eq(1), bus.bresp.eq(AXI_RESP_OKAY)]
+            m.d.sync += [bus.bvalid.eq(1), bus.bresp.eq(AXI_RESP_OKAY)]
             with m.Switch(aw_word):
                 for reg in REGISTERS:
                     with m.Case(reg.offset // 4):

@@ -8,14 +8,17 @@ from ..isa import ErrorCode, window_layout
 __all__ = ["check_state", "dma_engine_members", "engine_members"]
 
 
-def engine_members(instruction_layout):
+def engine_members(instruction_layout, shifting=False):
     """Signature members of an engine that runs instructions of ``instruction_layout``.
 
     ``instr``: ready only when the engine can take one; ``done``: a pulse per completed
     instruction, in order; ``error``: non-zero once the engine stopped on an error (held until
     reset); ``progress``: a pulse on any bus handshake or SRAM access (feeds the watchdog);
     ``holding``: the engine still reads the instruction it took on ``instr``, which must not
-    change meanwhile (an engine that copies what it takes leaves it 0).
+    change meanwhile (an engine that copies what it takes leaves it 0). With ``shifting``,
+    ``shift``: the instruction on offer is to move down by one entry of its array for the next
+    cycle (`InstructionQueue`'s ``shift``: the store engine's PARAMS entries, read from the
+    first one).
     """
     return {
         "instr": In(stream.Signature(instruction_layout)),
@@ -24,14 +27,15 @@ def engine_members(instruction_layout):
         "holding": Out(1),
         "error": Out(ErrorCode),
         "progress": Out(1),
+        **({"shift": Out(1)} if shifting else {}),
     }
 
 
-def dma_engine_members(instruction_layout, axi_signature, config):
+def dma_engine_members(instruction_layout, axi_signature, config, shifting=False):
     """`engine_members` plus what a DMA engine of the core ``config`` needs: its access windows
     (`CoreConfig.windows`, of `CoreConfig.address_width`) and its AXI channels."""
     return {
-        **engine_members(instruction_layout),
+        **engine_members(instruction_layout, shifting),
         "windows": In(data.ArrayLayout(window_layout(config.address_width), config.windows)),
         "axi": Out(axi_signature),
     }

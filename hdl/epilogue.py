@@ -25,13 +25,16 @@ class LaneParams(wiring.Component):
     ``params``: lanes ``lane .. lane + units - 1`` (those past ``cols`` unspecified) of the
     ``lane`` of the cycle before; with ``same`` (a STORE's ``per_row``), lane ``lane``'s in
     every unit. Without ``multiplier`` the banks do not keep the
-    multiplier, and ``params`` has multiplier 1.
+    multiplier, and ``params`` has multiplier 1. With ``shifted`` entry k is read from entry 0,
+    ``shift`` asking its queue to move the entries down one after each (`store.params_shift`).
     """
 
-    def __init__(self, cols, units, *, multiplier=True):
+    def __init__(self, cols, units, *, multiplier=True, shifted=False):
         self.cols, self.units, self.multiplier = cols, units, multiplier
+        self.shifted = shifted
         super().__init__({
             "instr": In(stream.Signature(ParamsInstruction)),
+            **({"shift": Out(1)} if shifted else {}),
             "clearing": Out(1, init=1),
             "lane": In(range(cols)),
             "same": In(1),
@@ -56,10 +59,14 @@ class LaneParams(wiring.Component):
         useful = Cat(instr.entries[e].as_value()
                      for e in range(min(cols, PARAMS_PER_INSTRUCTION)))
         entry = Signal(EpilogueParams)
+        first = useful[:EpilogueParams.size]
         m.d.comb += [entry.eq(Mux(self.clearing, EpilogueParams.const(PARAMS_RESET),
+                                  first if self.shifted else
                                   useful.word_select(Mux(instr.broadcast, 0, k),
                                                      EpilogueParams.size))),
                      self.instr.ready.eq(~self.clearing & last)]
+        if self.shifted:
+            m.d.comb += self.shift.eq(~self.clearing & self.instr.valid & ~instr.broadcast)
         m.d.sync += k.eq(Mux(writing & ~last, k + 1, 0))
         with m.If(self.clearing & last):
             m.d.sync += self.clearing.eq(0)
@@ -132,12 +139,14 @@ class EpilogueDatapath(wiring.Component):
     after their ``acc``. Without ``multiplier`` there is
     no stage 3 and stage 4 shifts ``t`` as it is added (the multiplier of ``params`` is
     ignored, as if 1; ``latency`` 4, not 6), and the later stages are sized for ``t``: a bias,
-    shift, ReLU and pool epilogue without a DSP or LUT multiplier.
+    shift, ReLU and pool epilogue without a DSP or LUT multiplier. Without ``pool``
+    (`CoreConfig.epilogue_pool`) there is no stage 1: stage 2 adds the bias of ``params`` to
+    ``acc`` in the cycle they come (``first`` is not used; ``latency`` one less).
     """
 
-    def __init__(self, units, *, multiplier=True):
-        self.units, self.multiplier = units, multiplier
-        self.latency = 6 if multiplier else 4
+    def __init__(self, units, *, multiplier=True, pool=True):
+        self.units, self.multiplier, self.pool = units, multiplier, pool
+        self.latency = (6 if multiplier else 4) - (0 if pool else 1)
         super().__init__({
             "options": In(Epilogue),
             "int8": In(1),
@@ -155,6 +164,9 @@ class EpilogueDatapath(wiring.Component):
         def stage(value, name):
             return pipeline_register(m, value, name)
 
+        def first_stage(value, name):  # stage 1, which a core without pooling has not
+            return stage(value, name) if self.pool else value
+
         units = self.units
         acc_in = data.View(data.ArrayLayout(signed(32), units), self.acc)
         params_in = data.View(data.ArrayLayout(EpilogueParams, units), self.params)
@@ -165,12 +177,14 @@ class EpilogueDatapath(wiring.Component):
             # parameters registered: the routed 16x16's critical path ran from the accumulator
             # row and the parameters' LUT RAM through the compare and the bias add into the
             # multiplier's operands (21.2 ns).
-            peak = Signal(signed(32), name=f"peak{u}")  # the maximum of a pooled step so far
-            m.d.sync += peak.eq(Mux(self.first | (acc > peak), acc, peak))
-            bias = stage(Mux(self.options.bias, params.bias, 0), f"bias{u}")
-            shift = stage(Mux(scaled, params.shift, 0), f"shift{u}")
+            peak = acc
+            if self.pool:
+                peak = Signal(signed(32), name=f"peak{u}")  # the maximum of a pooled step so far
+                m.d.sync += peak.eq(Mux(self.first | (acc > peak), acc, peak))
+            bias = first_stage(Mux(self.options.bias, params.bias, 0), f"bias{u}")
+            shift = first_stage(Mux(scaled, params.shift, 0), f"shift{u}")
             if self.multiplier:
-                multiplier = stage(Mux(scaled, params.multiplier, 1), f"multiplier{u}")
+                multiplier = first_stage(Mux(scaled, params.multiplier, 1), f"multiplier{u}")
             # 2: t = pooled value + bias.
             t = peak + bias
             # 3: t * multiplier, at most 50 bits; on ECP5 t and the multiplier are registered in

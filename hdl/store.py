@@ -5,8 +5,8 @@ from amaranth.lib.wiring import In
 from amaranth.utils import ceil_log2
 
 from ..arch import write_bursts
-from ..isa import (Epilogue, EpilogueParams, ErrorCode, Header, Opcode, ParamsInstruction,
-                   RowScale, StoreInstruction, TensorDescriptor)
+from ..isa import (PARAMS_PER_INSTRUCTION, Epilogue, EpilogueParams, ErrorCode, Header, Opcode,
+                   ParamsInstruction, RowScale, StoreInstruction, TensorDescriptor)
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_write_signature
 from .dma_front import FrontClient, engine_front, front_geometry, shared_front_signature
 from .engine import check_state, dma_engine_members
@@ -15,7 +15,8 @@ from .pipeline import BufferedFifo, pipeline_register
 from ..config import check_config
 from .walker import TileCheck, move_units, select_units, step_layout
 
-__all__ = ["StoreEngine", "STORE_INSTRUCTION", "W_BURST_BEATS", "W_DEPTH", "store_front_client"]
+__all__ = ["StoreEngine", "STORE_INSTRUCTION", "W_BURST_BEATS", "W_DEPTH", "params_shift",
+           "store_front_client"]
 
 STORE_INSTRUCTION = data.StructLayout({
     "header": Header,
@@ -31,11 +32,22 @@ W_DEPTH = 16
 W_BURST_BEATS = W_DEPTH // 2
 """Beats of the engine's longest burst (AWLEN + 1): half of the W buffer."""
 
+def params_shift(config):
+    """``(offset, stride, count)`` of the PARAMS entries the store engine's queue moves down
+    an entry a cycle as `LaneParams` writes them (`InstructionQueue`'s ``shift``), or None:
+    on a core of one-instruction queues (flip-flops), where reading each entry from the first
+    one takes no entry multiplexer (micro: 38 bits of 4 entries, ~90 iCE40 logic cells)."""
+    if config.queue_depth != 1:
+        return None
+    return (ParamsInstruction["entries"].offset, EpilogueParams.size,
+            min(config.cols, PARAMS_PER_INSTRUCTION))
+
+
 def store_front_client(config):
     """What the store engine needs of its DMA front (`FrontClient`)."""
     words = config.axi_data_width // 32
     return FrontClient(lanes=config.cols, rows=config.accumulator_rows, elem_log2=(0, 2),
-                       pool=True, permission="write", max_steps=256 * words,
+                       pool=config.epilogue_pool, permission="write", max_steps=256 * words,
                        max_beats=W_BURST_BEATS)
 
 
@@ -68,7 +80,7 @@ class StoreEngine(wiring.Component):
         self.config = config
         super().__init__({
             **dma_engine_members(STORE_INSTRUCTION, axi_write_signature(config.axi_data_width),
-                                 config),
+                                 config, shifting=params_shift(config) is not None),
             "acc_read": In(memory.ReadPort.Signature(
                 addr_width=ceil_log2(config.accumulator_rows),
                 shape=data.ArrayLayout(signed(32), config.cols))),
@@ -113,8 +125,10 @@ class StoreEngine(wiring.Component):
         rows_ok = ((~options.per_row | (~options.pool & (dims[1].extent <= cols) & two_d))
                    & (~options.row_scale | (options.requant & ~options.pool & ~options.per_row
                                             & two_d)))
-        # A row scale on a core without the softmax unit (no row scales): UNKNOWN_OPCODE.
-        missing = C(0) if config.softmax else options.row_scale
+        # A row scale on a core without the softmax unit (no row scales), or pooling on one
+        # without it: UNKNOWN_OPCODE.
+        missing = ((C(0) if config.softmax else options.row_scale)
+                   | (C(0) if config.epilogue_pool else options.pool))
         dispatch_code = Mux(missing, ErrorCode.UNKNOWN_OPCODE,
                             Mux(element_ok, ErrorCode.BAD_EXTENT, ErrorCode.BAD_ELEMENT))
         # The running STORE's epilogue and descriptor (for the check and walker): registered
@@ -147,24 +161,30 @@ class StoreEngine(wiring.Component):
         stopped = Signal()
         code = Signal(ErrorCode)
         dispatch_verdict = Signal(ErrorCode)
+        if config.epilogue_pool:
+            m.d.comb += [
+                check.held_pool.enable.eq(epilogue.pool),
+                check.held_pool.pitch.eq(epilogue.pool_pitch),
+                front.held_pool.eq(check.held_pool),
+                check.pool.enable.eq(epilogue.pool),
+                check.pool.pitch.eq(epilogue.pool_pitch),
+            ]
         m.d.comb += [
             check.descriptor.payload.eq(tensor),
             check.descriptor.valid.eq(walk),
             *([] if shared else [front.walk.eq(walk)]),  # a shared front's once granted
             check.held.eq(tensor),
             front.held.eq(tensor),
-            check.held_pool.enable.eq(epilogue.pool),
-            check.held_pool.pitch.eq(epilogue.pool_pitch),
-            front.held_pool.eq(check.held_pool),
-            check.pool.enable.eq(epilogue.pool),
-            check.pool.pitch.eq(epilogue.pool_pitch),
             front.running.eq(running),
             front.abort.eq(stopped),
         ]
 
         multiplier = config.epilogue_multiplier
-        m.submodules.lane_params = lane_params = LaneParams(cols, units, multiplier=multiplier)
-        m.submodules.datapath = datapath = EpilogueDatapath(units, multiplier=multiplier)
+        shifted = params_shift(config) is not None
+        m.submodules.lane_params = lane_params = LaneParams(cols, units, multiplier=multiplier,
+                                                            shifted=shifted)
+        m.submodules.datapath = datapath = EpilogueDatapath(units, multiplier=multiplier,
+                                                            pool=config.epilogue_pool)
         m.d.comb += lane_params.instr.payload.eq(params_instr)
 
         # Planned steps -> A: accumulator read -> B: its data registered, parameter read, the
@@ -175,8 +195,9 @@ class StoreEngine(wiring.Component):
         # The room is asked at a part's first read: a pooled part's four reads come on
         # consecutive cycles, as the epilogue's pool maximum needs.
         planned = front.steps.payload
-        read = Signal(2)  # which of the four rows of a pooled step
-        last_read = ~(epilogue.pool & planned.in_bounds) | (read == 3)
+        pool = config.epilogue_pool
+        read = Signal(2 if pool else 0)  # which of the four rows of a pooled step
+        last_read = ~(epilogue.pool & planned.in_bounds) | (read == 3) if pool else C(1)
         done_lanes = Signal(range(cols + 1))  # lanes of the step in earlier parts
         left = Signal(range(cols + 1))
         last_part = Signal()
@@ -202,7 +223,8 @@ class StoreEngine(wiring.Component):
         m.d.comb += [
             front.steps.ready.eq(fetch & last_read & last_part),
             self.acc_read.en.eq(fetch),
-            self.acc_read.addr.eq(step.row + Mux(read[1], epilogue.pool_pitch, 0) + read[0]),
+            self.acc_read.addr.eq(step.row + Mux(read[1], epilogue.pool_pitch, 0) + read[0]
+                                  if config.epilogue_pool else step.row),
         ]
         m.d.sync += reserved.eq(reserved + (fetch & (read == 0) & step.in_bounds
                                             & step.end_of_beat) - beats.r_en)
@@ -313,6 +335,8 @@ class StoreEngine(wiring.Component):
                 m.d.comb += [self.instr.ready.eq(Mux(is_params, lane_params.instr.ready,
                                                      ~lane_params.clearing)),
                              lane_params.instr.valid.eq(self.instr.valid & is_params)]
+                if shifted:
+                    m.d.comb += self.shift.eq(lane_params.shift)
                 # The dispatch checks are registered in every idle cycle too, and the taken
                 # STORE's verdict acted on in CHECK: a STORE is taken, walked and checked
                 # whatever they say (the routed 16x16's critical path ran from the store queue

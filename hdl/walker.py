@@ -793,6 +793,8 @@ class BurstPlanner(wiring.Component):
     is set and the planner stops (the open burst is dropped). ``abort`` stops it as well;
     ``steps`` and ``bursts`` still drain. With permission "either", ``max_steps`` and
     ``max_beats`` are pairs (for reads, for writes), chosen with the permission by ``write``.
+    ``steps`` leaves through a skid register, so ``elements.ready`` does not depend on
+    ``steps.ready``; on an iCE40 it does, and there is no skid register.
     """
 
     def __init__(self, lanes, rows, beat_bytes, max_steps, max_beats, permission,
@@ -845,13 +847,15 @@ class BurstPlanner(wiring.Component):
 
         # The steps leave through a skid register: the planner takes an element while it is
         # empty, not when ``steps.ready`` says so (the routed 8x8's critical path ran from the
-        # store engine's stall through that ready into the planner's take, 23.6 ns).
-        skid = Signal.like(self.steps.payload)
+        # store engine's stall through that ready into the planner's take, 23.6 ns). On an
+        # iCE40 (24 MHz boards) the take waits for that ready instead: no skid register.
+        skid_buffer = fpga_family(platform) != "ice40"
+        skid = Signal.like(self.steps.payload) if skid_buffer else None
         skid_valid = Signal()
         out_free = ~self.steps.valid | self.steps.ready
         event = ~self.abort & (self.error == ErrorCode.NONE) & (flush | self.elements.valid)
-        advance = (event & ~bad & (~pending_valid | ~skid_valid) &
-                   (~end_of_burst | ~self.bursts.valid | self.bursts.ready))
+        advance = (event & ~bad & (~pending_valid | (~skid_valid if skid_buffer else out_free))
+                   & (~end_of_burst | ~self.bursts.valid | self.bursts.ready))
         m.d.comb += self.elements.ready.eq(advance & ~flush)
 
         step = Signal.like(self.steps.payload)  # the pending step, leaving as it advances
@@ -861,10 +865,12 @@ class BurstPlanner(wiring.Component):
         leaves = advance & pending_valid
         with m.If(out_free):
             m.d.sync += [self.steps.valid.eq(skid_valid | leaves),
-                         self.steps.payload.eq(Mux(skid_valid, skid, step)),
+                         self.steps.payload.eq(Mux(skid_valid, skid, step) if skid_buffer
+                                               else step),
                          skid_valid.eq(0)]
-        with m.Elif(leaves):
-            m.d.sync += [skid.eq(step), skid_valid.eq(1)]
+        if skid_buffer:
+            with m.Elif(leaves):
+                m.d.sync += [skid.eq(step), skid_valid.eq(1)]
         with m.If(self.bursts.ready):
             m.d.sync += self.bursts.valid.eq(0)
         with m.If(event & bad):

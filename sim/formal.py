@@ -324,13 +324,14 @@ class AxiWriteRules(_MasterRules):
 
 
 class AxiLiteSlaveRules(wiring.Component):
-    """An AXI4-Lite slave that holds at most one AW, one W and one AR (its READY low while it
-    does) and answers each in order.
+    """An AXI4-Lite slave that takes an AW and its W in the same cycle (AXI4 lets a slave wait
+    for both), holds at most one AR (ARREADY low while it does) and answers each in order.
 
-    Asserted: BVALID held and B stable until BREADY, the same for R; a B only for an accepted
-    AW and W, an R only for an accepted AR; every accepted request is either still held (its
-    READY low) or answered by the response on offer, so none is lost or answered twice.
-    Assumed of the master: VALID held and the request stable until READY.
+    Asserted: BVALID held and B stable until BREADY, the same for R; AWREADY and WREADY equal;
+    a B only for an accepted AW and W, an R only for an accepted AR; every accepted write is
+    answered by the B on offer and every accepted AR is either still held or answered by the
+    R on offer, so none is lost or answered twice. Assumed of the master: VALID held and the
+    request stable until READY.
     """
 
     def __init__(self, addr_width=CSR_ADDR_WIDTH):
@@ -363,10 +364,12 @@ class AxiLiteSlaveRules(wiring.Component):
             Assert(~self.bvalid | ((pending_aw != 0) & (pending_w != 0)),
                    "B without an accepted AW and W"),
             Assert(~self.rvalid | (pending_ar != 0), "R without an accepted AR"),
-            Assert(pending_aw == ~self.awready + self.bvalid, "an AW lost or answered twice"),
-            Assert(pending_w == ~self.wready + self.bvalid, "a W lost or answered twice"),
+            Assert(self.awready == self.wready, "AWREADY and WREADY differ"),
+            Assert(pending_aw == self.bvalid, "an AW lost or answered twice"),
+            Assert(pending_w == self.bvalid, "a W lost or answered twice"),
             Assert(pending_ar == (~self.arready | self.rvalid), "an AR lost or answered twice"),
-            Cover(b_done & aw_done & w_done, "a B taken as the next AW and W go in"),
+            Cover(b_done & self.awvalid & self.wvalid, "a B taken with the next AW and W waiting"),
+            Cover(aw_done & w_done & (self.awaddr != 0), "an AW and its W go in"),
             Cover(r_done & self.arvalid, "an R taken with the next AR waiting"),
         ]
         return m

@@ -403,11 +403,14 @@ def _on_core(config, channels, options):
     """The `Epilogue` of ``options`` that a core of ``config`` applies, and the options of its
     golden model: as `Device` runs it (`Epilogue.on_core`), a core without the epilogue's
     multiplier takes a power-of-two multiplier folded into the shift (the same results) and
-    stores any other requantization's (pooled) accumulators as int32 for the host."""
+    stores any other requantization's (pooled) accumulators as int32 for the host; a core
+    without pooling stores every pixel for the host to pool."""
     epilogue = Epilogue.from_options(channels, **options)
     core, host = epilogue.on_core(config) if epilogue is not None else (None, None)
-    if host is not None:
-        options = {"pool": True} if options.get("pool") else {}
+    if host is not None and host.requant:
+        options = {"pool": True} if core is not None and core.pool else {}
+    elif host is not None:
+        options = {**options, "pool": False}
     return core, options
 
 

@@ -193,7 +193,8 @@ def _load(config, instr, windows):
 
 def _store(config, instr, windows):
     desc, epilogue = instr.tensor, instr.epilogue
-    if epilogue.row_scale and not config.softmax:
+    if (epilogue.row_scale and not config.softmax
+            or epilogue.pool and not config.epilogue_pool):
         return ErrorCode.UNKNOWN_OPCODE, 10, ()
     if not (desc.elem_log2 == 2 or epilogue.requant and desc.elem_log2 == 0):
         return ErrorCode.BAD_ELEMENT, 10, ()

@@ -8,7 +8,8 @@ WRITE_ORDERS = ("together", "aw_first", "w_first")
 class AxiLiteMaster:
     """One transaction at a time on ``bus``; every call returns after the response handshake.
 
-    ``order`` sends AW and W together or one after the other (``gap`` idle cycles between);
+    ``order`` raises AWVALID and WVALID together or one ``gap`` cycles after the other (never
+    waiting for the first's handshake, which AXI4 forbids a master: a slave may wait for both);
     ``resp_delay`` holds BREADY/RREADY low for that many cycles after BVALID/RVALID, checking
     that the slave keeps its response stable meanwhile.
     """
@@ -22,11 +23,20 @@ class AxiLiteMaster:
             ctx.set(valid, 1)
         pending = list(channels)
         while pending:
-            _, _, *readies = await ctx.tick().sample(*(ready for _, ready in pending))
-            for (valid, _), ready in zip(pending, readies):
-                if ready:
-                    ctx.set(valid, 0)
-            pending = [channel for channel, ready in zip(pending, readies) if not ready]
+            pending = await self._cycle(ctx, pending)
+
+    @staticmethod
+    async def _cycle(ctx, pending):
+        """A clock cycle of the ``pending`` channels (valid raised): lowers the valid of those
+        whose handshake it is; returns the others."""
+        if not pending:
+            await ctx.tick()
+            return pending
+        _, _, *readies = await ctx.tick().sample(*(ready for _, ready in pending))
+        for (valid, _), ready in zip(pending, readies):
+            if ready:
+                ctx.set(valid, 0)
+        return [channel for channel, ready in zip(pending, readies) if not ready]
 
     async def _response(self, ctx, valid, ready, payload, resp_delay):
         ctx.set(ready, resp_delay == 0)
@@ -53,11 +63,12 @@ class AxiLiteMaster:
             await self.handshake(ctx, aw, w)
         else:
             first, second = (aw, w) if order == "aw_first" else (w, aw)
-            await self.handshake(ctx, first)
+            ctx.set(first[0], 1)
+            pending = [first]
             for _ in range(gap):
-                await ctx.tick()
+                pending = await self._cycle(ctx, pending)
                 assert not ctx.get(bus.bvalid), "BVALID before both AW and W"
-            await self.handshake(ctx, second)
+            await self.handshake(ctx, *pending, second)
         resp, = await self._response(ctx, bus.bvalid, bus.bready, (bus.bresp,), resp_delay)
         return resp
 

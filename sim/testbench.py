@@ -11,6 +11,7 @@ from amaranth.sim import Simulator
 
 from ..arch import OPCODE_BITS
 from ..firmware.matmul import compile_matmul
+from ..hdl.store import params_shift
 from ..isa import INSTRUCTION_BYTES, Opcode
 from .golden import matmul_int32
 
@@ -106,9 +107,30 @@ def instruction_payload(layout, raw):
     return layout.from_bits(bits & ((1 << Shape.cast(layout).width) - 1))
 
 
-async def put_instruction(ctx, stream, raw):
-    """`stream_put` of instruction bytes ``raw`` on an engine's instruction ``stream``."""
-    await stream_put(ctx, stream, instruction_payload(stream.payload.shape(), raw))
+async def put_instruction(ctx, stream, raw, engine=None):
+    """`stream_put` of instruction bytes ``raw`` on an engine's instruction ``stream``; returns
+    the cycles it waited for ready. An ``engine`` with a ``shift`` output
+    (`engine.engine_members`) has the entries moved down as its queue would
+    (`store.params_shift`): by one entry in each cycle it asks, until it takes."""
+    shape = stream.payload.shape()
+    shifting = engine is not None and "shift" in engine.signature.members
+    offset, stride, count = params_shift(engine.config) if shifting else (0, 0, 0)
+    region = (1 << stride * count) - 1
+    value = int.from_bytes(raw, "little")
+    ctx.set(stream.valid, 1)
+    waited = 0
+    while True:
+        ctx.set(stream.payload, instruction_payload(shape, value.to_bytes(len(raw), "little")))
+        _, _, ready, shift = await ctx.tick().sample(
+            stream.ready, engine.shift if shifting else stream.valid)
+        if ready:
+            break
+        waited += 1
+        if shifting and shift:
+            entries = value >> offset & region
+            value = value & ~(region << offset) | (entries >> stride) << offset
+    ctx.set(stream.valid, 0)
+    return waited
 
 
 UNKNOWN_INSTRUCTION = bytes([max(set(range(2 ** OPCODE_BITS)) - set(Opcode))]) + bytes(

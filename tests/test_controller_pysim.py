@@ -1,6 +1,7 @@
 """amaranth.sim test of the controller's fetch path: instructions written a beat at a time into
 the engines' queues, and through the overflow memory when a queue is full (with one-instruction
 queues: fetched again)."""
+import dataclasses
 import random
 
 import pytest
@@ -13,6 +14,7 @@ from tpugen.arch import (OPCODE_ENGINE, QUEUE_DEPTH, TOKEN_BITS, TOKEN_FLAGS, TO
                          opcode_of, pending_depth, token_flag_bit)
 from tpugen.hdl.controller import (ENGINES, FETCH_ID, Controller, InstructionQueue, _oldest,
                                    kept_bits, queued, saturated_fields)
+from tpugen.hdl.store import params_shift
 from tpugen.isa import (INSTRUCTION_BYTES, NUM_WINDOWS, PARAMS_PER_INSTRUCTION, Dim, Epilogue,
                         EpilogueParams, ErrorCode, Header, LoadInstruction, Opcode,
                         ParamsInstruction, StoreInstruction, TensorDescriptor, defined_bits,
@@ -314,16 +316,20 @@ def test_the_load_queue_drops_the_strides_the_walkers_do_not_use(dims):
 def test_a_queue_saturates_only_fields_no_other_layout_keeps():
     # A load queue with im2col keeps its LOAD's fields whole (the im2col descriptor's are over
     # them); a store queue's STORE fields under a PARAMS entry the epilogue reads are whole,
-    # the others saturate; the execute queue's MATMUL rows and count saturate without the
-    # softmax unit only.
+    # the others saturate (the pooling pitch only on a core that pools: micro keeps none of
+    # it); the execute queue's MATMUL rows and count saturate without the softmax unit only.
     micro = CoreConfig.preset("micro")
     assert saturated_fields(CoreConfig(im2col=True), ENGINES["load"][0]) == {}
     store = saturated_fields(micro, ENGINES["store"][0])
     dims = StoreInstruction["tensor"].offset + TensorDescriptor["dims"].offset
     pitch = StoreInstruction["epilogue"].offset + Epilogue["pool_pitch"].offset
-    assert store == {(dims, 16): 3, (dims + 2 * Dim.size + 32, 16): 0,  # unwalked: 0, 1, more
-                     (dims + 3 * Dim.size, 16): 1, (dims + 3 * Dim.size + 16, 16): 0,
-                     (dims + 3 * Dim.size + 32, 16): 0, (pitch, 16): 8}
+    unwalked = {(dims, 16): 3, (dims + 2 * Dim.size + 32, 16): 0,  # unwalked: 0, 1, more
+                (dims + 3 * Dim.size, 16): 1, (dims + 3 * Dim.size + 16, 16): 0,
+                (dims + 3 * Dim.size + 32, 16): 0}
+    assert store == unwalked
+    assert not set(range(pitch, pitch + 16)) & kept_bits(micro, ENGINES["store"][0])
+    pooling = dataclasses.replace(micro, epilogue_pool=True)
+    assert saturated_fields(pooling, ENGINES["store"][0]) == {**unwalked, (pitch, 16): 8}
     assert len(saturated_fields(micro, ENGINES["execute"][0])) == 4
     assert saturated_fields(CoreConfig(softmax=True), ENGINES["execute"][0]) == {}
 
@@ -373,6 +379,51 @@ def test_a_queued_field_is_its_value_up_to_its_limit(name):
     sim.add_testbench(testbench)
     sim.run()
     assert seen == [queued(config, opcodes, raw) for raw in raws]
+
+
+def test_a_one_slot_store_queue_moves_the_params_entries_down(refuses):
+    # `params_shift`: each `shift` moves every kept bit of the entries one entry down (the last
+    # entry's become 0), the other bits stay; the epilogue reads entry 0 each cycle.
+    config = CoreConfig.preset("micro")
+    opcodes, layout = ENGINES["store"]
+    kept, shift = kept_bits(config, opcodes), params_shift(config)
+    offset, stride, count = shift
+    dut = InstructionQueue(layout, kept, 32, 1, 32, saturated_fields(config, opcodes), shift)
+    rng = random.Random(5)
+    raw = rng.getrandbits(INSTRUCTION_BYTES * 8) & ~0xF | Opcode.PARAMS.value
+    expected = [queued(config, opcodes, raw)]
+    region = set(range(offset, offset + stride * count))
+    for _ in range(count + 1):
+        before = expected[-1]
+        expected.append(sum(1 << bit for bit in kept if (
+            before >> (bit + stride) & 1 and bit + stride in region if bit in region
+            else before >> bit & 1)))
+    seen = []
+
+    async def testbench(ctx):
+        for beat in range(dut.beats):
+            ctx.set(dut.beat, beat)
+            ctx.set(dut.beat_data, raw >> 32 * beat & 0xFFFF_FFFF)
+            ctx.set(dut.beat_en, 1)
+            ctx.set(dut.commit, beat == dut.beats - 1)
+            await ctx.tick()
+        ctx.set(dut.beat_en, 0)
+        ctx.set(dut.commit, 0)
+        for _ in range(count + 2):
+            seen.append(ctx.get(dut.head.payload.instr.as_value()))
+            ctx.set(dut.shift, 1)
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(testbench)
+    sim.run()
+    assert count == 4 and seen == expected
+    read = sum(((1 << field.width) - 1) << field.offset for name, field in EpilogueParams
+               if name != "multiplier")  # what the shift-only epilogue reads of an entry
+    assert [value >> offset & read for value in seen] == [
+        raw >> offset + stride * e & read if e < count else 0 for e in range(count + 2)]
+    refuses(lambda: InstructionQueue(layout, kept, 32, 2, 32, shift=shift), "shift=.*depth=2")
 
 
 @pytest.mark.parametrize("cols,multiplier", [(4, False), (4, True), (8, True), (16, False)])

@@ -260,18 +260,23 @@ def test_write_orders_and_backpressure(order, resp_delay):
 def test_second_write_waits_for_first_response():
     async def body(ctx, dut, axi):
         bus = dut.bus
-        for name, value in (("PROGRAM_BASE", 0xAAAA_0000), ("PROGRAM_LENGTH", 0x5555)):
-            ctx.set(bus.awaddr, offset(name))
-            ctx.set(bus.wdata, value)
-            ctx.set(bus.wstrb, 0xF)
-            await axi.handshake(ctx, (bus.awvalid, bus.awready), (bus.wvalid, bus.wready))
-        for _ in range(4):
-            await ctx.tick()
-        assert ctx.get(bus.bvalid) and not ctx.get(bus.awready) and not ctx.get(bus.wready)
+        ctx.set(bus.awaddr, offset("PROGRAM_BASE"))
+        ctx.set(bus.wdata, 0xAAAA_0000)
+        ctx.set(bus.wstrb, 0xF)
+        await axi.handshake(ctx, (bus.awvalid, bus.awready), (bus.wvalid, bus.wready))
+        ctx.set(bus.awaddr, offset("PROGRAM_LENGTH"))
+        ctx.set(bus.wdata, 0x5555)
+        ctx.set(bus.awvalid, 1)
+        ctx.set(bus.wvalid, 1)
+        for _ in range(6):  # the second write is offered, and waits while B is not taken
+            _, _, awready, wready = await ctx.tick().sample(bus.awready, bus.wready)
+            assert not awready and not wready
+        assert ctx.get(bus.bvalid)
         assert ctx.get(dut.program_base) == 0xAAAA_0000
         assert ctx.get(dut.program_length) == 0
         ctx.set(bus.bready, 1)
         await ctx.tick().until(bus.bvalid)
+        await axi.handshake(ctx, (bus.awvalid, bus.awready), (bus.wvalid, bus.wready))
         await ctx.tick().until(bus.bvalid)
         ctx.set(bus.bready, 0)
         assert ctx.get(dut.program_length) == 0x5555

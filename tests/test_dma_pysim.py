@@ -126,7 +126,7 @@ def run(kind, config, descs, axi_mem, wins, sram_init, timeout=4000, scales=None
         ctx.set(engine.windows, wins)
         for desc in descs:
             if isinstance(desc, bytes):  # an encoded instruction
-                await put_instruction(ctx, engine.instr, desc)
+                await put_instruction(ctx, engine.instr, desc, engine)
             else:
                 await stream_put(ctx, engine.instr, {"header": {"opcode": opcode},
                                                      "tensor": encode_tile(desc, wrap=True)})

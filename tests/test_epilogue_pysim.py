@@ -1,4 +1,5 @@
 """amaranth.sim tests of the STORE engine's fused epilogue and PARAMS against sim.golden."""
+import dataclasses
 from fractions import Fraction
 
 import numpy as np
@@ -16,7 +17,7 @@ from tpugen.isa import (PARAMS_PER_INSTRUCTION, EpilogueParams, ErrorCode, Opcod
                         encode_tile)
 from tpugen.sim.golden import epilogue, maxpool2x2, round_half_even_shift
 from tpugen.sim.pysim_axi import AxiMemory
-from tpugen.sim.testbench import ForFamily
+from tpugen.sim.testbench import ForFamily, put_instruction
 
 from test_dma_pysim import (ERROR_ALLOWED, ERROR_WINDOWS, MEM_SIZE, RW_ALL, Bench, descriptor, run,
                             tensor_addresses)
@@ -182,16 +183,8 @@ def back_to_back(config, program, acc, seed, stall=None, timeout=4000, family=No
 
     async def testbench(ctx):
         ctx.set(engine.windows, RW_ALL)
-        bits = engine.instr.payload.as_value()
         for instruction in instructions:
-            ctx.set(bits, int.from_bytes(instruction, "little") & ((1 << len(bits)) - 1))
-            ctx.set(engine.instr.valid, 1)
-            waits.append(0)
-            while not ctx.get(engine.instr.ready):
-                await ctx.tick()
-                waits[-1] += 1
-            await ctx.tick()
-        ctx.set(engine.instr.valid, 0)
+            waits.append(await put_instruction(ctx, engine.instr, instruction, engine))
         for _ in range(timeout):
             if seen["done"] == len(instructions):
                 break
@@ -279,11 +272,12 @@ def test_golden_rounding():
     assert round_half_even_shift([3, 5, -3, -5, 7], 1).tolist() == [2, 2, -2, -2, 4]
 
 
-@pytest.mark.parametrize("width", [32, 128])
-def test_params(width):
+@pytest.mark.parametrize("width,queue_depth", [(32, 2), (128, 2), (32, 1)])
+def test_params(width, queue_depth):
     # Reset values, then broadcast, then per-lane writes (lanes past cols ignored), on 16 lanes:
-    # selected lanes on a 32-bit bus, all lanes on a 128-bit one.
-    config = with_width(WIDE, width)
+    # selected lanes on a 32-bit bus, all lanes on a 128-bit one; with one-instruction queues
+    # each entry read from the first, the queue moving them down (`params_shift`).
+    config = dataclasses.replace(with_width(WIDE, width), queue_depth=queue_depth)
     rng = np.random.default_rng(width)
     lanes = random_lanes(rng, 24)
     desc = descriptor(256, [(16, 0, 16, 1), (8, 0, 8, 16)], sram_row=4)
@@ -304,15 +298,17 @@ def test_params(width):
     assert len({t.tobytes() for t in tiles[:3]}) == 3
 
 
-@pytest.mark.parametrize("family", [None, "ice40"])
-@pytest.mark.parametrize("width", [32, 64, 128])
-def test_params_then_store(width, family):
+@pytest.mark.parametrize("width,family,queue_depth", [
+    (32, None, 2), (64, None, 2), (128, None, 2), (32, "ice40", 2), (64, "ice40", 2),
+    (128, "ice40", 2), (32, "ice40", 1), (128, None, 1)])
+def test_params_then_store(width, family, queue_depth):
     # From reset: the engine takes nothing while it sets every lane to the reset values; a
     # PARAMS writes an entry a cycle (taken in its 8th cycle; with broadcast, one cycle per row
     # of lanes / units); a STORE presented in the cycle after the last PARAMS was taken uses
     # every lane's new parameters, on 16 lanes with 1, 2 and 4 units (units start at any lane);
-    # the same with the parameters in block RAM (iCE40).
-    config = with_width(WIDE, width)
+    # the same with the parameters in block RAM (iCE40), and with the entries shifted down
+    # (one-instruction queues, `params_shift`).
+    config = dataclasses.replace(with_width(WIDE, width), queue_depth=queue_depth)
     rows = 16 // min(16, width // 32)
     rng = np.random.default_rng(width + 5)
     # Two sets of parameters that give every lane other int8 results than the set before.
@@ -385,16 +381,18 @@ def boundary_products(rng):
     return cases
 
 
-@pytest.mark.parametrize("requant,int8,relu,multiplier,family", [
-    (1, 1, 0, True, None), (1, 1, 1, True, None), (0, 0, 0, True, None), (0, 0, 1, True, None),
-    (1, 0, 0, True, None), (1, 0, 1, True, None),  # scaled to int32 (NORMALIZE's row scales)
-    (1, 1, 0, False, None), (1, 1, 1, False, None), (0, 0, 0, False, None),
-    (1, 1, 0, True, "ecp5"), (1, 0, 0, True, "ecp5"), (0, 0, 1, True, "ecp5")])
-def test_datapath(requant, int8, relu, multiplier, family):
+@pytest.mark.parametrize("requant,int8,relu,multiplier,family,pool", [
+    (1, 1, 0, True, None, True), (1, 1, 1, True, None, True), (0, 0, 0, True, None, True),
+    (0, 0, 1, True, None, True),
+    (1, 0, 0, True, None, True), (1, 0, 1, True, None, True),  # scaled to int32 (row scales)
+    (1, 1, 0, False, None, True), (1, 1, 1, False, None, True), (0, 0, 0, False, None, True),
+    (1, 1, 1, False, None, False), (1, 0, 0, True, None, False),  # no stage 1 (micro's)
+    (1, 1, 0, True, "ecp5", True), (1, 0, 0, True, "ecp5", True), (0, 0, 1, True, "ecp5", True)])
+def test_datapath(requant, int8, relu, multiplier, family, pool):
     # EpilogueDatapath alone, one lane, a value a cycle: t = acc + bias over the whole 33-bit
     # range, products next to every saturation and rounding boundary of every shift, against
     # the golden model (on ECP5, t * multiplier from MULT18X18D pairs). Without the multiplier,
-    # the params' multiplier is ignored (as if 1).
+    # the params' multiplier is ignored (as if 1); without pooling, a stage less.
     rng = np.random.default_rng(requant * 2 + relu + 4 * int8)
     cases = boundary_products(rng)
     t, mult, shift = (np.array(c, dtype=np.int64) for c in zip(*cases))
@@ -404,7 +402,7 @@ def test_datapath(requant, int8, relu, multiplier, family):
     bias = t - acc
     expected = epilogue(acc, bias, mult if multiplier else 1, shift, requant=bool(requant),
                         relu=bool(relu), int8=bool(int8))
-    dut = EpilogueDatapath(1, multiplier=multiplier)
+    dut = EpilogueDatapath(1, multiplier=multiplier, pool=pool)
     lane_acc, lane_y = (data.View(data.ArrayLayout(signed(32), 1), v)[0] for v in (dut.acc, dut.y))
     lane_params = data.View(data.ArrayLayout(EpilogueParams, 1), dut.params)[0]
     got = []
@@ -477,7 +475,7 @@ def test_shift_only_epilogue():
     # pooling as the golden model with multiplier 1, int8 and int32, pooled and not; a PARAMS
     # from lane 3 (fewer lanes than entries).
     config = CoreConfig(rows=4, cols=5, scratchpad_kib=1, accumulator_kib=2, axi_data_width=32,
-                        softmax=False, epilogue_multiplier=False)
+                        softmax=False, epilogue_multiplier=False, queue_depth=1)
     rng = np.random.default_rng(16)
     lanes = [(int(rng.integers(-300, 300)), int(rng.integers(2, 65536)), shift)
              for shift in (1, 4, 5, 6, 40)]

@@ -10,12 +10,12 @@ from tpugen import PRESETS, CoreConfig
 from tpugen.sim import SimDevice
 from tpugen.firmware.attention import compile_softmax
 from tpugen.firmware.device import DeviceError, fit_windows
-from tpugen.firmware.conv2d import compile_conv2d
+from tpugen.firmware.conv2d import compile_conv2d, conv2d_weights
 from tpugen.firmware.epilogue import Epilogue
 from tpugen.firmware.matmul import compile_matmul
 from tpugen.firmware.program import Deps, Dim, Program, split_tile, tensor
 from tpugen.arch import opcode_of
-from tpugen.isa import DIMS, Opcode, decode, encode_tile
+from tpugen.isa import DIMS, Opcode, StoreInstruction, decode, encode_tile, with_bits
 from tpugen.firmware.board import config_from_registers
 from tpugen.isa import NUM_WINDOWS
 from tpugen.registers import (BASIC_COUNTERS, COUNTERS, constant_registers, counter_names,
@@ -24,7 +24,7 @@ from tpugen.sim.golden import apply_epilogue, conv2d_int32, matmul_int32
 
 MICRO = PRESETS["micro"]
 FULL = dataclasses.replace(MICRO, softmax=True, im2col=True, epilogue_multiplier=True,
-                           counters="full", windows=NUM_WINDOWS)
+                           epilogue_pool=True, counters="full", windows=NUM_WINDOWS)
 """The same geometry with every feature: compiles the programs the micro core must refuse."""
 
 
@@ -86,15 +86,17 @@ def test_micro_core_computes_what_it_has_and_refuses_the_rest():
             dev.attention(q, q, q)
         with pytest.raises(ValueError, match=r"softmax unit"):
             dev.softmax(q)
-        # A requantized pooled conv runs on the pooled pixels lowering; an int32 one needs
-        # the im2col walker.
-        options = {"bias": np.array([-250, 120, 0, 37, -9]), "requant": (1, 2), "pool": True}
-        np.testing.assert_array_equal(
-            dev.conv2d(x, w, padding=1, **options),
-            apply_epilogue(conv2d_int32(x, w, 1, 1), channel_axis=1, spatial_axes=(2, 3),
-                           **options))
-        with pytest.raises(ValueError, match=r"im2col walker.*CoreConfig.im2col=False"):
-            dev.conv2d(x, w, padding=1, bias=np.zeros(5, np.int32), pool=True)
+        # The core has no pooling: the host pools what it stores, requantized or int32 (the
+        # same values, the epilogue being monotonic), odd rows and columns included.
+        for options in ({"bias": np.array([-250, 120, 0, 37, -9]), "requant": (1, 2),
+                         "pool": True},
+                        {"bias": np.array([-25_000, 1_200, 0, 37, -9]), "relu": True,
+                         "pool": True}):
+            np.testing.assert_array_equal(
+                dev.conv2d(x, w, padding=1, **options),
+                apply_epilogue(conv2d_int32(x, w, 1, 1), channel_axis=1, spatial_axes=(2, 3),
+                               **options))
+            assert dev.stats.host_epilogue
 
         # Programs for the full twin: the hardware stops them with UNKNOWN_OPCODE.
         softmax = compile_softmax(FULL, 4, 4, x_addr=0, eye_addr=0x1000, y_addr=0x2000, frac=5)
@@ -105,26 +107,40 @@ def test_micro_core_computes_what_it_has_and_refuses_the_rest():
                                 y_addr=0x2000, lowering="im2col")
         with pytest.raises(DeviceError, match="UNKNOWN_OPCODE"):
             dev._run(im2col, [(0, x), (0x1000, w)], [(0x2000, 4 * 5 * 7 * 6)])
+        # (A STORE with pool: micro's own conv2d program with the bit set.)
+        pooled = compile_conv2d(MICRO, x.shape, w.shape, padding=1, x_addr=0, w_addr=0x1000,
+                                y_addr=0x2000)
+        epilogue_field = StoreInstruction["epilogue"]
+        pool_bit = epilogue_field.offset + epilogue_field.shape["pool"].offset
+        pooled.instructions = [with_bits(raw, pool_bit, 1, 1) if opcode_of(raw) == Opcode.STORE
+                               else raw for raw in pooled.instructions]
+        with pytest.raises(DeviceError, match="UNKNOWN_OPCODE"):
+            dev._run(pooled, [(0, x), (0x1000, conv2d_weights(w, "pixels", MICRO))],
+                     [(0x2000, 4 * 5 * 7 * 6)])
+        with pytest.raises(ValueError, match=r"pool needs the epilogue's pooling.*"
+                                             r"epilogue_pool=False"):
+            compile_conv2d(MICRO, x.shape, w.shape, padding=1, x_addr=0, w_addr=0x1000,
+                           y_addr=0x2000, epilogue=Epilogue.from_options(5, pool=True))
         np.testing.assert_array_equal(dev.matmul(a, b), matmul_int32(a, b))  # still usable
         check_shift_only_epilogue(dev, rng)
-        check_two_windows(dev, rng)
+        check_one_window(dev, rng)
 
 
-def check_two_windows(dev, rng):
-    """A resident pooled conv2d with a scratch region asks for four windows (program and input
-    read, weights read-write, output write); the micro core's two are one readable window over
-    the program and the input and one read-write window over the weights and the output."""
+def check_one_window(dev, rng):
+    """A resident conv2d asks for a window each for the program and input (read), the weights
+    and the output; the micro core's one covers them all, readable and writable
+    (`fit_windows`). A pooled one is refused: the host cannot pool after a resident call."""
     x, w = rng.integers(-128, 128, (1, 3, 9, 7), dtype=np.int8), rng.integers(
         -128, 128, (5, 3, 3, 3), dtype=np.int8)
     options = {"bias": rng.integers(-3000, 3000, 5), "requant": ([1, 2, 4, 8, 16], 12),
-               "relu": True, "pool": True}
+               "relu": True}
+    with pytest.raises(ValueError, match=r"pool needs the host.*epilogue_pool=False"):
+        dev.prepare_conv2d(x.shape, w, padding=1, pool=True, **options)
     call = dev.prepare_conv2d(x.shape, w, padding=1, **options)
-    assert call.scratch and len(call.windows) == 4
-    low, high = call.output.address, call.weights.address + call.weights.size
-    assert fit_windows(call.windows, MICRO.windows) == [
-        (call.program.address, call.input.address + 64 * -(-x.size // 64) - call.program.address,
-         True, False),
-        (low, -(-(high - low) // 64) * 64, True, True)]
+    assert len(call.windows) >= 3
+    (base, size, readable, writable), = fit_windows(call.windows, MICRO.windows)
+    assert readable and writable and (base, base + size) == (
+        min(b for b, *_ in call.windows), max(b + s for b, s, *_ in call.windows))
     dev.launch(call, x)
     np.testing.assert_array_equal(dev.download(call.output, call.dtype, call.shape),
                                   apply_epilogue(conv2d_int32(x, w, 1, 1), channel_axis=1,
@@ -187,19 +203,21 @@ def test_the_registers_describe_the_profile():
                    dataclasses.replace(MICRO, buffered_feeders=True),
                    dataclasses.replace(MICRO, broadcast_activations=False),
                    dataclasses.replace(MICRO, adder_tree_columns=False),
-                   dataclasses.replace(MICRO, counters_in_ram=False)):
+                   dataclasses.replace(MICRO, counters_in_ram=False),
+                   dataclasses.replace(MICRO, epilogue_pool=True)):
         constants = constant_registers(config)
         assert config_from_registers(constants.__getitem__) == config
     assert constant_registers(MICRO)["CONFIG2"] == register("CONFIG2").value(
         no_store_prefetch=1, no_weight_prefetch=1, no_load_prefetch=1, shared_dma=1,
         unregistered_accumulate=1, unbuffered_feeders=1, broadcast_activations=1,
-        adder_tree_columns=1, counters_in_ram=1)
+        adder_tree_columns=1, counters_in_ram=1, no_pool=1)
     assert constant_registers(dataclasses.replace(MICRO, load_prefetch=True,
                                                   registered_accumulate=True,
                                                   buffered_feeders=True,
                                                   broadcast_activations=False,
                                                   adder_tree_columns=False,
-                                                  counters_in_ram=False))["CONFIG2"] == \
+                                                  counters_in_ram=False,
+                                                  epilogue_pool=True))["CONFIG2"] == \
         register("CONFIG2").value(no_store_prefetch=1, no_weight_prefetch=1, shared_dma=1)
     older = constant_registers(PRESETS["default"])  # map 1.1: CONFIG1.queue_depth reads 0
     older["CONFIG1"] &= ~register("CONFIG1").value(queue_depth=7)
@@ -210,7 +228,8 @@ def test_the_registers_describe_the_profile():
     assert config_from_registers(before_config2.__getitem__) == dataclasses.replace(
         MICRO, store_prefetch=True, weight_prefetch=True, load_prefetch=True, shared_dma=False,
         registered_accumulate=True, buffered_feeders=True,
-        broadcast_activations=False, adder_tree_columns=False, counters_in_ram=False)
+        broadcast_activations=False, adder_tree_columns=False, counters_in_ram=False,
+        epilogue_pool=True)
     fields = register("CONFIG1").fields_of(constant_registers(MICRO)["CONFIG1"])
     assert (fields.shift_only_epilogue, fields.basic_counters) == (1, 1)
     assert counter_names(MICRO) == BASIC_COUNTERS and counter_names(FULL) == tuple(COUNTERS)
@@ -278,7 +297,8 @@ def test_descriptors_are_fitted_to_the_walkers():
                                            scratch_addr=3 << 12)}
     three = dataclasses.replace(MICRO, descriptor_dims=3)
     for name, compile_ in programs.items():
-        for config, most in ((MICRO, 2), (three, 3)):
+        base = dataclasses.replace(MICRO, epilogue_pool=True) if name == "pooled" else MICRO
+        for config, most in ((base, 2), (dataclasses.replace(base, descriptor_dims=3), 3)):
             tiles = [_tensor_dims(raw) for raw in compile_(config).instructions]
             used = max(len(t) - t[::-1].index(False) for t in tiles if t)
             assert used == most, name  # dims that are not extent 1

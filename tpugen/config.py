@@ -50,6 +50,12 @@ class CoreConfig:
     """The epilogue's per-lane requantize multiplier. Without it the core ignores the multiplier
     of PARAMS (as if 1): the runtime folds a power-of-two multiplier into the shift and applies
     any other requantization on the host (`Stats.host_epilogue`)."""
+    epilogue_pool: bool = True
+    """The epilogue's 2x2 max pooling (`isa.Epilogue.pool`). Without it a STORE with ``pool``
+    stops the core with UNKNOWN_OPCODE, and the runtime pools a conv2d's results on the host
+    (`Stats.host_epilogue`; the same values, as the epilogue is monotonic): no pool maximum,
+    no pooled walks, and the epilogue adds the bias as the accumulator and parameters come,
+    a stage less (micro: False)."""
     counters: str = "full"
     """The performance counters: "full" (every one of ``registers.COUNTERS``) or "basic" (only
     ``registers.BASIC_COUNTERS``, what `Stats` reports; the others read 0)."""
@@ -147,10 +153,10 @@ class CoreConfig:
                   "a power of two in 1..1024")
         check("axi_data_width", lambda v: v in (32, 64, 128), "32, 64 or 128")
         check("lut_multipliers", integer_in(0, self.macs), f"an integer in 0..{self.macs} (rows*cols)")
-        for name in ("softmax", "im2col", "epilogue_multiplier", "store_prefetch",
-                     "load_prefetch", "shared_dma", "weight_prefetch", "registered_accumulate",
-                     "buffered_feeders", "broadcast_activations", "adder_tree_columns",
-                     "counters_in_ram"):
+        for name in ("softmax", "im2col", "epilogue_multiplier", "epilogue_pool",
+                     "store_prefetch", "load_prefetch", "shared_dma", "weight_prefetch",
+                     "registered_accumulate", "buffered_feeders", "broadcast_activations",
+                     "adder_tree_columns", "counters_in_ram"):
             value = getattr(self, name)
             if not isinstance(value, bool):
                 raise ValueError(f"CoreConfig.{name}={value!r} is invalid: allowed True or False")
@@ -247,12 +253,12 @@ PRESETS = {
     # the W beats 3, the counters 1 and the UART bridge's buffer 1: 30. (2 KiB of scratchpad
     # made 34; the board's default core has a 1 KiB accumulator, 95 logic cells less.)
     "micro": CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=4, axi_data_width=32,
-                        softmax=False, im2col=False, epilogue_multiplier=False, counters="basic",
-                        windows=2, queue_depth=1, store_prefetch=False, weight_prefetch=False,
-                        descriptor_dims=2, shared_dma=True, load_prefetch=False,
-                        registered_accumulate=False, buffered_feeders=False,
-                        broadcast_activations=True, adder_tree_columns=True,
-                        counters_in_ram=True),
+                        softmax=False, im2col=False, epilogue_multiplier=False,
+                        epilogue_pool=False, counters="basic", windows=1, queue_depth=1,
+                        store_prefetch=False, weight_prefetch=False, descriptor_dims=2,
+                        shared_dma=True, load_prefetch=False, registered_accumulate=False,
+                        buffered_feeders=False, broadcast_activations=True,
+                        adder_tree_columns=True, counters_in_ram=True),
 }
 
 

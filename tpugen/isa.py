@@ -234,9 +234,10 @@ takes its multiplier and shift from row scale ``scale_row + i1`` instead of lane
 ``per_row``, else BAD_EXTENT; a row past the row scales (``CoreConfig.probability_rows``) is
 SRAM_RANGE. Flash attention stores O / l so: NORMALIZE writes each query's 1 / l as a row scale.
 
-With ``pool`` the tile's dim 3 extent must be 1, and tile element (i0, i1, i2) is the maximum over
-the accumulator rows ``r, r + 1, r + pool_pitch, r + pool_pitch + 1`` with ``r = sram_row + 2 * i1
-+ 2 * pool_pitch * i2`` (raster-ordered output pixels, ``pool_pitch`` of them per image row).
+With ``pool`` (cores with pooling, `CoreConfig.epilogue_pool`; on others UNKNOWN_OPCODE) the
+tile's dim 3 extent must be 1, and tile element (i0, i1, i2) is the maximum over the accumulator
+rows ``r, r + 1, r + pool_pitch, r + pool_pitch + 1`` with ``r = sram_row + 2 * i1 + 2 *
+pool_pitch * i2`` (raster-ordered output pixels, ``pool_pitch`` of them per image row).
 
 With ``per_row`` element (i0, i1) uses the parameters of entry ``i1`` instead of lane ``i0``
 (output channels on the accumulator rows); the tile must be 2-D (dim 2 and 3 extents 1), at

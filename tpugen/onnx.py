@@ -6,7 +6,8 @@ Gemm) or QOperator (QLinearConv, QLinearMatMul, com.microsoft QGemm). Each Conv 
 Gemm with constant int8 weights becomes one `CoreLayer`: one conv2d or matmul on the
 device whose store epilogue adds the bias (with the zero-point corrections folded in),
 requantizes with a 16-bit multiplier and a shift derived from the scales, and max-pools 2x2
-when a MaxPool follows. Its weights and program are made resident once per session, and a
+when a MaxPool follows. Its weights and program are made resident once per session (unless
+the core leaves part of its epilogue to the host: then a call per run), and a
 layer whose output only the next core layer reads (through Flatten / Reshape `View`s, which
 are new shapes of the same bytes) leaves it in device memory for it. The attention pattern
 (MatMul(q, Transpose(k)), scale, causal mask, Softmax, MatMul(probs, v)) becomes one
@@ -27,6 +28,7 @@ from onnx.reference.op_run import OpRun
 
 from .arch import SOFTMAX_OUT_FRAC
 from .firmware.attention import attention_operands, plan_attention
+from .firmware.epilogue import Epilogue
 from .isa import SoftmaxInstruction
 
 __all__ = ["AttentionLayer", "CoreLayer", "InferenceSession", "NodeReport", "Report", "View",
@@ -115,6 +117,14 @@ class CoreLayer:
         top, left, bottom, right = self.pads
         padding = top if self.input_zero == 0 and top == left == bottom == right else 0
         return padding, (self.pads if any(self.pads) and not padding else None)
+
+    def resident_on(self, config):
+        """Whether a core of ``config`` applies all of this layer's epilogue, as a resident call
+        needs (`Epilogue.on_core`: nothing left to the host, such as pooling on a core without
+        it); else the layer runs as one call a run."""
+        epilogue = Epilogue.from_options(len(self.bias), bias=self.bias,
+                                         requant=self._options()["requant"], pool=self.pool)
+        return epilogue is None or epilogue.on_core(config)[1] is None
 
     @property
     def chainable(self):
@@ -1024,6 +1034,13 @@ def _step_outputs(step):
     return list(step.output) if isinstance(step, onnx.NodeProto) else [step.output]
 
 
+def _resident(step, config):
+    """Whether ``step`` is a core layer with constant weights that a core of ``config`` runs as
+    a resident call (`CoreLayer.resident_on`)."""
+    return (isinstance(step, CoreLayer) and step.weights is not None
+            and step.resident_on(config))
+
+
 def _step_inputs(step):
     return list(step.input) if isinstance(step, onnx.NodeProto) else step.inputs
 
@@ -1086,11 +1103,12 @@ class InferenceSession:
                 live.append(step)
                 needed.update(_step_inputs(step))
         live.reverse()
-        on_device = self._chained(live, names) if self.resident else set()
+        config = self.device.config
+        on_device = self._chained(live, names, config) if self.resident else set()
         reports, device_values = [], {}
         for step in live:
             start = time.perf_counter()
-            if isinstance(step, CoreLayer) and self.resident and step.weights is not None:
+            if _resident(step, config) and self.resident:
                 reports.append(self._run_resident(step, values, device_values, on_device,
                                                   start))
             elif isinstance(step, CoreLayer):
@@ -1110,10 +1128,11 @@ class InferenceSession:
         return [values[n] for n in names]
 
     @staticmethod
-    def _chained(steps, names):
-        """The tensors that stay in device memory: the int8 output of a core layer that only
-        the next step reads, through any `View`s each read only by the next, up to a core
-        layer that can read it there (`CoreLayer.chainable`); none of them asked for."""
+    def _chained(steps, names, config):
+        """The tensors that stay in device memory: the int8 output of a resident core layer
+        (`_resident` on a core of ``config``) that only the next step reads, through any `View`s
+        each read only by the next, up to a resident core layer that can read it there
+        (`CoreLayer.chainable`); none of them asked for."""
         readers = {}
         for step in steps:
             for name in _step_inputs(step):
@@ -1124,15 +1143,14 @@ class InferenceSession:
 
         kept = set()
         for index, first in enumerate(steps):
-            if not (isinstance(first, CoreLayer) and first.weights is not None
-                    and first.multiplier is not None):
+            if not (_resident(first, config) and first.multiplier is not None):
                 continue
             path = [first.output]
             following = steps[index + 1:] + [None]
             while isinstance(following[0], View) and only_reader(path[-1], following[0]):
                 path.append(following.pop(0).output)
             second = following[0]
-            if (isinstance(second, CoreLayer) and second.chainable and second.input == path[-1]
+            if (_resident(second, config) and second.chainable and second.input == path[-1]
                     and only_reader(path[-1], second)):
                 kept.update(path)
         return kept

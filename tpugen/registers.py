@@ -190,7 +190,10 @@ def _registers():
             BitField("counters_in_ram", 13, 1, "The counters are kept in block RAM: a read "
                                                "of a counter's _LO waits for its next update "
                                                "(0 on older cores, whose counters are "
-                                               "flip-flops)."))),
+                                               "flip-flops)."),
+            BitField("no_pool", 14, 1, "The epilogue has no 2x2 max pooling: a STORE with "
+                                       "pool stops the core with UNKNOWN_OPCODE (0 on older "
+                                       "cores, which pool)."))),
         Register("CONTROL", 0x020, "w1s", "Commands.", (
             BitField("start", 0, 1, "Run the program at PROGRAM_BASE; clears STATUS.done, "
                                     "STATUS.error, ERROR_CODE and ERROR_INDEX."),
@@ -340,7 +343,8 @@ def constant_registers(config):
                                              broadcast_activations=
                                              config.broadcast_activations,
                                              adder_tree_columns=config.adder_tree_columns,
-                                             counters_in_ram=config.counters_in_ram),
+                                             counters_in_ram=config.counters_in_ram,
+                                             no_pool=not config.epilogue_pool),
     }
 
 
