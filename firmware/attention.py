@@ -6,7 +6,7 @@ from itertools import accumulate
 
 import numpy as np
 
-from ..arch import SOFTMAX_DIVIDE_CYCLES, Engine, block_query_cycles, min_tile_length
+from ..arch import SOFTMAX_DIVIDE_CYCLES, Engine, block_query_cycles, tile_cycles
 from ..isa import SoftmaxInstruction, SoftmaxMode
 from .program import LEAD, Deps, Dim, Op, Program, schedule, tensor
 
@@ -170,7 +170,7 @@ def plan_attention(config, seq, kv, dim, causal=False):
 
     def cycles(option):
         """Execute cycles of the head: per query tile, per block, two GEMMs of tiles x d_chunks
-        MATMULs (back to back, each at least `min_tile_length` long) and a softmax BLOCK step;
+        MATMULs (back to back, each `tile_cycles` long) and a softmax BLOCK step;
         then NORMALIZE (see `hdl.softmax`). Loads and stores overlap them. A BLOCK after the
         first misses (its query's m rises) as if the scores were independent: block b holds
         the maximum of blocks 0..b with probability 1 / (b + 1) (m's ceiling makes it less)."""
@@ -180,7 +180,7 @@ def plan_attention(config, seq, kv, dim, causal=False):
             for b, (_, width) in enumerate(blocks):
                 hit, miss = (block_query_cycles(width, d_chunks, first=b == 0, hit=h)
                              for h in (True, False))
-                total += (2 * width * d_chunks * max(count, min_tile_length(config))
+                total += (2 * width * d_chunks * tile_cycles(config, count)
                           + count * (b * hit + miss) / (b + 1) + _SOFTMAX_OVERHEAD)
             total += count * SOFTMAX_DIVIDE_CYCLES + _SOFTMAX_OVERHEAD
         return total

@@ -44,7 +44,8 @@ def config_from_registers(read_register):
         buffered_feeders=not handling.unbuffered_feeders,
         broadcast_activations=bool(handling.broadcast_activations),
         adder_tree_columns=bool(handling.adder_tree_columns),
-        counters_in_ram=bool(handling.counters_in_ram), epilogue_pool=not handling.no_pool)
+        counters_in_ram=bool(handling.counters_in_ram), epilogue_pool=not handling.no_pool,
+        weight_chain=not handling.no_weight_chain)
 
 
 class BoardDevice(Device):

@@ -5,7 +5,7 @@ from functools import partial
 
 import numpy as np
 
-from ..arch import Engine, min_tile_length
+from ..arch import Engine, tile_cycles
 from ..isa import DIMS, PARAMS_RESET
 from .epilogue import output_dtype
 from .gemm_cost import load_cycles
@@ -302,7 +302,7 @@ def _pixels_cycles(config, x_shape, w_shape, *, stride, padding, dilation, span)
     _, _, p, q = conv2d_output_shape(x_shape, w_shape, stride, padding, dilation)
     beat = config.axi_data_width // 8
     tiles = _pixel_tiles(n, p, q, config.cols, span)
-    compute = len(tiles) * -(-(c * r * s) // config.rows) * max(k_out, min_tile_length(config))
+    compute = len(tiles) * -(-(c * r * s) // config.rows) * tile_cycles(config, k_out)
     load = 0
     for _, segments in tiles:
         for _, _, count, _ in segments:

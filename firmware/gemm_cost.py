@@ -1,5 +1,5 @@
 """The cost model of a GEMM: estimated cycles of a `GemmPlan` on a core."""
-from ..arch import MAX_OUTSTANDING, min_tile_length
+from ..arch import MAX_OUTSTANDING, min_tile_length, tile_cycles
 from ..isa import INSTRUCTION_BYTES
 from .gemm_tiling import a_region_limit, a_regions, row_pieces
 
@@ -81,8 +81,7 @@ def gemm_cycles(config, plan):
     instructions = (matmuls + panels + a_buffers * buffer_loads + outputs
                     + (len(pieces) - 1) * (2 * plan.k_chunk + 2) + first_stores - 1)
     fetch = instructions * fetch_cycles(config)
-    min_tile = min_tile_length(config)
-    compute = matmuls * max(count, min_tile)
+    compute = matmuls * tile_cycles(config, count)
     busiest = max(compute, load)
     group = min(plan.group, n_tiles)
 
@@ -97,8 +96,8 @@ def gemm_cycles(config, plan):
     # chunks and the last chunk's MATMULs of those rows; then every STORE back to back.
     stored_rows = pieces[0] if chunks == 1 else count
     last_chunk = k_tiles - (chunks - 1) * plan.k_chunk
-    first_output = ((chunks - 1) * group * plan.k_chunk * max(count, min_tile)
-                    + last_chunk * max(stored_rows, min_tile))
+    first_output = ((chunks - 1) * group * plan.k_chunk * tile_cycles(config, count)
+                    + last_chunk * tile_cycles(config, stored_rows))
     store_bound = fill(first_piece) + first_output + stores
     if max(busiest, fetch) > compute:  # the ends overlap a DMA engine's (or the fetch's)
         first_piece, pieces = first_chunk, [count]  # backlog: no gain

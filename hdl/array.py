@@ -1,5 +1,5 @@
 """Weight-stationary systolic array with edge skew/de-skew and double-buffered weight tiles."""
-from amaranth.hdl import ClockSignal, Instance, Module, Mux, ResetSignal, Signal, signed
+from amaranth.hdl import Cat, ClockSignal, Instance, Module, Mux, ResetSignal, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
@@ -103,7 +103,8 @@ def pe_module(config, lut_multiplier):
     return ProcessingElement(config.data_width, psum_width(config), act_width(config),
                              lut_multiplier=lut_multiplier,
                              weight_prefetch=config.weight_prefetch,
-                             chained=not config.adder_tree_columns)
+                             chained=not config.adder_tree_columns,
+                             weight_chain=config.weight_chain)
 
 
 def _pe_instance(signature, pe, module_name):
@@ -119,7 +120,9 @@ class SystolicArray(wiring.Component):
 
     * ``weights``: a tile is ``rows`` transfers, W[0, :] first. It shifts into the PEs' load chain
       while the previous tile computes, then commits to their upcoming weight registers once
-      the previous tile's first activation has switched every PE to its own.
+      the previous tile's first activation has switched every PE to its own. Without
+      ``CoreConfig.weight_chain`` transfer r loads row r's active weights directly, once the
+      previous tile has taken its last vector (`arch.tile_cycles`).
     * ``acts``: one activation vector per cycle; ready while a tile computes or a committed
       one waits. ``last`` ends the tile; the next vector switches the PEs to the next tile.
     * ``results``: one result vector per accepted activation, ``array_latency(config)`` cycles later, in order.
@@ -169,6 +172,7 @@ class SystolicArray(wiring.Component):
         rows, cols = self.config.rows, self.config.cols
         width = act_width(self.config)
         chained = not self.config.adder_tree_columns  # else the columns sum in trees
+        weight_chain = self.config.weight_chain
 
         signature = pe_signature(self.config.data_width, psum_width(self.config), width)
         pes = [[signature.flip().create(path=(f"pe_{r}_{c}",)) for c in range(cols)]
@@ -193,17 +197,19 @@ class SystolicArray(wiring.Component):
                 else:
                     add_pe(m, pes[r][c], name=f"pe_{r}_{c}", lut_multiplier=lut,
                            ecp5=family == "ecp5", model=model,
-                           weight_prefetch=self.config.weight_prefetch, chained=chained)
+                           weight_prefetch=self.config.weight_prefetch,
+                           weight_chain=weight_chain, chained=chained)
         for index, pair in enumerate(ice40_mac_pairs(self.config) if ice40 else []):
             in_block = ice40_weights_in_block(self.config, pair)
             halves = [ice40_mac_operands(pes[r][c].act_in,
                                          pe_weight(m, pes[r][c], name=f"pe_{r}_{c}",
                                                    prefetch=self.config.weight_prefetch,
-                                                   active=not in_block))
+                                                   active=not in_block, chain=weight_chain))
                       for r, c in pair]
             (r, c), *_ = pair
+            load = pes[r][c].switch_in if weight_chain else pes[r][c].shift_en
             products = ice40_mac_pair(m, halves, name=f"mac_{index}", model=model,
-                                      weight_load=pes[r][c].switch_in if in_block else None)
+                                      weight_load=load if in_block else None)
             for (r, c), (product, carry) in zip(pair, products):
                 # registered in the block, as an ECP5 DSP PE's (`add_pe`)
                 pe_outputs(m, pes[r][c], product, carry, registered=False, chained=chained)
@@ -243,6 +249,15 @@ class SystolicArray(wiring.Component):
                 m.d.sync += [loaded.eq(0), committed.eq(1)]
             with m.If(first):
                 m.d.sync += committed.eq(0)
+        elif not weight_chain:
+            # Row `loaded` loads into the active weights once the tile before has taken its
+            # last vector (`started` falls the cycle after): that vector's products are
+            # registered, with the old weights, by the time the row's weights change (with
+            # broadcast activations and adder tree columns every PE takes a vector at once).
+            m.d.comb += [self.weights.ready.eq((loaded != rows) & ~started),
+                         committed.eq(loaded == rows)]
+            with m.If(first):
+                m.d.sync += loaded.eq(0)
         else:
             m.d.comb += [self.weights.ready.eq((loaded != rows) & (switching == 0)),
                          committed.eq(loaded == rows)]
@@ -260,18 +275,23 @@ class SystolicArray(wiring.Component):
         # own: no net of the array fans out to every PE (the 16x16's commit enables and shift
         # enable were its most congested nets, `docs/DESIGN.md`). The delay is why a committed
         # tile is taken a cycle after its commit at the earliest (``takeable``).
+        # Without a chain, each row has its own load enable, likewise a cycle later.
         column = data.StructLayout({"push": 1, "commit": 1,
                                     "weight": signed(self.config.data_width)})
+        row_load = Signal(rows)
+        if not weight_chain:
+            m.d.sync += row_load.eq(Cat(push & (loaded == r) for r in range(rows)))
         for c in range(cols):
             control = Signal(column, name=f"load_control_{c}")
             m.d.sync += [control.push.eq(push), control.commit.eq(commit),
                          control.weight.eq(self.weights.payload[c])]
             for r in range(rows):
                 pe = pes[r][c]
+                chained_in = control.weight if r == rows - 1 else pes[r + 1][c].shift_out
                 m.d.comb += [
-                    pe.shift_en.eq(control.push),
+                    pe.shift_en.eq(control.push if weight_chain else row_load[r]),
                     pe.commit.eq(control.commit),
-                    pe.shift_in.eq(control.weight if r == rows - 1 else pes[r + 1][c].shift_out),
+                    pe.shift_in.eq(chained_in if weight_chain else control.weight),
                 ]
         for r in range(rows):
             for c in range(cols):

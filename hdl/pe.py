@@ -214,7 +214,7 @@ def ice40_mac_pair(m, halves, name="mac", *, model=False, weight_load=None):
     return list(zip(results, carries))
 
 
-def pe_weight(m, pe, name="pe", prefetch=True, active=True):
+def pe_weight(m, pe, name="pe", prefetch=True, active=True, chain=True):
     """Add ``pe``'s load chain and weight registers to ``m``; returns the active weight.
 
     ``shift_en`` moves the chain (``shift_in`` to ``shift_out``), ``commit`` copies it into the
@@ -222,9 +222,19 @@ def pe_weight(m, pe, name="pe", prefetch=True, active=True):
     activation; without ``prefetch`` (`CoreConfig.weight_prefetch`) there is no upcoming
     weight: ``switch_in`` takes the chain's and ``commit`` is not used. The product takes the
     active register as it is: no multiplexer between two banks on its path (8 LUTs a PE).
-    Without ``active`` it returns the upcoming weight (or the chain's), for a register that
-    ``switch_in`` loads elsewhere (an SB_MAC16's, `ice40_mac_pair`)."""
+    Without ``chain`` (`CoreConfig.weight_chain`) there is no chain either: ``shift_en`` loads
+    ``shift_in`` into the active weight (``shift_out``, ``commit`` and ``switch_in`` are not
+    used). Without ``active`` it returns the upcoming weight (or the chain's, or without a
+    chain ``shift_in``), for a register that ``switch_in`` (without a chain ``shift_en``)
+    loads elsewhere (an SB_MAC16's, `ice40_mac_pair`)."""
     width = len(pe.shift_in)
+    if not chain:
+        if not active:
+            return pe.shift_in
+        weight = Signal(signed(width), name=f"{name}_active")
+        with m.If(pe.shift_en):
+            m.d.sync += weight.eq(pe.shift_in)
+        return weight
     with m.If(pe.shift_en):
         m.d.sync += pe.shift_out.eq(pe.shift_in)
     upcoming = pe.shift_out
@@ -261,7 +271,7 @@ def pe_outputs(m, pe, product, carry=0, *, registered=True, chained=True):
 
 
 def add_pe(m, pe, name="pe", lut_multiplier=False, *, ecp5=False, model=False,
-           weight_prefetch=True, chained=True):
+           weight_prefetch=True, weight_chain=True, chained=True):
     """Add the logic of one PE, with ports ``pe`` (a `pe_signature` interface), to module ``m``.
 
     ``lut_multiplier``: build the multiplier from LUTs (`lut_product`) instead of ``*``, which
@@ -272,9 +282,9 @@ def add_pe(m, pe, name="pe", lut_multiplier=False, *, ecp5=False, model=False,
     faster), except in generated Verilog, where each PE is an instance of one
     `ProcessingElement` module (`SystolicArray`). On iCE40 the array builds its DSP PEs in
     pairs around one SB_MAC16 instead, which registers their products (`ice40_mac_pair`).
-    ``weight_prefetch``: see `pe_weight`; ``chained``: see `pe_outputs`.
+    ``weight_prefetch`` and ``weight_chain``: see `pe_weight`; ``chained``: see `pe_outputs`.
     """
-    weight = pe_weight(m, pe, name, weight_prefetch)
+    weight = pe_weight(m, pe, name, weight_prefetch, chain=weight_chain)
     registered = True
     if lut_multiplier and ecp5:
         product, carry = carry_chain_product(m, pe.act_in, weight, name=f"{name}_mul",
@@ -302,21 +312,24 @@ class ProcessingElement(wiring.Component):
     ``commit`` copies the chain register into the upcoming weight while the active one computes,
     and ``switch_in``, one cycle ahead of a tile's first activation, makes it active: the switch
     travels with the activations, so a tile switch needs no bubble (`pe_weight`; without
-    ``weight_prefetch`` the switch takes the chain's weight and ``commit`` is unused).
+    ``weight_prefetch`` the switch takes the chain's weight and ``commit`` is unused; without
+    ``weight_chain`` ``shift_en`` loads ``shift_in`` as the weight).
     ``lut_multiplier``: see `add_pe`. Without ``chained`` ``psum_out`` is the registered
     product, for a column's adder tree (`pe_outputs`).
     """
 
     def __init__(self, data_width=8, acc_width=32, act_width=None, lut_multiplier=False,
-                 weight_prefetch=True, chained=True):
+                 weight_prefetch=True, chained=True, weight_chain=True):
         for name, value in (("lut_multiplier", lut_multiplier),
-                            ("weight_prefetch", weight_prefetch), ("chained", chained)):
+                            ("weight_prefetch", weight_prefetch), ("chained", chained),
+                            ("weight_chain", weight_chain)):
             if not isinstance(value, bool):
                 raise ValueError(f"{name}={value!r} is invalid: allowed True or False")
         self.data_width = data_width
         self.acc_width = acc_width
         self.lut_multiplier = lut_multiplier
         self.weight_prefetch = weight_prefetch
+        self.weight_chain = weight_chain
         self.chained = chained
         super().__init__(pe_signature(data_width, acc_width, act_width))
 
@@ -324,5 +337,5 @@ class ProcessingElement(wiring.Component):
         m = Module()
         add_pe(m, self, lut_multiplier=self.lut_multiplier, ecp5=fpga_family(platform) == "ecp5",
                model=dsp_model(platform), weight_prefetch=self.weight_prefetch,
-               chained=self.chained)
+               weight_chain=self.weight_chain, chained=self.chained)
         return m

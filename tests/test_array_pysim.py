@@ -4,6 +4,7 @@ import pytest
 from amaranth.sim import Simulator
 
 from tpugen import CoreConfig
+from tpugen.arch import min_tile_length, tile_cycles
 from tpugen.hdl import ProcessingElement, SystolicArray
 from tpugen.hdl.array import psum_width
 from tpugen.hdl.pe import PRODUCT_STAGES
@@ -102,22 +103,30 @@ def run_array(cfg, tiles, acts, multiplier="mul"):
 # along the rows and keep their weights in the SB_MAC16's B register where both are in one row
 # (`ice40_weights_in_block`; 2x3 and 3x3: a pair across two rows keeps them in the fabric).
 # With `adder_tree_columns` ("tree") the columns sum their products in one cycle: every kind of
-# PE, odd and even row counts, with broadcast activations or skewed columns.
+# PE, odd and even row counts, with broadcast activations or skewed columns. Without
+# `weight_chain` ("direct") the rows load straight into the active weights (SB_MAC16 B
+# registers, or the fabric's for a pair across two rows or a LUT PE).
 @pytest.mark.parametrize("multiplier", MULTIPLIERS)
-@pytest.mark.parametrize("rows,cols,lut_multipliers,weight_prefetch,broadcast,tree",
-                         [(1, 1, 0, True, False, False), (2, 3, 0, True, False, False),
-                          (3, 2, 0, True, False, False), (1, 1, 1, True, False, False),
-                          (2, 3, 3, True, False, False), (3, 2, 4, True, False, False),
-                          (1, 1, 0, False, False, False), (4, 4, 0, False, False, False),
-                          (3, 2, 4, False, False, False), (4, 4, 0, False, True, False),
-                          (2, 3, 0, True, True, False), (3, 3, 2, False, True, False),
-                          (4, 4, 0, False, True, True), (3, 2, 4, True, True, True),
-                          (5, 3, 0, False, False, True), (1, 2, 1, True, True, True)])
+@pytest.mark.parametrize("rows,cols,lut_multipliers,weight_prefetch,broadcast,tree,direct",
+                         [(1, 1, 0, True, False, False, False),
+                          (2, 3, 0, True, False, False, False),
+                          (3, 2, 0, True, False, False, False),
+                          (1, 1, 1, True, False, False, False),
+                          (2, 3, 3, True, False, False, False),
+                          (3, 2, 4, True, False, False, False),
+                          (1, 1, 0, False, False, False, False),
+                          (4, 4, 0, False, False, False, False),
+                          (3, 2, 4, False, False, False, False),
+                          (4, 4, 0, False, True, False, False), (2, 3, 0, True, True, False, False),
+                          (3, 3, 2, False, True, False, False), (4, 4, 0, False, True, True, False),
+                          (3, 2, 4, True, True, True, False), (5, 3, 0, False, False, True, False),
+                          (1, 2, 1, True, True, True, False), (4, 4, 0, False, True, True, True),
+                          (3, 3, 2, False, True, True, True), (1, 2, 1, False, True, True, True)])
 def test_array_matches_numpy(rows, cols, lut_multipliers, weight_prefetch, broadcast, tree,
-                             multiplier):
+                             direct, multiplier):
     cfg = CoreConfig(rows=rows, cols=cols, lut_multipliers=lut_multipliers,
                      weight_prefetch=weight_prefetch, broadcast_activations=broadcast,
-                     adder_tree_columns=tree, softmax=not broadcast)
+                     adder_tree_columns=tree, softmax=not broadcast, weight_chain=not direct)
     rng = np.random.default_rng(rows * 10 + cols)
     tiles = [rng.integers(-128, 128, (rows, cols)) for _ in range(3)]
     top = 256 if cfg.softmax else 128  # int8 and uint8, or int8 only
@@ -128,6 +137,49 @@ def test_array_matches_numpy(rows, cols, lut_multipliers, weight_prefetch, broad
     lasts = np.concatenate([np.arange(len(block)) == len(block) - 1 for block in acts])
     assert np.array_equal(np.array([r[0] for r in results]), expected)
     assert [bool(r[1]) for r in results] == list(lasts)
+
+
+@pytest.mark.parametrize("changes", [{}, {"weight_prefetch": False},
+                                     {"weight_prefetch": False, "broadcast_activations": True,
+                                      "adder_tree_columns": True},
+                                     {"weight_prefetch": False, "broadcast_activations": True,
+                                      "adder_tree_columns": True, "weight_chain": False}])
+def test_tiles_take_the_cycles_of_the_cost_model(changes):
+    # `arch.tile_cycles`, which the compilers' estimates use: with weights and vectors always
+    # on offer, a tile's first vector is taken that many cycles (of the tile before's count)
+    # after the first vector of the tile before: short tiles, long ones, one of one vector.
+    cfg = CoreConfig(rows=4, cols=3, softmax=False, **changes)
+    counts = [1, 2, min_tile_length(cfg), 9, 1, 3]
+    dut = SystolicArray(cfg)
+    taken = []
+
+    async def feed_weights(ctx):
+        for _ in counts:
+            for _ in range(cfg.rows):
+                await stream_put(ctx, dut.weights, [1] * cfg.cols)
+
+    async def feed_acts(ctx):
+        for count in counts:
+            for m in range(count):
+                await stream_put(ctx, dut.acts, {"data": [1] * cfg.rows, "last": m == count - 1})
+
+    async def watch(ctx):
+        cycle = 0
+        async for _, _, valid, ready in ctx.tick().sample(dut.acts.valid, dut.acts.ready):
+            if valid and ready:
+                taken.append(cycle)
+            cycle += 1
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(feed_weights)
+    sim.add_testbench(watch, background=True)
+    sim.add_testbench(feed_acts)
+    sim.run()
+    firsts = [taken[sum(counts[:i])] for i in range(len(counts))]
+    assert len(taken) == sum(counts)
+    assert [b - a for a, b in zip(firsts, firsts[1:])] == [tile_cycles(cfg, count)
+                                                            for count in counts[:-1]]
 
 
 def test_partial_sums_are_narrow():

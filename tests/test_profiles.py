@@ -42,11 +42,24 @@ FULL = dataclasses.replace(MICRO, softmax=True, im2col=True, epilogue_multiplier
                                           ("registered_accumulate", 0),
                                           ("buffered_feeders", None),
                                           ("broadcast_activations", 1),
-                                          ("adder_tree_columns", "yes"),
+                                          ("adder_tree_columns", "yes"), ("weight_chain", 0),
+                                          ("epilogue_pool", 1),
                                           ("counters_in_ram", 1)])
 def test_bad_profile_fields_name_the_field(field, value):
     with pytest.raises(ValueError, match=f"CoreConfig.{field}="):
         CoreConfig(**{field: value})
+
+
+@pytest.mark.parametrize("changes", [{}, {"weight_prefetch": False},
+                                     {"weight_prefetch": False, "broadcast_activations": True},
+                                     {"weight_prefetch": False, "adder_tree_columns": True},
+                                     {"broadcast_activations": True, "adder_tree_columns": True}])
+def test_direct_weights_need_every_pe_to_take_a_vector_at_once(changes):
+    with pytest.raises(ValueError, match="CoreConfig.weight_chain=False is invalid with "
+                                         "weight_prefetch="):
+        CoreConfig(weight_chain=False, **changes)
+    assert not CoreConfig(weight_chain=False, weight_prefetch=False, broadcast_activations=True,
+                          adder_tree_columns=True).weight_chain
 
 
 @pytest.mark.parametrize("engine", ["store", "load"])
@@ -197,12 +210,13 @@ def test_the_registers_describe_the_profile():
                                        load_prefetch=True),
                    dataclasses.replace(MICRO, load_prefetch=True),
                    dataclasses.replace(MICRO, shared_dma=False),
-                   dataclasses.replace(MICRO, weight_prefetch=True),
+                   dataclasses.replace(MICRO, weight_prefetch=True, weight_chain=True),
+                   dataclasses.replace(MICRO, weight_chain=True),
                    dataclasses.replace(MICRO, address_width=17),
                    dataclasses.replace(MICRO, registered_accumulate=True),
                    dataclasses.replace(MICRO, buffered_feeders=True),
-                   dataclasses.replace(MICRO, broadcast_activations=False),
-                   dataclasses.replace(MICRO, adder_tree_columns=False),
+                   dataclasses.replace(MICRO, broadcast_activations=False, weight_chain=True),
+                   dataclasses.replace(MICRO, adder_tree_columns=False, weight_chain=True),
                    dataclasses.replace(MICRO, counters_in_ram=False),
                    dataclasses.replace(MICRO, epilogue_pool=True)):
         constants = constant_registers(config)
@@ -210,14 +224,15 @@ def test_the_registers_describe_the_profile():
     assert constant_registers(MICRO)["CONFIG2"] == register("CONFIG2").value(
         no_store_prefetch=1, no_weight_prefetch=1, no_load_prefetch=1, shared_dma=1,
         unregistered_accumulate=1, unbuffered_feeders=1, broadcast_activations=1,
-        adder_tree_columns=1, counters_in_ram=1, no_pool=1)
+        adder_tree_columns=1, counters_in_ram=1, no_pool=1, no_weight_chain=1)
     assert constant_registers(dataclasses.replace(MICRO, load_prefetch=True,
                                                   registered_accumulate=True,
                                                   buffered_feeders=True,
                                                   broadcast_activations=False,
                                                   adder_tree_columns=False,
                                                   counters_in_ram=False,
-                                                  epilogue_pool=True))["CONFIG2"] == \
+                                                  epilogue_pool=True,
+                                                  weight_chain=True))["CONFIG2"] == \
         register("CONFIG2").value(no_store_prefetch=1, no_weight_prefetch=1, shared_dma=1)
     older = constant_registers(PRESETS["default"])  # map 1.1: CONFIG1.queue_depth reads 0
     older["CONFIG1"] &= ~register("CONFIG1").value(queue_depth=7)
@@ -229,7 +244,7 @@ def test_the_registers_describe_the_profile():
         MICRO, store_prefetch=True, weight_prefetch=True, load_prefetch=True, shared_dma=False,
         registered_accumulate=True, buffered_feeders=True,
         broadcast_activations=False, adder_tree_columns=False, counters_in_ram=False,
-        epilogue_pool=True)
+        epilogue_pool=True, weight_chain=True)
     fields = register("CONFIG1").fields_of(constant_registers(MICRO)["CONFIG1"])
     assert (fields.shift_only_epilogue, fields.basic_counters) == (1, 1)
     assert counter_names(MICRO) == BASIC_COUNTERS and counter_names(FULL) == tuple(COUNTERS)

@@ -11,7 +11,7 @@ __all__ = ["ENGINE_OPCODES", "Engine", "MAX_OUTSTANDING", "MAX_QUEUE_DEPTH", "OP
            "OPCODE_ENGINE", "OPCODE_MASK", "PENDING_DEPTH", "PLAN_DEPTH", "QUEUE_DEPTH",
            "SOFTMAX_DIVIDE_CYCLES", "SOFTMAX_OUT_FRAC", "TOKEN_BITS", "TOKEN_FLAGS", "TOKEN_LIMIT",
            "block_query_cycles", "min_tile_length", "opcode_of", "pending_depth", "skewed_cols",
-           "skewed_rows", "supported_opcodes", "token_flag_bit", "write_bursts"]
+           "skewed_rows", "supported_opcodes", "tile_cycles", "token_flag_bit", "write_bursts"]
 
 
 class Engine(enum.IntEnum, shape=2):
@@ -116,9 +116,21 @@ def min_tile_length(config):
     ``weight_prefetch`` it starts shifting in only once the switch has passed, over ``rows``
     cycles, and is taken two cycles after its last row."""
     passed = skewed_rows(config) + skewed_cols(config) - 3
+    if not config.weight_chain:  # none: the array idles between tiles (`tile_cycles`)
+        return 1
     if not config.weight_prefetch:
         return max(passed, 1) + config.rows + 1
     return max(passed, config.rows - 1, 1) + 2
+
+
+def tile_cycles(config, count):
+    """Cycles of the array for a weight tile of ``count`` activation vectors among others:
+    ``max(count, min_tile_length)``, and without ``CoreConfig.weight_chain`` ``rows + 1`` more,
+    the cycles it idles before the tile (its rows load into the PEs a row a cycle once the tile
+    before has taken its last vector, and its first vector is taken two cycles after its last
+    row; ``hdl/array.py``)."""
+    gap = 0 if config.weight_chain else config.rows + 1
+    return max(count, min_tile_length(config)) + gap
 
 
 SOFTMAX_OUT_FRAC = 8

@@ -104,6 +104,13 @@ class CoreConfig:
     output until the array takes it, and the next read waits for that: two FIFOs of ``lanes``
     bytes less (387 UP5K cells), for a path from the array's ``ready`` into the scratchpad's
     read enables."""
+    weight_chain: bool = True
+    """A weight tile shifts into the PEs through a load chain while the tile before it computes.
+    False (needs ``weight_prefetch`` False, ``broadcast_activations`` and
+    ``adder_tree_columns``; micro): no chain; the tile's rows load straight into the PEs'
+    active weights (an iCE40's SB_MAC16 B registers), a row a cycle, once the tile before it
+    has taken its last vector: ``rows + 1`` idle cycles of the array between tiles
+    (`arch.tile_cycles`), ``rows * cols`` bytes of flip-flops less."""
     broadcast_activations: bool = False
     """Each activation reaches every PE of its row in the same cycle, instead of crossing the
     columns a cycle each (`arch.skewed_cols`): no activation registers between the columns and
@@ -155,7 +162,7 @@ class CoreConfig:
         check("lut_multipliers", integer_in(0, self.macs), f"an integer in 0..{self.macs} (rows*cols)")
         for name in ("softmax", "im2col", "epilogue_multiplier", "epilogue_pool",
                      "store_prefetch", "load_prefetch", "shared_dma", "weight_prefetch",
-                     "registered_accumulate", "buffered_feeders", "broadcast_activations",
+                     "weight_chain", "registered_accumulate", "buffered_feeders", "broadcast_activations",
                      "adder_tree_columns", "counters_in_ram"):
             value = getattr(self, name)
             if not isinstance(value, bool):
@@ -176,6 +183,15 @@ class CoreConfig:
                 raise ValueError(f"CoreConfig.{engine}_prefetch=False is invalid with queue_depth="
                                  f"{self.queue_depth}: the {engine} engine runs from a "
                                  "one-instruction queue (allowed True, or queue_depth=1)")
+        if not self.weight_chain and (self.weight_prefetch or not self.broadcast_activations
+                                      or not self.adder_tree_columns):
+            raise ValueError("CoreConfig.weight_chain=False is invalid with weight_prefetch="
+                             f"{self.weight_prefetch}, broadcast_activations="
+                             f"{self.broadcast_activations}, adder_tree_columns="
+                             f"{self.adder_tree_columns}: a tile loads into the active weights "
+                             "once every PE is done with the tile before (allowed True, or "
+                             "weight_prefetch=False, broadcast_activations=True and "
+                             "adder_tree_columns=True)")
         if self.scratchpad_rows > 65536:
             raise ValueError(f"CoreConfig.scratchpad_kib={self.scratchpad_kib!r} is invalid: "
                              f"at most 65536 rows of {self.lanes} bytes")
@@ -255,10 +271,11 @@ PRESETS = {
     "micro": CoreConfig(rows=4, cols=4, scratchpad_kib=1, accumulator_kib=4, axi_data_width=32,
                         softmax=False, im2col=False, epilogue_multiplier=False,
                         epilogue_pool=False, counters="basic", windows=1, queue_depth=1,
-                        store_prefetch=False, weight_prefetch=False, descriptor_dims=2,
-                        shared_dma=True, load_prefetch=False, registered_accumulate=False,
-                        buffered_feeders=False, broadcast_activations=True,
-                        adder_tree_columns=True, counters_in_ram=True),
+                        store_prefetch=False, weight_prefetch=False, weight_chain=False,
+                        descriptor_dims=2, shared_dma=True, load_prefetch=False,
+                        registered_accumulate=False, buffered_feeders=False,
+                        broadcast_activations=True, adder_tree_columns=True,
+                        counters_in_ram=True),
 }
 
 

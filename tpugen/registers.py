@@ -193,7 +193,11 @@ def _registers():
                                                "flip-flops)."),
             BitField("no_pool", 14, 1, "The epilogue has no 2x2 max pooling: a STORE with "
                                        "pool stops the core with UNKNOWN_OPCODE (0 on older "
-                                       "cores, which pool)."))),
+                                       "cores, which pool)."),
+            BitField("no_weight_chain", 15, 1, "A weight tile loads into the PEs' active "
+                                               "weights once the tile before has taken its "
+                                               "last vector: rows + 1 idle cycles between "
+                                               "tiles (0 on older cores, which chain)."))),
         Register("CONTROL", 0x020, "w1s", "Commands.", (
             BitField("start", 0, 1, "Run the program at PROGRAM_BASE; clears STATUS.done, "
                                     "STATUS.error, ERROR_CODE and ERROR_INDEX."),
@@ -344,7 +348,8 @@ def constant_registers(config):
                                              config.broadcast_activations,
                                              adder_tree_columns=config.adder_tree_columns,
                                              counters_in_ram=config.counters_in_ram,
-                                             no_pool=not config.epilogue_pool),
+                                             no_pool=not config.epilogue_pool,
+                                             no_weight_chain=not config.weight_chain),
     }
 
 
