@@ -45,7 +45,8 @@ def config_from_registers(read_register):
         broadcast_activations=bool(handling.broadcast_activations),
         adder_tree_columns=bool(handling.adder_tree_columns),
         counters_in_ram=bool(handling.counters_in_ram), epilogue_pool=not handling.no_pool,
-        weight_chain=not handling.no_weight_chain)
+        weight_chain=not handling.no_weight_chain,
+        execute_prefetch=not handling.no_execute_prefetch)
 
 
 class BoardDevice(Device):

@@ -220,7 +220,9 @@ class ExecuteEngine(wiring.Component):
         # the verdict in `bad` in the second: the routed 8x8's critical path ran through the
         # shift and both adds in one, 16.7 ns), and dispatched from registers the cycle after;
         # the next one is taken in that same cycle.
-        ins = Signal(EXECUTE_INSTRUCTION)
+        # Without `CoreConfig.execute_prefetch` `ins` is the queue's slot, held until dispatch.
+        prefetch = cfg.execute_prefetch
+        ins = Signal(EXECUTE_INSTRUCTION) if prefetch else self.instr.payload
         held = Signal()     # `ins` holds an instruction
         spanned = Signal()  # ... and `act_span` is its span
         checked = Signal()  # ... and `bad` is its verdict
@@ -274,12 +276,16 @@ class ExecuteEngine(wiring.Component):
             # held instruction would keep the engine busy forever, and the controller, which
             # waits for every engine to be idle after an error, with it.
             self.instr.ready.eq((self.error == ErrorCode.NONE) & ~softmax_failed
-                                & ~softmax.busy & (~held | accept)),
+                                & ~softmax.busy & (~held | (accept if prefetch else 0))),
         ]
+        if not prefetch:
+            m.d.comb += self.holding.eq(held)
         with m.If(dispatch):
             m.d.sync += held.eq(0)
         with m.If(self.instr.valid & self.instr.ready):
-            m.d.sync += [ins.eq(self.instr.payload), held.eq(1), spanned.eq(0), checked.eq(0)]
+            m.d.sync += [held.eq(1), spanned.eq(0), checked.eq(0)]
+            if prefetch:
+                m.d.sync += ins.eq(self.instr.payload)
         # A row is written two cycles after its result comes (one without
         # `CoreConfig.registered_accumulate`, where the wait below is a cycle longer than it
         # needs; the accumulator's execute port is not transparent: no bypass of a row).

@@ -111,7 +111,9 @@ async def put_instruction(ctx, stream, raw, engine=None):
     """`stream_put` of instruction bytes ``raw`` on an engine's instruction ``stream``; returns
     the cycles it waited for ready. An ``engine`` with a ``shift`` output
     (`engine.engine_members`) has the entries moved down as its queue would
-    (`store.params_shift`): by one entry in each cycle it asks, until it takes."""
+    (`store.params_shift`): by one entry in each cycle it asks, until it takes; and the
+    instruction stays on ``stream`` while the ``engine`` is ``holding`` it, as in its queue's
+    slot."""
     shape = stream.payload.shape()
     shifting = engine is not None and "shift" in engine.signature.members
     offset, stride, count = params_shift(engine.config) if shifting else (0, 0, 0)
@@ -130,6 +132,8 @@ async def put_instruction(ctx, stream, raw, engine=None):
             entries = value >> offset & region
             value = value & ~(region << offset) | (entries >> stride) << offset
     ctx.set(stream.valid, 0)
+    while engine is not None and ctx.get(engine.holding):
+        await ctx.tick()
     return waited
 
 

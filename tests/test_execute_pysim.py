@@ -62,7 +62,7 @@ def _run(cfg, scratchpad, instructions, max_cycles=4000, probabilities=()):
 
     async def testbench(ctx):
         for fields in instructions:
-            await put_instruction(ctx, engine.instr, _instruction(fields))
+            await put_instruction(ctx, engine.instr, _instruction(fields), engine)
         for cycle in range(max_cycles):
             if not ctx.get(engine.busy):
                 break
@@ -87,12 +87,14 @@ def _run(cfg, scratchpad, instructions, max_cycles=4000, probabilities=()):
     return state, len(done)
 
 
-@pytest.mark.parametrize("registered", [True, False])
-def test_matmul_accumulates_like_numpy(registered):
+@pytest.mark.parametrize("registered,prefetch", [(True, True), (False, True), (False, False)])
+def test_matmul_accumulates_like_numpy(registered, prefetch):
     # With `CoreConfig.registered_accumulate` or without: a row added two cycles or one after
-    # its result comes.
+    # its result comes; without `execute_prefetch` each instruction read from its queue's slot
+    # (held until dispatched).
     cfg = CoreConfig(rows=3, cols=2, scratchpad_kib=1, accumulator_kib=1,
-                     registered_accumulate=registered)
+                     registered_accumulate=registered, execute_prefetch=prefetch,
+                     queue_depth=2 if prefetch else 1)
     rng = np.random.default_rng(5)
     sp = rng.integers(-128, 128, (cfg.scratchpad_rows, cfg.lanes))
     w1, w2 = sp[0:3, :2], sp[3:6, :2]

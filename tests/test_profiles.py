@@ -37,6 +37,7 @@ FULL = dataclasses.replace(MICRO, softmax=True, im2col=True, epilogue_multiplier
                                           ("queue_depth", True), ("queue_depth", 2.0),
                                           ("store_prefetch", 0), ("store_prefetch", None),
                                           ("load_prefetch", 1), ("load_prefetch", "no"),
+                                          ("execute_prefetch", 0),
                                           ("shared_dma", 1), ("shared_dma", None),
                                           ("weight_prefetch", 1), ("descriptor_dims", 5),
                                           ("registered_accumulate", 0),
@@ -62,7 +63,7 @@ def test_direct_weights_need_every_pe_to_take_a_vector_at_once(changes):
                           adder_tree_columns=True).weight_chain
 
 
-@pytest.mark.parametrize("engine", ["store", "load"])
+@pytest.mark.parametrize("engine", ["store", "load", "execute"])
 def test_an_engine_without_prefetch_needs_one_instruction_queues(engine):
     with pytest.raises(ValueError, match=f"CoreConfig.{engine}_prefetch=False is invalid with "
                                          "queue_depth=2"):
@@ -207,8 +208,9 @@ def test_the_registers_describe_the_profile():
     # as full.
     for config in (MICRO, FULL, PRESETS["default"],
                    dataclasses.replace(MICRO, queue_depth=7, store_prefetch=True,
-                                       load_prefetch=True),
+                                       load_prefetch=True, execute_prefetch=True),
                    dataclasses.replace(MICRO, load_prefetch=True),
+                   dataclasses.replace(MICRO, execute_prefetch=True),
                    dataclasses.replace(MICRO, shared_dma=False),
                    dataclasses.replace(MICRO, weight_prefetch=True, weight_chain=True),
                    dataclasses.replace(MICRO, weight_chain=True),
@@ -224,7 +226,8 @@ def test_the_registers_describe_the_profile():
     assert constant_registers(MICRO)["CONFIG2"] == register("CONFIG2").value(
         no_store_prefetch=1, no_weight_prefetch=1, no_load_prefetch=1, shared_dma=1,
         unregistered_accumulate=1, unbuffered_feeders=1, broadcast_activations=1,
-        adder_tree_columns=1, counters_in_ram=1, no_pool=1, no_weight_chain=1)
+        adder_tree_columns=1, counters_in_ram=1, no_pool=1, no_weight_chain=1,
+        no_execute_prefetch=1)
     assert constant_registers(dataclasses.replace(MICRO, load_prefetch=True,
                                                   registered_accumulate=True,
                                                   buffered_feeders=True,
@@ -232,7 +235,8 @@ def test_the_registers_describe_the_profile():
                                                   adder_tree_columns=False,
                                                   counters_in_ram=False,
                                                   epilogue_pool=True,
-                                                  weight_chain=True))["CONFIG2"] == \
+                                                  weight_chain=True,
+                                                  execute_prefetch=True))["CONFIG2"] == \
         register("CONFIG2").value(no_store_prefetch=1, no_weight_prefetch=1, shared_dma=1)
     older = constant_registers(PRESETS["default"])  # map 1.1: CONFIG1.queue_depth reads 0
     older["CONFIG1"] &= ~register("CONFIG1").value(queue_depth=7)
@@ -244,7 +248,7 @@ def test_the_registers_describe_the_profile():
         MICRO, store_prefetch=True, weight_prefetch=True, load_prefetch=True, shared_dma=False,
         registered_accumulate=True, buffered_feeders=True,
         broadcast_activations=False, adder_tree_columns=False, counters_in_ram=False,
-        epilogue_pool=True, weight_chain=True)
+        epilogue_pool=True, weight_chain=True, execute_prefetch=True)
     fields = register("CONFIG1").fields_of(constant_registers(MICRO)["CONFIG1"])
     assert (fields.shift_only_epilogue, fields.basic_counters) == (1, 1)
     assert counter_names(MICRO) == BASIC_COUNTERS and counter_names(FULL) == tuple(COUNTERS)

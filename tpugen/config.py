@@ -80,6 +80,12 @@ class CoreConfig:
     slot, which it gives back once a tensor LOAD's walk runs (its DMA front keeps what it walks
     by, `hdl.dma_front.FrontClient.holds`) or an im2col LOAD is done: the next LOAD is fetched
     and checked meanwhile (micro: 266 UP5K logic cells less, a matmul's cycles +2% to +4%)."""
+    execute_prefetch: bool = True
+    """A MATMUL or SOFTMAX is queued while the execute engine checks and dispatches the one
+    before, which the engine keeps a copy of. False (needs ``queue_depth`` 1; micro): the
+    engine reads it from its queue's one slot, which holds until it is dispatched (a MATMUL to
+    the row feeders, while the MATMUL before it streams): the next is fetched then, an
+    instruction's flip-flops less."""
     shared_dma: bool = False
     """One DMA front (tile walker, element stage and burst planner) for the load and store
     engines, instead of one each (`hdl.dma_front.SharedDmaFront`): an engine that wants it
@@ -161,7 +167,8 @@ class CoreConfig:
         check("axi_data_width", lambda v: v in (32, 64, 128), "32, 64 or 128")
         check("lut_multipliers", integer_in(0, self.macs), f"an integer in 0..{self.macs} (rows*cols)")
         for name in ("softmax", "im2col", "epilogue_multiplier", "epilogue_pool",
-                     "store_prefetch", "load_prefetch", "shared_dma", "weight_prefetch",
+                     "store_prefetch", "load_prefetch", "execute_prefetch", "shared_dma",
+                     "weight_prefetch",
                      "weight_chain", "registered_accumulate", "buffered_feeders", "broadcast_activations",
                      "adder_tree_columns", "counters_in_ram"):
             value = getattr(self, name)
@@ -178,7 +185,7 @@ class CoreConfig:
         check("descriptor_dims", integer_in(2, DIMS), f"an integer in 2..{DIMS}")
         check("address_width", integer_in(ADDRESS_WIDTHS.start, ADDRESS_WIDTHS.stop - 1),
               f"an integer in {ADDRESS_WIDTHS.start}..{ADDRESS_WIDTHS.stop - 1}")
-        for engine in ("store", "load"):
+        for engine in ("store", "load", "execute"):
             if not getattr(self, f"{engine}_prefetch") and self.queue_depth != 1:
                 raise ValueError(f"CoreConfig.{engine}_prefetch=False is invalid with queue_depth="
                                  f"{self.queue_depth}: the {engine} engine runs from a "
@@ -273,9 +280,9 @@ PRESETS = {
                         epilogue_pool=False, counters="basic", windows=1, queue_depth=1,
                         store_prefetch=False, weight_prefetch=False, weight_chain=False,
                         descriptor_dims=2, shared_dma=True, load_prefetch=False,
-                        registered_accumulate=False, buffered_feeders=False,
-                        broadcast_activations=True, adder_tree_columns=True,
-                        counters_in_ram=True),
+                        execute_prefetch=False, registered_accumulate=False,
+                        buffered_feeders=False, broadcast_activations=True,
+                        adder_tree_columns=True, counters_in_ram=True),
 }
 
 

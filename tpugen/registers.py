@@ -197,7 +197,11 @@ def _registers():
             BitField("no_weight_chain", 15, 1, "A weight tile loads into the PEs' active "
                                                "weights once the tile before has taken its "
                                                "last vector: rows + 1 idle cycles between "
-                                               "tiles (0 on older cores, which chain)."))),
+                                               "tiles (0 on older cores, which chain)."),
+            BitField("no_execute_prefetch", 16, 1, "The execute engine runs from its queue's "
+                                                   "one slot: a MATMUL is fetched once the "
+                                                   "one before it is dispatched (0 on older "
+                                                   "cores, which prefetch)."))),
         Register("CONTROL", 0x020, "w1s", "Commands.", (
             BitField("start", 0, 1, "Run the program at PROGRAM_BASE; clears STATUS.done, "
                                     "STATUS.error, ERROR_CODE and ERROR_INDEX."),
@@ -349,7 +353,8 @@ def constant_registers(config):
                                              adder_tree_columns=config.adder_tree_columns,
                                              counters_in_ram=config.counters_in_ram,
                                              no_pool=not config.epilogue_pool,
-                                             no_weight_chain=not config.weight_chain),
+                                             no_weight_chain=not config.weight_chain,
+                                             no_execute_prefetch=not config.execute_prefetch),
     }
 
 
