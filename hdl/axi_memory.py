@@ -117,20 +117,20 @@ class AxiMemory(wiring.Component):
     Ports: an AXI4 slave ``s_axi_*`` (the core's ``m_axi_*`` flipped, so a top connects them name
     by name) and ``host`` (``memory_host_signature()``, the UART bridge's side flipped).
 
-    One burst per direction at a time, answered in order; with ``dual_port`` the next AR and AW
-    are accepted while it runs (`AxiBurst`), so bursts go back to back, else a cycle after its
-    last beat; a read beat per cycle while RREADY is held (two output registers, so
-    backpressure loses nothing), a write beat per cycle (WLAST is not
-    checked: AWLEN counts; up to two B responses wait for BREADY). Reads and writes share a
-    single port, alternating when both are busy; the host owns the ports in every cycle it is
-    selected. With ``dual_port`` every block RAM input is a register (they are spread over the
-    device): a W beat is written the cycle after its handshake, a host write the cycle after
-    it, a host read's data comes two cycles after it (``host_read_latency``, else one), and the
-    AXI side reads from the second cycle after the host lets go. No AXI output depends
-    combinationally on an AXI input. FIXED and WRAP bursts answer
-    SLVERR (reads zero, writes dropped); beats past the end DECERR, likewise; host accesses
-    past the end read zero and write nothing; a host ``read`` together with ``write`` is a
-    write. Contents start as zeros in simulation and are undefined on SPRAM.
+    With ``dual_port`` one burst per direction at a time, answered in order, the next AR and AW
+    accepted while it runs (`AxiBurst`), so bursts go back to back; a single port runs one
+    burst at a time, a read or a write, the next a cycle after its last beat (AR and AW taken
+    in turn when both wait). A read beat per cycle while RREADY is held (two output registers,
+    so backpressure loses nothing), a write beat per cycle (WLAST is not checked: AWLEN
+    counts; up to two B responses wait for BREADY). The host owns the ports in every cycle it
+    is selected. With ``dual_port`` every block RAM input is a register (they are spread over
+    the device): a W beat is written the cycle after its handshake, a host write the cycle
+    after it, a host read's data comes two cycles after it (``host_read_latency``, else one),
+    and the AXI side reads from the second cycle after the host lets go. No AXI output depends
+    combinationally on an AXI input. FIXED and WRAP bursts answer SLVERR (reads zero, writes
+    dropped); beats past the end DECERR, likewise; host accesses past the end read zero and
+    write nothing; a host ``read`` together with ``write`` is a write. Contents start as zeros
+    in simulation and are undefined on SPRAM.
     """
 
     def __init__(self, data_width, size_bytes, *, kind="bram", dual_port=False):
@@ -172,16 +172,40 @@ class AxiMemory(wiring.Component):
         write_port = storage.write_port(granularity=8)
         read_port = storage.read_port()
 
-        # A single port's bursts take turns and pause for the host: a cycle between bursts costs
-        # it less than two request slots (52 iCE40 flip-flops at 32 bits and 128 KiB).
-        slot = self.dual_port
-        m.submodules.reads = reads = AxiBurst(width, self.size_bytes, slot=slot)
-        m.submodules.writes = writes = AxiBurst(width, self.size_bytes, slot=slot)
-        for burst, channel in ((reads, "ar"), (writes, "aw")):
-            m.d.comb += [burst.request.valid.eq(axi(f"{channel}valid")),
-                         axi(f"{channel}ready").eq(burst.request.ready)]
-            for field in BURST_REQUEST.members:
-                m.d.comb += getattr(burst.request.payload, field).eq(axi(f"{channel}{field}"))
+        if self.dual_port:  # a burst each way at a time, the next waiting in a slot
+            m.submodules.reads = reads = AxiBurst(width, self.size_bytes)
+            m.submodules.writes = writes = AxiBurst(width, self.size_bytes)
+            for burst, channel in ((reads, "ar"), (writes, "aw")):
+                m.d.comb += [burst.request.valid.eq(axi(f"{channel}valid")),
+                             axi(f"{channel}ready").eq(burst.request.ready)]
+                for field in BURST_REQUEST.members:
+                    m.d.comb += getattr(burst.request.payload, field).eq(
+                        axi(f"{channel}{field}"))
+            read_active, write_active = reads.active, writes.active
+        else:
+            # A single port runs one burst at a time, a read or a write, with a cycle between
+            # bursts. The channel it takes next (`serve_write`) is chosen a cycle ahead from
+            # the VALIDs, which stay high until their handshake (no READY depends on a VALID):
+            # the one offered, or with both the other kind than the last burst's (neither waits
+            # for ever). One `AxiBurst` and no request slot (two of each cost 52 iCE40
+            # flip-flops more at 32 bits and 128 KiB).
+            m.submodules.bursts = reads = writes = AxiBurst(width, self.size_bytes, slot=False)
+            serve_write, burst_writes = Signal(), Signal()  # the last burst's kind
+            request = reads.request
+            m.d.comb += [
+                request.valid.eq(Mux(serve_write, axi("awvalid"), axi("arvalid"))),
+                axi("arready").eq(request.ready & ~serve_write),
+                axi("awready").eq(request.ready & serve_write),
+                *(getattr(request.payload, field).eq(
+                    Mux(serve_write, axi(f"aw{field}"), axi(f"ar{field}")))
+                  for field in BURST_REQUEST.members),
+            ]
+            with m.If(request.valid & request.ready):
+                m.d.sync += burst_writes.eq(serve_write)
+            m.d.sync += serve_write.eq(Mux(axi("arvalid") & axi("awvalid"), ~burst_writes,
+                                           axi("awvalid")))
+            read_active = reads.active & ~burst_writes
+            write_active = reads.active & burst_writes
 
         # Read beats: issued one cycle, data the next (`pending`), then a `SkidBuffer` to the R
         # channel (two registers, no read multiplexer as a FIFO's). A beat is issued while it has
@@ -193,15 +217,12 @@ class AxiMemory(wiring.Component):
         incoming, out = r_buffer.i.payload, r_buffer.o.payload
         taken = r_buffer.o.valid & axi("rready")
         owed = r_buffer.o.valid + ~r_buffer.i.ready + pending  # issued, not sent: at most 2
-        read_wants = reads.active & (owed - taken < 2)
-        # Without the cycle's handshake, for the single port's turns: WREADY depends on no AXI
-        # input (AXI4: no combinatorial path from RREADY).
-        read_could = reads.active & (owed < 2)
+        read_wants = read_active & (owed - taken < 2)
 
         # Write responses (the worst beat's response, once the last beat is written) wait in
         # a queue, so that the next burst's beats go on while one waits for BREADY.
         m.submodules.b_queue = b_queue = fifo.SyncFIFO(width=_BEAT_INFO.size, depth=2)
-        writing = writes.active & b_queue.w_rdy
+        writing = write_active & b_queue.w_rdy
         host = self.host
         if self.dual_port:
             # The read address is a register loaded a cycle ahead (below), with the host's word
@@ -212,19 +233,14 @@ class AxiMemory(wiring.Component):
             write_beat = write_slot & axi("wvalid")
             read_issue = ~host_was_selected & read_wants
         else:
-            write_turn = Signal()
-            write_slot = ~host.select & writing & (write_turn | ~read_could)
+            write_slot = ~host.select & writing
             write_beat = write_slot & axi("wvalid")
-            read_issue = ~host.select & read_wants & ~write_beat
-            with m.If(read_issue):
-                m.d.sync += write_turn.eq(1)
-            with m.Elif(write_beat):
-                m.d.sync += write_turn.eq(0)
-        m.d.comb += [
-            axi("wready").eq(write_slot),
-            reads.advance.eq(read_issue),
-            writes.advance.eq(write_beat),
-        ]
+            read_issue = ~host.select & read_wants
+        m.d.comb += axi("wready").eq(write_slot)
+        if self.dual_port:
+            m.d.comb += [reads.advance.eq(read_issue), writes.advance.eq(write_beat)]
+        else:
+            m.d.comb += reads.advance.eq(read_issue | write_beat)
 
         m.d.sync += [
             pending.eq(read_issue),

@@ -319,6 +319,22 @@ def test_throughput_of_16_beat_bursts(data_width):
     assert dual["cycles"] <= beats + 4, dual
 
 
+def test_a_single_port_takes_reads_and_writes_in_turn():
+    """AR and AW both waiting all the time: the single port's bursts alternate, a read, a
+    write, ..., so neither kind waits for the other's stream to end."""
+    dut = AxiMemory(32, 1024, kind="spram")
+    count, beats = 4, 3
+    bursts = [Burst(write, 64 * n + 512 * write, beats - 1, 2, id=n,
+                    data=list(range(beats)) if write else [],
+                    strobes=[0xF] * beats if write else [])
+              for n in range(count) for write in (False, True)]
+    result = run(dut, bursts, valid=1, ready=1, host=0, readback=False)
+    ends = sorted([(cycle, "r") for cycle in result["r"][beats - 1::beats]]
+                  + [(cycle, "b") for cycle in result["b"]])
+    kinds = "".join(kind for _, kind in ends)
+    assert len(kinds) == 2 * count and kinds in ("rb" * count, "br" * count), result
+
+
 @pytest.mark.parametrize("write", [False, True])
 @pytest.mark.parametrize("dual_port", [True, False])
 def test_short_bursts_back_to_back(write, dual_port):
