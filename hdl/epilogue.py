@@ -70,7 +70,11 @@ class LaneParams(wiring.Component):
         m.d.sync += k.eq(Mux(writing & ~last, k + 1, 0))
         with m.If(self.clearing & last):
             m.d.sync += self.clearing.eq(0)
-        lane = instr.first_lane + k  # not truncated: lanes >= cols are not written
+        # Not truncated (lanes >= cols are not written), but narrow: past `lane_bits` bits the
+        # first lane is beyond every lane, and the sum of the rest with k is exact.
+        lane_bits = ceil_log2(cols + PARAMS_PER_INSTRUCTION)
+        beyond = instr.first_lane[lane_bits:].any()
+        lane = Cat(instr.first_lane[:lane_bits] + k, beyond)
 
         # Reads: bank b holds lane `lane` + u for u = (b - lane) % units, in the row of `lane`
         # or the next; unit u takes bank (lane + u) % units. `read_lane`: the lane of the

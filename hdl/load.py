@@ -46,8 +46,9 @@ class LoadEngine(wiring.Component):
     """Executes LOAD instructions: external int8 elements -> scratchpad rows.
 
     Lane ``lane + i0`` of each row gets its element, lanes from ``lane + extent0`` on get 0, as
-    does an out-of-bounds element (padding); lanes below ``lane`` keep their contents (the row
-    is written with a byte enable per lane). With ``header.im2col`` set the instruction is read as a
+    does an out-of-bounds element (padding); lanes below ``lane`` keep their contents (each
+    step's lanes are written as it comes, a byte enable per lane, the zeros past the row's last
+    step with it). With ``header.im2col`` set the instruction is read as a
     ``LoadIm2colInstruction``: a tile of the lowered matrix of a convolution, walked by an
     ``Im2colWalker``. One walked step per cycle from the R channel, shifted into place: up to a
     beat of lanes for contiguous rows (dim-0 stride 1), else one element; up to
@@ -158,15 +159,15 @@ class LoadEngine(wiring.Component):
         r_done = axi.rvalid & axi.rready
         m.d.sync += outstanding.eq(outstanding + ar_done - (r_done & axi.rlast))
 
-        # R -> row buffer -> scratchpad: one planned step (its lanes zero when out of bounds)
-        # per cycle.
+        # R -> scratchpad: one planned step (its lanes zero when out of bounds) per cycle,
+        # written as it comes (the lanes of the row from the first on, a lane's write enable
+        # each): its own lanes, and with the row's last step the lanes past it (zero fill).
         planned = layout(plan.r_data)
         step, mask = planned.step, planned.mask
-        row = Signal(data.ArrayLayout(signed(8), lanes))
         moved = select_units(Mux(step.in_bounds, axi.rdata, 0), planned.offset, lanes, 8)
-        merged = Signal.like(row)
         first_lane = Mux(im2col, 0, lane)
         kept_lanes = Cat(first_lane <= k for k in range(lanes))  # the lanes a row write enables
+        past = Cat(~mask[k:].any() for k in range(lanes))  # the lanes past the step's
         bus_error = axi.rvalid & (axi.rresp != AXI_RESP_OKAY)
         # RREADY is high for a step that ends its beat whether or not RVALID is (AXI allows
         # it): no path from R through the step's take to RREADY and on to the soft reset's
@@ -175,17 +176,15 @@ class LoadEngine(wiring.Component):
         wants_beat = running & plan.r_rdy & step.in_bounds & step.end_of_beat
         take = running & plan.r_rdy & (~step.in_bounds | axi.rvalid) & ~bus_error
         m.d.comb += [
-            merged.eq(Cat(Mux(mask[k], moved.word_select(k, 8), row.as_value().word_select(k, 8))
-                          for k in range(lanes))),
             plan.r_en.eq(take),
             axi.rready.eq(draining | wants_beat),
             self.sp_write.addr.eq(step.row),
-            self.sp_write.data.eq(merged),
-            self.sp_write.en.eq(Mux(take & step.last_in_row, kept_lanes, 0)),
+            self.sp_write.data.eq(Cat(Mux(mask[k], moved.word_select(k, 8), 0)
+                                      for k in range(lanes))),
+            self.sp_write.en.eq(Mux(take, kept_lanes & (mask | Mux(step.last_in_row, past, 0)),
+                                    0)),
             self.progress.eq(ar_done | r_done | self.sp_write.en.any()),
         ]
-        with m.If(take):
-            m.d.sync += row.eq(Mux(step.last_in_row, 0, merged))
 
         m.d.sync += self.done.eq(0)
         with m.FSM():
