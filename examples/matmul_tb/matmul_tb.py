@@ -14,6 +14,7 @@ from cocotb.triggers import ClockCycles, RisingEdge, with_timeout
 from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam
 
 from tpugen import CoreConfig
+from tpugen.firmware.device import fit_windows
 from tpugen.firmware.matmul import compile_matmul
 from tpugen.registers import register, window_writes
 from tpugen.isa import INSTRUCTION_BYTES, ErrorCode
@@ -53,9 +54,11 @@ async def matmul_through_the_registers(dut):
     program = compile_matmul(config, 13, 11, 7, a_addr=A, b_addr=B, c_addr=C).to_bytes()
     memory.write(PROGRAM, program)
 
-    # The windows the core may touch, the program, then START with the interrupt enabled.
-    for name, value in window_writes([(PROGRAM, 0x3000, True, False),
-                                      (C, 4 * 13 * 7, False, True)]):
+    # The windows the core may touch (merged into as many as the core has, as the runtime
+    # does), the program, then START with the interrupt enabled.
+    windows = fit_windows([(PROGRAM, 0x3000, True, False), (C, 4 * 13 * 7, False, True)],
+                          config.windows)
+    for name, value in window_writes(windows):
         await write_register(lite, name, value)
     await write_register(lite, "PROGRAM_BASE", PROGRAM)
     await write_register(lite, "PROGRAM_LENGTH", len(program) // INSTRUCTION_BYTES)
