@@ -7,10 +7,12 @@ from amaranth.utils import ceil_log2
 from ..arch import min_tile_length, skewed_cols, skewed_rows
 from .family import dsp_model, fpga_family
 from .pe import (ICE40_ACT_WIDTHS, ICE40_WEIGHT_WIDTH, PRODUCT_STAGES, ProcessingElement,
-                 add_pe, ice40_mac_operands, ice40_mac_pair, pe_outputs, pe_signature, pe_weight)
+                 add_pe, ice40_cascade_sum, ice40_mac_operands, ice40_mac_pair, pe_outputs,
+                 pe_signature, pe_weight)
 
 __all__ = ["SystolicArray", "act_width", "activation_layout", "array_latency",
-           "ice40_mac_pairs", "ice40_weights_in_block", "lut_multiplier_pes", "min_tile_length",
+           "ice40_column_cascades", "ice40_mac_pairs", "ice40_weights_in_block",
+           "lut_multiplier_pes", "min_tile_length",
            "pe_module", "pe_module_name", "psum_width", "result_layout", "weight_layout"]
 
 
@@ -90,6 +92,25 @@ def ice40_weights_in_block(config, pair):
     (broadcast activations, one row): 8 flip-flops a PE less."""
     return (act_width(config) == ICE40_WEIGHT_WIDTH and config.broadcast_activations
             and len({r for r, _ in pair}) == 1)
+
+
+def ice40_column_cascades(config, pairs):
+    """{pair index: index of the pair above it} of ``pairs`` (`ice40_mac_pairs`) whose
+    SB_MAC16 adds the products of the pair in the row above, of the same columns, through its
+    C and D inputs (`ice40_mac_pair`'s ``cascade``): with ``adder_tree_columns`` and int8
+    activations (no correction in C and D), the pairs of each odd row under those of the even
+    row above. A column's adder tree then sums half as many terms (micro: 2 adders a column
+    less), each read back to 17 bits (`ice40_cascade_sum`)."""
+    if not config.adder_tree_columns or act_width(config) != ICE40_WEIGHT_WIDTH:
+        return {}
+    index = {pair: i for i, pair in enumerate(pairs)}
+    cascades = {}
+    for i, pair in enumerate(pairs):
+        r = pair[0][0]
+        above = tuple((r - 1, c) for _, c in pair)
+        if r % 2 and all(row == r for row, _ in pair) and above in index:
+            cascades[i] = index[above]
+    return cascades
 
 
 def pe_module_name(lut_multiplier, prefix="tpu"):
@@ -199,18 +220,31 @@ class SystolicArray(wiring.Component):
                            ecp5=family == "ecp5", model=model,
                            weight_prefetch=self.config.weight_prefetch,
                            weight_chain=weight_chain, chained=chained)
-        for index, pair in enumerate(ice40_mac_pairs(self.config) if ice40 else []):
+        pairs = ice40_mac_pairs(self.config) if ice40 else []
+        cascades = ice40_column_cascades(self.config, pairs)
+        pair_products = {}
+        for index, pair in enumerate(pairs):
             in_block = ice40_weights_in_block(self.config, pair)
             halves = [ice40_mac_operands(pes[r][c].act_in,
                                          pe_weight(m, pes[r][c], name=f"pe_{r}_{c}",
                                                    prefetch=self.config.weight_prefetch,
                                                    active=not in_block, chain=weight_chain))
                       for r, c in pair]
+            above = cascades.get(index)
+            if above is not None:  # the row above's products come in as C and D
+                halves = [(a, b, product, 0) for (a, b, _, _), (product, _)
+                          in zip(halves, pair_products[above])]
             (r, c), *_ = pair
             load = pes[r][c].switch_in if weight_chain else pes[r][c].shift_en
             products = ice40_mac_pair(m, halves, name=f"mac_{index}", model=model,
-                                      weight_load=load if in_block else None)
+                                      weight_load=load if in_block else None,
+                                      cascade=above is not None)
+            pair_products[index] = products
             for (r, c), (product, carry) in zip(pair, products):
+                if index in cascades.values():  # summed in the block below
+                    product = 0
+                elif above is not None:  # the two products' sum
+                    product = ice40_cascade_sum(product)
                 # registered in the block, as an ECP5 DSP PE's (`add_pe`)
                 pe_outputs(m, pes[r][c], product, carry, registered=False, chained=chained)
 

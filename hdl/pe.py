@@ -8,7 +8,8 @@ from .dsp import mult18x18d
 from .family import dsp_model, fpga_family
 
 __all__ = ["PRODUCT_STAGES", "ProcessingElement", "add_pe", "carry_chain_product",
-           "ice40_mac_operands", "ice40_mac_pair", "lut_product", "pe_signature"]
+           "ice40_cascade_sum", "ice40_mac_operands", "ice40_mac_pair", "lut_product",
+           "pe_signature"]
 
 PRODUCT_STAGES = 1
 """Registers between a PE's multiplier and its partial sum's adder (`pe_outputs`), in every kind
@@ -157,7 +158,7 @@ are not (B is, held between weight switches, with `ice40_mac_pair`'s ``weight_lo
 registers take CLK, always enabled, never reset, and never held but for B."""
 
 
-def ice40_mac_pair(m, halves, name="mac", *, model=False, weight_load=None):
+def ice40_mac_pair(m, halves, name="mac", *, model=False, weight_load=None, cascade=False):
     """One iCE40 SB_MAC16 for one or two ``halves``, each ``(a, b, c, carry)`` of
     `ice40_mac_operands` (signed 8-bit ``a``, ``b``; 16-bit ``c``); returns for each
     ``(product, carry)``: ``product`` the 16-bit signed ``wrap16(a * b + c)`` and ``carry``
@@ -169,6 +170,10 @@ def ice40_mac_pair(m, halves, name="mac", *, model=False, weight_load=None):
     With ``weight_load`` the block's B register is the halves' weight register: it takes
     both ``b`` in a cycle of ``weight_load`` (BHOLD otherwise) and the products use it, as a
     PE's active weight (`pe_weight`); without, ``b`` goes to the multipliers as it is.
+
+    With ``cascade`` ``c`` is not registered (C_REG and D_REG 0): ``product`` is the registered
+    8x8 product plus ``c`` of the same cycle, for a ``c`` that is another block's ``product``
+    (two PEs of a column summed in the blocks' adders, `SystolicArray`).
 
     ``model``: the same registers and arithmetic in Amaranth instead of the instance, for the
     simulator."""
@@ -189,6 +194,12 @@ def ice40_mac_pair(m, halves, name="mac", *, model=False, weight_load=None):
             m.d.sync += carry_reg.eq(carry)
             carry = carry_reg
         carries.append(carry)
+    if model and cascade:
+        for index, ((a, b, c, _), result) in enumerate(zip(halves, results)):
+            product = Signal(signed(16), name=f"{name}_p{index}", reset_less=True)
+            m.d.sync += product.eq(a * b)
+            m.d.comb += result.eq(product + c.as_signed())
+        return list(zip(results, carries))
     if model:
         m.d.sync += [result.eq(a * b + c.as_signed())
                      for (a, b, c, _), result in zip(halves, results)]
@@ -201,6 +212,8 @@ def ice40_mac_pair(m, halves, name="mac", *, model=False, weight_load=None):
         "OLOADTOP", "OLOADBOT", "ADDSUBTOP", "ADDSUBBOT", "OHOLDTOP", "OHOLDBOT", "CI",
         "ACCUMCI", "SIGNEXTIN")}
     parameters = dict(ICE40_MAC_PARAMETERS)
+    if cascade:
+        parameters.update(C_REG=Const(0, 1), D_REG=Const(0, 1))
     if weight_load is not None:
         parameters["B_REG"] = Const(1, 1)
         controls["BHOLD"] = ~weight_load
@@ -212,6 +225,14 @@ def ice40_mac_pair(m, halves, name="mac", *, model=False, weight_load=None):
     m.d.comb += [result.eq(out[16 * (1 - index):16 * (2 - index)])
                  for index, result in enumerate(results)]
     return list(zip(results, carries))
+
+
+def ice40_cascade_sum(product):
+    """The 17-bit signed sum of two int8 x int8 products that an SB_MAC16 half of
+    `ice40_mac_pair` with ``cascade`` gives as ``product`` (16 bits): every sum fits them but
+    32,768 (-128 x -128 twice), which wraps to 0x8000 and is read back as positive (no sum is
+    -32,768)."""
+    return Cat(product, product[15] & product[:15].any()).as_signed()
 
 
 def pe_weight(m, pe, name="pe", prefetch=True, active=True, chain=True):

@@ -207,12 +207,17 @@ def test_worst_case_sums_do_not_wrap(rows, lut_multipliers, multiplier):
 
 
 # The same for a core without the softmax unit, whose activations are int8 (`act_width` 8) and
-# whose partial sums are a bit narrower: -128 x -128 and 127 x -128 at every PE.
+# whose partial sums are a bit narrower: -128 x -128 and 127 x -128 at every PE. With adder
+# tree columns and broadcast activations ("tree", micro's array) an iCE40 block adds the
+# products of the row above (`ice40_column_cascades`): two of -128 x -128 wrap its 16 bits.
 @pytest.mark.parametrize("multiplier", MULTIPLIERS)
-@pytest.mark.parametrize("rows,cols,lut_multipliers", [(1, 1, 0), (3, 2, 1), (4, 4, 0),
-                                                       (4, 3, 5), (8, 2, 0)])
-def test_an_int8_array_computes_exactly_to_its_extremes(rows, cols, lut_multipliers, multiplier):
-    cfg = CoreConfig(rows=rows, cols=cols, lut_multipliers=lut_multipliers, softmax=False)
+@pytest.mark.parametrize("rows,cols,lut_multipliers,tree", [
+    (1, 1, 0, False), (3, 2, 1, False), (4, 4, 0, False), (4, 3, 5, False), (8, 2, 0, False),
+    (4, 4, 0, True), (3, 4, 0, True), (5, 3, 2, True), (2, 1, 0, True)])
+def test_an_int8_array_computes_exactly_to_its_extremes(rows, cols, lut_multipliers, tree,
+                                                        multiplier):
+    cfg = CoreConfig(rows=rows, cols=cols, lut_multipliers=lut_multipliers, softmax=False,
+                     broadcast_activations=tree, adder_tree_columns=tree)
     rng = np.random.default_rng(rows * 10 + cols + 7)
     tiles = [np.full((rows, cols), -128), rng.integers(-128, 128, (rows, cols))]
     extremes = np.array([[a] * rows for a in (-128, 127, -127, 0, 1, -1)])

