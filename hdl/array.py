@@ -303,29 +303,37 @@ class SystolicArray(wiring.Component):
             m.d.sync += switching.eq(switching - 1)
         with m.If(take):
             m.d.sync += started.eq(~self.acts.payload.last)
-        m.d.sync += takeable.eq(committed & ~first)
+        if weight_chain:
+            m.d.sync += takeable.eq(committed & ~first)
+        else:
+            m.d.comb += takeable.eq(committed)
 
         # Each column takes the weight loading's control a cycle later, from registers of its
         # own: no net of the array fans out to every PE (the 16x16's commit enables and shift
         # enable were its most congested nets, `docs/DESIGN.md`). The delay is why a committed
-        # tile is taken a cycle after its commit at the earliest (``takeable``).
-        # Without a chain, each row has its own load enable, likewise a cycle later.
+        # tile is taken a cycle after its commit at the earliest (``takeable``). Without a
+        # chain (micro's 4x4) each row loads its weights from the stream in the cycle they
+        # come, its own load enable (through a kept net: yosys' abc9 failed on a block RAM
+        # output straight into the SB_MAC16 B inputs), and the tile is taken the cycle after.
         column = data.StructLayout({"push": 1, "commit": 1,
                                     "weight": signed(self.config.data_width)})
         row_load = Signal(rows)
         if not weight_chain:
-            m.d.sync += row_load.eq(Cat(push & (loaded == r) for r in range(rows)))
+            m.d.comb += row_load.eq(Cat(push & (loaded == r) for r in range(rows)))
         for c in range(cols):
             control = Signal(column, name=f"load_control_{c}")
             m.d.sync += [control.push.eq(push), control.commit.eq(commit),
                          control.weight.eq(self.weights.payload[c])]
+            direct = Signal(signed(self.config.data_width), name=f"load_weight_{c}",
+                            attrs={"keep": 1})
+            m.d.comb += direct.eq(self.weights.payload[c])
             for r in range(rows):
                 pe = pes[r][c]
                 chained_in = control.weight if r == rows - 1 else pes[r + 1][c].shift_out
                 m.d.comb += [
                     pe.shift_en.eq(control.push if weight_chain else row_load[r]),
                     pe.commit.eq(control.commit),
-                    pe.shift_in.eq(chained_in if weight_chain else control.weight),
+                    pe.shift_in.eq(chained_in if weight_chain else direct),
                 ]
         for r in range(rows):
             for c in range(cols):

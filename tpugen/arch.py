@@ -125,11 +125,11 @@ def min_tile_length(config):
 
 def tile_cycles(config, count):
     """Cycles of the array for a weight tile of ``count`` activation vectors among others:
-    ``max(count, min_tile_length)``, and without ``CoreConfig.weight_chain`` ``rows + 1`` more,
-    the cycles it idles before the tile (its rows load into the PEs a row a cycle once the tile
-    before has taken its last vector, and its first vector is taken two cycles after its last
-    row; ``hdl/array.py``)."""
-    gap = 0 if config.weight_chain else config.rows + 1
+    ``max(count, min_tile_length)``, and without ``CoreConfig.weight_chain`` ``rows`` more, the
+    cycles it idles before the tile (its rows load into the PEs a row a cycle from the cycle
+    after the tile before took its last vector, and its first vector is taken in the cycle
+    after its last row; ``hdl/array.py``)."""
+    gap = 0 if config.weight_chain else config.rows
     return max(count, min_tile_length(config)) + gap
 
 

@@ -115,7 +115,7 @@ class CoreConfig:
     False (needs ``weight_prefetch`` False, ``broadcast_activations`` and
     ``adder_tree_columns``; micro): no chain; the tile's rows load straight into the PEs'
     active weights (an iCE40's SB_MAC16 B registers), a row a cycle, once the tile before it
-    has taken its last vector: ``rows + 1`` idle cycles of the array between tiles
+    has taken its last vector: ``rows`` idle cycles of the array between tiles
     (`arch.tile_cycles`), ``rows * cols`` bytes of flip-flops less."""
     broadcast_activations: bool = False
     """Each activation reaches every PE of its row in the same cycle, instead of crossing the

@@ -196,7 +196,7 @@ def _registers():
                                        "cores, which pool)."),
             BitField("no_weight_chain", 15, 1, "A weight tile loads into the PEs' active "
                                                "weights once the tile before has taken its "
-                                               "last vector: rows + 1 idle cycles between "
+                                               "last vector: rows idle cycles between "
                                                "tiles (0 on older cores, which chain)."),
             BitField("no_execute_prefetch", 16, 1, "The execute engine runs from its queue's "
                                                    "one slot: a MATMUL is fetched once the "
