@@ -222,6 +222,12 @@ class SystolicArray(wiring.Component):
                            weight_chain=weight_chain, chained=chained)
         pairs = ice40_mac_pairs(self.config) if ice40 else []
         cascades = ice40_column_cascades(self.config, pairs)
+        # Every PE on an SB_MAC16 pair along its row, taking an int8 activation in the same
+        # cycle as the others (broadcast, adder tree columns): the blocks' A registers are the
+        # rows' input registers (no activation is zeroed between vectors then: a result is
+        # taken only with its valid).
+        acts_in_blocks = (ice40 and not lut_pes and self.config.broadcast_activations
+                          and not chained and width == ICE40_WEIGHT_WIDTH)
         pair_products = {}
         for index, pair in enumerate(pairs):
             in_block = ice40_weights_in_block(self.config, pair)
@@ -238,7 +244,7 @@ class SystolicArray(wiring.Component):
             load = pes[r][c].switch_in if weight_chain else pes[r][c].shift_en
             products = ice40_mac_pair(m, halves, name=f"mac_{index}", model=model,
                                       weight_load=load if in_block else None,
-                                      cascade=above is not None)
+                                      cascade=above is not None, registered_a=acts_in_blocks)
             pair_products[index] = products
             for (r, c), (product, carry) in zip(pair, products):
                 if index in cascades.values():  # summed in the block below
@@ -350,8 +356,12 @@ class SystolicArray(wiring.Component):
         # columns); row r's switch by as many: it reaches each PE a cycle before the tile's
         # first activation.
         for r in range(rows):
-            act = Signal(signed(width), name=f"skew_{r}_0")
-            m.d.sync += act.eq(Mux(take, self.acts.payload.data[r], 0))
+            act = Signal(signed(width), name=f"skew_{r}_0",
+                         attrs={"keep": 1} if acts_in_blocks else {})
+            if acts_in_blocks:  # registered in the blocks (a kept net, as the weights')
+                m.d.comb += act.eq(self.acts.payload.data[r])
+            else:
+                m.d.sync += act.eq(Mux(take, self.acts.payload.data[r], 0))
             switch = first
             for stage in range(1, (r if chained else 0) + 1):
                 act_next = Signal(signed(width), name=f"skew_{r}_{stage}")

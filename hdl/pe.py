@@ -158,7 +158,8 @@ are not (B is, held between weight switches, with `ice40_mac_pair`'s ``weight_lo
 registers take CLK, always enabled, never reset, and never held but for B."""
 
 
-def ice40_mac_pair(m, halves, name="mac", *, model=False, weight_load=None, cascade=False):
+def ice40_mac_pair(m, halves, name="mac", *, model=False, weight_load=None, cascade=False,
+                   registered_a=False):
     """One iCE40 SB_MAC16 for one or two ``halves``, each ``(a, b, c, carry)`` of
     `ice40_mac_operands` (signed 8-bit ``a``, ``b``; 16-bit ``c``); returns for each
     ``(product, carry)``: ``product`` the 16-bit signed ``wrap16(a * b + c)`` and ``carry``
@@ -171,6 +172,9 @@ def ice40_mac_pair(m, halves, name="mac", *, model=False, weight_load=None, casc
     both ``b`` in a cycle of ``weight_load`` (BHOLD otherwise) and the products use it, as a
     PE's active weight (`pe_weight`); without, ``b`` goes to the multipliers as it is.
 
+    With ``registered_a`` the block's A register takes both ``a`` every cycle (A_REG 1): the
+    products are of the ``a`` of two cycles before, the register of the PEs' activations.
+
     With ``cascade`` ``c`` is not registered (C_REG and D_REG 0): ``product`` is the registered
     8x8 product plus ``c`` of the same cycle, for a ``c`` that is another block's ``product``
     (two PEs of a column summed in the blocks' adders, `SystolicArray`).
@@ -179,6 +183,12 @@ def ice40_mac_pair(m, halves, name="mac", *, model=False, weight_load=None, casc
     simulator."""
     if not 1 <= len(halves) <= 2:
         raise ValueError(f"an SB_MAC16 has two 8x8 halves, not {len(halves)}")
+    if registered_a and model:  # the block's A register, not reset
+        registers = [Signal(signed(8), name=f"{name}_a{index}", reset_less=True)
+                     for index in range(len(halves))]
+        m.d.sync += [register.eq(a) for register, (a, _, _, _) in zip(registers, halves)]
+        halves = [(register, b, c, carry) for register, (_, b, c, carry)
+                  in zip(registers, halves)]
     if weight_load is not None and model:  # the block's B register, not reset
         weights = [Signal(signed(8), name=f"{name}_b{index}", reset_less=True)
                    for index in range(len(halves))]
@@ -214,6 +224,8 @@ def ice40_mac_pair(m, halves, name="mac", *, model=False, weight_load=None, casc
     parameters = dict(ICE40_MAC_PARAMETERS)
     if cascade:
         parameters.update(C_REG=Const(0, 1), D_REG=Const(0, 1))
+    if registered_a:
+        parameters["A_REG"] = Const(1, 1)
     if weight_load is not None:
         parameters["B_REG"] = Const(1, 1)
         controls["BHOLD"] = ~weight_load

