@@ -26,7 +26,7 @@ class BoardSystem(wiring.Component):
     runs from the one through the other (on the 85F they sit far apart: the routed 8x8's critical
     path ran from the core's fetch through ARVALID into the memory's burst slot, 17.9 ns).
 
-    ``leds``: heartbeat (about 1 Hz), interrupt, UART receive and transmit activity.
+    ``leds``: heartbeat (0.5 to 1 Hz), interrupt, UART receive and transmit activity.
     """
 
     uart_rx: In(1, init=1)
@@ -68,14 +68,11 @@ class BoardSystem(wiring.Component):
         wiring.connect(m, bridge.mem, memory.host)
         m.d.comb += [bridge.rx.eq(self.uart_rx), self.uart_tx.eq(bridge.tx)]
 
-        half_period = max(2, self.clk_freq // 2)
-        heartbeat = Signal(range(half_period))
-        beat = Signal()
-        with m.If(heartbeat == 0):
-            m.d.sync += [heartbeat.eq(half_period - 1), beat.eq(~beat)]
-        with m.Else():
-            m.d.sync += heartbeat.eq(heartbeat - 1)
-        m.d.comb += self.leds.eq(Cat(beat, core.irq, ~self.uart_rx, ~self.uart_tx))
+        # The heartbeat: the top bit of a free-running counter, a period of 2**n cycles, the
+        # clock's frequency rounded up to a power of two (no reload, no compare).
+        heartbeat = Signal(max(1, (self.clk_freq - 1).bit_length()))
+        m.d.sync += heartbeat.eq(heartbeat + 1)
+        m.d.comb += self.leds.eq(Cat(heartbeat[-1], core.irq, ~self.uart_rx, ~self.uart_tx))
         return m
 
 

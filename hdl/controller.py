@@ -421,7 +421,8 @@ class Controller(wiring.Component):
 
     The first error (an engine's, a bad fetch, an unknown opcode, or the watchdog seeing no
     progress for ``watchdog_limit`` cycles) stops fetching and dispatching; once the engines are
-    idle ``error_event`` fires with ``error_code`` and the faulting instruction's ``error_index``.
+    idle ``error_event`` fires with ``error_code`` and the faulting instruction's ``error_index``,
+    which hold until the next ``start`` (the control registers read them, no copy).
     """
 
     def __init__(self, config):

@@ -26,7 +26,9 @@ class ControlRegisters(wiring.Component):
     ``config.windows`` windows, registered from their registers; the registers of the others
     (`registers.absent_registers`) read 0 and ignore writes. ``irq`` is a level:
     ``irq_enable & (done or error pending in IRQ_STATUS)``. In the same cycle, an event wins
-    over an acknowledge or ``start``, and ``soft_reset`` wins over an event. The counters are
+    over an acknowledge or ``start``, and ``soft_reset`` wins over an event. ERROR_CODE and
+    ERROR_INDEX read ``error_code`` and ``error_index`` while STATUS.error is set (the
+    controller holds them until the next START), else 0. The counters are
     inputs, or with ``config.counters_in_ram`` read from a `CounterMemory` (``counter_read``
     and ``counter_index`` held until ``counter_done``, ``counter_value`` then): R waits.
     """
@@ -96,8 +98,6 @@ class ControlRegisters(wiring.Component):
         done = Signal()
         error = Signal()
         pending = Signal(register("IRQ_STATUS").stored_layout)
-        error_code = Signal(ErrorCode)
-        error_index = Signal(self.config.index_width)
         status = Signal(register("STATUS").layout)
         m.d.comb += [
             status.busy.eq(self.busy), status.done.eq(done), status.error.eq(error),
@@ -150,17 +150,15 @@ class ControlRegisters(wiring.Component):
 
         m.d.sync += [self.start.eq(start), self.soft_reset.eq(soft_reset)]
         with m.If(start):
-            m.d.sync += [done.eq(0), error.eq(0), error_code.eq(ErrorCode.NONE), error_index.eq(0)]
+            m.d.sync += [done.eq(0), error.eq(0)]
         with m.If(ack):
             m.d.sync += pending.eq(pending.as_value() & ~w_bits)
         with m.If(self.done_event):
             m.d.sync += [done.eq(1), pending.done.eq(1)]
         with m.If(self.error_event):
-            m.d.sync += [error.eq(1), pending.error.eq(1),
-                         error_code.eq(self.error_code), error_index.eq(self.error_index)]
+            m.d.sync += [error.eq(1), pending.error.eq(1)]
         with m.If(soft_reset):
-            m.d.sync += [done.eq(0), error.eq(0), pending.eq(0),
-                         error_code.eq(ErrorCode.NONE), error_index.eq(0)]
+            m.d.sync += [done.eq(0), error.eq(0), pending.eq(0)]
 
         # Read channel.
         constants = constant_registers(self.config)
@@ -171,8 +169,10 @@ class ControlRegisters(wiring.Component):
             "CONTROL": Const(0, 32),
             "STATUS": status.as_value(),
             "IRQ_STATUS": pending.as_value(),
-            "ERROR_CODE": error_code.as_value(),
-            "ERROR_INDEX": error_index,
+            # The controller holds the code and index of its error until the next START: read
+            # while STATUS.error says they are this run's (no copy here).
+            "ERROR_CODE": Mux(error, self.error_code, ErrorCode.NONE),
+            "ERROR_INDEX": Mux(error, self.error_index, 0),
         }
         captures = {}
         present = counter_names(self.config)

@@ -392,16 +392,21 @@ def test_error_latch_start_and_soft_reset():
                   "WINDOW3_FLAGS": 3, "WATCHDOG": 500}
         for name, value in config.items():
             await axi.write(ctx, offset(name), value)
+        # The controller holds its error's code and index until the next START; the
+        # registers show them from the event on, and 0 from a START or soft reset on.
+        assert await read_ok(ctx, axi, "ERROR_CODE") == 0
         ctx.set(dut.error_code, ErrorCode.STORE_WINDOW)
         ctx.set(dut.error_index, 0xDEAD_0007)
+        assert await read_ok(ctx, axi, "ERROR_CODE") == 0  # no event yet
         await pulse(ctx, dut.error_event)
-        ctx.set(dut.error_code, ErrorCode.NONE)
-        ctx.set(dut.error_index, 0)
         assert await read_ok(ctx, axi, "ERROR_CODE") == ErrorCode.STORE_WINDOW.value
         assert await read_ok(ctx, axi, "ERROR_INDEX") == 0xDEAD_0007
         assert await read_ok(ctx, axi, "STATUS") == STATUS.value(error=1)
 
         await axi.write(ctx, offset("CONTROL"), CONTROL.value(start=1))
+        assert await read_ok(ctx, axi, "ERROR_CODE") == 0  # the controller's not cleared yet
+        ctx.set(dut.error_code, ErrorCode.NONE)
+        ctx.set(dut.error_index, 0)
         assert await read_ok(ctx, axi, "STATUS") == 0
         assert await read_ok(ctx, axi, "ERROR_CODE") == 0
         assert await read_ok(ctx, axi, "ERROR_INDEX") == 0
