@@ -334,6 +334,19 @@ def test_a_queue_saturates_only_fields_no_other_layout_keeps():
     assert saturated_fields(CoreConfig(softmax=True), ENGINES["execute"][0]) == {}
 
 
+async def _queue_instruction(ctx, dut, raw):
+    """Write instruction ``raw`` (an int) into `InstructionQueue` ``dut`` a 32-bit beat a cycle
+    and commit it with its last beat."""
+    for beat in range(dut.beats):
+        ctx.set(dut.beat, beat)
+        ctx.set(dut.beat_data, raw >> 32 * beat & 0xFFFF_FFFF)
+        ctx.set(dut.beat_en, 1)
+        ctx.set(dut.commit, beat == dut.beats - 1)
+        await ctx.tick()
+    ctx.set(dut.beat_en, 0)
+    ctx.set(dut.commit, 0)
+
+
 @pytest.mark.parametrize("name", ["load", "execute", "store"])
 def test_a_queued_field_is_its_value_up_to_its_limit(name):
     # `queued` of a random instruction (and of values around each limit) keeps the kept bits
@@ -361,14 +374,7 @@ def test_a_queued_field_is_its_value_up_to_its_limit(name):
 
     async def testbench(ctx):
         for raw in raws:
-            for beat in range(dut.beats):
-                ctx.set(dut.beat, beat)
-                ctx.set(dut.beat_data, raw >> 32 * beat & 0xFFFF_FFFF)
-                ctx.set(dut.beat_en, 1)
-                ctx.set(dut.commit, beat == dut.beats - 1)
-                await ctx.tick()
-            ctx.set(dut.beat_en, 0)
-            ctx.set(dut.commit, 0)
+            await _queue_instruction(ctx, dut, raw)
             seen.append(ctx.get(dut.head.payload.instr.as_value()))
             ctx.set(dut.head.ready, 1)
             await ctx.tick()
@@ -401,14 +407,7 @@ def test_a_one_slot_store_queue_moves_the_params_entries_down(refuses):
     seen = []
 
     async def testbench(ctx):
-        for beat in range(dut.beats):
-            ctx.set(dut.beat, beat)
-            ctx.set(dut.beat_data, raw >> 32 * beat & 0xFFFF_FFFF)
-            ctx.set(dut.beat_en, 1)
-            ctx.set(dut.commit, beat == dut.beats - 1)
-            await ctx.tick()
-        ctx.set(dut.beat_en, 0)
-        ctx.set(dut.commit, 0)
+        await _queue_instruction(ctx, dut, raw)
         for _ in range(count + 2):
             seen.append(ctx.get(dut.head.payload.instr.as_value()))
             ctx.set(dut.shift, 1)
