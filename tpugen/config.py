@@ -168,9 +168,9 @@ class CoreConfig:
         check("lut_multipliers", integer_in(0, self.macs), f"an integer in 0..{self.macs} (rows*cols)")
         for name in ("softmax", "im2col", "epilogue_multiplier", "epilogue_pool",
                      "store_prefetch", "load_prefetch", "execute_prefetch", "shared_dma",
-                     "weight_prefetch",
-                     "weight_chain", "registered_accumulate", "buffered_feeders", "broadcast_activations",
-                     "adder_tree_columns", "counters_in_ram"):
+                     "weight_prefetch", "weight_chain", "registered_accumulate",
+                     "buffered_feeders", "broadcast_activations", "adder_tree_columns",
+                     "counters_in_ram"):
             value = getattr(self, name)
             if not isinstance(value, bool):
                 raise ValueError(f"CoreConfig.{name}={value!r} is invalid: allowed True or False")
