@@ -17,7 +17,8 @@ from ..hdl.board_top import BoardTop, ECP5PllSettings, ICE40PllSettings
 from ..hdl.emitter import memories_start_at_zero
 from ..toolchain import ToolchainError, cache_dir, cached_build, find_tool
 from .boards import board_named
-from .synth import RESOURCE_CELLS, YOSYS_AFTER_SYNTH, YOSYS_BEFORE_SYNTH, rtlil_with_no_rw_check
+from .synth import (RESOURCE_CELLS, SYNTH_OPTIONS, YOSYS_AFTER_SYNTH, YOSYS_BEFORE_SYNTH,
+                    rtlil_with_no_rw_check)
 
 __all__ = ["BuildError", "BuildResult", "RouterWatch", "build", "build_system", "builds_dir",
            "cached_report", "critical_paths", "format_report", "last_build", "pll_settings"]
@@ -160,7 +161,7 @@ def build_system(board, system, pll, *, config=None, out_dir=None, seed=None, ti
     with memories_start_at_zero():
         plan = platform.prepare(
             BoardTop(board, system, pll), "top",
-            script_after_read=YOSYS_BEFORE_SYNTH,
+            script_after_read=YOSYS_BEFORE_SYNTH, synth_opts=list(SYNTH_OPTIONS[board.family]),
             script_after_synth=f"{YOSYS_AFTER_SYNTH}; tee -q -o stat.json stat -json",
             nextpnr_opts=["--report", "nextpnr.json", "--timing-allow-fail",
                           *_PLACE_AND_ROUTE[board.family]]

@@ -1,7 +1,7 @@
 """STORE engine: accumulator tiles through the fused epilogue into external memory over AXI4."""
 from amaranth.hdl import C, Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, memory, wiring
-from amaranth.lib.wiring import In
+from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from ..arch import write_bursts
@@ -11,12 +11,12 @@ from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_write_signature
 from .dma_front import FrontClient, engine_front, front_geometry, shared_front_signature
 from .engine import check_state, dma_engine_members
 from .epilogue import EpilogueDatapath, LaneParams
-from .pipeline import BufferedFifo, pipeline_register
+from .pipeline import SRAM_ATTRS, pipeline_register
 from ..config import check_config
 from .walker import TileCheck, move_units, select_units, step_layout
 
-__all__ = ["StoreEngine", "STORE_INSTRUCTION", "W_BURST_BEATS", "W_DEPTH", "params_shift",
-           "store_front_client"]
+__all__ = ["BeatBuffer", "StoreEngine", "STORE_INSTRUCTION", "W_BURST_BEATS", "W_DEPTH",
+           "params_shift", "store_front_client"]
 
 STORE_INSTRUCTION = data.StructLayout({
     "header": Header,
@@ -49,6 +49,64 @@ def store_front_client(config):
     return FrontClient(lanes=config.cols, rows=config.accumulator_rows, elem_log2=(0, 2),
                        pool=config.epilogue_pool, permission="write", max_steps=256 * words,
                        max_beats=W_BURST_BEATS)
+
+
+class BeatBuffer(wiring.Component):
+    """The W FIFO of ``depth`` beats of ``data_bytes`` bytes, which builds each beat in place.
+
+    A step writes the bytes ``hit`` marks of ``data`` into the beat at the write pointer
+    (``write``): the block RAM's bit enables, so there is no beat register and no merge
+    multiplexer (micro: 36 iCE40 logic cells less than a register ahead of a FIFO). A beat's
+    first step writes its strobe from ``hit``, a later one adds ``hit``'s bytes to it.
+    ``commit`` (with the beat's last ``write``) ends the beat with ``last`` and queues it. The
+    read side is `amaranth.lib.fifo.SyncFIFOBuffered`'s: the beat in the read port's register,
+    ``r_data`` valid while ``r_rdy``. The writer keeps a slot free for the beat it builds: at
+    most ``depth`` beats committed or being built (the store engine's ``reserved``)."""
+
+    def __init__(self, data_bytes, depth):
+        self.data_bytes, self.depth = data_bytes, depth
+        self.layout = data.StructLayout({"data": 8 * data_bytes, "strb": data_bytes, "last": 1})
+        super().__init__({
+            "write": In(1), "hit": In(data_bytes), "data": In(8 * data_bytes),
+            "commit": In(1), "last": In(1),
+            "r_rdy": Out(1), "r_en": In(1), "r_data": Out(self.layout),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        inner_depth = self.depth - 1  # and the read port's register
+        # (It reads only committed beats, never the one it writes: `SRAM_ATTRS`.)
+        m.submodules.storage = storage = memory.Memory(shape=self.layout.size, depth=inner_depth,
+                                                       init=[], attrs=SRAM_ATTRS)
+        write_port = storage.write_port(granularity=1)
+        read_port = storage.read_port()
+        produce, consume = Signal(range(inner_depth)), Signal(range(inner_depth))
+        level = Signal(range(inner_depth + 1))
+        first = Signal(init=1)  # the next write is its beat's first
+        hit = self.hit
+        written = self.layout(write_port.en)
+        m.d.comb += [
+            write_port.addr.eq(produce),
+            write_port.data.eq(Cat(self.data, hit, self.last)),
+            written.data.eq(Cat(b.replicate(8) for b in hit) & self.write.replicate(8 * len(hit))),
+            written.strb.eq((hit | first.replicate(len(hit))) & self.write.replicate(len(hit))),
+            written.last.eq(self.commit),
+        ]
+        with m.If(self.write):
+            m.d.sync += first.eq(self.commit)
+        with m.If(self.commit):
+            m.d.sync += produce.eq(Mux(produce == inner_depth - 1, 0, produce + 1))
+
+        take = (level != 0) & (~self.r_rdy | self.r_en)  # into the read port's register
+        m.d.comb += [read_port.addr.eq(consume), read_port.en.eq(take),
+                     self.r_data.eq(read_port.data)]
+        with m.If(take):
+            m.d.sync += [consume.eq(Mux(consume == inner_depth - 1, 0, consume + 1)),
+                         self.r_rdy.eq(1)]
+        with m.Elif(self.r_en):
+            m.d.sync += self.r_rdy.eq(0)
+        m.d.sync += level.eq(level + self.commit - take)
+        return m
 
 
 class StoreEngine(wiring.Component):
@@ -109,9 +167,7 @@ class StoreEngine(wiring.Component):
         front, acquiring = engine_front(m, self, client)
         # The front's steps: as many lanes as the scratchpad's when it is shared.
         front_lanes, front_rows = front_geometry(config, client)
-        beat_layout = data.StructLayout({"data": config.axi_data_width, "strb": beat_bytes,
-                                         "last": 1})
-        m.submodules.beats = beats = BufferedFifo(width=beat_layout.size, depth=W_DEPTH)
+        m.submodules.beats = beats = BeatBuffer(beat_bytes, W_DEPTH)
 
         instr = self.instr.payload
         params_instr = data.View(ParamsInstruction, instr.as_value())
@@ -272,27 +328,17 @@ class StoreEngine(wiring.Component):
             valid, late_step = stage(valid, f"valid{n}"), stage(late_step, f"step{n}")
         m.d.sync += [d_valid.eq(valid), d_step.eq(late_step)]
 
-        # D: the step's elements, int32 or int8, into their bytes of the beat.
-        beat = Signal(beat_layout)
-        merged = Signal(beat_layout)
+        # D: the step's elements, int32 or int8, into their bytes of the beat, in the W FIFO.
         first = 0 if select else d_step.lane
         moved32, mask32 = move_units(m, d_y.as_value(), first, d_step.offset[2:], d_step.count,
                                      words, 32)
         moved8, mask8 = move_units(m, Cat(d_y[u][:8] for u in range(units)), first,
                                    d_step.offset, d_step.count, beat_bytes, 8)
-        moved, mask = Signal.like(moved8), Signal.like(mask8)
-        m.d.comb += [moved.eq(Mux(int8, moved8, moved32)),
-                     mask.eq(Mux(int8, mask8, Cat(mask32[b // 4] for b in range(beat_bytes))))]
-        for b in range(beat_bytes):
-            hit = d_step.in_bounds & mask[b]
-            m.d.comb += [merged.data.word_select(b, 8).eq(Mux(hit, moved.word_select(b, 8),
-                                                              beat.data.word_select(b, 8))),
-                         merged.strb[b].eq(hit | beat.strb[b])]
-        m.d.comb += [merged.last.eq(d_step.end_of_burst),
-                     beats.w_data.eq(merged),
-                     beats.w_en.eq(d_valid & emit)]
-        with m.If(d_valid):
-            m.d.sync += beat.eq(Mux(emit, 0, merged))
+        m.d.comb += [beats.data.eq(Mux(int8, moved8, moved32)),
+                     beats.hit.eq(Mux(int8, mask8, Cat(mask32[b // 4] for b in range(beat_bytes)))),
+                     beats.write.eq(d_valid & d_step.in_bounds),
+                     beats.commit.eq(d_valid & emit),
+                     beats.last.eq(d_step.end_of_burst)]
 
         # AW while fewer than `write_bursts` bursts wait for B. W for bursts whose AW is on the
         # bus or was accepted: never waiting for AWREADY (AXI4 lets a slave wait for WVALID
@@ -303,7 +349,7 @@ class StoreEngine(wiring.Component):
         aw_waiting = Signal()
         aw_free = outstanding < bursts
         aw_presented = axi.awvalid & ~aw_waiting  # the first cycle of an AW on the bus
-        head = beat_layout(beats.r_data)
+        head = beats.r_data
         m.d.comb += [
             axi.awid.eq(0), axi.awaddr.eq(front.bursts.payload.addr),
             axi.awlen.eq(front.bursts.payload.len), axi.awsize.eq(ceil_log2(beat_bytes)),
