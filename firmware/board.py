@@ -34,7 +34,8 @@ def config_from_registers(read_register):
         softmax=bool(memory.softmax), im2col=bool(memory.im2col),
         counter_width=64 if memory.wide_counters else 32,
         epilogue_multiplier=not memory.shift_only_epilogue,
-        counters="basic" if memory.basic_counters else "full", windows=memory.windows,
+        counters=("full" if not memory.basic_counters else
+                  "traffic" if handling.no_busy_counters else "basic"), windows=memory.windows,
         queue_depth=memory.queue_depth or QUEUE_DEPTH, descriptor_dims=DIMS - memory.missing_dims,
         store_prefetch=not handling.no_store_prefetch,
         load_prefetch=not handling.no_load_prefetch, shared_dma=bool(handling.shared_dma),

@@ -8,7 +8,7 @@ import numpy as np
 from ..arch import SOFTMAX_OUT_FRAC, Engine
 from ..config import CoreConfig, check_config
 from ..isa import NUM_WINDOWS
-from ..registers import register
+from ..registers import counter_names, register
 from ..run_protocol import drive, run_program
 from .attention import (attention_macs, attention_operands, compile_attention, compile_softmax,
                         plan_attention, quantize_attention, quantize_softmax)
@@ -37,9 +37,11 @@ class Stats:
     """The array's MACs per cycle: rows * cols."""
     bytes_read: int
     bytes_written: int
-    load_busy_cycles: int
-    execute_busy_cycles: int
-    store_busy_cycles: int
+    load_busy_cycles: int | None
+    """None on a core without busy counters (`CoreConfig.counters="traffic"`), as the other
+    two."""
+    execute_busy_cycles: int | None
+    store_busy_cycles: int | None
     host_epilogue: bool = False
     """Part of the epilogue ran on the host (`Epilogue.on_core`): the requantization on a core
     without the epilogue multiplier (the core stored int32), or the pooling on one without
@@ -495,13 +497,13 @@ class Device:
         """Run the program in memory in ``windows``; set `stats`; `DeviceError` if it fails."""
         run = drive(self._link(), run_program(windows, program_address, program_length,
                                               timeout_cycles))
-        counters = run.counters
+        counters, present = run.counters, counter_names(self.config)
         self.stats = Stats(
             cycles=counters["cycles"], macs=0, issued_macs=counters["macs"],
             array_macs=self.config.macs,
             bytes_read=counters["bytes_read"], bytes_written=counters["bytes_written"],
-            **{f"{e}_busy_cycles": counters[f"{e}_busy_cycles"]
-               for e in (engine.name.lower() for engine in Engine)})
+            **{name: counters[name] if name in present else None
+               for name in (f"{engine.name.lower()}_busy_cycles" for engine in Engine)})
         if not run.done:
             self._soft_reset()
             if not run.finished:

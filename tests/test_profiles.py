@@ -18,8 +18,8 @@ from tpugen.arch import opcode_of
 from tpugen.isa import DIMS, Opcode, StoreInstruction, decode, encode_tile, with_bits
 from tpugen.firmware.board import config_from_registers
 from tpugen.isa import NUM_WINDOWS
-from tpugen.registers import (BASIC_COUNTERS, COUNTERS, constant_registers, counter_names,
-                              register)
+from tpugen.registers import (BASIC_COUNTERS, COUNTERS, TRAFFIC_COUNTERS, constant_registers,
+                              counter_names, register)
 from tpugen.sim.golden import apply_epilogue, conv2d_int32, matmul_int32
 
 MICRO = PRESETS["micro"]
@@ -80,6 +80,7 @@ def test_micro_core_computes_what_it_has_and_refuses_the_rest():
             b = rng.integers(-128, 128, (k, n), dtype=np.int8)
             np.testing.assert_array_equal(dev.matmul(a, b), matmul_int32(a, b))
         assert dev.stats.issued_macs == 33 * 5 * MICRO.macs  # 33 vectors through 1 x 5 weight tiles
+        assert dev.stats.bytes_written > 0 and dev.stats.execute_busy_cycles is None
         # Every lane's own bias and shift (PARAMS entries 0..cols-1; the multipliers are powers
         # of two, folded into the shifts), on results that do not saturate.
         lanes_rng = np.random.default_rng(40)
@@ -220,14 +221,15 @@ def test_the_registers_describe_the_profile():
                    dataclasses.replace(MICRO, broadcast_activations=False, weight_chain=True),
                    dataclasses.replace(MICRO, adder_tree_columns=False, weight_chain=True),
                    dataclasses.replace(MICRO, counters_in_ram=False),
-                   dataclasses.replace(MICRO, epilogue_pool=True)):
+                   dataclasses.replace(MICRO, epilogue_pool=True),
+                   dataclasses.replace(MICRO, counters="basic")):
         constants = constant_registers(config)
         assert config_from_registers(constants.__getitem__) == config
     assert constant_registers(MICRO)["CONFIG2"] == register("CONFIG2").value(
         no_store_prefetch=1, no_weight_prefetch=1, no_load_prefetch=1, shared_dma=1,
         unregistered_accumulate=1, unbuffered_feeders=1, broadcast_activations=1,
         adder_tree_columns=1, counters_in_ram=1, no_pool=1, no_weight_chain=1,
-        no_execute_prefetch=1)
+        no_execute_prefetch=1, no_busy_counters=1)
     assert constant_registers(dataclasses.replace(MICRO, load_prefetch=True,
                                                   registered_accumulate=True,
                                                   buffered_feeders=True,
@@ -236,7 +238,8 @@ def test_the_registers_describe_the_profile():
                                                   counters_in_ram=False,
                                                   epilogue_pool=True,
                                                   weight_chain=True,
-                                                  execute_prefetch=True))["CONFIG2"] == \
+                                                  execute_prefetch=True,
+                                                  counters="basic"))["CONFIG2"] == \
         register("CONFIG2").value(no_store_prefetch=1, no_weight_prefetch=1, shared_dma=1)
     older = constant_registers(PRESETS["default"])  # map 1.1: CONFIG1.queue_depth reads 0
     older["CONFIG1"] &= ~register("CONFIG1").value(queue_depth=7)
@@ -248,10 +251,11 @@ def test_the_registers_describe_the_profile():
         MICRO, store_prefetch=True, weight_prefetch=True, load_prefetch=True, shared_dma=False,
         registered_accumulate=True, buffered_feeders=True,
         broadcast_activations=False, adder_tree_columns=False, counters_in_ram=False,
-        epilogue_pool=True, weight_chain=True, execute_prefetch=True)
+        epilogue_pool=True, weight_chain=True, execute_prefetch=True, counters="basic")
     fields = register("CONFIG1").fields_of(constant_registers(MICRO)["CONFIG1"])
     assert (fields.shift_only_epilogue, fields.basic_counters) == (1, 1)
-    assert counter_names(MICRO) == BASIC_COUNTERS and counter_names(FULL) == tuple(COUNTERS)
+    assert counter_names(MICRO) == TRAFFIC_COUNTERS and counter_names(FULL) == tuple(COUNTERS)
+    assert counter_names(dataclasses.replace(MICRO, counters="basic")) == BASIC_COUNTERS
 
 
 def test_a_narrow_core_is_refused_what_its_addresses_cannot_reach():

@@ -131,16 +131,20 @@ def roofline_utilization(config, useful_macs, ideal, bytes_read, bytes_written):
 def limiting_factor(config, entry):
     """What the measured cycles beyond the useful ones went to, largest first, from the
     hardware counters: memory bus, execute waits (loads / tokens), execute overhead (fill, drain,
-    instruction issue, softmax passes), unused lanes (partial tiles); for attention then the
+    instruction issue, softmax passes; with the waits on a core without busy counters), unused
+    lanes (partial tiles); for attention then the
     speculation's hit rate (`attention_speculation`), which sets the softmax passes' cost."""
     cycles = entry["cycles"]
     beat = config.axi_data_width // 8
     streaming = entry["issued_mac_utilization"] * cycles
-    overhead = entry["execute_busy_cycles"] - streaming
+    busy = entry["execute_busy_cycles"]
+    overhead_name = ("softmax passes and per-MATMUL fill" if entry["op"] == "attention"
+                     else "fill/drain and instruction issue")
     losses = {
-        "execute waits for loads or tokens": cycles - entry["execute_busy_cycles"],
-        ("softmax passes and per-MATMUL fill" if entry["op"] == "attention"
-         else "fill/drain and instruction issue"): overhead,
+        # A core without busy counters (`CoreConfig.counters="traffic"`) tells the waits from
+        # the overhead apart no more.
+        **({f"execute waits, {overhead_name}": cycles - streaming} if busy is None else
+           {"execute waits for loads or tokens": cycles - busy, overhead_name: busy - streaming}),
         "unused array lanes (partial tiles)": streaming - entry["mac_utilization"] * cycles,
     }
     bus = max(entry["bytes_read"], entry["bytes_written"]) / beat / cycles

@@ -7,10 +7,10 @@ from amaranth.lib import data
 from .arch import Engine
 from .isa import DIMS, NUM_WINDOWS
 
-__all__ = ["ACCESSES", "ADDR_WIDTH", "BASIC_COUNTERS", "COUNTERS", "CSR_VERSION", "ID_MAGIC",
-           "REGISTERS", "BitField", "Register", "absent_registers", "constant_registers",
-           "counter_names", "kept_value", "narrow_registers", "register", "register_span",
-           "registers_markdown", "window_writes"]
+__all__ = ["ACCESSES", "ADDR_WIDTH", "BASIC_COUNTERS", "COUNTER_PROFILES", "COUNTERS",
+           "CSR_VERSION", "ID_MAGIC", "REGISTERS", "TRAFFIC_COUNTERS", "BitField", "Register",
+           "absent_registers", "constant_registers", "counter_names", "kept_value",
+           "narrow_registers", "register", "register_span", "registers_markdown", "window_writes"]
 
 ADDR_WIDTH = 12
 ID_MAGIC = 0x54505547
@@ -41,11 +41,18 @@ BASIC_COUNTERS = ("cycles", "macs", "bytes_read", "bytes_written",
 """The counters of ``CoreConfig.counters="basic"``: those the runtime's `Stats` reports (the
 stall counters are left out; their registers read 0)."""
 
+TRAFFIC_COUNTERS = ("cycles", "macs", "bytes_read", "bytes_written")
+"""The counters of ``CoreConfig.counters="traffic"``: time, work and bus traffic, without the
+engines' busy cycles (`Stats` has None for them)."""
+
+COUNTER_PROFILES = {"full": tuple(COUNTERS), "basic": BASIC_COUNTERS,
+                    "traffic": TRAFFIC_COUNTERS}
+"""The counters of each ``CoreConfig.counters`` profile."""
+
 
 def counter_names(config):
     """The counters a core of ``config`` has, in ``COUNTERS`` order."""
-    return tuple(name for name in COUNTERS
-                 if config.counters == "full" or name in BASIC_COUNTERS)
+    return tuple(name for name in COUNTERS if name in COUNTER_PROFILES[config.counters])
 
 
 @dataclass(frozen=True)
@@ -148,7 +155,8 @@ def _registers():
             BitField("shift_only_epilogue", 27, 1, "The epilogue has no multiplier: it ignores "
                                                    "PARAMS' multiplier (as if 1)."),
             BitField("basic_counters", 28, 1, "Only the basic counters (cycles, macs, bytes, "
-                                              "busy cycles): the stall counters read 0."),
+                                              "busy cycles, or with CONFIG2.no_busy_counters "
+                                              "not those): the others read 0."),
             BitField("queue_depth", 29, 3, "Instructions queued per engine; 0 on a core of "
                                            "map 1.1, which queues 2."))),
         Register("SCRATCHPAD_ROWS", 0x010, "ro", "Scratchpad rows (of `lanes` bytes)."),
@@ -201,7 +209,10 @@ def _registers():
             BitField("no_execute_prefetch", 16, 1, "The execute engine runs from its queue's "
                                                    "one slot: a MATMUL is fetched once the "
                                                    "one before it is dispatched (0 on older "
-                                                   "cores, which prefetch)."))),
+                                                   "cores, which prefetch)."),
+            BitField("no_busy_counters", 17, 1, "With CONFIG1.basic_counters, no busy-cycle "
+                                                "counters either: cycles, macs and bytes only "
+                                                "(0 on older cores)."))),
         Register("CONTROL", 0x020, "w1s", "Commands.", (
             BitField("start", 0, 1, "Run the program at PROGRAM_BASE; clears STATUS.done, "
                                     "STATUS.error, ERROR_CODE and ERROR_INDEX."),
@@ -331,7 +342,7 @@ def constant_registers(config):
                     "windows": config.windows, "softmax": config.softmax, "im2col": config.im2col,
                     "wide_counters": config.counter_width == 64,
                     "shift_only_epilogue": not config.epilogue_multiplier,
-                    "basic_counters": config.counters == "basic",
+                    "basic_counters": config.counters != "full",
                     "queue_depth": config.queue_depth,
                     "missing_dims": DIMS - config.descriptor_dims},
     }
@@ -354,7 +365,8 @@ def constant_registers(config):
                                              counters_in_ram=config.counters_in_ram,
                                              no_pool=not config.epilogue_pool,
                                              no_weight_chain=not config.weight_chain,
-                                             no_execute_prefetch=not config.execute_prefetch),
+                                             no_execute_prefetch=not config.execute_prefetch,
+                                             no_busy_counters=config.counters == "traffic"),
     }
 
 
