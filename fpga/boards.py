@@ -136,10 +136,13 @@ BOARDS = {board.name: board for board in (
                    DeviceResource("dsps", "ICESTORM_DSP", 8),
                    DeviceResource("block_rams", "ICESTORM_RAM", 30),
                    DeviceResource("sprams", "ICESTORM_SPRAM", 4)),
-        default_mhz=24.0, memory_kind="spram", memory_kib=128,
-        # 24 MHz has a margin without one; the UP5K's logic cells are what it lacks.
+        # 18 MHz: the micro board system (97% of the logic cells) routes at 19.8 to 21.9 MHz
+        # at nextpnr's default and three other seeds (16.4 at a fourth), its long nets detoured
+        # around congestion; at 24 MHz its timing failed.
+        default_mhz=18.0, memory_kind="spram", memory_kib=128,
+        # No register slice: the UP5K's logic cells are what it lacks.
         register_slice=False,
-        # The FT2232H does up to 12 Mbaud; 1 Mbaud is a whole divisor of 24 MHz.
+        # The FT2232H does up to 12 Mbaud; 1 Mbaud is a whole divisor of 18 MHz.
         baud=1_000_000, programmer_board="icebreaker", bitstream_suffix=".bin",
         # Heartbeat on the board's green LED, the interrupt on its red one; UART activity on two
         # green LEDs of the snap-off PMOD (its "led" 3 and 4; 2 is red).

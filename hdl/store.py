@@ -61,7 +61,8 @@ class BeatBuffer(wiring.Component):
     ``commit`` (with the beat's last ``write``) ends the beat with ``last`` and queues it. The
     read side is `amaranth.lib.fifo.SyncFIFOBuffered`'s: the beat in the read port's register,
     ``r_data`` valid while ``r_rdy``. The writer keeps a slot free for the beat it builds: at
-    most ``depth`` beats committed or being built (the store engine's ``reserved``)."""
+    most ``depth`` beats committed or being built (the store engine's ``reserved``). ``full``:
+    ``depth`` beats are committed."""
 
     def __init__(self, data_bytes, depth):
         self.data_bytes, self.depth = data_bytes, depth
@@ -69,7 +70,7 @@ class BeatBuffer(wiring.Component):
         super().__init__({
             "write": In(1), "hit": In(data_bytes), "data": In(8 * data_bytes),
             "commit": In(1), "last": In(1),
-            "r_rdy": Out(1), "r_en": In(1), "r_data": Out(self.layout),
+            "r_rdy": Out(1), "r_en": In(1), "r_data": Out(self.layout), "full": Out(1),
         })
 
     def elaborate(self, platform):
@@ -106,6 +107,7 @@ class BeatBuffer(wiring.Component):
         with m.Elif(self.r_en):
             m.d.sync += self.r_rdy.eq(0)
         m.d.sync += level.eq(level + self.commit - take)
+        m.d.comb += self.full.eq((level == inner_depth) & self.r_rdy)
         return m
 
 
@@ -372,17 +374,20 @@ class StoreEngine(wiring.Component):
 
         walked = Signal()  # the last step has left the beat builder
         idle_bus = ~front.bursts.valid & (outstanding == 0)
+        if shifted:
+            m.d.comb += self.shift.eq(lane_params.shift)
         m.d.sync += [self.done.eq(0), walk.eq(0)]
         with m.FSM():
             with m.State("IDLE"):
                 take = self.instr.valid & self.instr.ready
                 if prefetch:  # kept in every idle cycle: no decode on the registers' enable
                     m.d.sync += [epilogue.eq(instr.epilogue), tensor.eq(instr.tensor)]
-                m.d.comb += [self.instr.ready.eq(Mux(is_params, lane_params.instr.ready,
-                                                     ~lane_params.clearing)),
-                             lane_params.instr.valid.eq(self.instr.valid & is_params)]
-                if shifted:
-                    m.d.comb += self.shift.eq(lane_params.shift)
+                if prefetch:  # a PARAMS is taken with its last entry, from the queue's head
+                    m.d.comb += [self.instr.ready.eq(Mux(is_params, lane_params.instr.ready,
+                                                         ~lane_params.clearing)),
+                                 lane_params.instr.valid.eq(self.instr.valid & is_params)]
+                else:  # taken at once, its entries written from the slot it holds (PARAMS)
+                    m.d.comb += self.instr.ready.eq(~lane_params.clearing)
                 # The dispatch checks are registered in every idle cycle too, and the taken
                 # STORE's verdict acted on in CHECK: a STORE is taken, walked and checked
                 # whatever they say (the routed 16x16's critical path ran from the store queue
@@ -391,11 +396,24 @@ class StoreEngine(wiring.Component):
                                                     ErrorCode.NONE, dispatch_code))
                 with m.If(take):
                     with m.If(is_params):
-                        m.d.sync += self.done.eq(1)
+                        if prefetch:
+                            m.d.sync += self.done.eq(1)
+                        else:
+                            m.next = "PARAMS"
                     with m.Else():
                         m.d.sync += [walked.eq(0), walk.eq(1),
                                      int8.eq(options.requant & (instr.tensor.elem_log2 == 0))]
                         m.next = "CHECK"
+            if not prefetch:
+                # The entries are written while the engine holds the slot: the dispatch, which
+                # waits for tokens, is not on the path into the slot's shift (the routed UP5K's
+                # critical path ran from a token counter through the dispatch into the shift
+                # enables of the slot's entries, 50.6 ns).
+                with m.State("PARAMS"):
+                    m.d.comb += [self.busy.eq(1), lane_params.instr.valid.eq(1)]
+                    with m.If(lane_params.instr.ready):
+                        m.d.sync += self.done.eq(1)
+                        m.next = "IDLE"
             if shared:
                 with m.State("ACQUIRE"):  # the checks passed: walk once the front is granted
                     m.d.comb += [self.busy.eq(1), acquiring.eq(1)]

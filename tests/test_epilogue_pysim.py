@@ -194,9 +194,9 @@ def back_to_back(config, program, acc, seed, stall=None, timeout=4000, family=No
 
     async def monitor(ctx):
         stalled = None
-        async for _, _, done, w_rdy in ctx.tick().sample(engine.done, engine.beats.w_rdy):
+        async for _, _, done, full in ctx.tick().sample(engine.done, engine.beats.full):
             seen["done"] += done
-            seen["full"] += not w_rdy
+            seen["full"] += full
             if stall and stalled is None and axi_mem.writes >= stall[0]:
                 stalled = 0
                 ctx.set(bench.stall, 1)

@@ -541,7 +541,7 @@ def test_build_makes_board_system_for_the_board_and_config(tmp_path, monkeypatch
     config = ICEBREAKER.default_config(2, 2)
     result = build("icebreaker", config)
     assert RecordingSystem.made[-1] == (config, {
-        "clk_freq": 24e6, "baud": 1_000_000, "memory_bytes": 128 * 1024, "memory_kind": "spram",
+        "clk_freq": 18e6, "baud": 1_000_000, "memory_bytes": 128 * 1024, "memory_kind": "spram",
         "register_slice": False})
     assert result.report["config"] == json.loads(config.to_json())
     assert last_build(ICEBREAKER, config) == result.bitstream
