@@ -546,7 +546,7 @@ class Controller(wiring.Component):
                 m.d.comb += [raise_error.eq(port.error), raise_index.eq(index)]
 
         # A program starts with no tokens, whatever the previous one left behind. On an iCE40
-        # (a board clock of 24 MHz, and logic cells its scarcest resource) the flags are the
+        # (a board clock of 18 MHz, and logic cells its scarcest resource) the flags are the
         # counter's compares, and it steps by one adder: the same values in every cycle.
         starting = Signal()
         for token in tokens + back_tokens:

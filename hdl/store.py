@@ -57,7 +57,8 @@ class BeatBuffer(wiring.Component):
     A step writes the bytes ``hit`` marks of ``data`` into the beat at the write pointer
     (``write``): the block RAM's bit enables, so there is no beat register and no merge
     multiplexer (micro: 36 iCE40 logic cells less than a register ahead of a FIFO). A beat's
-    first step writes its strobe from ``hit``, a later one adds ``hit``'s bytes to it.
+    first step writes all its bytes, with the strobe from ``hit``; a later one writes and adds
+    ``hit``'s bytes.
     ``commit`` (with the beat's last ``write``) ends the beat with ``last`` and queues it. The
     read side is `amaranth.lib.fifo.SyncFIFOBuffered`'s: the beat in the read port's register,
     ``r_data`` valid while ``r_rdy``. The writer keeps a slot free for the beat it builds: at
@@ -85,12 +86,15 @@ class BeatBuffer(wiring.Component):
         level = Signal(range(inner_depth + 1))
         first = Signal(init=1)  # the next write is its beat's first
         hit = self.hit
+        # A beat's first step writes all of it (the bytes it does not hit with strobe 0), so
+        # no byte of a beat is left from an earlier one or undefined.
+        bytes_written = (hit | first.replicate(len(hit))) & self.write.replicate(len(hit))
         written = self.layout(write_port.en)
         m.d.comb += [
             write_port.addr.eq(produce),
             write_port.data.eq(Cat(self.data, hit, self.last)),
-            written.data.eq(Cat(b.replicate(8) for b in hit) & self.write.replicate(8 * len(hit))),
-            written.strb.eq((hit | first.replicate(len(hit))) & self.write.replicate(len(hit))),
+            written.data.eq(Cat(b.replicate(8) for b in bytes_written)),
+            written.strb.eq(bytes_written),
             written.last.eq(self.commit),
         ]
         with m.If(self.write):

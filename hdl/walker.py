@@ -721,7 +721,7 @@ class ElementStage(wiring.Component):
     A `SkidBuffer`: ``input.ready`` and ``output``'s payload and valid are flip-flops, so
     neither the planner's ready nor an element is a combinational path from the one to the
     other; on an iCE40 a `StreamRegister` (the planner's ready reaches ``input.ready``, at the
-    24 MHz of its boards). One element per cycle sustained, one cycle of latency.
+    18 MHz of the iCEBreaker). One element per cycle sustained, one cycle of latency.
     """
 
     def __init__(self, lanes, rows, beat_bytes, permission, windows=NUM_WINDOWS,
@@ -853,7 +853,7 @@ class BurstPlanner(wiring.Component):
         # The steps leave through a skid register: the planner takes an element while it is
         # empty, not when ``steps.ready`` says so (the routed 8x8's critical path ran from the
         # store engine's stall through that ready into the planner's take, 23.6 ns). On an
-        # iCE40 (24 MHz boards) the take waits for that ready instead: no skid register.
+        # iCE40 (an 18 MHz board) the take waits for that ready instead: no skid register.
         skid_buffer = fpga_family(platform) != "ice40"
         skid = Signal.like(self.steps.payload) if skid_buffer else None
         skid_valid = Signal()

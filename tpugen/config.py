@@ -105,7 +105,7 @@ class CoreConfig:
     through the adder into the write was the routed ECP5 8x8's critical path). False (micro):
     it reads the row a cycle before the result leaves the array and adds them as it does: no
     register of the row or the result (three of ``cols`` partial sums or int32 less), for a
-    longer path (the UP5K at 24 MHz has the margin)."""
+    longer path (the UP5K at 18 MHz has the margin)."""
     buffered_feeders: bool = True
     """The execute engine's row feeders read scratchpad rows ahead into 3-deep FIFOs, so the
     array's ``ready`` reaches no block RAM. False (micro): a row waits on the read port's
