@@ -340,8 +340,9 @@ class StoreEngine(wiring.Component):
                                      words, 32)
         moved8, mask8 = move_units(m, Cat(d_y[u][:8] for u in range(units)), first,
                                    d_step.offset, d_step.count, beat_bytes, 8)
+        mask32_bytes = Cat(mask32[b // 4] for b in range(beat_bytes))
         m.d.comb += [beats.data.eq(Mux(int8, moved8, moved32)),
-                     beats.hit.eq(Mux(int8, mask8, Cat(mask32[b // 4] for b in range(beat_bytes)))),
+                     beats.hit.eq(Mux(int8, mask8, mask32_bytes)),
                      beats.write.eq(d_valid & d_step.in_bounds),
                      beats.commit.eq(d_valid & emit),
                      beats.last.eq(d_step.end_of_burst)]
@@ -384,9 +385,10 @@ class StoreEngine(wiring.Component):
         with m.FSM():
             with m.State("IDLE"):
                 take = self.instr.valid & self.instr.ready
-                if prefetch:  # kept in every idle cycle: no decode on the registers' enable
+                if prefetch:
+                    # Kept in every idle cycle: no decode on the registers' enable. A PARAMS
+                    # is taken with its last entry, written from the queue's head.
                     m.d.sync += [epilogue.eq(instr.epilogue), tensor.eq(instr.tensor)]
-                if prefetch:  # a PARAMS is taken with its last entry, from the queue's head
                     m.d.comb += [self.instr.ready.eq(Mux(is_params, lane_params.instr.ready,
                                                          ~lane_params.clearing)),
                                  lane_params.instr.valid.eq(self.instr.valid & is_params)]
