@@ -14,6 +14,7 @@ from amaranth.lib.wiring import In, Out
 from tpugen import PRESETS, CoreConfig
 from tpugen.cli import main
 from tpugen.fpga import synth
+from tpugen.fpga import timing as timing_module
 from tpugen.fpga.boards import board_named
 from tpugen.fpga.synth import (BLOCKS, RESOURCE_CELLS, YOSYS_BEFORE_SYNTH,
                                rtlil_with_no_rw_check, run_tool, synth_cells, synth_report)
@@ -164,9 +165,12 @@ def small_timing():
     return block_timing(SMALL, board_named("ulx3s-85f"), freq_mhz=200.0)
 
 
-def test_each_block_is_placed_and_routed_alone(small_timing):
+def test_each_block_is_placed_and_routed_alone(small_report, small_timing, monkeypatch,
+                                               tmp_path, capsys):
     """A 2x2 core's blocks on the 85F: each has an Fmax below the 200 MHz asked for (nextpnr
-    reached it), and its critical path runs through lines of Python source."""
+    reached it), and its critical path runs through lines of Python source; the command line
+    prints the table and writes it to JSON. (One test: the timing takes 90 s, and a module
+    fixture is made again on each pytest-xdist worker that runs a test using it.)"""
     assert (small_timing["family"], small_timing["target_mhz"]) == ("ecp5", 200.0)
     blocks = small_timing["blocks"]
     # SMALL has no softmax unit: no module to time. The memories' block RAMs have no path
@@ -184,13 +188,9 @@ def test_each_block_is_placed_and_routed_alone(small_timing):
                for block, timing in timed.items())
     assert "| memories | - |" in table
 
-
-def test_cli_prints_the_timing_table(small_report, small_timing, monkeypatch, tmp_path, capsys):
-    from tpugen.fpga import timing
-
     monkeypatch.setattr(synth, "synth_report", lambda *args, **options: small_report)
     calls = []
-    monkeypatch.setattr(timing, "block_timing",
+    monkeypatch.setattr(timing_module, "block_timing",
                         lambda *args, **options: calls.append(args) or small_timing)
     config, out = tmp_path / "small.json", tmp_path / "area.json"
     config.write_text(SMALL.to_json())
@@ -198,5 +198,5 @@ def test_cli_prints_the_timing_table(small_report, small_timing, monkeypatch, tm
                  "--per-block", "--timing", "--json", str(out)]) == 0
     assert [(config, board.name) for config, board in calls] == [(SMALL, "ulx3s-85f")]
     printed = capsys.readouterr().out
-    assert printed.endswith(timing.format_block_timing(small_timing) + "\n")
+    assert printed.endswith(timing_module.format_block_timing(small_timing) + "\n")
     assert json.loads(out.read_text())["timing"] == small_timing
