@@ -99,15 +99,17 @@ class BeatBuffer(wiring.Component):
         ]
         with m.If(self.write):
             m.d.sync += first.eq(self.commit)
+        def following(pointer):
+            return Mux(pointer == inner_depth - 1, 0, pointer + 1)
+
         with m.If(self.commit):
-            m.d.sync += produce.eq(Mux(produce == inner_depth - 1, 0, produce + 1))
+            m.d.sync += produce.eq(following(produce))
 
         take = (level != 0) & (~self.r_rdy | self.r_en)  # into the read port's register
         m.d.comb += [read_port.addr.eq(consume), read_port.en.eq(take),
                      self.r_data.eq(read_port.data)]
         with m.If(take):
-            m.d.sync += [consume.eq(Mux(consume == inner_depth - 1, 0, consume + 1)),
-                         self.r_rdy.eq(1)]
+            m.d.sync += [consume.eq(following(consume)), self.r_rdy.eq(1)]
         with m.Elif(self.r_en):
             m.d.sync += self.r_rdy.eq(0)
         m.d.sync += level.eq(level + self.commit - take)

@@ -4,6 +4,7 @@ from dataclasses import asdict, dataclass, fields
 
 from .arch import MAX_QUEUE_DEPTH, QUEUE_DEPTH
 from .isa import ADDRESS_WIDTHS, DIMS, NUM_WINDOWS
+from .registers import COUNTER_PROFILES
 
 __all__ = ["CoreConfig", "PRESETS", "check_config", "power_of_two"]
 
@@ -181,8 +182,9 @@ class CoreConfig:
                              "attention's O / l is a multiply in the store epilogue (allowed "
                              "True, or softmax=False)")
         check("counter_width", lambda v: v in (32, 64), "32 or 64")
-        check("counters", lambda v: v in ("full", "basic", "traffic"),
-              '"full", "basic" or "traffic"')
+        profiles = tuple(COUNTER_PROFILES)
+        check("counters", lambda v: v in profiles,
+              ", ".join(f'"{name}"' for name in profiles[:-1]) + f' or "{profiles[-1]}"')
         check("windows", integer_in(1, NUM_WINDOWS), f"an integer in 1..{NUM_WINDOWS}")
         check("queue_depth", integer_in(1, MAX_QUEUE_DEPTH), f"an integer in 1..{MAX_QUEUE_DEPTH}")
         check("descriptor_dims", integer_in(2, DIMS), f"an integer in 2..{DIMS}")

@@ -36,14 +36,14 @@ COUNTERS = {
 """Performance counters (``CoreConfig.counter_width`` bits): ``ControlRegisters`` input members
 and ``<NAME>_LO/_HI`` pairs."""
 
-BASIC_COUNTERS = ("cycles", "macs", "bytes_read", "bytes_written",
-                  *(f"{engine.name.lower()}_busy_cycles" for engine in Engine))
-"""The counters of ``CoreConfig.counters="basic"``: those the runtime's `Stats` reports (the
-stall counters are left out; their registers read 0)."""
-
 TRAFFIC_COUNTERS = ("cycles", "macs", "bytes_read", "bytes_written")
 """The counters of ``CoreConfig.counters="traffic"``: time, work and bus traffic, without the
 engines' busy cycles (`Stats` has None for them)."""
+
+BASIC_COUNTERS = (*TRAFFIC_COUNTERS,
+                  *(f"{engine.name.lower()}_busy_cycles" for engine in Engine))
+"""The counters of ``CoreConfig.counters="basic"``: those the runtime's `Stats` reports (the
+stall counters are left out; their registers read 0)."""
 
 COUNTER_PROFILES = {"full": tuple(COUNTERS), "basic": BASIC_COUNTERS,
                     "traffic": TRAFFIC_COUNTERS}
