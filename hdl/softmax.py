@@ -77,10 +77,10 @@ FIFO of the stored m of up to 8 queries in flight, and the P address of the fron
 Timing: the max pass (or pass A) of a query (``tiles`` score rows) runs up to 8 queries ahead of
 the exp pass (``tiles`` rows, writing P) and O rescale (``o_tiles`` rows; none with ``first``)
 of earlier queries, so the accumulator read port is busy every cycle: a BLOCK takes
-``sum(arch.block_query_cycles) + ~15`` cycles: per query ``2 * tiles`` with ``first``, else
+``sum(arch.block_query_cycles) + ~17`` cycles: per query ``2 * tiles`` with ``first``, else
 ``tiles`` on a hit, ``2 * tiles + o_tiles`` on a miss. NORMALIZE divides two quotient bits per
-cycle and reads no accumulator row: ``count * 11 + ~13`` cycles (``arch.SOFTMAX_DIVIDE_CYCLES``;
-l is registered as read, then normalized). The accumulator row is registered after the block
+cycle and reads no accumulator row: ``count * 12 + ~13`` cycles (``arch.SOFTMAX_DIVIDE_CYCLES``;
+l is registered as read, then normalized in two steps). The accumulator row is registered after the block
 RAM read, before the lane datapath.
 """
 from amaranth.hdl import C, Cat, Module, Mux, Signal, signed, unsigned
@@ -325,10 +325,14 @@ class SoftmaxUnit(wiring.Component):
                 m.d.sync += active.eq(1)
                 m.d.comb += start.eq(1)
 
+        def capped(diagonal):
+            """Keys a query sees whose causal limit is ``diagonal`` (its query index plus
+            ``causal_offset + 1``): ``keys``, or fewer past that limit."""
+            return Mux(ins.causal & (diagonal < ins.keys), diagonal, ins.keys)
+
         def key_limit(query):
-            """Keys ``query`` sees: ``keys``, or fewer past its causal offset."""
-            return Mux(ins.causal & (query + ins.causal_offset + 1 < ins.keys),
-                       query + ins.causal_offset + 1, ins.keys)
+            """Keys ``query`` sees."""
+            return capped(query + ins.causal_offset + 1)
 
         def valid_lanes(rest):
             """Lanes of a tile with ``rest`` valid keys from its first on."""
@@ -350,6 +354,10 @@ class SoftmaxUnit(wiring.Component):
         # `front`, and from there into the back's pop and its job's registers, was the routed
         # 8x8's critical path (16.9 ns).
         f_more = Signal()
+        # The causal limit of the query after f_query, a register stepped with it (the add of
+        # the offset on the way from f_query into f_left was the routed 8x8's critical path,
+        # 14.4 ns).
+        f_next_diagonal = Signal(signed(34))
         front = Signal()
         m.d.comb += front.eq(active & block & f_more & ((f_tile != 0) | (ahead < _JOBS)))
 
@@ -417,14 +425,15 @@ class SoftmaxUnit(wiring.Component):
 
         with m.If(checking):
             m.d.sync += [f_query.eq(0), f_more.eq(ins.count != 0), f_tile.eq(0),
-                         f_state.eq(ins.state_row)]
+                         f_state.eq(ins.state_row), f_next_diagonal.eq(ins.causal_offset + 2)]
         with m.If(start):
             m.d.sync += [f_addr.eq(ins.score_row), f_left.eq(key_limit(C(0, 1)))]
         with m.Elif(f_last):
             m.d.sync += [f_query.eq(f_query + 1), f_more.eq(f_query + 1 < ins.count),
                          f_tile.eq(0), f_state.eq(f_state + 1),
                          f_addr.eq(ins.score_row + f_query + 1),
-                         f_left.eq(key_limit(f_query + 1))]
+                         f_left.eq(capped(f_next_diagonal)),
+                         f_next_diagonal.eq(f_next_diagonal + 1)]
         with m.Elif(front):
             m.d.sync += [f_tile.eq(f_tile + 1), f_addr.eq(f_addr + ins.count),
                          f_left.eq(f_left - cols)]
@@ -525,15 +534,19 @@ class SoftmaxUnit(wiring.Component):
         # A register after every level: a compare of 32 bits and its select is a level (two
         # were the 8x8 unit's critical path alone, 16.0 ns).
         row_max, max_latency = _reduce(m, items, lambda a, b: _larger(m, a, b), levels=1)
+        # ceil(x / 2**frac) as floor plus "a remainder" (yosys maps -(-x >> frac) to about
+        # three times the cells of one shifter), the shift and the add in stages of their own
+        # (both in one were the 8x8 unit's critical path alone, 11.8 ns).
+        row_floor, row_remainder = Signal(_MAXIMUM), Signal()
         row_ceiling = Signal(_MAXIMUM)
         m.d.sync += [
-            row_ceiling.valid.eq(row_max.valid),
-            # ceil(x / 2**frac) as floor plus "a remainder": yosys maps -(-x >> frac) to about
-            # three times the cells of one shifter.
-            row_ceiling.x.eq((row_max.x >> ins.frac)
-                             + (row_max.x & ((C(1, 32) << ins.frac) - 1)).any()),
+            row_floor.valid.eq(row_max.valid),
+            row_floor.x.eq(row_max.x >> ins.frac),
+            row_remainder.eq((row_max.x & ((C(1, 32) << ins.frac) - 1)).any()),
+            row_ceiling.valid.eq(row_floor.valid),
+            row_ceiling.x.eq(row_floor.x + row_remainder),
         ]
-        max_latency += 1
+        max_latency += 2
         op_max = at(2 + max_latency)
         running, merged = Signal(_MAXIMUM), Signal(_MAXIMUM)
         m.d.comb += merged.eq(Mux(op_max.first, row_ceiling,
@@ -663,11 +676,18 @@ class SoftmaxUnit(wiring.Component):
         n_mant, n_rem, n_quot = Signal(32), Signal(33), Signal(18)
         n_shift, n_zero, n_step = Signal(6), Signal(), Signal(range(9))
         l_in = Signal(32)  # l as read, registered before its normalization
-        # l normalized to [2**31, 2**32) by shifts of 16, 8, 4, 2, 1 (its leading zeros).
-        mant, zeros = l_in, []
-        for k in (16, 8, 4, 2, 1):
-            zeros.insert(0, mant[32 - k:] == 0)
-            mant = Mux(zeros[0], mant << k, mant)[:32]
+        # l normalized to [2**31, 2**32) by shifts of 16 and 8 (`COARSE`), then 4, 2, 1
+        # (`NORMALIZE`): its leading zeros (all five in a cycle were the routed 8x8's critical
+        # path, 14.3 ns).
+        def normalize(value, shifts):
+            zeros = []
+            for k in shifts:
+                zeros.insert(0, value[32 - k:] == 0)
+                value = Mux(zeros[0], value << k, value)[:32]
+            return value, Cat(*zeros)
+        coarse_zeros = Signal(2)
+        coarse, coarse_found = normalize(l_in, (16, 8))
+        mant, fine_zeros = normalize(l_in, (4, 2, 1))
         rem, bits = n_rem, []
         for _ in range(2):
             difference = rem - n_mant  # one carry chain: its sign is the compare
@@ -684,9 +704,12 @@ class SoftmaxUnit(wiring.Component):
                     m.next = "LATCH"
             with m.State("LATCH"):
                 m.d.sync += l_in.eq(l_read.data)
+                m.next = "COARSE"
+            with m.State("COARSE"):
+                m.d.sync += [l_in.eq(coarse), coarse_zeros.eq(coarse_found)]
                 m.next = "NORMALIZE"
             with m.State("NORMALIZE"):
-                m.d.sync += [n_mant.eq(mant), n_shift.eq(31 - Cat(*zeros)),
+                m.d.sync += [n_mant.eq(mant), n_shift.eq(31 - Cat(fine_zeros, coarse_zeros)),
                              n_zero.eq(l_in == 0), n_rem.eq(1 << 30), n_step.eq(8)]
                 m.next = "DIVIDE"
             with m.State("DIVIDE"):

@@ -275,7 +275,7 @@ def test_speculative_pass(config):
     A); a query whose m is unchanged (a hit) is done then, the others (m rises or is -inf) run
     the exp pass and the O rescale. Bit-exact for all-hit, mixed and all-miss blocks, causal
     masks, queries whose keys were all masked so far (m = -inf), count = 1 and one tile; and
-    every row read is one cycle: the rows plus a fill of at most 14."""
+    every row read is one cycle: the rows plus a fill of at most 16."""
     rng = np.random.default_rng(40 + config.cols)
     acc, prob = _memories(config, 40 + config.cols)
     count, tiles, o_tiles = 8, 2, 2
@@ -305,7 +305,7 @@ def test_speculative_pass(config):
     cycles, reads = _simulate(config, acc, prob, instructions)
     assert reads == rows
     for want, got in zip(rows, cycles):
-        assert want <= got <= want + 14, (rows, cycles)
+        assert want <= got <= want + 16, (rows, cycles)
 
 
 _BLOCK_FIELDS = ("first", "causal", "count", "tiles", "o_tiles", "keys", "causal_offset",
@@ -316,8 +316,9 @@ def test_attention_blocks_cost_the_replayed_hits():
     """The BLOCKs of a fused attention program (two query tiles of 10 queries, eight blocks of
     3 key tiles each), with the scores its MATMULs write, read as many rows (one a cycle) as
     `block_query_cycles` of the hits and misses that `speculation_hits` counts on the same
-    program, and take a fill of at most 20 cycles beyond them each (a miss at a BLOCK's end
-    waits for its exp pass; 16 before the row maximum's ceiling got a register stage, 17
+    program, and take a fill of at most 22 cycles beyond them each (a miss at a BLOCK's end
+    waits for its exp pass; 20 before the ceiling's shift and add got a stage each, 16
+    before the row maximum's ceiling got a register stage, 17
     before each level of the row maximum did, with its sum one stage later to match, 19
     before the instruction's verdict was registered)."""
     config, seq, kv, dim = SQUARE, 20, 96, 4
@@ -348,9 +349,9 @@ def test_attention_blocks_cost_the_replayed_hits():
     assert (plan.m_tile, plan.tiles, len(blocks)) == (10, 3, 16)
     assert 0 < hits < speculative == 2 * 7 * 10
     assert sum(reads) == want
-    # The fill: 20 cycles, and a cycle per bit of o_tiles (d chunks) or tiles past the first
+    # The fill: 22 cycles, and a cycle per bit of o_tiles (d chunks) or tiles past the first
     # for the checks' shift-add products (on the core they overlap the MATMULs before).
-    fill = 20 + max(plan.tiles, plan.d_chunks).bit_length() - 1
+    fill = 22 + max(plan.tiles, plan.d_chunks).bit_length() - 1
     assert all(0 <= got - rows <= fill for got, rows in zip(cycles, reads)), (cycles, reads)
 
 

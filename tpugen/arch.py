@@ -135,7 +135,7 @@ def tile_cycles(config, count):
 
 SOFTMAX_OUT_FRAC = 8
 """Fraction bits of attention's output (O / l, NORMALIZE's row scales): in units of V / 2**8."""
-SOFTMAX_DIVIDE_CYCLES = 11
+SOFTMAX_DIVIDE_CYCLES = 12
 """Cycles of NORMALIZE's reciprocal of one query (``hdl/softmax.py``)."""
 
 
