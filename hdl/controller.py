@@ -556,16 +556,23 @@ class Controller(wiring.Component):
                              has_room[id(token)].eq(token < TOKEN_LIMIT)]
                 m.d.sync += token.eq(Mux(starting, 0, token + give - take))
                 continue
-            steps = {step: Signal.like(token, name=f"{token.name}_{name}")
-                     for step, name in ((-1, "less"), (0, "same"), (1, "more"))}
-            m.d.comb += [value.eq(token + step) for step, value in steps.items()]
+            # The give is a register: the value and flags with and without a take are formed
+            # from registers, and the take (late: an engine's dispatch) only selects (through
+            # the step's compare and three-way select it was the routed 8x8's critical path,
+            # 15.0 ns).
+            outcomes = []
+            for taken in (0, 1):
+                value = Signal.like(token, name=f"{token.name}_{('kept', 'taken')[taken]}")
+                m.d.comb += value.eq(token + give - taken)
+                outcomes.append((value, value != 0, value < TOKEN_LIMIT))
+            (kept, kept_token, kept_room), (taken, taken_token, taken_room) = outcomes
             with m.If(starting):
                 m.d.sync += [token.eq(0), has_token[id(token)].eq(0),
                              has_room[id(token)].eq(1)]
-            for step, value in steps.items():
-                with m.Elif(give - take == step):
-                    m.d.sync += [token.eq(value), has_token[id(token)].eq(value != 0),
-                                 has_room[id(token)].eq(value < TOKEN_LIMIT)]
+            with m.Else():
+                m.d.sync += [token.eq(Mux(take, taken, kept)),
+                             has_token[id(token)].eq(Mux(take, taken_token, kept_token)),
+                             has_room[id(token)].eq(Mux(take, taken_room, kept_room))]
 
         # Fetch: one instruction at a time, as one INCR burst of `beats` beats.
         # program_base + pc * INSTRUCTION_BYTES, modulo 2**address_width
