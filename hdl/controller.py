@@ -561,9 +561,9 @@ class Controller(wiring.Component):
             # the step's compare and three-way select it was the routed 8x8's critical path,
             # 15.0 ns).
             outcomes = []
-            for taken in (0, 1):
-                value = Signal.like(token, name=f"{token.name}_{('kept', 'taken')[taken]}")
-                m.d.comb += value.eq(token + give - taken)
+            for took in (0, 1):
+                value = Signal.like(token, name=f"{token.name}_{('kept', 'taken')[took]}")
+                m.d.comb += value.eq(token + give - took)
                 outcomes.append((value, value != 0, value < TOKEN_LIMIT))
             (kept, kept_token, kept_room), (taken, taken_token, taken_room) = outcomes
             with m.If(starting):

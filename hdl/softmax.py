@@ -80,8 +80,8 @@ of earlier queries, so the accumulator read port is busy every cycle: a BLOCK ta
 ``sum(arch.block_query_cycles) + ~17`` cycles: per query ``2 * tiles`` with ``first``, else
 ``tiles`` on a hit, ``2 * tiles + o_tiles`` on a miss. NORMALIZE divides two quotient bits per
 cycle and reads no accumulator row: ``count * 12 + ~13`` cycles (``arch.SOFTMAX_DIVIDE_CYCLES``;
-l is registered as read, then normalized in two steps). The accumulator row is registered after the block
-RAM read, before the lane datapath.
+l is registered as read, then normalized in two steps). The accumulator row is registered after
+the block RAM read, before the lane datapath.
 """
 from amaranth.hdl import C, Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, enum, memory, wiring
@@ -684,6 +684,8 @@ class SoftmaxUnit(wiring.Component):
         # (`NORMALIZE`): its leading zeros (all five in a cycle were the routed 8x8's critical
         # path, 14.3 ns).
         def normalize(value, shifts):
+            """``value`` shifted left by each of ``shifts`` whose top bits are zero, and those
+            shifts' flags (the largest shift's flag the top bit)."""
             zeros = []
             for k in shifts:
                 zeros.insert(0, value[32 - k:] == 0)
