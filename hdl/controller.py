@@ -15,7 +15,7 @@ from .engine import engine_members
 from .execute import EXECUTE_INSTRUCTION
 from .family import fpga_family
 from .load import LOAD_INSTRUCTION, load_front_client
-from .pipeline import pipeline_register
+from .pipeline import pipeline_register, ring_next
 from .store import STORE_INSTRUCTION, params_shift, store_front_client
 from .walker import window_ok
 
@@ -272,11 +272,8 @@ class InstructionQueue(wiring.Component):
         pop = self.head.valid & self.head.ready
         instr = self.head.payload.instr.as_value()
 
-        def following(ptr):
-            return Mux(ptr == self.depth - 1, 0, ptr + 1)
-
         def advance(ptr):
-            return ptr.eq(following(ptr))
+            return ptr.eq(ring_next(ptr, self.depth))
 
         # The head's index, read a cycle ahead like the token flags (below) when there is more
         # than one slot: the watchdog's compares of the heads' indices take no memory read
@@ -287,7 +284,7 @@ class InstructionQueue(wiring.Component):
         index_write = indices.write_port()
         if self.depth > 1:
             index_read = indices.read_port(transparent_for=(index_write,))
-            m.d.comb += index_read.addr.eq(Mux(pop, following(r_ptr), r_ptr))
+            m.d.comb += index_read.addr.eq(Mux(pop, ring_next(r_ptr, self.depth), r_ptr))
         else:
             index_read = indices.read_port(domain="comb")
             m.d.comb += index_read.addr.eq(r_ptr)
@@ -349,7 +346,7 @@ class InstructionQueue(wiring.Component):
             flags_write.addr.eq(w_ptr),
             flags_write.data.eq(Cat(self.beat_data[bit] for bit in self.flag_bits)),
             flags_write.en.eq(self.beat_en & (self.beat == 0)),
-            flags_read.addr.eq(Mux(pop, following(r_ptr), r_ptr)),
+            flags_read.addr.eq(Mux(pop, ring_next(r_ptr, self.depth), r_ptr)),
             self.tokens.eq(flags_read.data),
         ]
 

@@ -4,7 +4,7 @@ from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from .pipeline import SRAM_ATTRS
+from .pipeline import SRAM_ATTRS, ring_next
 
 __all__ = ["CounterMemory", "WORD_BITS"]
 
@@ -73,7 +73,7 @@ class CounterMemory(wiring.Component):
             visit.eq(slot),
         ]
         with m.If(last_word):
-            m.d.sync += slot.counter.eq(Mux(slot.counter == count - 1, 0, slot.counter + 1))
+            m.d.sync += slot.counter.eq(ring_next(slot.counter, count))
         m.d.comb += [read_port.addr.eq(slot.as_value()), read_port.en.eq(1)]
 
         pending = Array(Signal(bits, name=f"pending{k}")

@@ -5,7 +5,7 @@ from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 __all__ = ["BufferedFifo", "SRAM_ATTRS", "SkidBuffer", "StreamRegister", "delayed", "delays",
-           "pipeline_register"]
+           "pipeline_register", "ring_next"]
 
 
 SRAM_ATTRS = {"no_rw_check": 1}
@@ -30,6 +30,11 @@ def delays(m, value, cycles):
 def delayed(m, value, cycles):
     """``value`` ``cycles`` (>= 0) cycles later: itself when 0."""
     return delays(m, value, cycles)[-1] if cycles else value
+
+
+def ring_next(index, size):
+    """The index after ``index`` in a ring of ``size`` slots (a FIFO's pointer)."""
+    return Mux(index == size - 1, 0, index + 1)
 
 
 def pipeline_register(m, value, name):

@@ -330,9 +330,13 @@ class SoftmaxUnit(wiring.Component):
             ``causal_offset + 1``): ``keys``, or fewer past that limit."""
             return Mux(ins.causal & (diagonal < ins.keys), diagonal, ins.keys)
 
+        def diagonal(query):
+            """The causal limit of ``query`` (a Python int folds its ``+ 1``)."""
+            return ins.causal_offset + (query + 1)
+
         def key_limit(query):
             """Keys ``query`` sees."""
-            return capped(query + ins.causal_offset + 1)
+            return capped(diagonal(query))
 
         def valid_lanes(rest):
             """Lanes of a tile with ``rest`` valid keys from its first on."""
@@ -425,7 +429,7 @@ class SoftmaxUnit(wiring.Component):
 
         with m.If(checking):
             m.d.sync += [f_query.eq(0), f_more.eq(ins.count != 0), f_tile.eq(0),
-                         f_state.eq(ins.state_row), f_next_diagonal.eq(ins.causal_offset + 2)]
+                         f_state.eq(ins.state_row), f_next_diagonal.eq(diagonal(1))]
         with m.If(start):
             m.d.sync += [f_addr.eq(ins.score_row), f_left.eq(key_limit(C(0, 1)))]
         with m.Elif(f_last):

@@ -11,7 +11,7 @@ from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_write_signature
 from .dma_front import FrontClient, engine_front, front_geometry, shared_front_signature
 from .engine import check_state, dma_engine_members
 from .epilogue import EpilogueDatapath, LaneParams
-from .pipeline import SRAM_ATTRS, pipeline_register
+from .pipeline import SRAM_ATTRS, pipeline_register, ring_next
 from ..config import check_config
 from .walker import TileCheck, move_units, select_units, step_layout
 
@@ -99,17 +99,14 @@ class BeatBuffer(wiring.Component):
         ]
         with m.If(self.write):
             m.d.sync += first.eq(self.commit)
-        def following(pointer):
-            return Mux(pointer == inner_depth - 1, 0, pointer + 1)
-
         with m.If(self.commit):
-            m.d.sync += produce.eq(following(produce))
+            m.d.sync += produce.eq(ring_next(produce, inner_depth))
 
         take = (level != 0) & (~self.r_rdy | self.r_en)  # into the read port's register
         m.d.comb += [read_port.addr.eq(consume), read_port.en.eq(take),
                      self.r_data.eq(read_port.data)]
         with m.If(take):
-            m.d.sync += [consume.eq(following(consume)), self.r_rdy.eq(1)]
+            m.d.sync += [consume.eq(ring_next(consume, inner_depth)), self.r_rdy.eq(1)]
         with m.Elif(self.r_en):
             m.d.sync += self.r_rdy.eq(0)
         m.d.sync += level.eq(level + self.commit - take)
