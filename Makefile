@@ -30,7 +30,7 @@ bench: install
 AREA_CORES := icebreaker-4x4:--board=icebreaker,--preset=default,--rows=4,--cols=4 \
 	ulx3s-85f-8x8:--board=ulx3s-85f,--preset=default,--timing ulx3s-85f-16x16:--board=ulx3s-85f,--rows=16,--cols=16 \
 	ulx3s-85f-16x16-large:--board=ulx3s-85f,--preset=large \
-	icebreaker-micro:--board=icebreaker,--preset=micro
+	icebreaker-micro:--board=icebreaker,--preset=micro,--timing
 
 area: install
 	mkdir -p docs/area

@@ -351,6 +351,11 @@ def _run_build(board, pll, config, build_dir, script, timeout=None, progress=Non
 
 _UTILISATION = re.compile(r"^Info:\s+(\w+):\s+(\d+)/\s*(\d+)\s+\d+%", re.MULTILINE)
 
+
+def utilisation(log):
+    """{cell type: (used, total)} of the device utilisation table in nextpnr's ``log`` (text)."""
+    return {cell: (int(used), int(total)) for cell, used, total in _UTILISATION.findall(log)}
+
 _ROOT = Path(__file__).resolve().parents[1]
 _STDLIB = sysconfig.get_paths()["stdlib"]
 _CELL_SUFFIX = re.compile(r"_(?:SB|TRELLIS|LUT4|CCU2C|PFUMX|L6MUX21|MULT18X18D|ALU54B|DP16KD)_|\[")
@@ -415,7 +420,7 @@ def _report(board, pll, config, build_dir, log):
     nextpnr = json.loads(nextpnr_file.read_text()) if nextpnr_file.exists() else {}
     used = {cell: numbers["used"] for cell, numbers in nextpnr.get("utilization", {}).items()}
     if not used:
-        used = {cell: int(count) for cell, count, _ in _UTILISATION.findall(log)}
+        used = {cell: count for cell, (count, _) in utilisation(log).items()}
     stat_file, netlist = build_dir / "stat.json", build_dir / "top.json"
     cells = (json.loads(stat_file.read_text())["design"]["num_cells_by_type"]
              if stat_file.exists() else {})

@@ -16,11 +16,13 @@ from tpugen.cli import main
 from tpugen.fpga import synth
 from tpugen.fpga import timing as timing_module
 from tpugen.fpga.boards import board_named
+from tpugen.fpga.build import utilisation
 from tpugen.fpga.synth import (BLOCKS, RESOURCE_CELLS, YOSYS_BEFORE_SYNTH,
                                rtlil_with_no_rw_check, run_tool, synth_cells, synth_report)
 from tpugen.hdl.pipeline import SRAM_ATTRS
 from tpugen.toolchain import find_tool
-from tpugen.fpga.timing import block_timing, format_block_timing, timed_blocks
+from tpugen.fpga.timing import (HARNESS, block_timing, format_block_timing, harness_verilog,
+                                timed_blocks)
 
 
 def test_memories_are_block_ram_on_ecp5():
@@ -137,8 +139,6 @@ def test_cli_prints_the_table_and_writes_json(small_report, monkeypatch, tmp_pat
     (["--board", "icebreaker", "--per-block"],
      "--per-block, --timing and --json need --synth-only"),
     (["--board", "ulx3s-85f", "--synth-only", "--timing"], "--timing needs --per-block"),
-    (["--board", "icebreaker", "--synth-only", "--per-block", "--timing"],
-     "--timing: nextpnr-ice40 cannot place a block alone"),
     (["--board", "icebreaker", "--synth-only", "--freq", "30"],
      "--freq, --seed, --timeout and -o/--output are for place and route: leave out --synth-only"),
     (["--board", "icebreaker", "--synth-only", "--per-block", "--rows", "0"],
@@ -200,3 +200,67 @@ def test_each_block_is_placed_and_routed_alone(small_report, small_timing, monke
     printed = capsys.readouterr().out
     assert printed.endswith(timing_module.format_block_timing(small_timing) + "\n")
     assert json.loads(out.read_text())["timing"] == small_timing
+
+
+def test_harness_feeds_each_input_bit_from_the_scan_register():
+    """The iCE40 harness: the block's clocks on pin clk, one scan flip-flop (on scan_clk) per
+    other input bit, from scan_in to scan_out; the outputs left unconnected."""
+    ports = {"clk": {"direction": "input", "bits": [2]},
+             "datapath_clk": {"direction": "input", "bits": [3]},
+             "rst": {"direction": "input", "bits": [4]},
+             "a$b": {"direction": "input", "bits": list(range(5, 15))},
+             "y": {"direction": "output", "bits": list(range(15, 22))}}
+    text = harness_verilog("tpu_core.datapath.x", ports)
+    assert text.startswith(f"module {HARNESS}(input clk, input scan_clk, input scan_in, "
+                           "output scan_out);")
+    assert text.count("SB_DFF scan") == 11 and "assign scan_out = scan[11];" in text
+    assert all(f"(.C(scan_clk), .D(scan[{i}]), .Q(scan[{i + 1}]))" in text for i in range(11))
+    assert ("\\tpu_core.datapath.x block (.\\clk (clk), .\\datapath_clk (clk), "
+            ".\\rst (scan[1:1]), .\\a$b (scan[11:2]));") in text
+
+
+MICRO_2X2 = replace(PRESETS["micro"], rows=2, cols=2)
+
+
+@pytest.fixture(scope="module")
+def small_ice40_timing():
+    return block_timing(MICRO_2X2, board_named("icebreaker"), freq_mhz=100.0)
+
+
+def test_each_block_is_placed_and_routed_alone_on_ice40(small_ice40_timing):
+    """A 2x2 micro core's blocks on the UP5K, each in the four-pin harness: each reaches less
+    than the 100 MHz asked for, on a critical path from its clock to its clock (not the scan
+    register's, not a pin) through Python lines, named without the harness's instance."""
+    assert (small_ice40_timing["family"], small_ice40_timing["target_mhz"]) == ("ice40", 100.0)
+    assert "harness" in small_ice40_timing["alone"]
+    blocks = small_ice40_timing["blocks"]
+    assert set(blocks) == set(timed_blocks()) - {"softmax unit"}
+    assert all(timing["unplaced"] is None for timing in blocks.values()), blocks
+    for block, timing in blocks.items():
+        if block == "memories":
+            assert timing["critical_path"] is None
+            continue
+        path = timing["critical_path"]
+        assert 5 < timing["fmax_mhz"] < 100 and path["delay_ns"] > 1, (block, timing)
+        assert "clk" in path["from"] and "clk" in path["to"], path
+        assert "scan" not in path["from"] + path["to"] + path["start"] + path["end"], path
+        assert not (path["start"] + path["end"]).startswith("block."), path
+        assert any(".py:" in source for source in path["python_sources"]), (block, path)
+
+
+def test_a_block_not_placed_is_reported_with_why():
+    """A block larger than the FPGA names what it lacks (nextpnr's utilisation table), one that
+    nextpnr could not place otherwise its error; the table shows it for the Fmax."""
+    log = ("Info: Device utilisation:\nInfo: \t         ICESTORM_LC: 12345/  5280   233%\n"
+           "Info: \t        ICESTORM_RAM:    10/    30    33%\nERROR: Unable to place cell\n")
+    assert utilisation(log) == {"ICESTORM_LC": (12345, 5280), "ICESTORM_RAM": (10, 30)}
+    assert timing_module._unplaced(log, RuntimeError("nextpnr failed")) == (
+        "does not fit: ICESTORM_LC 12,345 of 5,280")
+    log = "Info: \t         ICESTORM_LC:  5100/  5280    96%\nERROR: Failed to expand region\n"
+    assert timing_module._unplaced(log, RuntimeError("nextpnr failed")) == (
+        "Failed to expand region")
+    assert timing_module._unplaced("", RuntimeError("nextpnr failed")) == "nextpnr failed"
+    report = {"blocks": {"softmax unit": {"fmax_mhz": None, "critical_path": None,
+                                          "unplaced": "does not fit: ICESTORM_LC 12,345 of 5,280"}}}
+    assert ("| softmax unit | - | does not fit: ICESTORM_LC 12,345 of 5,280 | - | - |"
+            in format_block_timing(report))

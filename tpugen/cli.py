@@ -436,7 +436,7 @@ def _time_blocks(board, config):
     except RuntimeError as error:  # a tool missing or failing
         raise CommandError(str(error), 3) from None
     print(f"Fmax per block ({board.device}, each block placed and routed alone by nextpnr "
-          f"--out-of-context at {timing['target_mhz']:g} MHz, in {timing['seconds']:.0f} s)\n")
+          f"({timing['alone']}) at {timing['target_mhz']:g} MHz, in {timing['seconds']:.0f} s)\n")
     print(format_block_timing(timing))
     return timing
 
@@ -451,7 +451,6 @@ netlist) or its router diverges (`fpga.build.RouterWatch`: the ULX3S 16x16 at st
 def _build(args):
     from .fpga.boards import board_named
     from .fpga.build import BuildError, build, format_report
-    from .fpga.timing import TIMED_FAMILIES
 
     board = board_named(args.board)
     if args.synth_only and (args.freq is not None or args.output or args.seed is not None
@@ -462,10 +461,6 @@ def _build(args):
         raise CommandError("--per-block, --timing and --json need --synth-only", 2)
     if args.timing and not args.per_block:
         raise CommandError("--timing needs --per-block", 2)
-    if args.timing and board.family not in TIMED_FAMILIES:
-        raise CommandError(f"--timing: nextpnr-{board.family} cannot place a block alone (no "
-                           f"--out-of-context); time the {board.family} core with a full build",
-                           2)
     if args.json:
         _check_writable(args.json, "--json")
     config = _board_config(args, board)
@@ -716,7 +711,7 @@ def parser():
                             "DMAs, ...)")
     build.add_argument("--timing", action="store_true",
                        help="with --synth-only --per-block: also place and route each block "
-                            "alone (ECP5, minutes): its Fmax and critical path")
+                            "alone (minutes): its Fmax and critical path")
     build.add_argument("--json", type=Path, metavar="FILE.json",
                        help="with --synth-only: also write the report as JSON")
 
