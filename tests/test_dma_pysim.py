@@ -459,6 +459,12 @@ WALKS = {
                     0, 8),
     "padding_near": (descriptor(0x40, [(5, -4, 3, 1), (3, -1, 2, 0x10)]), 0, 4),
     "contiguous_first_lane": (descriptor(0x43, [(3, -1, 9, 1), (2, 0, 2, 5)], lane=2), 0, 4),
+    # Rows in bounds from their first lane, each starting elsewhere in its beat: the first
+    # step of a row ends at the beat of the row's own start.
+    "contiguous_rows_in_bounds": (descriptor(0x101, [(5, 0, 5, 1), (3, 0, 3, 0xB),
+                                                     (2, 0, 2, 0x25)]), 0, 4),
+    "contiguous_int32_rows_in_bounds": (descriptor(0x104, [(4, 0, 4, 4), (3, 0, 3, 0x1C)],
+                                                   elem_log2=2), 2, 16),
 }
 
 
