@@ -19,7 +19,7 @@ demo: install
 	$(VENV)/bin/tpugen demo
 
 test: install
-	$(VENV)/bin/python -m pytest -n $(JOBS) --durations=20
+	$(VENV)/bin/python -m pytest -n $(JOBS) --dist worksteal --durations=20
 
 bench: install
 	$(VENV)/bin/tpugen bench -o docs/bench/bench.json --plot docs/bench/bench.png --markdown docs/bench/bench.md --readme README.md

@@ -846,7 +846,7 @@ class BurstPlanner(wiring.Component):
         # with a limit, which ``write`` chooses, into the walker, 40.5 ns).
         steps_left = Signal(range(max(self.max_steps) if pairs else self.max_steps))
         beats_left = Signal(range(max(self.max_beats) if pairs else self.max_beats))
-        room, beat_room = Signal(), Signal()
+        room, beat_room = Signal(name="room"), Signal(name="beat_room")
         beats = Signal(range((max(self.max_beats) if pairs else self.max_beats) + 1))
         flush = Signal()  # the last step is pending: close at the next cycle
 

@@ -597,7 +597,8 @@ class BurstPlannerHarness(_InternalsHarness):
 
     For k-induction the planner's open burst is tied to what it will issue by auxiliary
     invariants on its internal registers: the beats from ``first_beat`` to the beat of the
-    element taken last are ``beats`` many, in one 4 KiB page, and were all taken.
+    element taken last are ``beats`` many, in one 4 KiB page, and were all taken; the beats
+    and steps it may still take are what the limits leave, its room flags whether any are.
     """
 
     def __init__(self, beat_bytes, *, max_steps, max_beats, permission, lanes=2, rows=2):
@@ -610,8 +611,9 @@ class BurstPlannerHarness(_InternalsHarness):
     def constrain(self, m, fragment):
         dut, beat, windows = self.planner, self.beat, self.windows
         permission, shift = dut.permission, exact_log2(dut.beat_bytes)
-        pending, pending_valid, first_beat, burst_steps, beats, flush = _internals(
-            fragment, "pending", "pending_valid", "first_beat", "burst_steps", "beats", "flush")
+        (pending, pending_valid, first_beat, steps_left, beats_left, room, beat_room, beats,
+         flush) = _internals(fragment, "pending", "pending_valid", "first_beat", "steps_left",
+                             "beats_left", "room", "beat_room", "beats", "flush")
         pending = data.View(dut.steps.payload.shape(), pending)
 
         burst = dut.bursts.payload
@@ -647,8 +649,9 @@ class BurstPlannerHarness(_InternalsHarness):
                    f"an element outside every {permission} window taken"),
             # Invariants of the open burst, for the induction.
             Assert(~flush | pending_valid, "invariant: flush without a pending step"),
-            Assert(~is_open | ((beats >= 1) & (beats <= dut.max_beats) & (burst_steps >= 1) &
-                               (burst_steps <= dut.max_steps)),
+            Assert(~is_open | ((beats >= 1) & (beats + beats_left == dut.max_beats)
+                               & (steps_left < dut.max_steps) & (room == (steps_left != 0))
+                               & (beat_room == (beats_left != 0))),
                    "invariant: open burst counts"),
             Assert(~is_open | (first_beat + beats == pending_beat + 1),  # (wider: no wrap)
                    "invariant: the open burst ends at the pending beat"),
