@@ -465,21 +465,29 @@ def test_an_unrouted_placement_is_a_cached_verdict(tmp_path, monkeypatch):
     (["unrouted"] * 4, [None, 1, 2, 3], 1),    # nor seeds 2 and 3: the error, once
     (["unrouted", "failed"], [None, 1], 1),    # any other failure: no further placement
     (["failed"], [None], 1),
+    ([17.5, "built"], [None, 1], 0),           # the default seed's missed the clock
+    # None met it: the fastest placement, built again (cached) for its files.
+    ([17.5, 19.5, "unrouted", 18.5], [None, 1, 2, 3, 1], 0),
+    ([17.5, "unrouted", "unrouted", "unrouted"], [None, 1, 2, 3], 0),  # its files are there
 ], ids=["retried", "retried-twice", "unrouted-at-every-seed", "retried-then-failed",
-        "other-failure"])
-def test_build_without_a_seed_places_again_when_routing_fails(monkeypatch, tmp_path, capsys,
+        "other-failure", "slow-then-met", "slow-at-every-seed", "slow-then-unrouted"])
+def test_build_without_a_seed_places_again_when_routing_fails_or_is_slow(monkeypatch, tmp_path, capsys,
                                                              outcomes, seeds, status):
     from tpugen.fpga import build as build_module
 
     calls = []
-    report = {"config": None}
 
     def fake_build(board, config, **options):
         calls.append(options["seed"])
-        outcome = outcomes[len(calls) - 1]
-        if outcome == "built":
+        outcome = outcomes[min(len(calls), len(outcomes)) - 1]
+        if len(calls) > len(outcomes):  # the fastest again
+            outcome = max(o for o in outcomes if isinstance(o, float))
+        if outcome == "built" or isinstance(outcome, float):
             bitstream = tmp_path / "top.bit"
             bitstream.write_bytes(b"bits")
+            met = outcome == "built"
+            report = {"config": None, "timing_met": met, "target_mhz": 18.0,
+                      "fmax_mhz": 20.0 if met else outcome}
             return types.SimpleNamespace(bitstream=bitstream, report=report, cached=False)
         raise BuildError(f"{outcome} at seed {options['seed']}", unrouted=outcome == "unrouted")
 
@@ -495,6 +503,8 @@ def test_build_without_a_seed_places_again_when_routing_fails(monkeypatch, tmp_p
         outcomes[1:2] == ["unrouted"])
     if status:
         assert err.strip().splitlines()[-1].endswith(f"{outcomes[-1]} at seed {seeds[-1]}")
+    assert ("default seed misses the 18 MHz clock (17.5 MHz); placing again with --seed 1"
+            in err) == (outcomes[0] == 17.5)
     # A seed the user gives is the only one tried.
     calls.clear()
     outcomes = ["unrouted"]
