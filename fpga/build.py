@@ -356,6 +356,7 @@ def utilisation(log):
     """{cell type: (used, total)} of the device utilisation table in nextpnr's ``log`` (text)."""
     return {cell: (int(used), int(total)) for cell, used, total in _UTILISATION.findall(log)}
 
+
 _ROOT = Path(__file__).resolve().parents[1]
 _STDLIB = sysconfig.get_paths()["stdlib"]
 _CELL_SUFFIX = re.compile(r"_(?:SB|TRELLIS|LUT4|CCU2C|PFUMX|L6MUX21|MULT18X18D|ALU54B|DP16KD)_|\[")

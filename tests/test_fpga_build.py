@@ -471,16 +471,17 @@ def test_an_unrouted_placement_is_a_cached_verdict(tmp_path, monkeypatch):
     ([17.5, "unrouted", "unrouted", "unrouted"], [None, 1, 2, 3], 0),  # its files are there
 ], ids=["retried", "retried-twice", "unrouted-at-every-seed", "retried-then-failed",
         "other-failure", "slow-then-met", "slow-at-every-seed", "slow-then-unrouted"])
-def test_build_without_a_seed_places_again_when_routing_fails_or_is_slow(monkeypatch, tmp_path, capsys,
-                                                             outcomes, seeds, status):
+def test_build_without_a_seed_places_again_when_routing_fails_or_is_slow(
+        monkeypatch, tmp_path, capsys, outcomes, seeds, status):
     from tpugen.fpga import build as build_module
 
     calls = []
 
     def fake_build(board, config, **options):
         calls.append(options["seed"])
-        outcome = outcomes[min(len(calls), len(outcomes)) - 1]
-        if len(calls) > len(outcomes):  # the fastest again
+        if len(calls) <= len(outcomes):
+            outcome = outcomes[len(calls) - 1]
+        else:  # the fastest again
             outcome = max(o for o in outcomes if isinstance(o, float))
         if outcome == "built" or isinstance(outcome, float):
             bitstream = tmp_path / "top.bit"
