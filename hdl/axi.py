@@ -36,13 +36,14 @@ def axi_write_signature(data_width, addr_width=ADDR_WIDTH, id_width=ID_WIDTH):
 
 
 def axi_lite_signature(addr_width=12, data_width=32):
-    """AXI4-Lite, from the slave's side (every member flipped relative to a master)."""
+    """AXI4-Lite, from the master's side (a slave's port is its ``flip()``)."""
     return wiring.Signature({
-        "awaddr": In(addr_width), "awprot": In(3), "awvalid": In(1), "awready": Out(1),
-        "wdata": In(data_width), "wstrb": In(data_width // 8), "wvalid": In(1), "wready": Out(1),
-        "bresp": Out(2), "bvalid": Out(1), "bready": In(1),
-        "araddr": In(addr_width), "arprot": In(3), "arvalid": In(1), "arready": Out(1),
-        "rdata": Out(data_width), "rresp": Out(2), "rvalid": Out(1), "rready": In(1),
+        "awaddr": Out(addr_width), "awprot": Out(3), "awvalid": Out(1), "awready": In(1),
+        "wdata": Out(data_width), "wstrb": Out(data_width // 8), "wvalid": Out(1),
+        "wready": In(1),
+        "bresp": In(2), "bvalid": In(1), "bready": Out(1),
+        "araddr": Out(addr_width), "arprot": Out(3), "arvalid": Out(1), "arready": In(1),
+        "rdata": In(data_width), "rresp": In(2), "rvalid": In(1), "rready": Out(1),
     })
 
 

@@ -79,7 +79,7 @@ class TpuCore(wiring.Component):
         super().__init__({
             **flat_ports("m_axi", axi_read_signature(width)),
             **flat_ports("m_axi", axi_write_signature(width)),
-            **flat_ports("s_axil", axi_lite_signature(ADDR_WIDTH)),
+            **flat_ports("s_axil", axi_lite_signature(ADDR_WIDTH).flip()),
             "irq": Out(1),
         })
 

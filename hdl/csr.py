@@ -37,8 +37,7 @@ class ControlRegisters(wiring.Component):
         check_config(config)
         self.config = config
         super().__init__({
-            # axi_lite_signature() is written from the slave's side: Out keeps its directions.
-            "bus": Out(axi_lite_signature(ADDR_WIDTH, 32)),
+            "bus": In(axi_lite_signature(ADDR_WIDTH, 32)),
             "start": Out(1),
             "soft_reset": Out(1),
             "irq_enable": Out(1),

@@ -15,12 +15,13 @@ from .softmax import SoftmaxUnit
 __all__ = ["ExecuteEngine", "EXECUTE_INSTRUCTION", "accumulator_row", "probability_row",
            "scratchpad_row"]
 
-EXECUTE_INSTRUCTION = data.StructLayout({
+EXECUTE_INSTRUCTION = data.UnionLayout({
     "header": Header,
-    "fields": max(MatmulInstruction.size, SoftmaxInstruction.size) - Header.size,
+    "matmul": MatmulInstruction,
+    "softmax": SoftmaxInstruction,
 })
-"""The bits of an execute-engine instruction: read as a MatmulInstruction or a
-SoftmaxInstruction by its opcode."""
+"""An execute-engine instruction: a ``MatmulInstruction`` or a ``SoftmaxInstruction`` by its
+opcode (the header they begin with is ``header``)."""
 
 _QUEUE_DEPTH = 4
 """MATMUL instructions in flight: weights loading, streaming, and draining from the array (no
@@ -99,12 +100,10 @@ class _RowFeeder(wiring.Component):
             advance = C(1)  # the rows read go into the FIFO
             m.d.comb += [
                 issue.eq((remaining != 0) & (fifo.w_level + in_flight < fifo.depth)),
-                fifo.w_data.eq(written),
-                fifo.w_en.eq(in_flight),
-                self.rows.payload.eq(fifo.r_data),
-                self.rows.valid.eq(fifo.r_rdy),
-                fifo.r_en.eq(self.rows.ready),
+                fifo.w_stream.payload.eq(written),
+                fifo.w_stream.valid.eq(in_flight),
             ]
+            wiring.connect(m, fifo.r_stream, wiring.flipped(self.rows))
         else:  # the row read stays on the port's output until it is taken
             advance = ~in_flight | self.rows.ready
             m.d.comb += [
@@ -227,7 +226,7 @@ class ExecuteEngine(wiring.Component):
         spanned = Signal()  # ... and `act_span` is its span
         checked = Signal()  # ... and `bad` is its verdict
         bad = Signal(ErrorCode)
-        instr = data.View(MatmulInstruction, ins.as_value()[:MatmulInstruction.size])
+        instr = ins.matmul
         is_softmax = ins.header.opcode == Opcode.SOFTMAX
         act_rows = Mux(instr.act_probabilities, cfg.probability_rows, cfg.scratchpad_rows)
         # The span, saturated where it passes every row: the check tells no larger one apart.
@@ -262,7 +261,7 @@ class ExecuteEngine(wiring.Component):
         accept = Signal()  # a MATMUL goes to the feeders
         softmax_failed = softmax.error != ErrorCode.NONE  # the engine's error a cycle later
         m.d.comb += [
-            softmax.instr.payload.eq(ins.as_value()[:SoftmaxInstruction.size]),
+            softmax.instr.payload.eq(ins.softmax),
             # A SOFTMAX is taken while the MATMULs before it finish (its checks run then) and
             # starts once they are done.
             softmax.instr.valid.eq(launchable & is_softmax),

@@ -6,8 +6,7 @@ from amaranth.utils import ceil_log2
 
 from ..arch import MAX_OUTSTANDING, PLAN_DEPTH
 from ..config import check_config
-from ..isa import (ErrorCode, Header, LoadIm2colInstruction, LoadInstruction,
-                   TensorDescriptor)
+from ..isa import ErrorCode, Header, LoadIm2colInstruction, LoadInstruction
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi_read_signature
 from .dma_front import FrontClient, engine_front, front_geometry, shared_front_signature
 from .engine import check_state, dma_engine_members
@@ -17,13 +16,13 @@ from .walker import (Im2colWalker, TileCheck, im2col_walker_signature, select_un
 
 __all__ = ["LoadEngine", "LOAD_INSTRUCTION", "MAX_OUTSTANDING", "PLAN_DEPTH", "load_front_client"]
 
-LOAD_INSTRUCTION = data.StructLayout({
+LOAD_INSTRUCTION = data.UnionLayout({
     "header": Header,
-    "tensor": TensorDescriptor,
-    "tail": LoadIm2colInstruction.size - LoadInstruction.size,
+    "load": LoadInstruction,
+    "load_im2col": LoadIm2colInstruction,
 })
-"""The bits of a LOAD the engine takes: ``LoadInstruction``, extended to cover
-``LoadIm2colInstruction`` (which it is read as when ``header.im2col`` is set)."""
+"""A LOAD as the engine takes it: a ``LoadInstruction``, or a ``LoadIm2colInstruction`` when
+``header.im2col`` is set (the header they begin with is ``header``)."""
 
 
 
@@ -106,7 +105,8 @@ class LoadEngine(wiring.Component):
         # until the LOAD is done (an im2col LOAD, whose walker reads the slot throughout).
         prefetch = config.load_prefetch
         instr = Signal(LOAD_INSTRUCTION) if prefetch else self.instr.payload
-        lane = instr.tensor.lane if prefetch else Signal.like(instr.tensor.lane)
+        tensor = instr.load.tensor
+        lane = tensor.lane if prefetch else Signal.like(tensor.lane)
         if not prefetch:
             released = Signal()  # the slot is the controller's again
             m.d.comb += self.holding.eq(self.busy & ~released)
@@ -114,7 +114,7 @@ class LoadEngine(wiring.Component):
         def release(tensor_load):
             """Statements that give the slot back once ``tensor_load``'s walk runs."""
             return [] if prefetch else [released.eq(tensor_load)]
-        im2col_desc = data.View(LoadIm2colInstruction, instr.as_value()).im2col
+        im2col_desc = instr.load_im2col.im2col
         im2col_code = Signal(ErrorCode)
         im2col = Signal()    # the instruction is an im2col load
         # Checks passed, elements flow: a register that is 1 exactly in RUN (set as the FSM
@@ -127,9 +127,9 @@ class LoadEngine(wiring.Component):
         code = Signal(ErrorCode)
         im2col_verdict = Signal(ErrorCode)
         m.d.comb += [
-            check.descriptor.payload.eq(instr.tensor),
-            check.held.eq(instr.tensor),  # instr holds until the LOAD ends
-            front.held.eq(instr.tensor),
+            check.descriptor.payload.eq(tensor),
+            check.held.eq(tensor),  # instr holds until the LOAD ends
+            front.held.eq(tensor),
             im2col_walker.descriptor.payload.eq(im2col_desc),
             im2col_walker.held.eq(im2col_desc),  # instr holds until the LOAD ends
             im2col_code.eq(_im2col_check(im2col_desc, lanes, rows) if config.im2col
@@ -194,7 +194,7 @@ class LoadEngine(wiring.Component):
                     if prefetch:
                         m.d.sync += instr.eq(self.instr.payload)
                     else:
-                        m.d.sync += [released.eq(0), lane.eq(self.instr.payload.tensor.lane)]
+                        m.d.sync += [released.eq(0), lane.eq(self.instr.payload.load.tensor.lane)]
                     m.next = "DECODE"
             with m.State("DECODE"):
                 plain = ~instr.header.im2col

@@ -69,7 +69,7 @@ class SimSystem(wiring.Component):
         self.core = TpuCore(config)
         self.memory = AxiMemory(config.axi_data_width, memory_kib << 10, dual_port=True)
         super().__init__({"clk": In(1), "rst": In(1),
-                          **flat_ports("s_axil", axi_lite_signature(ADDR_WIDTH)), "irq": Out(1)})
+                          **flat_ports("s_axil", axi_lite_signature(ADDR_WIDTH).flip()), "irq": Out(1)})
 
     def elaborate(self, platform):
         m = Module()
@@ -91,6 +91,6 @@ class SimSystem(wiring.Component):
         else:
             connect_by_name(m, core, "m_axi_", memory, "s_axi_", reads)
         connect_by_name(m, core, "m_axi_", memory, "s_axi_", axi_write_signature(width))
-        connect_by_name(m, self, "s_axil_", core, "s_axil_", axi_lite_signature(ADDR_WIDTH).flip())
+        connect_by_name(m, self, "s_axil_", core, "s_axil_", axi_lite_signature(ADDR_WIDTH))
         m.d.comb += self.irq.eq(core.irq)
         return m

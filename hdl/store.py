@@ -18,14 +18,14 @@ from .walker import TileCheck, move_units, select_units, step_layout
 __all__ = ["BeatBuffer", "StoreEngine", "STORE_INSTRUCTION", "W_BURST_BEATS", "W_DEPTH",
            "params_shift", "store_front_client"]
 
-STORE_INSTRUCTION = data.StructLayout({
+STORE_INSTRUCTION = data.UnionLayout({
     "header": Header,
-    "tensor": TensorDescriptor,
-    "epilogue": Epilogue,
-    "tail": ParamsInstruction.size - StoreInstruction.size,
+    "store": StoreInstruction,
+    "params": ParamsInstruction,
 })
-"""The bits of an instruction the engine takes: ``StoreInstruction``, extended to cover
-``ParamsInstruction`` (which it is read as when ``header.opcode`` is PARAMS)."""
+"""An instruction as the store engine takes it: a ``StoreInstruction``, or a
+``ParamsInstruction`` when ``header.opcode`` is PARAMS (the header they begin with is
+``header``)."""
 
 W_DEPTH = 16
 """Write beats buffered ahead of the W channel."""
@@ -175,12 +175,11 @@ class StoreEngine(wiring.Component):
         m.submodules.beats = beats = BeatBuffer(beat_bytes, W_DEPTH)
 
         instr = self.instr.payload
-        params_instr = data.View(ParamsInstruction, instr.as_value())
         is_params = instr.header.opcode == Opcode.PARAMS
-        options = instr.epilogue
-        element_ok = ((instr.tensor.elem_log2 == 2)
-                      | (options.requant & (instr.tensor.elem_log2 == 0)))
-        dims = instr.tensor.dims
+        options, taken_tensor = instr.store.epilogue, instr.store.tensor
+        element_ok = ((taken_tensor.elem_log2 == 2)
+                      | (options.requant & (taken_tensor.elem_log2 == 0)))
+        dims = taken_tensor.dims
         # (The TileCheck finds a dim past the walked ones with an extent other than 1.)
         two_d = Cat(dims[d].extent == 1 for d in range(2, config.descriptor_dims)).all()
         rows_ok = ((~options.per_row | (~options.pool & (dims[1].extent <= cols) & two_d))
@@ -195,8 +194,8 @@ class StoreEngine(wiring.Component):
         # The running STORE's epilogue and descriptor (for the check and walker): registered
         # when taken, or without prefetch the queue's slot, which holds until it is done.
         prefetch = config.store_prefetch
-        epilogue = Signal(Epilogue) if prefetch else instr.epilogue
-        tensor = Signal(TensorDescriptor) if prefetch else instr.tensor
+        epilogue = Signal(Epilogue) if prefetch else options
+        tensor = Signal(TensorDescriptor) if prefetch else taken_tensor
         if not prefetch:
             m.d.comb += self.holding.eq(self.busy)
         int8 = Signal()  # its elements are int8
@@ -246,7 +245,7 @@ class StoreEngine(wiring.Component):
                                                             shifted=shifted)
         m.submodules.datapath = datapath = EpilogueDatapath(units, multiplier=multiplier,
                                                             pool=config.epilogue_pool)
-        m.d.comb += lane_params.instr.payload.eq(params_instr)
+        m.d.comb += lane_params.instr.payload.eq(instr.params)
 
         # Planned steps -> A: accumulator read -> B: its data registered, parameter read, the
         # epilogue datapath's stages -> D: beat builder -> W FIFO. The stages move every cycle:
@@ -387,7 +386,7 @@ class StoreEngine(wiring.Component):
                 if prefetch:
                     # Kept in every idle cycle: no decode on the registers' enable. A PARAMS
                     # is taken with its last entry, written from the queue's head.
-                    m.d.sync += [epilogue.eq(instr.epilogue), tensor.eq(instr.tensor)]
+                    m.d.sync += [epilogue.eq(options), tensor.eq(taken_tensor)]
                     m.d.comb += [self.instr.ready.eq(Mux(is_params, lane_params.instr.ready,
                                                          ~lane_params.clearing)),
                                  lane_params.instr.valid.eq(self.instr.valid & is_params)]
@@ -407,7 +406,7 @@ class StoreEngine(wiring.Component):
                             m.next = "PARAMS"
                     with m.Else():
                         m.d.sync += [walked.eq(0), walk.eq(1),
-                                     int8.eq(options.requant & (instr.tensor.elem_log2 == 0))]
+                                     int8.eq(options.requant & (taken_tensor.elem_log2 == 0))]
                         m.next = "CHECK"
             if not prefetch:
                 # The entries are written while the engine holds the slot: the dispatch, which

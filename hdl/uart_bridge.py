@@ -149,7 +149,7 @@ class UartBridge(wiring.Component):
         super().__init__({
             "rx": In(1, init=1),
             "tx": Out(1, init=1),
-            "csr": Out(axi_lite_signature(CSR_ADDR_WIDTH).flip()),
+            "csr": Out(axi_lite_signature(CSR_ADDR_WIDTH)),
             "mem": Out(memory_host_signature()),
         })
 

@@ -915,7 +915,7 @@ class _ConfiguredController(wiring.Component):
         self.csr = ControlRegisters(config)
         self.controller = Controller(config)
         super().__init__({
-            "bus": Out(axi_lite_signature(CSR_ADDR_WIDTH)),
+            "bus": In(axi_lite_signature(CSR_ADDR_WIDTH)),
             "axi": Out(axi_read_signature(config.axi_data_width)),
             **{name: Out(engine_signature(layout)) for name, (_, layout) in ENGINES.items()},
         })

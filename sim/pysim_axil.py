@@ -1,4 +1,5 @@
-"""An AXI4-Lite master for amaranth.sim testbenches, driving a slave's ``axi_lite_signature()`` bus."""
+"""An AXI4-Lite master for amaranth.sim testbenches, driving a slave's bus
+(``axi_lite_signature().flip()``)."""
 
 __all__ = ["AxiLiteMaster", "WRITE_ORDERS"]
 

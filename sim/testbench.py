@@ -16,7 +16,7 @@ from ..isa import INSTRUCTION_BYTES, Opcode
 from .golden import matmul_int32
 
 __all__ = ["UNKNOWN_INSTRUCTION", "ForFamily", "ReadWriteWatch", "exact_matmul",
-           "instruction_payload", "put_instruction", "run_testbench", "stream_get", "stream_put",
+           "instruction_bits", "put_instruction", "run_testbench", "stream_get", "stream_put",
            "stream_take"]
 
 
@@ -100,11 +100,11 @@ async def stream_take(ctx, stream, cycles, rng):
     return taken
 
 
-def instruction_payload(layout, raw):
-    """Instruction bytes ``raw`` (`isa.encode`) as a constant of ``layout``, an engine's
-    instruction payload: the bits beyond its width are dropped."""
-    bits = int.from_bytes(raw, "little")
-    return layout.from_bits(bits & ((1 << Shape.cast(layout).width) - 1))
+def instruction_bits(layout, raw):
+    """Instruction bytes ``raw`` (`isa.encode`) as the bits of ``layout``, an engine's
+    instruction payload (a union of the instructions it takes): those beyond its width are
+    dropped. Set them on the payload's ``as_value()``."""
+    return int.from_bytes(raw, "little") & ((1 << Shape.cast(layout).width) - 1)
 
 
 async def put_instruction(ctx, stream, raw, engine=None):
@@ -122,7 +122,8 @@ async def put_instruction(ctx, stream, raw, engine=None):
     ctx.set(stream.valid, 1)
     waited = 0
     while True:
-        ctx.set(stream.payload, instruction_payload(shape, value.to_bytes(len(raw), "little")))
+        ctx.set(stream.payload.as_value(),
+                instruction_bits(shape, value.to_bytes(len(raw), "little")))
         _, _, ready, shift = await ctx.tick().sample(
             stream.ready, engine.shift if shifting else stream.valid)
         if ready:

@@ -128,8 +128,9 @@ def run(kind, config, descs, axi_mem, wins, sram_init, timeout=4000, scales=None
             if isinstance(desc, bytes):  # an encoded instruction
                 await put_instruction(ctx, engine.instr, desc, engine)
             else:
-                await stream_put(ctx, engine.instr, {"header": {"opcode": opcode},
-                                                     "tensor": encode_tile(desc, wrap=True)})
+                # (The union's member of the instruction: "load" or "store".)
+                await stream_put(ctx, engine.instr, {kind: {"header": {"opcode": opcode},
+                                                            "tensor": encode_tile(desc, wrap=True)}})
             progress = 0
             for cycles in range(1, timeout):
                 _, _, done, error, busy, pulse = await ctx.tick().sample(

@@ -10,7 +10,7 @@ from tpugen.hdl.execute import ExecuteEngine, accumulator_row, probability_row, 
 from tpugen.isa import ErrorCode, Opcode, SoftmaxMode, encode
 from tpugen.sim.golden import matmul_int32
 from tpugen.sim.softmax_model import block
-from tpugen.sim.testbench import ReadWriteWatch, instruction_payload, put_instruction
+from tpugen.sim.testbench import ReadWriteWatch, instruction_bits, put_instruction
 
 
 class _Bench(wiring.Component):
@@ -297,12 +297,12 @@ def test_a_failing_softmax_is_busy_until_its_error_and_takes_nothing_after_it():
     engine = ExecuteEngine(cfg)  # no memories: the SOFTMAX fails its checks
     failing = _instruction({"opcode": Opcode.SOFTMAX, "mode": SoftmaxMode.BLOCK, "first": 1,
                             "count": 2, "tiles": 250, "o_tiles": 58, "keys": 16})
-    following = instruction_payload(engine.instr.payload.shape(), _instruction({"count": 1}))
+    following = instruction_bits(engine.instr.payload.shape(), _instruction({"count": 1}))
     seen = {}
 
     async def testbench(ctx):
         await put_instruction(ctx, engine.instr, failing)
-        ctx.set(engine.instr.payload, following)
+        ctx.set(engine.instr.payload.as_value(), following)
         ctx.set(engine.instr.valid, 1)
         seen.update(taken=False, idle_without_error=0)
         for _ in range(100):

@@ -344,7 +344,7 @@ def test_write_rules_accept_w_before_with_or_after_aw(tmp_path):
 
 
 def test_axi_lite_rules_catch_a_free_slave(tmp_path):
-    result = prove(FreeHarness(AxiLiteSlaveRules(), axi_lite_signature(12)), "free_lite",
+    result = prove(FreeHarness(AxiLiteSlaveRules(), axi_lite_signature(12).flip()), "free_lite",
                    tmp_path, depth=4, engine=KEEP_GOING)
     assert failed_messages(result) == {
         "BVALID held and B stable until BREADY", "RVALID held and R stable until RREADY",
